@@ -1,0 +1,536 @@
+"""Wire protocol v1: every frame that crosses a socket, as msgspec structs.
+
+The BATCH layout is SGLang's own egress frame (0.5.23 `push_generation`), so a scheduler
+can send us the bytes it already builds. Decoding validates the whole frame before any row
+is used: a frame is accepted whole or dropped whole (protocol section 3.3). Nothing here is
+pickled; every decoder is built once at import and typed to what it decodes.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from itertools import accumulate
+from typing import Annotated, Any
+
+import msgspec
+
+if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
+    raise ImportError("sglang-tok reads little-endian buffers with memoryview.cast")
+
+TAG_RESULT = 0x01
+TAG_BATCH = 0x02
+TAG_ERROR = 0x03
+TAG_OPEN = 0x4F
+TAG_ABORT = 0x41
+TAG_PING = 0x50
+TAG_DELTAS = 0x44
+TAG_PONG = 0x51
+INPUT_TAGS = {TAG_RESULT: "result", TAG_BATCH: "batch", TAG_ERROR: "error",
+              TAG_OPEN: "open", TAG_ABORT: "abort", TAG_PING: "ping"}
+
+MALFORMED_FRAME = "malformed scheduler output frame"
+SHARD_RESTARTED = "detokenizer shard restarted"
+EGRESS_RESTARTED = "detokenizer egress restarted"
+
+NonNeg = Annotated[int, msgspec.Meta(ge=0)]
+FinishReason = dict[str, Any]
+FINISH_TYPES = frozenset(("stop", "length", "abort"))
+
+
+class FrameError(Exception):
+    """A frame that must be dropped whole; `rids` are those still readable from it."""
+
+    def __init__(self, reason: str, detail: str, rids: list[str] | None = None) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+        self.rids: list[str] = rids or []
+
+
+# --------------------------------------------------------------------------- BATCH
+class BatchHeader(msgspec.Struct, array_like=True, gc=False):
+    """Columns of a BATCH header; trailing columns may be missing or `[]` (absent)."""
+
+    rids: list[str]
+    finish_reasons: list[FinishReason | None]
+    prompt_tokens: list[NonNeg]
+    tok_lens: list[NonNeg]
+    cached_tokens: list[NonNeg]
+    reasoning_tokens: list[NonNeg]
+    output_token_logprobs_lens: list[NonNeg] = []
+    input_token_logprobs_lens: list[NonNeg] = []
+    output_top_logprobs_reqlens: list[NonNeg] = []
+    output_top_logprobs_poslens: list[NonNeg] = []
+    input_top_logprobs_reqlens: list[NonNeg] = []
+    input_top_logprobs_poslens: list[NonNeg] = []
+    output_token_ids_logprobs_reqlens: list[NonNeg] = []
+    output_token_ids_logprobs_poslens: list[NonNeg] = []
+    input_token_ids_logprobs_reqlens: list[NonNeg] = []
+    input_token_ids_logprobs_poslens: list[NonNeg] = []
+    output_hidden_states_reqlens: list[NonNeg] = []
+    output_hidden_states_poslens: list[NonNeg] = []
+    weight_versions: list[Any] = []
+    image_tokens: list[Any] = []
+    audio_tokens: list[Any] = []
+    video_tokens: list[Any] = []
+    decode_latencies: list[Any] = []
+    ended_outside_stream: list[Any] = []
+
+
+HEADER_FIELDS: tuple[str, ...] = BatchHeader.__struct_fields__
+REQUIRED_COLUMNS = 6
+TRAILING_FIRST = 18
+# (family, first column index, kind); kind: flat pair, ragged pair, or hidden states.
+FAMILIES: tuple[tuple[str, int, str], ...] = (
+    ("output_logprobs", 6, "flat"),
+    ("input_logprobs", 7, "flat"),
+    ("output_top", 8, "ragged"),
+    ("input_top", 10, "ragged"),
+    ("output_token_ids", 12, "ragged"),
+    ("input_token_ids", 14, "ragged"),
+    ("output_hidden", 16, "hidden"),
+)
+
+FAMILY_COLUMN = {name: idx for name, idx, _ in FAMILIES}
+
+_header_decoder = msgspec.msgpack.Decoder(BatchHeader)
+_any_decoder = msgspec.msgpack.Decoder()
+_encoder = msgspec.msgpack.Encoder()
+_U32 = struct.Struct("<I")
+
+
+class Section(msgspec.Struct, gc=False):
+    """One typed run of the data buffer; `row_counts[r]` elements belong to row r."""
+
+    start: int  # byte offset in the data buffer
+    size: int  # bytes per element
+    fmt: str  # memoryview.cast format
+    row_counts: list[int]
+    row_starts: list[int]  # element offset of each row within the section
+
+
+class Family(msgspec.Struct, gc=False):
+    """An extras family: its values section, ids section (not for hidden), and positions."""
+
+    name: str
+    kind: str
+    values: Section
+    ids: Section | None
+    # ragged only: the k of each position, and where each row's positions start
+    poslens: list[int]
+    pos_starts: list[int]
+
+
+def _column_count(header: bytes | memoryview) -> int:
+    first = header[0]
+    if 0x90 <= first <= 0x9F:
+        return first & 0x0F
+    if first == 0xDC:
+        return int.from_bytes(header[1:3], "big")
+    if first == 0xDD:
+        return int.from_bytes(header[1:5], "big")
+    return -1
+
+
+def _starts(counts: list[int]) -> list[int]:
+    return [0, *accumulate(counts)]
+
+
+class Batch:
+    """A validated BATCH frame: its header and typed views of its data buffer."""
+
+    __slots__ = ("header", "data", "ncols", "tokens", "families")
+
+    def __init__(self, header: BatchHeader, data: memoryview, ncols: int,
+                 tokens: Section, families: list[Family]) -> None:
+        self.header = header
+        self.data = data
+        self.ncols = ncols
+        self.tokens = tokens
+        self.families = families
+
+    @property
+    def rids(self) -> list[str]:
+        return self.header.rids
+
+    def __len__(self) -> int:
+        return len(self.header.rids)
+
+    def token_ids(self) -> list[int]:
+        """All rows' ids, flat, in row order (slice with `tokens.row_starts`)."""
+        return _read(self.data, self.tokens)
+
+    def family(self, name: str) -> Family | None:
+        for fam in self.families:
+            if fam.name == name:
+                return fam
+        return None
+
+    def flat_pairs(self, fam: Family) -> tuple[list[float], list[int]]:
+        assert fam.ids is not None
+        return _read(self.data, fam.values), _read(self.data, fam.ids)
+
+    def row(self, i: int) -> dict[str, Any]:
+        """One row as plain data (cold path: tests, tools, the manifest check)."""
+        h = self.header
+        ids = self.token_ids()
+        st = self.tokens.row_starts
+        out: dict[str, Any] = {
+            "rid": h.rids[i], "ids": ids[st[i]:st[i + 1]], "finish": h.finish_reasons[i],
+            "prompt_tokens": h.prompt_tokens[i], "cached_tokens": h.cached_tokens[i],
+            "reasoning_tokens": h.reasoning_tokens[i],
+        }
+        for fam in self.families:
+            out[fam.name] = self.row_family(fam, i)
+        for col in HEADER_FIELDS[TRAILING_FIRST:]:
+            vals = getattr(h, col)
+            if vals:
+                out[col] = vals[i]
+        return out
+
+    def row_family(self, fam: Family, i: int) -> Any:
+        """Row i of a family: flat -> [[v, id]]; ragged -> [[[v, id], ...] or None]."""
+        vals = _read(self.data, fam.values)
+        ids = _read(self.data, fam.ids) if fam.ids is not None else None
+        a, b = fam.values.row_starts[i], fam.values.row_starts[i + 1]
+        if fam.kind == "flat":
+            assert ids is not None
+            return [[vals[j], ids[j]] for j in range(a, b)]
+        positions: list[Any] = []
+        j = a
+        for p in range(fam.pos_starts[i], fam.pos_starts[i + 1]):
+            k = fam.poslens[p]
+            if k == 0:
+                positions.append(None)
+            elif ids is None:
+                positions.append(vals[j:j + k])
+            else:
+                positions.append([[vals[q], ids[q]] for q in range(j, j + k)])
+            j += k
+        return positions
+
+
+def _read(data: memoryview, sec: Section) -> list[Any]:
+    end = sec.start + sec.size * sec.row_starts[-1]
+    return data[sec.start:end].cast(sec.fmt).tolist()
+
+
+def _readable_rids(raw: bytes | memoryview) -> list[str]:
+    """Rids of a header that failed typed validation, where column 0 is still readable."""
+    try:
+        cols = _any_decoder.decode(raw)
+    except (msgspec.DecodeError, ValueError):
+        return []
+    if not isinstance(cols, list) or not cols or not isinstance(cols[0], list):
+        return []
+    return [r for r in cols[0] if isinstance(r, str) and r]
+
+
+def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: int = 0) -> Batch:
+    """Parse and fully validate a BATCH frame (tag byte included); raise FrameError."""
+    mv = memoryview(frame)
+    if len(mv) < 5 or mv[0] != TAG_BATCH:
+        raise FrameError("truncated", "BATCH frame shorter than its length prefix")
+    hlen = _U32.unpack_from(mv, 1)[0]
+    if 5 + hlen > len(mv) or hlen == 0:
+        raise FrameError("truncated", f"header length {hlen} exceeds frame of {len(mv)} bytes")
+    raw = mv[5:5 + hlen]
+    try:
+        h = _header_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise FrameError("header", str(exc), _readable_rids(raw)) from None
+    rids = h.rids
+    ncols = _column_count(raw)
+    n = len(rids)
+    if not all(rids):
+        raise FrameError("header", "empty rid", [r for r in rids if r])
+    if max_rid_len and n and max(map(len, rids)) > max_rid_len:
+        raise FrameError("limit_rid_length", f"rid longer than --max-rid-length {max_rid_len}",
+                         [r for r in rids if len(r) <= max_rid_len])
+    for col in HEADER_FIELDS[1:REQUIRED_COLUMNS]:
+        if len(getattr(h, col)) != n:
+            raise FrameError("columns", f"column {col} has {len(getattr(h, col))} entries, "
+                             f"expected {n}", rids)
+    for fin in h.finish_reasons:
+        if fin is not None and fin.get("type") not in FINISH_TYPES:
+            raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
+    if max_row_ids and n and max(h.tok_lens) > max_row_ids:
+        raise FrameError("limit_row_ids", f"row with more than --max-row-ids {max_row_ids} ids",
+                         rids)
+    for col in HEADER_FIELDS[TRAILING_FIRST:]:
+        got = len(getattr(h, col))
+        if got and got != n:
+            raise FrameError("columns", f"column {col} has {got} entries, expected {n}", rids)
+    tokens = Section(0, 8, "q", h.tok_lens, _starts(h.tok_lens))
+    pos = tokens.row_starts[-1] * 8
+    families: list[Family] = []
+    for name, idx, kind in FAMILIES:
+        lens: list[int] = getattr(h, HEADER_FIELDS[idx])
+        if kind == "flat":
+            if not lens:
+                continue
+            if len(lens) != n:
+                raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has {len(lens)} "
+                                 f"entries, expected {n}", rids)
+            counts, poslens, pos_starts = lens, [], []
+        else:
+            poslens = getattr(h, HEADER_FIELDS[idx + 1])
+            if not lens:
+                if poslens:
+                    raise FrameError("ragged", f"{HEADER_FIELDS[idx + 1]} without reqlens", rids)
+                continue
+            if len(lens) != n:
+                raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has {len(lens)} "
+                                 f"entries, expected {n}", rids)
+            pos_starts = _starts(lens)
+            if pos_starts[-1] != len(poslens):
+                raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={pos_starts[-1]} but "
+                                 f"{len(poslens)} poslens", rids)
+            counts = [sum(poslens[pos_starts[r]:pos_starts[r + 1]]) for r in range(n)]
+        starts = _starts(counts)
+        total = starts[-1]
+        values = Section(pos, 4, "f", counts, starts)
+        pos += 4 * total
+        ids_sec = None
+        if kind != "hidden":
+            ids_sec = Section(pos, 4, "i", counts, starts)
+            pos += 4 * total
+        families.append(Family(name, kind, values, ids_sec, poslens, pos_starts))
+    data = mv[5 + hlen:]
+    if len(data) != pos:
+        raise FrameError("data_length", f"data buffer is {len(data)} bytes, header implies {pos}",
+                         rids)
+    return Batch(h, data, ncols, tokens, families)
+
+
+def _columns(h: BatchHeader, ncols: int) -> list[Any]:
+    return [getattr(h, f) for f in HEADER_FIELDS[:max(ncols, REQUIRED_COLUMNS)]]
+
+
+def _frame(columns: list[Any], data: bytes) -> bytes:
+    head = _encoder.encode(columns)
+    return b"".join((b"\x02", _U32.pack(len(head)), head, data))
+
+
+def split_batch(batch: Batch, owner: list[int], nshards: int) -> list[bytes | None]:
+    """Per-shard BATCH frames of the same layout, holding only each shard's rows."""
+    rows: list[list[int]] = [[] for _ in range(nshards)]
+    for i, s in enumerate(owner):
+        rows[s].append(i)
+    h, data = batch.header, batch.data
+    cols = _columns(h, batch.ncols)
+    ragged_pos = {FAMILY_COLUMN[fam.name] + 1: fam for fam in batch.families
+                  if fam.kind != "flat"}
+    sections = [batch.tokens]
+    for fam in batch.families:
+        sections.append(fam.values)
+        if fam.ids is not None:
+            sections.append(fam.ids)
+    out: list[bytes | None] = []
+    for idx in rows:
+        if not idx:
+            out.append(None)
+            continue
+        sub: list[Any] = []
+        for c, col in enumerate(cols):
+            fam = ragged_pos.get(c)
+            if fam is not None:
+                ps, pl = fam.pos_starts, fam.poslens
+                sub.append([k for i in idx for k in pl[ps[i]:ps[i + 1]]])
+            elif col:
+                sub.append([col[i] for i in idx])
+            else:
+                sub.append(col)
+        parts = []
+        for sec in sections:
+            base, size, st = sec.start, sec.size, sec.row_starts
+            parts.extend(data[base + size * st[i]:base + size * st[i + 1]] for i in idx)
+        out.append(_frame(sub, b"".join(parts)))
+    return out
+
+
+def encode_batch(rows: list[dict[str, Any]], ncols: int = REQUIRED_COLUMNS) -> bytes:
+    """Build a BATCH frame from plain rows (the shape `Batch.row` returns).
+
+    Families present in any row are written for every row. Used by tests and the trace
+    synthesiser; a real scheduler builds these bytes itself.
+    """
+    n = len(rows)
+    cols: list[Any] = [[r["rid"] for r in rows], [r.get("finish") for r in rows],
+                       [r.get("prompt_tokens", 0) for r in rows],
+                       [len(r["ids"]) for r in rows],
+                       [r.get("cached_tokens", 0) for r in rows],
+                       [r.get("reasoning_tokens", 0) for r in rows]]
+    cols += [[] for _ in HEADER_FIELDS[REQUIRED_COLUMNS:]]
+    parts = [struct.pack(f"<{sum(cols[3])}q", *[i for r in rows for i in r["ids"]])]
+    for name, idx, kind in FAMILIES:
+        if not any(name in r for r in rows):
+            continue
+        per_row = [r.get(name) or [] for r in rows]
+        if kind == "flat":
+            cols[idx] = [len(p) for p in per_row]
+            pairs = [pair for p in per_row for pair in p]
+        else:
+            cols[idx] = [len(p) for p in per_row]
+            cols[idx + 1] = [len(pos or []) for p in per_row for pos in p]
+            pairs = [pair for p in per_row for pos in p for pair in (pos or [])]
+        if kind == "hidden":
+            parts.append(struct.pack(f"<{len(pairs)}f", *pairs))
+        else:
+            parts.append(struct.pack(f"<{len(pairs)}f", *[v for v, _ in pairs]))
+            parts.append(struct.pack(f"<{len(pairs)}i", *[t for _, t in pairs]))
+        ncols = max(ncols, idx + (1 if kind == "flat" else 2))
+    for c, col in enumerate(HEADER_FIELDS[TRAILING_FIRST:], TRAILING_FIRST):
+        if any(col in r for r in rows):
+            cols[c] = [r.get(col) for r in rows]
+            ncols = max(ncols, c + 1)
+    assert all(len(cols[c]) == n for c in range(REQUIRED_COLUMNS))
+    return _frame(cols[:ncols], b"".join(parts))
+
+
+# --------------------------------------------------------------------------- control frames
+class Result(msgspec.Struct, array_like=True, gc=False):
+    rid: str
+    payload: bytes
+
+
+class Error(msgspec.Struct, array_like=True, gc=False):
+    rid: str
+    message: str
+
+
+class Open(msgspec.Struct, gc=False):
+    """Per-request decode options; unknown keys are ignored so fields can be appended."""
+
+    rid: str
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    no_stop_trim: bool = False
+    prompt_ids: list[int] = []
+    stop: list[str] = []
+    include_stop_str_in_output: bool = False
+    stream: bool = True
+    continuous_usage: bool = False
+    logprob_text: bool = False
+    attribution: bool = False
+
+
+DEFAULT_OPEN_FIELDS = Open("")
+
+
+class Abort(msgspec.Struct, gc=False):
+    rids: list[str]
+
+
+class Ping(msgspec.Struct, gc=False):
+    nonce: int
+
+
+class Pong(msgspec.Struct, gc=False):
+    nonce: int
+    shard: int
+
+
+class Usage(msgspec.Struct, gc=False):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    cached_tokens: int
+    reasoning_tokens: int
+
+
+class Delta(msgspec.Struct, omit_defaults=True, gc=False):
+    """One output event of one request; default-valued keys stay off the wire."""
+
+    rid: str
+    text: str = ""
+    ids: list[int] = []
+    logprobs: list[Any] | None = None
+    top_logprobs: list[Any] | None = None
+    token_ids_logprobs: list[Any] | None = None
+    token_texts: list[str] | None = None
+    top_texts: list[Any] | None = None
+    attributions: list[tuple[int, int, int]] | None = None
+    finish: dict[str, Any] | None = None
+    usage: Usage | None = None
+    error: str | None = None
+    result: bytes | None = None
+
+
+class Deltas(msgspec.Struct, gc=False):
+    shard: int
+    seq: int
+    deltas: list[Delta]
+
+
+_decoders: dict[int, msgspec.msgpack.Decoder[Any]] = {
+    TAG_RESULT: msgspec.msgpack.Decoder(Result),
+    TAG_ERROR: msgspec.msgpack.Decoder(Error),
+    TAG_OPEN: msgspec.msgpack.Decoder(Open),
+    TAG_ABORT: msgspec.msgpack.Decoder(Abort),
+    TAG_PING: msgspec.msgpack.Decoder(Ping),
+}
+Control = Result | Error | Open | Abort | Ping
+
+
+def decode_control(frame: bytes | memoryview) -> Control:
+    """Decode a non-BATCH input frame; raise FrameError naming the rids it could read."""
+    if not frame:
+        raise FrameError("empty", "zero-length frame")
+    tag = frame[0]
+    dec = _decoders.get(tag)
+    if dec is None:
+        raise FrameError("unknown_tag", f"unknown tag 0x{tag:02x}")
+    body = memoryview(frame)[1:]
+    try:
+        msg = dec.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise FrameError("body", f"{INPUT_TAGS[tag]}: {exc}", _body_rids(body)) from None
+    if isinstance(msg, (Result, Error, Open)) and not msg.rid:
+        raise FrameError("body", f"{INPUT_TAGS[tag]}: empty rid")
+    if isinstance(msg, Abort) and not all(msg.rids):
+        raise FrameError("body", "abort: empty rid", [r for r in msg.rids if r])
+    return msg
+
+
+def _body_rids(body: memoryview) -> list[str]:
+    try:
+        obj = _any_decoder.decode(body)
+    except (msgspec.DecodeError, ValueError):
+        return []
+    cand: Any = None
+    if isinstance(obj, list) and obj:
+        cand = [obj[0]]
+    elif isinstance(obj, dict):
+        cand = obj.get("rids") if "rids" in obj else [obj.get("rid")]
+    if not isinstance(cand, list):
+        return []
+    return [r for r in cand if isinstance(r, str) and r]
+
+
+def encode_control(msg: Control) -> bytes:
+    tag = {Result: TAG_RESULT, Error: TAG_ERROR, Open: TAG_OPEN, Abort: TAG_ABORT,
+           Ping: TAG_PING}[type(msg)]
+    return bytes((tag,)) + _encoder.encode(msg)
+
+
+def encode_deltas(msg: Deltas) -> bytes:
+    return b"\x44" + _encoder.encode(msg)
+
+
+def encode_pong(msg: Pong) -> bytes:
+    return b"\x51" + _encoder.encode(msg)
+
+
+_deltas_decoder = msgspec.msgpack.Decoder(Deltas)
+_pong_decoder = msgspec.msgpack.Decoder(Pong)
+
+
+def decode_output(frame: bytes | memoryview) -> Deltas | Pong:
+    """Decode a frame the service sends to the frontend."""
+    if frame[0] == TAG_DELTAS:
+        return _deltas_decoder.decode(memoryview(frame)[1:])
+    if frame[0] == TAG_PONG:
+        return _pong_decoder.decode(memoryview(frame)[1:])
+    raise FrameError("unknown_tag", f"unknown output tag 0x{frame[0]:02x}")

