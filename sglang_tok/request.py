@@ -1,0 +1,198 @@
+"""One request's state and the delta it emits per row (protocol section 5).
+
+A shard owns many of these in a plain dict. The common case (streaming, no service stop
+strings, no attribution) costs one decoder push and one Delta per row; everything else
+is paid only by the requests that asked for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .attribution import Attributor
+from .decoder import Stream, make_stream
+from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
+from .stops import StopMatcher
+from .tokenizer import TokenizerInfo
+
+# how much already-sent text is remembered to find a scheduler-matched stop string that
+# began in an earlier delta (protocol rule 3: cut at its last occurrence)
+SENT_TAIL = 64
+
+
+class Request:
+    __slots__ = ("rid", "opts", "info", "stream", "stops", "attr", "completion", "prompt_tokens",
+                 "cached_tokens", "reasoning_tokens", "sent", "tail", "acc")
+
+    def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None) -> None:
+        opts = opts or DEFAULT_OPEN_FIELDS
+        self.rid = rid
+        self.opts = opts
+        self.info = info
+        self.stream: Stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids)
+        self.stops = StopMatcher(opts.stop) if opts.stop else None
+        self.attr = Attributor() if opts.attribution else None
+        self.completion = 0
+        self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
+        self.sent = 0  # characters of text released so far
+        self.tail = ""
+        # stream=False: everything accumulates into the one last delta
+        self.acc: Delta | None = None if opts.stream else Delta(rid, "", [])
+
+    # ------------------------------------------------------------------ rows
+    def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
+            cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None = None,
+            top: list[Any] | None = None, tid_lp: list[Any] | None = None,
+            safe_ids: list[int] | None = None) -> Delta | None:
+        """Consume one BATCH row; return its delta (None for a non-final non-stream row).
+
+        `safe_ids` is `ids` with out-of-vocabulary ids replaced by `vocab_size`, given by
+        the shard only when the row has any (the byte table indexes with them).
+        """
+        self.completion += len(ids)
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = cached_tokens
+        self.reasoning_tokens = reasoning_tokens
+        decode_ids = ids if safe_ids is None else safe_ids
+        trimmed = None
+        if finish is not None and ids and not self.opts.no_stop_trim and \
+                finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1]):
+            decode_ids, trimmed = decode_ids[:-1], ids[-1]
+        if self.attr is None:
+            text = self.stream.push(decode_ids)
+        else:
+            text = self._push_attributed(decode_ids)
+            if trimmed is not None:
+                self.attr.zero_width(trimmed)
+        if finish is not None:
+            text += self._flush()
+        text, stop_finish = self._apply_stops(text, finish is not None)
+        if stop_finish is not None:
+            finish = stop_finish
+        elif finish is not None and not self.opts.no_stop_trim and finish.get("type") == "stop":
+            matched = finish.get("matched")
+            if isinstance(matched, str) and matched:
+                text = self._trim_matched(text, matched)
+        return self._emit(text, ids, finish, logprobs, top, tid_lp)
+
+    def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
+        """ERROR/ABORT: flush what is held and close with the given finish."""
+        text = self._flush()
+        text, _ = self._apply_stops(text, True)
+        delta = self._emit(text, [], finish, None, None, None)
+        assert delta is not None
+        delta.error = error
+        return delta
+
+    # ------------------------------------------------------------------ pieces
+    def _push_attributed(self, ids: list[int]) -> str:
+        attr, stream = self.attr, self.stream
+        assert attr is not None
+        drop = self.info.special_ids if self.opts.skip_special_tokens else ()
+        parts = []
+        vocab = self.info.vocab_size
+        for tid in ids:
+            if tid in drop:
+                attr.zero_width(tid)
+                continue
+            t = stream.push_one(tid if 0 <= tid < vocab else vocab)
+            attr.pushed(tid, len(t))
+            if t:
+                parts.append(t)
+        return "".join(parts)
+
+    def _flush(self) -> str:
+        text = self.stream.flush()
+        if self.attr is not None:
+            if text:
+                self.attr.produced(len(text))
+            self.attr.end()
+        return text
+
+    def _apply_stops(self, text: str, final: bool) -> tuple[str, dict[str, Any] | None]:
+        stops = self.stops
+        if stops is None:
+            return text, None
+        out, cut, matched = stops.feed(text, final)
+        if matched is None:
+            return out, None
+        if self.opts.include_stop_str_in_output:
+            out += matched
+        if self.attr is not None:
+            self.attr.end()
+            self.attr.cut(self.sent + len(out))
+        return out, {"type": "stop", "matched": matched}
+
+    def _trim_matched(self, text: str, matched: str) -> str:
+        """Cut a scheduler-matched stop string at its last occurrence, never unsending text."""
+        acc = self.acc
+        if acc is not None:  # nothing was sent yet: the cut may reach into earlier rows
+            at = (acc.text + text).rfind(matched)
+            if at >= 0:
+                acc.text = (acc.text + text)[:at]
+                self.sent = at
+                if self.attr is not None:
+                    self.attr.cut(at)
+                return ""
+            return text
+        window = self.tail + text
+        at = window.rfind(matched)
+        if at < 0:
+            return text
+        keep = max(0, at - len(self.tail))
+        if self.attr is not None:
+            self.attr.cut(self.sent + keep)
+        return text[:keep]
+
+    def _emit(self, text: str, ids: list[int], finish: dict[str, Any] | None,
+              logprobs: list[Any] | None, top: list[Any] | None,
+              tid_lp: list[Any] | None) -> Delta | None:
+        opts = self.opts
+        token_texts = top_texts = None
+        if opts.logprob_text:
+            tt = self.info.token_text
+            if logprobs is not None:
+                token_texts = [tt(p[1]) for p in logprobs]
+            if top is not None:
+                top_texts = [None if pos is None else [tt(p[0]) for p in pos] for pos in top]
+        acc = self.acc
+        if acc is not None:
+            acc.text += text
+            acc.ids.extend(ids)
+            for name, val in (("logprobs", logprobs), ("top_logprobs", top),
+                              ("token_ids_logprobs", tid_lp), ("token_texts", token_texts),
+                              ("top_texts", top_texts)):
+                if val is not None:
+                    have = getattr(acc, name)
+                    setattr(acc, name, val if have is None else have + val)
+            self.sent += len(text)
+            if finish is None:
+                return None
+            delta = acc
+            if self.attr is not None:
+                delta.attributions = self.attr.release(0, delta.text)
+        else:
+            delta = Delta(self.rid, text, ids, logprobs, top, tid_lp, token_texts, top_texts)
+            if self.attr is not None:
+                delta.attributions = self.attr.release(self.sent, text)
+            self.sent += len(text)
+            if text:
+                self.tail = (self.tail + text)[-SENT_TAIL:]
+        if finish is not None or opts.continuous_usage:
+            delta.usage = self.usage()
+        delta.finish = finish
+        return delta
+
+    def usage(self) -> Usage:
+        return Usage(self.prompt_tokens, self.completion, self.prompt_tokens + self.completion,
+                     self.cached_tokens, self.reasoning_tokens)
+
+
+def _is_stop_token(matched: Any, last: int) -> bool:
+    if isinstance(matched, bool):
+        return False
+    if isinstance(matched, int):
+        return matched == last
+    if isinstance(matched, list):
+        return last in matched
+    return False

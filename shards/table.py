@@ -1,0 +1,202 @@
+"""A shard's rid -> request table: the only owner of its requests' state (no locks).
+
+Turns each message from the egress into deltas. Requests are never evicted to make room
+(SGLang issue #2812): past `max_requests` a new rid is refused with a terminal error, and
+ended rids are remembered (bounded) so that late rows are ignored instead of reopening.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sglang_tok.protocol import (Abort, Batch, Delta, Error, Open, Result, Usage)
+from sglang_tok.request import Request
+from sglang_tok.tokenizer import TokenizerInfo
+
+ABORT = {"type": "abort"}
+
+
+@dataclass
+class ShardCounters:
+    rows: int = 0
+    tokens: int = 0
+    late_rows: int = 0
+    ignored_opens: int = 0
+    rejected: int = 0
+    finished: int = 0
+
+
+class RidTable:
+    def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
+                 ended_memory: int = 262144, max_stops: int = 64,
+                 max_stop_len: int = 1024) -> None:
+        self.info = info
+        self.shard = shard
+        self.max_requests = max_requests
+        self.ended_memory = ended_memory
+        self.max_stops = max_stops
+        self.max_stop_len = max_stop_len
+        self.live: dict[str, Request] = {}
+        self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+        self.counters = ShardCounters()
+        # rids this shard ended on its own (stop strings, refusals) since the last report,
+        # so the egress stops counting them as live
+        self.self_ended: list[str] = []
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _mark_ended(self, rid: str) -> None:
+        ended = self.ended
+        ended[rid] = None
+        if len(ended) > self.ended_memory:
+            del ended[next(iter(ended))]
+
+    def _finish(self, rid: str, by_service: bool) -> None:
+        self.live.pop(rid, None)
+        self._mark_ended(rid)
+        self.counters.finished += 1
+        if by_service:
+            self.self_ended.append(rid)
+
+    def _open(self, rid: str, opts: Open | None, out: list[Delta]) -> Request | None:
+        if len(self.live) >= self.max_requests:
+            self.counters.rejected += 1
+            out.append(_terminal(rid, f"shard {self.shard} is at --max-requests "
+                                 f"{self.max_requests} live requests"))
+            self._finish(rid, True)
+            return None
+        req = self.live[rid] = Request(rid, self.info, opts)
+        return req
+
+    # ------------------------------------------------------------------ messages
+    def on_batch(self, batch: Batch, out: list[Delta]) -> None:
+        h = batch.header
+        ids = batch.token_ids()
+        vocab = self.info.vocab_size
+        safe = None
+        if ids and (min(ids) < 0 or max(ids) >= vocab):
+            safe = [i if 0 <= i < vocab else vocab for i in ids]
+        starts = batch.tokens.row_starts
+        lp = _FlatReader(batch, "output_logprobs")
+        top = _RaggedReader(batch, "output_top")
+        tid_lp = _RaggedReader(batch, "output_token_ids")
+        live, ended, counters = self.live, self.ended, self.counters
+        finishes, prompts, cached, reasoning = (h.finish_reasons, h.prompt_tokens,
+                                                h.cached_tokens, h.reasoning_tokens)
+        for i, rid in enumerate(h.rids):
+            req = live.get(rid)
+            if req is None:
+                if rid in ended:
+                    counters.late_rows += 1
+                    continue
+                req = self._open(rid, None, out)
+                if req is None:
+                    continue
+            a, b = starts[i], starts[i + 1]
+            fin = finishes[i]
+            delta = req.row(ids[a:b], fin, prompts[i], cached[i], reasoning[i],
+                            lp.row(i) if lp else None, top.row(i) if top else None,
+                            tid_lp.row(i) if tid_lp else None,
+                            None if safe is None else safe[a:b])
+            if delta is not None:
+                out.append(delta)
+                if delta.finish is not None:
+                    self._finish(rid, fin is None)
+        counters.rows += len(h.rids)
+        counters.tokens += len(ids)
+
+    def on_open(self, msg: Open, out: list[Delta]) -> None:
+        rid = msg.rid
+        if rid in self.live:
+            self.counters.ignored_opens += 1
+            return
+        self.ended.pop(rid, None)  # an OPEN is how a finished rid is reused
+        if len(msg.stop) > self.max_stops or any(len(s) > self.max_stop_len for s in msg.stop):
+            out.append(_terminal(rid, f"stop strings exceed --max-stops {self.max_stops} or "
+                                 f"--max-stop-length {self.max_stop_len}"))
+            self._finish(rid, True)
+            return
+        self._open(rid, msg, out)
+
+    def on_error(self, msg: Error, out: list[Delta]) -> None:
+        self._end(msg.rid, msg.message, out)
+
+    def on_abort(self, msg: Abort, out: list[Delta]) -> None:
+        for rid in msg.rids:
+            self._end(rid, None, out)
+
+    def _end(self, rid: str, error: str | None, out: list[Delta]) -> None:
+        req = self.live.get(rid)
+        if req is not None:
+            out.append(req.end(dict(ABORT), error))
+        elif rid in self.ended:
+            self.counters.late_rows += 1
+            return
+        else:
+            out.append(_terminal(rid, error))
+        self._finish(rid, False)
+
+    def on_result(self, msg: Result, out: list[Delta]) -> None:
+        out.append(Delta(msg.rid, result=msg.payload))
+
+    def on_drop(self, rids: list[str]) -> None:
+        """The egress dropped a frame naming these rids and told the frontend itself."""
+        for rid in rids:
+            self.live.pop(rid, None)
+            self._mark_ended(rid)
+
+    def fail_all(self, message: str, out: list[Delta]) -> None:
+        for rid in list(self.live):
+            out.append(self.live[rid].end(dict(ABORT), message))
+            self._finish(rid, True)
+
+
+def _terminal(rid: str, error: str | None) -> Delta:
+    return Delta(rid, finish=dict(ABORT), error=error, usage=Usage(0, 0, 0, 0, 0))
+
+
+class _FlatReader:
+    """Row access to a flat (value, id) family: [[value, id], ...] per row."""
+
+    __slots__ = ("vals", "ids", "starts")
+
+    def __init__(self, batch: Batch, name: str) -> None:
+        fam = batch.family(name)
+        self.starts: list[int] = []
+        if fam is not None:
+            self.vals, self.ids = batch.flat_pairs(fam)
+            self.starts = fam.values.row_starts
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def row(self, i: int) -> list[Any]:
+        a, b = self.starts[i], self.starts[i + 1]
+        return list(zip(self.vals[a:b], self.ids[a:b]))
+
+
+class _RaggedReader:
+    """Row access to a ragged family: per position [[id, value], ...] or None."""
+
+    __slots__ = ("vals", "ids", "starts", "poslens", "pos_starts")
+
+    def __init__(self, batch: Batch, name: str) -> None:
+        fam = batch.family(name)
+        self.starts: list[int] = []
+        if fam is not None:
+            self.vals, self.ids = batch.flat_pairs(fam)
+            self.starts = fam.values.row_starts
+            self.poslens, self.pos_starts = fam.poslens, fam.pos_starts
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def row(self, i: int) -> list[Any]:
+        j = self.starts[i]
+        out: list[Any] = []
+        vals, ids, poslens = self.vals, self.ids, self.poslens
+        for p in range(self.pos_starts[i], self.pos_starts[i + 1]):
+            k = poslens[p]
+            out.append(list(zip(ids[j:j + k], vals[j:j + k])) if k else None)
+            j += k
+        return out
