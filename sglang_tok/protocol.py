@@ -314,10 +314,14 @@ def _frame(columns: list[Any], data: bytes) -> bytes:
 
 
 def split_batch(batch: Batch, owner: list[int], nshards: int) -> list[bytes | None]:
-    """Per-shard BATCH frames of the same layout, holding only each shard's rows."""
+    """Per-shard BATCH frames of the same layout, holding only each shard's rows.
+
+    `owner[i]` is row i's shard, or -1 to leave the row out of every frame.
+    """
     rows: list[list[int]] = [[] for _ in range(nshards)]
     for i, s in enumerate(owner):
-        rows[s].append(i)
+        if s >= 0:
+            rows[s].append(i)
     h, data = batch.header, batch.data
     cols = _columns(h, batch.ncols)
     ragged_pos = {FAMILY_COLUMN[fam.name] + 1: fam for fam in batch.families

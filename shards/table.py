@@ -7,8 +7,9 @@ ended rids are remembered (bounded) so that late rows are ignored instead of reo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from sglang_tok.protocol import (Abort, Batch, Delta, Error, Open, Result, Usage)
 from sglang_tok.request import Request
@@ -17,8 +18,7 @@ from sglang_tok.tokenizer import TokenizerInfo
 ABORT = {"type": "abort"}
 
 
-@dataclass
-class ShardCounters:
+class ShardCounters(msgspec.Struct, gc=False):
     rows: int = 0
     tokens: int = 0
     late_rows: int = 0
@@ -139,11 +139,14 @@ class RidTable:
     def on_result(self, msg: Result, out: list[Delta]) -> None:
         out.append(Delta(msg.rid, result=msg.payload))
 
-    def on_drop(self, rids: list[str]) -> None:
-        """The egress dropped a frame naming these rids and told the frontend itself."""
+    def on_drop(self, rids: list[str], message: str, out: list[Delta]) -> None:
+        """The egress dropped a frame naming these rids: end each with a terminal error.
+
+        The error leaves from this shard, after the rid's earlier deltas, so a frontend
+        never sees a delta after a request's last one (protocol section 1).
+        """
         for rid in rids:
-            self.live.pop(rid, None)
-            self._mark_ended(rid)
+            self._end(rid, message, out)
 
     def fail_all(self, message: str, out: list[Delta]) -> None:
         for rid in list(self.live):

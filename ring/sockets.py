@@ -1,0 +1,61 @@
+"""The one place ZeroMQ sockets are made: type, bind or connect, high-water marks, linger.
+
+High-water marks are the service's capacity: when one is reached a send blocks, so
+overload becomes backpressure on the scheduler instead of a silent drop. Linger is
+bounded so shutdown always ends, after giving queued messages time to leave.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+
+LINGER_MS = 5000
+
+
+@dataclass(frozen=True)
+class Curve:
+    """CURVE keys for tcp:// endpoints: this side's key pair and, for servers, the
+    directory of authorised client public keys; for clients, the server's public key."""
+
+    public: bytes
+    secret: bytes
+    server_public: bytes = b""
+
+
+def make_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, hwm: int,
+                linger_ms: int = LINGER_MS, max_msg_bytes: int = -1,
+                curve: Curve | None = None, rcvtimeo_ms: int = -1,
+                sndtimeo_ms: int = -1) -> zmq.Socket:
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, linger_ms)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    if max_msg_bytes > 0:
+        # enforced by libzmq while reading the wire: an oversized frame is never buffered
+        sock.setsockopt(zmq.MAXMSGSIZE, max_msg_bytes)
+    if rcvtimeo_ms >= 0:
+        sock.setsockopt(zmq.RCVTIMEO, rcvtimeo_ms)
+    if sndtimeo_ms >= 0:
+        sock.setsockopt(zmq.SNDTIMEO, sndtimeo_ms)
+    if curve is not None and endpoint.startswith("tcp://"):
+        sock.curve_publickey = curve.public
+        sock.curve_secretkey = curve.secret
+        if bind:
+            sock.curve_server = True
+        else:
+            sock.curve_serverkey = curve.server_public
+    if bind:
+        if endpoint.startswith("ipc://"):
+            path = Path(endpoint[len("ipc://"):])
+            if path.exists() or path.is_symlink():
+                path.unlink()  # a stale socket from a killed process
+        sock.bind(endpoint)
+        if endpoint.startswith("ipc://"):
+            os.chmod(endpoint[len("ipc://"):], 0o600)
+    else:
+        sock.connect(endpoint)
+    return sock

@@ -1,0 +1,50 @@
+"""Prometheus metrics, aggregated across processes by prometheus-client's multiprocess mode.
+
+The supervisor points PROMETHEUS_MULTIPROC_DIR at the runtime directory before it
+spawns anything, so every process writes its samples to its own files and the HTTP
+process merges them: a restarted shard's counts are kept, its live gauge is dropped.
+Observations are made per message or per frame, never per row.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                   0.25, 0.5, 1.0, 2.5, 5.0)
+DROP_REASONS = ("unknown_tag", "empty", "truncated", "header", "columns", "finish", "ragged",
+                "data_length", "body", "limit_rid_length", "limit_row_ids", "too_large")
+
+
+class Metrics:
+    """Every metric of the service; each process touches only its own."""
+
+    def __init__(self) -> None:
+        self.frames = Counter("sglang_tok_frames", "Input frames drained from the ring, by tag",
+                              ["tag"])
+        self.dropped = Counter("frames_dropped", "Input frames dropped whole, by reason",
+                               ["reason"])
+        self.rows = Counter("sglang_tok_rows", "BATCH rows decoded", ["shard"])
+        self.tokens = Counter("sglang_tok_tokens", "Token ids decoded", ["shard"])
+        self.late_rows = Counter("sglang_tok_late_rows",
+                                 "Rows and frames for rids that had already ended", ["shard"])
+        self.ignored_opens = Counter("sglang_tok_ignored_opens",
+                                     "OPEN frames for rids already live", ["shard"])
+        self.rejected = Counter("sglang_tok_rejected_requests",
+                                "New rids refused at --max-requests", ["shard"])
+        self.terminal_errors = Counter("sglang_tok_terminal_errors",
+                                       "Terminal error deltas sent by the service", ["reason"])
+        self.live = Gauge("sglang_tok_live_requests", "Live requests per shard", ["shard"],
+                          multiprocess_mode="livesum")
+        self.decode_seconds = Histogram("sglang_tok_decode_seconds",
+                                        "Time to decode one egress message", ["shard"],
+                                        buckets=LATENCY_BUCKETS)
+        self.frame_latency = Histogram("sglang_tok_frame_latency_seconds",
+                                       "Ring receive to delta send, per frame and shard",
+                                       buckets=LATENCY_BUCKETS)
+        self.iteration = Histogram("sglang:iteration_tokens_total",
+                                   "Tokens per scheduler iteration (new ids plus computed "
+                                   "prompt tokens of first rows)", ["model_name", "engine"],
+                                   buckets=ITERATION_BUCKETS)
+        self.restarts = Counter("sglang_tok_restarts", "Child process restarts", ["role"])

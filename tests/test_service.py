@@ -1,0 +1,222 @@
+"""The real service: real processes, real ZeroMQ sockets, driven as a scheduler would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from sglang_tok import protocol
+from sglang_tok.client import barrier
+from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok.workload import PlanSpec, expected, make_requests, schedule, verify
+from service import Service
+
+INFO: TokenizerInfo = load("deepseek-v4")
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    svc = Service(tmp_path, shards=2).start()
+    yield svc
+    svc.stop()
+
+
+def run_plan(svc: Service, spec: PlanSpec) -> list:
+    reqs = make_requests(INFO, spec)
+    for step in schedule(reqs, spec.concurrency, spec.seed):
+        for f in step.opens:
+            svc.send(f)
+        if step.batch is not None:
+            svc.send(step.batch)
+        for f in step.ends:
+            svc.send(f)
+        svc.front.poll(0)
+    svc.barrier()
+    return reqs
+
+
+def test_thousands_of_interleaved_requests_are_exact(service: Service) -> None:
+    spec = PlanSpec(requests=2000, concurrency=256, ids_per_row=(1, 3), min_tokens=4,
+                    max_tokens=40, logprob_share=0.1, stop_share=0.15, options_share=0.3,
+                    special_share=0.2, abort_share=0.03, error_share=0.02, prompt_share=0.2,
+                    seed=7)
+    reqs = run_plan(service, spec)
+    problems = [p for r in reqs for p in verify(r, service.front.requests.get(r.rid), INFO)]
+    assert not problems, problems[:10]
+    assert not service.front.violations, service.front.violations[:10]
+    shards = {service.front.requests[r.rid].shard for r in reqs}
+    assert shards == {0, 1}
+    m = service.metrics()
+    assert m['sglang_tok_live_requests{shard="0"}'] + m['sglang_tok_live_requests{shard="1"}'] == 0
+
+
+def test_logprobs_and_texts_reach_the_frontend(service: Service) -> None:
+    ids = INFO.tokenizer.encode("Hello 世界").ids
+    service.sched.open("lp", logprob_text=True)  # type: ignore[union-attr]
+    row = {"rid": "lp", "ids": ids, "finish": {"type": "length", "length": len(ids)},
+           "output_logprobs": [[-0.5, t] for t in ids],
+           "output_top": [[[-0.5, t], [-1.5, 7]] for t in ids]}
+    service.send(protocol.encode_batch([row]))
+    service.barrier()
+    d = service.front.requests["lp"].last
+    assert d.text == "Hello 世界"
+    assert d.logprobs == [[-0.5, t] for t in ids]
+    assert d.top_logprobs == [[[t, -0.5], [7, -1.5]] for t in ids]
+    assert d.token_texts == [INFO.tokenizer.decode([t], skip_special_tokens=False) for t in ids]
+    assert d.top_texts == [[INFO.token_text(t), INFO.token_text(7)] for t in ids]
+
+
+def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) -> None:
+    ids = INFO.tokenizer.encode("good text").ids
+    good = protocol.encode_batch([{"rid": "good", "ids": ids[:1]}, {"rid": "victim", "ids": ids[:1]}])
+    service.send(good)
+    bad = bytearray(protocol.encode_batch([{"rid": "victim", "ids": ids[1:2]},
+                                           {"rid": "bystander", "ids": ids[1:2]}]))
+    service.send(bytes(bad[:-3]))  # data buffer too short
+    service.send(b"\x7fjunk")  # unknown tag
+    service.send(protocol.encode_batch([{"rid": "good", "ids": ids[1:],
+                                         "finish": {"type": "length", "length": 9}},
+                                        {"rid": "victim", "ids": ids[1:]}]))
+    service.barrier()
+    front = service.front.requests
+    assert front["good"].text == "good text" and front["good"].last.finish["type"] == "length"
+    for rid in ("victim", "bystander"):
+        last = front[rid].last
+        assert last.error == protocol.MALFORMED_FRAME and last.finish == {"type": "abort"}
+    # the victim's later row is ignored: nothing after its terminal delta
+    assert not service.front.violations
+    assert front["victim"].text == INFO.tokenizer.decode(ids[:1])
+    m = service.metrics()
+    assert m['frames_dropped_total{reason="data_length"}'] == 1
+    assert m['frames_dropped_total{reason="unknown_tag"}'] == 1
+    assert service.health()[0] == 200
+
+
+def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -> None:
+    spec = PlanSpec(requests=200, concurrency=200, min_tokens=30, max_tokens=30, seed=3)
+    reqs = make_requests(INFO, spec)
+    steps = list(schedule(reqs, spec.concurrency, 3))
+    for step in steps[:10]:
+        service.send(step.batch)  # type: ignore[arg-type]
+    service.barrier()
+    victim = service.child_pid(1)
+    os.kill(victim, signal.SIGKILL)
+    for step in steps[10:]:
+        service.send(step.batch)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        service.front.poll(0.2)
+        code, h = service.health()
+        if code == 200 and h["processes"][1]["pid"] != victim:
+            break
+    else:
+        pytest.fail("shard 0 did not come back:\n" + service.logs())
+    service.barrier()
+    failed = ok = 0
+    for r in reqs:
+        out = service.front.requests[r.rid]
+        if out.last.error == protocol.SHARD_RESTARTED:
+            assert out.shard in (0, -1)
+            failed += 1
+        else:
+            assert not verify(r, out, INFO)
+            ok += 1
+    assert failed > 0 and ok > 0 and failed + ok == len(reqs)
+    # the new shard 0 serves new requests exactly
+    reqs2 = run_plan(service, PlanSpec(requests=50, concurrency=50, seed=11))
+    assert not [p for r in reqs2 for p in verify(r, service.front.requests[r.rid], INFO)]
+    assert service.metrics()['sglang_tok_restarts_total{role="shard"}'] == 1
+
+
+def test_frontend_that_stops_reading_gets_backpressure_not_loss(tmp_path: Path) -> None:
+    import zmq
+    from sglang_tok.client import Frontend, Scheduler
+    svc = Service(tmp_path, shards=1, args=["--link-capacity", "2"], ring_capacity=2).start()
+    try:
+        svc.front.sock.close(linger=0)  # the frontend stops reading (nothing was sent yet)
+        svc.sched.close()  # type: ignore[union-attr]
+        svc.sched = Scheduler(svc.input, hwm=1, sndtimeo_ms=500)
+        reqs = make_requests(INFO, PlanSpec(requests=512, concurrency=512, min_tokens=100,
+                                            max_tokens=100, seed=5))
+        steps = [s.batch for s in schedule(reqs, 512, 5)]
+        sent = 0
+        for b in steps:
+            try:
+                svc.sched.send(b)  # type: ignore[arg-type]
+                sent += 1
+            except zmq.Again:
+                break
+        assert sent < len(steps), "the service never pushed back"
+        assert svc.health()[0] == 200  # blocked, not broken
+        # the frontend comes back on the same endpoint: every delta of every frame arrives
+        svc.front = Frontend(svc.output)
+        svc.sched.sock.setsockopt(zmq.SNDTIMEO, -1)
+        for b in steps[sent:]:
+            svc.sched.send(b)  # type: ignore[arg-type]
+            svc.front.poll(0)
+        svc.barrier()
+        bad = [p for r in reqs for p in verify(r, svc.front.requests.get(r.rid), INFO)]
+        assert not bad, bad[:5]
+        m = svc.metrics()
+        assert m['sglang_tok_frames_total{tag="batch"}'] == len(steps)
+    finally:
+        svc.stop()
+
+
+def test_sigterm_under_load_delivers_every_accepted_row(tmp_path: Path) -> None:
+    svc = Service(tmp_path, shards=2).start()
+    reqs = make_requests(INFO, PlanSpec(requests=300, concurrency=300, min_tokens=20,
+                                        max_tokens=20, seed=9))
+    steps = list(schedule(reqs, 300, 9))
+    for step in steps:
+        svc.send(step.batch)  # type: ignore[arg-type]
+    svc.sched.close()  # type: ignore[union-attr]
+    svc.sched = None
+    time.sleep(0.2)
+    svc.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    rc = svc.proc.wait(20)  # type: ignore[union-attr]
+    svc.front.poll(1.0)
+    while svc.front.poll(0.5):
+        pass
+    try:
+        assert rc == 0, svc.logs()
+        bad = [p for r in reqs for p in verify(r, svc.front.requests.get(r.rid), INFO)]
+        assert not bad, bad[:5]
+    finally:
+        svc.stop()
+
+
+def test_health_metrics_and_deep_probe(service: Service) -> None:
+    ids = INFO.tokenizer.encode("count these tokens please").ids
+    frames = [
+        [{"rid": "m1", "ids": ids[:2], "prompt_tokens": 100, "cached_tokens": 40},
+         {"rid": "m2", "ids": ids[:1], "prompt_tokens": 10, "cached_tokens": 0}],
+        [{"rid": "m1", "ids": ids[2:3], "prompt_tokens": 100, "cached_tokens": 40},
+         {"rid": "m2", "ids": ids[1:2], "prompt_tokens": 10, "cached_tokens": 0,
+          "finish": {"type": "length", "length": 2}}],
+    ]
+    for rows in frames:
+        service.send(protocol.encode_batch(rows))
+    service.barrier()
+    m = service.metrics()
+    lab = '{engine="0",model_name="deepseek-v4"}'
+    # frame 1: 3 new ids + (100 - 40) + (10 - 0) = 73; frame 2: 2 new ids
+    assert m[f"sglang:iteration_tokens_total_count{lab}"] == 2
+    assert m[f"sglang:iteration_tokens_total_sum{lab}"] == 75
+    b = lambda le: m['sglang:iteration_tokens_total_bucket{engine="0",le="%s",model_name="deepseek-v4"}' % le]
+    assert b("1.0") == 0 and b("8.0") == 1 and b("64.0") == 1 and b("128.0") == 2
+    assert b("16384.0") == 2 and b("+Inf") == 2
+    code, h = service.health()
+    assert code == 200 and h["status"] == "ok" and h["activity"] >= 3
+    code, body = service.get("/health?deep=1")
+    assert code == 200, body
+    import subprocess, sys
+    rc = subprocess.run([sys.executable, "-m", "sglang_tok.cli", "health", "--deep", "--http",
+                         f"127.0.0.1:{service.port}"], capture_output=True, timeout=30).returncode
+    assert rc == 0
+    assert service.get("/nope")[0] == 404
