@@ -1,0 +1,172 @@
+"""Wire codecs: the golden SGLang frames, every malformed-BATCH reason, per-shard splits."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sglang_tok import protocol
+from sglang_tok.protocol import FrameError, decode_batch, encode_batch, split_batch
+
+GOLDEN = Path(__file__).parent / "golden"
+MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
+ALIASES = {"logprobs": "output_logprobs", "top_logprobs": "output_top"}
+
+
+def f32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def norm(v: Any) -> Any:
+    if isinstance(v, float):
+        return f32(v)
+    if isinstance(v, list):
+        return [norm(x) for x in v]
+    return v
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_golden_frames_decode_to_their_rows(name: str) -> None:
+    entry = MANIFEST[name]
+    batch = decode_batch((GOLDEN / entry["file"]).read_bytes())
+    assert len(batch) == len(entry["rows"])
+    for i, want in enumerate(entry["rows"]):
+        got = batch.row(i)
+        for key, value in want.items():
+            assert norm(got[ALIASES.get(key, key)]) == norm(value), (name, i, key)
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+@pytest.mark.parametrize("nshards", [1, 2, 3, 7])
+def test_golden_split_per_shard_redecodes_to_the_same_rows(name: str, nshards: int) -> None:
+    batch = decode_batch((GOLDEN / MANIFEST[name]["file"]).read_bytes())
+    owner = [hash_rid(r) % nshards for r in batch.rids]
+    parts = split_batch(batch, owner, nshards)
+    for k, part in enumerate(parts):
+        idx = [i for i, o in enumerate(owner) if o == k]
+        if not idx:
+            assert part is None
+            continue
+        assert part is not None
+        sub = decode_batch(part)
+        assert sub.ncols == batch.ncols
+        assert [sub.row(j) for j in range(len(sub))] == [batch.row(i) for i in idx]
+
+
+def hash_rid(rid: str) -> int:
+    from egress.router import shard_of
+    return shard_of(rid, 1 << 30)
+
+
+def test_shard_of_is_stable_across_runs() -> None:
+    from egress.router import shard_of
+    assert [shard_of(r, 4) for r in ("r0", "r1", "req-2#00000000deadbeef")] == [
+        __import__("zlib").crc32(r.encode()) % 4 for r in ("r0", "r1", "req-2#00000000deadbeef")]
+
+
+rows_strategy = st.lists(st.fixed_dictionaries(
+    {"rid": st.text(min_size=1, max_size=8), "ids": st.lists(st.integers(-2**63, 2**63 - 1), max_size=5)},
+    optional={"finish": st.sampled_from([None, {"type": "length", "length": 3},
+                                         {"type": "stop", "matched": "x"}]),
+              "output_logprobs": st.lists(st.tuples(st.floats(width=32, allow_nan=False),
+                                                    st.integers(-2**31, 2**31 - 1)).map(list), max_size=3),
+              "output_top": st.lists(st.one_of(st.none(), st.lists(
+                  st.tuples(st.floats(width=32, allow_nan=False),
+                            st.integers(-2**31, 2**31 - 1)).map(list), min_size=1, max_size=3)),
+                  max_size=3),
+              "output_hidden": st.lists(st.lists(st.floats(width=32, allow_nan=False), max_size=3),
+                                        max_size=2),
+              "decode_latencies": st.floats(allow_nan=False)}), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=rows_strategy, nshards=st.integers(1, 5))
+def test_split_round_trips_for_any_rows(rows: list[dict[str, Any]], nshards: int) -> None:
+    frame = encode_batch(rows)
+    batch = decode_batch(frame)
+    owner = [hash_rid(r) % nshards for r in batch.rids]
+    for k, part in enumerate(split_batch(batch, owner, nshards)):
+        idx = [i for i, o in enumerate(owner) if o == k]
+        if part is not None:
+            sub = decode_batch(part)
+            assert [sub.row(j) for j in range(len(sub))] == [batch.row(i) for i in idx]
+    # and a dropped row (-1) is in no part
+    if rows:
+        owner[0] = -1
+        parts = [p for p in split_batch(batch, owner, nshards) if p is not None]
+        assert sum(len(decode_batch(p)) for p in parts) == len(rows) - 1
+
+
+def _frame(cols: list[Any], data: bytes = b"") -> bytes:
+    head = msgspec.msgpack.encode(cols)
+    return b"\x02" + struct.pack("<I", len(head)) + head + data
+
+
+BASE = [["a", "b"], [None, None], [1, 1], [1, 0], [0, 0], [0, 0]]
+IDS = struct.pack("<q", 5)
+
+
+@pytest.mark.parametrize("frame,reason,rids", [
+    (b"\x02\x01", "truncated", []),
+    (b"\x02\xff\x00\x00\x00abc", "truncated", []),
+    (_frame(BASE, IDS + b"\x00"), "data_length", ["a", "b"]),
+    (_frame(BASE, b""), "data_length", ["a", "b"]),
+    (_frame([["a", "b"], [None], [1, 1], [1, 0], [0, 0], [0, 0]], IDS), "columns", ["a", "b"]),
+    (_frame([["a", "b"], [None, None], [1, 1], [1, -1], [0, 0], [0, 0]], IDS), "header", ["a", "b"]),
+    (_frame([["a", 7], [None, None], [1, 1], [1, 0], [0, 0], [0, 0]], IDS), "header", ["a"]),
+    (_frame([["a", ""], [None, None], [1, 1], [1, 0], [0, 0], [0, 0]], IDS), "header", ["a"]),
+    (_frame([["a", "b"], [None, {"type": "weird"}], [1, 1], [1, 0], [0, 0], [0, 0]], IDS),
+     "finish", ["a", "b"]),
+    (_frame([["a", "b"], [None, None], [1, 1], [1, 0], [0, 0], [0, 0], [], [], [1, 0], []], IDS),
+     "ragged", ["a", "b"]),
+    (_frame([["a", "b"], [None, None], [1, 1], [1, 0], [0, 0], [0, 0], [], [], [], [2]], IDS),
+     "ragged", ["a", "b"]),
+    (_frame([["a", "b"], [None, None], [1, 1], [1, 0], [0, 0], [0, 0], [1]], IDS), "columns",
+     ["a", "b"]),
+    (_frame(BASE + [[]] * 12 + [[1]], IDS), "columns", ["a", "b"]),
+    (b"\x02\x05\x00\x00\x00\xc1\xc1\xc1\xc1\xc1", "header", []),
+])
+def test_every_malformed_batch_reason(frame: bytes, reason: str, rids: list[str]) -> None:
+    with pytest.raises(FrameError) as err:
+        decode_batch(frame)
+    assert err.value.reason == reason
+    assert err.value.rids == rids
+
+
+def test_limits_name_themselves() -> None:
+    with pytest.raises(FrameError) as err:
+        decode_batch(encode_batch([{"rid": "x" * 10, "ids": [1]}]), 5)
+    assert err.value.reason == "limit_rid_length" and "--max-rid-length" in err.value.detail
+    with pytest.raises(FrameError) as err:
+        decode_batch(encode_batch([{"rid": "x", "ids": [1] * 10}]), 0, 4)
+    assert err.value.reason == "limit_row_ids" and err.value.rids == ["x"]
+
+
+def test_control_frames_round_trip_and_reject_bad_bodies() -> None:
+    for msg in (protocol.Result("r", b"\x00payload"), protocol.Error("r", "boom"),
+                protocol.Open("r", stop=["a"], prompt_ids=[1, 2], attribution=True),
+                protocol.Abort(["a", "b"]), protocol.Ping(-3)):
+        assert protocol.decode_control(protocol.encode_control(msg)) == msg
+    with pytest.raises(FrameError) as err:
+        protocol.decode_control(b"\x4f" + msgspec.msgpack.encode({"rid": "q", "stop": 5}))
+    assert err.value.reason == "body" and err.value.rids == ["q"]
+    with pytest.raises(FrameError) as err:
+        protocol.decode_control(b"\x41" + msgspec.msgpack.encode({"rids": ["a", 3]}))
+    assert err.value.rids == ["a"]
+    with pytest.raises(FrameError) as err:
+        protocol.decode_control(b"\x99")
+    assert err.value.reason == "unknown_tag"
+    # unknown OPEN keys are ignored: fields can be appended to the protocol
+    assert protocol.decode_control(b"\x4f" + msgspec.msgpack.encode({"rid": "q", "new": 1})).rid == "q"
+
+
+def test_delta_omits_default_keys() -> None:
+    raw = protocol.encode_deltas(protocol.Deltas(0, 0, [protocol.Delta("r")]))
+    assert msgspec.msgpack.decode(raw[1:]) == {"shard": 0, "seq": 0, "deltas": [{"rid": "r"}]}
