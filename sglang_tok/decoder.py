@@ -17,12 +17,10 @@ Two implementations share that contract:
 
 from __future__ import annotations
 
-import codecs
+from codecs import utf_8_decode
 from typing import Protocol
 
 from .tokenizer import TokenizerInfo
-
-_Utf8 = codecs.getincrementaldecoder("utf-8")
 
 # WindowStream keeps at least CONTEXT ids behind the emission point and slides once the
 # window reaches SLIDE_AT ids: decode cost per step is O(SLIDE_AT), amortised.
@@ -37,41 +35,43 @@ class Stream(Protocol):
 
 
 class ByteStream:
-    """Exact incremental decode for byte-level tokenizers; ids must be in [0, vocab]."""
+    """Exact incremental decode for byte-level tokenizers; ids must be in [0, vocab].
 
-    __slots__ = ("_table", "_utf8", "_skip")
+    The state is public (`table`, `pending`, `skip`) because a shard's hot loop inlines
+    `push` for single-option requests; this class is the reference for that loop.
+    """
+
+    __slots__ = ("table", "pending", "skip")
 
     def __init__(self, table: list[bytes], prompt_ids: list[int] = ()) -> None:  # type: ignore[assignment]
-        self._table = table
-        self._utf8 = _Utf8("replace")
-        self._skip = 0
+        self.table = table
+        self.pending = b""  # an incomplete UTF-8 sequence carried to the next push
+        self.skip = 0
         if prompt_ids:
-            self._utf8.decode(b"".join([table[i] for i in prompt_ids]))
+            self._decode(b"".join([table[i] for i in prompt_ids]))
             # decode(P) ends in one U+FFFD for an incomplete tail; decode(P + I) puts the
             # completed (or invalidated) character there, and the slice drops it.
-            self._skip = 1 if self._utf8.getstate()[0] else 0
+            self.skip = 1 if self.pending else 0
+
+    def _decode(self, data: bytes, final: bool = False) -> str:
+        if self.pending:
+            data = self.pending + data
+        text, used = utf_8_decode(data, "replace", final)
+        self.pending = data[used:] if used != len(data) else b""
+        if self.skip and text:
+            text = text[1:]
+            self.skip = 0
+        return text
 
     def push(self, ids: list[int]) -> str:
-        table = self._table
-        text: str = self._utf8.decode(b"".join([table[i] for i in ids]))
-        if self._skip and text:
-            text = text[1:]
-            self._skip = 0
-        return text
+        table = self.table
+        return self._decode(b"".join([table[i] for i in ids]))
 
     def push_one(self, tid: int) -> str:
-        text: str = self._utf8.decode(self._table[tid])
-        if self._skip and text:
-            text = text[1:]
-            self._skip = 0
-        return text
+        return self._decode(self.table[tid])
 
     def flush(self) -> str:
-        text: str = self._utf8.decode(b"", True)
-        if self._skip and text:
-            text = text[1:]
-            self._skip = 0
-        return text
+        return self._decode(b"", True)
 
 
 class WindowStream:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .attribution import Attributor
-from .decoder import Stream, make_stream
+from .decoder import ByteStream, Stream, make_stream
 from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from .stops import StopMatcher
 from .tokenizer import TokenizerInfo
@@ -22,7 +22,7 @@ SENT_TAIL = 64
 
 class Request:
     __slots__ = ("rid", "opts", "info", "stream", "stops", "attr", "completion", "prompt_tokens",
-                 "cached_tokens", "reasoning_tokens", "sent", "tail", "acc")
+                 "cached_tokens", "reasoning_tokens", "sent", "tail", "acc", "fast")
 
     def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None) -> None:
         opts = opts or DEFAULT_OPEN_FIELDS
@@ -38,6 +38,11 @@ class Request:
         self.tail = ""
         # stream=False: everything accumulates into the one last delta
         self.acc: Delta | None = None if opts.stream else Delta(rid, "", [])
+        # a streaming byte-level request with none of the per-request features: the shard
+        # decodes its non-final rows inline (shards/table.py), bypassing `row`
+        self.fast = (isinstance(self.stream, ByteStream) and opts.stream and not opts.stop
+                     and not opts.attribution and not opts.logprob_text
+                     and not opts.continuous_usage)
 
     # ------------------------------------------------------------------ rows
     def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
@@ -150,11 +155,11 @@ class Request:
         opts = self.opts
         token_texts = top_texts = None
         if opts.logprob_text:
-            tt = self.info.token_text
+            tt = self.info.token_texts.get
             if logprobs is not None:
-                token_texts = [tt(p[1]) for p in logprobs]
+                token_texts = [tt(p[1], "") for p in logprobs]
             if top is not None:
-                top_texts = [None if pos is None else [tt(p[0]) for p in pos] for pos in top]
+                top_texts = [None if pos is None else [tt(p[0], "") for p in pos] for pos in top]
         acc = self.acc
         if acc is not None:
             acc.text += text

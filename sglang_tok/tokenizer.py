@@ -106,21 +106,12 @@ class TokenizerInfo:
     # generic path: ids of <0xNN> byte-fallback tokens, whose text is only final once the
     # run of byte tokens they belong to has ended
     byte_fallback_ids: frozenset[int] = frozenset()
-    _texts: dict[int, str] = field(default_factory=dict)
+    # id -> decode([id], skip_special_tokens=False) for every id, for logprob texts;
+    # `.get(tid, "")` answers out-of-vocabulary ids as `tokenizers` would: with nothing
+    token_texts: dict[int, str] = field(default_factory=dict)
 
     def token_text(self, tid: int) -> str:
-        """decode([tid], skip_special_tokens=False), cached; "" outside the vocabulary."""
-        text = self._texts.get(tid)
-        if text is None:
-            if not 0 <= tid < self.vocab_size:
-                text = ""
-            elif self.byte_table is not None:
-                text = self.byte_table[tid].decode("utf-8", "replace")
-            else:
-                text = self.tokenizer.decode([tid], skip_special_tokens=False)
-            if len(self._texts) < 1 << 20:
-                self._texts[tid] = text
-        return text
+        return self.token_texts.get(tid, "")
 
 
 def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> TokenizerInfo:
@@ -129,6 +120,8 @@ def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> Token
     added = spec.get("added_tokens") or []
     special = frozenset(a["id"] for a in added if a.get("special"))
     info = TokenizerInfo(tokenizer, name, vocab, special)
+    singles = tokenizer.decode_batch([[i] for i in range(vocab)], skip_special_tokens=False)
+    info.token_texts = dict(enumerate(singles))
     decoder = spec.get("decoder")
     # WordPiece's `cleanup` rewrites each token on its own, never across tokens, so it
     # needs no hold-back; the property tests hold every family to the full decode.
@@ -138,7 +131,10 @@ def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> Token
             tok = tokenizer.id_to_token(tid)
             if tok is not None:
                 table[tid] = _byte_level_bytes(tok)
-        if not verify or _table_matches(tokenizer, table, vocab):
+        # the reference decode of every id, against the table: any tokenizer whose
+        # decoder is not plain byte-level after all falls back to the window path
+        if not verify or all(table[i].decode("utf-8", "replace") == singles[i]
+                             for i in range(vocab)):
             info.byte_table = table
             skip = table[:]
             for tid in special:
@@ -153,13 +149,6 @@ def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> Token
                 fallback.add(tid)
         info.byte_fallback_ids = frozenset(fallback)
     return info
-
-
-def _table_matches(tokenizer: Tokenizer, table: list[bytes], vocab: int) -> bool:
-    """Check the table against the reference decode of every id, in one batched call."""
-    ids = [[i] for i in range(vocab)]
-    ref = tokenizer.decode_batch(ids, skip_special_tokens=False)
-    return all(table[i].decode("utf-8", "replace") == ref[i] for i in range(vocab))
 
 
 def load(name_or_path: str) -> TokenizerInfo:

@@ -7,12 +7,13 @@ ended rids are remembered (bounded) so that late rows are ignored instead of reo
 
 from __future__ import annotations
 
+from codecs import utf_8_decode
 from typing import Any
 
 import msgspec
 
-from sglang_tok.protocol import (Abort, Batch, Delta, Error, Open, Result, Usage)
-from sglang_tok.request import Request
+from sglang_tok.protocol import Abort, Batch, Delta, Error, Family, Open, Result, Usage
+from sglang_tok.request import SENT_TAIL, Request
 from sglang_tok.tokenizer import TokenizerInfo
 
 ABORT = {"type": "abort"}
@@ -73,13 +74,15 @@ class RidTable:
         h = batch.header
         ids = batch.token_ids()
         vocab = self.info.vocab_size
-        safe = None
+        src = ids  # what the byte table is indexed with: ids, or ids with OOV -> vocab
         if ids and (min(ids) < 0 or max(ids) >= vocab):
-            safe = [i if 0 <= i < vocab else vocab for i in ids]
+            src = [i if 0 <= i < vocab else vocab for i in ids]
+        safe = None if src is ids else src
         starts = batch.tokens.row_starts
-        lp = _FlatReader(batch, "output_logprobs")
-        top = _RaggedReader(batch, "output_top")
-        tid_lp = _RaggedReader(batch, "output_token_ids")
+        lp = _FlatReader.of(batch, "output_logprobs")
+        top = _RaggedReader.of(batch, "output_top")
+        tid_lp = _RaggedReader.of(batch, "output_token_ids")
+        extras = lp is not None or top is not None or tid_lp is not None
         live, ended, counters = self.live, self.ended, self.counters
         finishes, prompts, cached, reasoning = (h.finish_reasons, h.prompt_tokens,
                                                 h.cached_tokens, h.reasoning_tokens)
@@ -94,6 +97,29 @@ class RidTable:
                     continue
             a, b = starts[i], starts[i + 1]
             fin = finishes[i]
+            if req.fast and fin is None:
+                # hot path: ByteStream.push inlined, for a row that does not end its request
+                s = req.stream
+                table = s.table  # type: ignore[attr-defined]
+                data = table[src[a]] if b - a == 1 else b"".join([table[x] for x in src[a:b]])
+                if s.pending:  # type: ignore[attr-defined]
+                    data = s.pending + data  # type: ignore[attr-defined]
+                text, used = utf_8_decode(data, "replace", False)
+                s.pending = data[used:] if used != len(data) else b""  # type: ignore[attr-defined]
+                if s.skip and text:  # type: ignore[attr-defined]
+                    text = text[1:]
+                    s.skip = 0  # type: ignore[attr-defined]
+                req.completion += b - a
+                if text:
+                    t = req.tail + text
+                    req.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                if extras:
+                    out.append(Delta(rid, text, ids[a:b], lp.row(i) if lp else None,
+                                     top.row(i) if top else None,
+                                     tid_lp.row(i) if tid_lp else None))
+                else:
+                    out.append(Delta(rid, text, ids[a:b]))
+                continue
             delta = req.row(ids[a:b], fin, prompts[i], cached[i], reasoning[i],
                             lp.row(i) if lp else None, top.row(i) if top else None,
                             tid_lp.row(i) if tid_lp else None,
@@ -163,15 +189,14 @@ class _FlatReader:
 
     __slots__ = ("vals", "ids", "starts")
 
-    def __init__(self, batch: Batch, name: str) -> None:
-        fam = batch.family(name)
-        self.starts: list[int] = []
-        if fam is not None:
-            self.vals, self.ids = batch.flat_pairs(fam)
-            self.starts = fam.values.row_starts
+    def __init__(self, batch: Batch, fam: Family) -> None:
+        self.vals, self.ids = batch.flat_pairs(fam)
+        self.starts = fam.values.row_starts
 
-    def __bool__(self) -> bool:
-        return bool(self.starts)
+    @classmethod
+    def of(cls, batch: Batch, name: str) -> "_FlatReader | None":
+        fam = batch.family(name)
+        return None if fam is None else cls(batch, fam)
 
     def row(self, i: int) -> list[Any]:
         a, b = self.starts[i], self.starts[i + 1]
@@ -183,16 +208,15 @@ class _RaggedReader:
 
     __slots__ = ("vals", "ids", "starts", "poslens", "pos_starts")
 
-    def __init__(self, batch: Batch, name: str) -> None:
-        fam = batch.family(name)
-        self.starts: list[int] = []
-        if fam is not None:
-            self.vals, self.ids = batch.flat_pairs(fam)
-            self.starts = fam.values.row_starts
-            self.poslens, self.pos_starts = fam.poslens, fam.pos_starts
+    def __init__(self, batch: Batch, fam: Family) -> None:
+        self.vals, self.ids = batch.flat_pairs(fam)
+        self.starts = fam.values.row_starts
+        self.poslens, self.pos_starts = fam.poslens, fam.pos_starts
 
-    def __bool__(self) -> bool:
-        return bool(self.starts)
+    @classmethod
+    def of(cls, batch: Batch, name: str) -> "_RaggedReader | None":
+        fam = batch.family(name)
+        return None if fam is None else cls(batch, fam)
 
     def row(self, i: int) -> list[Any]:
         j = self.starts[i]

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Decoder micro-benchmark: one core, a multilingual trace of >= 100k tokens.
+
+Compares, in the same run, on the same ids in the same step order:
+  DecodeStream   tokenizers.decoders.DecodeStream stepped per id (vLLM v1's detokenizer)
+  ours/plain     a shard's rid table on BATCH frames, default options
+  ours/full      the same with stop strings, logprob texts (top-5), attribution and
+                 continuous usage on every request
+Prints tokens/s of each and the ratios to DecodeStream (ratios, not absolute times: the
+machine is shared and noisy). Every output of ours is checked against a full decode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from tokenizers.decoders import DecodeStream  # noqa: E402
+
+from shards.table import RidTable  # noqa: E402
+from sglang_tok import protocol  # noqa: E402
+from sglang_tok.tokenizer import load  # noqa: E402
+from sglang_tok.workload import PlanSpec, make_requests, schedule  # noqa: E402
+
+
+def texts() -> list[str]:
+    try:
+        from faker import Faker
+    except ImportError:
+        from sglang_tok.workload import BUILTIN_TEXTS
+        return BUILTIN_TEXTS
+    out = []
+    for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN"):
+        f = Faker(loc)
+        f.seed_instance(1)
+        out += [f.text(max_nb_chars=400) for _ in range(30)]
+    return out + ["```python\ndef f(x):\n    return x ** 2  # 🙂\n```", "👩‍👩‍👧‍👦 🏳️‍🌈 ❤️‍🔥"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=120_000)
+    ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    info = load("deepseek-v4")
+    tok = info.tokenizer
+    n = args.tokens // 200
+    spec = PlanSpec(requests=n, concurrency=args.concurrency, min_tokens=150, max_tokens=250,
+                    seed=2)
+    reqs = make_requests(info, spec, texts())
+    total = sum(len(r.ids) for r in reqs)
+    steps_plain = [s.batch for s in schedule(reqs, args.concurrency, 2) if s.batch]
+    # full features: every request OPENs with stops, logprob texts and attribution, and
+    # every row carries a logprob with top-5 alternatives
+    full_opens = [protocol.Open(r.rid, stop=["<<never>>", "\n\n\n\n"], logprob_text=True,
+                                attribution=True, continuous_usage=True) for r in reqs]
+    for r in reqs:
+        r.logprobs = True
+    steps_full = [s.batch for s in schedule(reqs, args.concurrency, 2, top_k=5) if s.batch]
+    order = [[rid_ids for rid_ids in _rows(b)] for b in steps_plain]
+    print(f"trace: {len(reqs)} requests, {total} tokens, {len(steps_plain)} frames, "
+          f"concurrency {args.concurrency}")
+
+    def run_decodestream() -> float:
+        streams: dict[str, DecodeStream] = {}
+        t0 = time.perf_counter()
+        for rows in order:
+            for rid, ids in rows:
+                ds = streams.get(rid)
+                if ds is None:
+                    ds = streams[rid] = DecodeStream(skip_special_tokens=True)
+                for i in ids:
+                    ds.step(tok, i)
+        return time.perf_counter() - t0
+
+    def run_ours(frames: list[bytes], opens: list[protocol.Open] | None) -> tuple[float, dict]:
+        table = RidTable(info, 0, max_requests=1 << 20)
+        out: list = []
+        texts_by_rid: dict[str, list[str]] = {}
+        t0 = time.perf_counter()
+        if opens:
+            for o in opens:
+                table.on_open(o, out)
+        for f in frames:
+            out = []
+            table.on_batch(protocol.decode_batch(f), out)
+            for d in out:
+                texts_by_rid.setdefault(d.rid, []).append(d.text)
+        return time.perf_counter() - t0, texts_by_rid
+
+    results: dict[str, list[float]] = {"DecodeStream": [], "ours/plain": [], "ours/full": []}
+    for _ in range(args.repeat):
+        results["DecodeStream"].append(total / run_decodestream())
+        dt, got = run_ours(steps_plain, None)
+        results["ours/plain"].append(total / dt)
+        dt2, got_full = run_ours(steps_full, full_opens)
+        results["ours/full"].append(total / dt2)
+    bad = sum(1 for r in reqs if "".join(got[r.rid]) != tok.decode(
+        r.ids[:-1] if (r.finish or {}).get("matched") == (r.ids or [None])[-1] else r.ids))
+    bad_full = sum(1 for r in reqs if "".join(got_full[r.rid]) != "".join(got[r.rid]))
+    base = max(results["DecodeStream"])
+    print(f"{'decoder':<14} {'tokens/s (best of %d)' % args.repeat:>22} {'ratio':>8}")
+    for name, vals in results.items():
+        print(f"{name:<14} {max(vals):>22,.0f} {max(vals) / base:>7.2f}x")
+    print(f"exactness: ours/plain {len(reqs) - bad}/{len(reqs)} exact; "
+          f"ours/full == ours/plain text for {len(reqs) - bad_full}/{len(reqs)}")
+    return 0 if not bad and not bad_full else 1
+
+
+def _rows(frame: bytes) -> list[tuple[str, list[int]]]:
+    b = protocol.decode_batch(frame)
+    ids = b.token_ids()
+    st = b.tokens.row_starts
+    return [(rid, ids[st[i]:st[i + 1]]) for i, rid in enumerate(b.rids)]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
