@@ -3,7 +3,8 @@
 
 Compares, in the same run, on the same ids in the same step order:
   DecodeStream   tokenizers.decoders.DecodeStream stepped per id (vLLM v1's detokenizer)
-  ours/plain     a shard's rid table on BATCH frames, default options
+  ours/stream    our incremental decoder (make_stream) pushed per id, like DecodeStream
+  ours/plain     a shard's rid table on BATCH frames (frame decode, deltas), default options
   ours/full      the same with stop strings, logprob texts (top-5), attribution and
                  continuous usage on every request
 Prints tokens/s of each and the ratios to DecodeStream (ratios, not absolute times: the
@@ -25,6 +26,7 @@ from tokenizers.decoders import DecodeStream  # noqa: E402
 
 from shards.table import RidTable  # noqa: E402
 from sglang_tok import protocol  # noqa: E402
+from sglang_tok.decoder import make_stream  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402
 from sglang_tok.workload import PlanSpec, make_requests, schedule  # noqa: E402
 
@@ -80,6 +82,21 @@ def main() -> int:
                     ds.step(tok, i)
         return time.perf_counter() - t0
 
+    def run_stream() -> tuple[float, dict[str, list[str]]]:
+        streams: dict = {}
+        got: dict[str, list[str]] = {}
+        t0 = time.perf_counter()
+        for rows in order:
+            for rid, ids in rows:
+                st = streams.get(rid)
+                if st is None:
+                    st = streams[rid] = make_stream(info, True)
+                    got[rid] = []
+                push, parts = st.push, got[rid]
+                for i in ids:
+                    parts.append(push([i]))
+        return time.perf_counter() - t0, got
+
     def run_ours(frames: list[bytes], opens: list[protocol.Open] | None) -> tuple[float, dict]:
         table = RidTable(info, 0, max_requests=1 << 20)
         out: list = []
@@ -95,9 +112,12 @@ def main() -> int:
                 texts_by_rid.setdefault(d.rid, []).append(d.text)
         return time.perf_counter() - t0, texts_by_rid
 
-    results: dict[str, list[float]] = {"DecodeStream": [], "ours/plain": [], "ours/full": []}
+    results: dict[str, list[float]] = {"DecodeStream": [], "ours/stream": [], "ours/plain": [],
+                                       "ours/full": []}
     for _ in range(args.repeat):
         results["DecodeStream"].append(total / run_decodestream())
+        dt, _ = run_stream()
+        results["ours/stream"].append(total / dt)
         dt, got = run_ours(steps_plain, None)
         results["ours/plain"].append(total / dt)
         dt2, got_full = run_ours(steps_full, full_opens)

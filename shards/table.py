@@ -86,7 +86,8 @@ class RidTable:
         live, ended, counters = self.live, self.ended, self.counters
         finishes, prompts, cached, reasoning = (h.finish_reasons, h.prompt_tokens,
                                                 h.cached_tokens, h.reasoning_tokens)
-        for i, rid in enumerate(h.rids):
+        append, delta_of, decode, tail_max = out.append, Delta, utf_8_decode, SENT_TAIL
+        for i, (rid, fin, a, b) in enumerate(zip(h.rids, finishes, starts, starts[1:])):
             req = live.get(rid)
             if req is None:
                 if rid in ended:
@@ -95,8 +96,6 @@ class RidTable:
                 req = self._open(rid, None, out)
                 if req is None:
                     continue
-            a, b = starts[i], starts[i + 1]
-            fin = finishes[i]
             if req.fast and fin is None:
                 # hot path: ByteStream.push inlined, for a row that does not end its request
                 s = req.stream
@@ -104,7 +103,7 @@ class RidTable:
                 data = table[src[a]] if b - a == 1 else b"".join([table[x] for x in src[a:b]])
                 if s.pending:  # type: ignore[attr-defined]
                     data = s.pending + data  # type: ignore[attr-defined]
-                text, used = utf_8_decode(data, "replace", False)
+                text, used = decode(data, "replace", False)
                 s.pending = data[used:] if used != len(data) else b""  # type: ignore[attr-defined]
                 if s.skip and text:  # type: ignore[attr-defined]
                     text = text[1:]
@@ -112,13 +111,13 @@ class RidTable:
                 req.completion += b - a
                 if text:
                     t = req.tail + text
-                    req.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                    req.tail = t if len(t) <= tail_max else t[-tail_max:]
                 if extras:
-                    out.append(Delta(rid, text, ids[a:b], lp.row(i) if lp else None,
-                                     top.row(i) if top else None,
-                                     tid_lp.row(i) if tid_lp else None))
+                    append(delta_of(rid, text, ids[a:b], lp.row(i) if lp else None,
+                                    top.row(i) if top else None,
+                                    tid_lp.row(i) if tid_lp else None))
                 else:
-                    out.append(Delta(rid, text, ids[a:b]))
+                    append(delta_of(rid, text, ids[a:b]))
                 continue
             delta = req.row(ids[a:b], fin, prompts[i], cached[i], reasoning[i],
                             lp.row(i) if lp else None, top.row(i) if top else None,
