@@ -220,3 +220,33 @@ def test_health_metrics_and_deep_probe(service: Service) -> None:
                          f"127.0.0.1:{service.port}"], capture_output=True, timeout=30).returncode
     assert rc == 0
     assert service.get("/nope")[0] == 404
+
+
+def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service) -> None:
+    spec = PlanSpec(requests=100, concurrency=100, min_tokens=30, max_tokens=30, seed=13)
+    reqs = make_requests(INFO, spec)
+    steps = list(schedule(reqs, spec.concurrency, 13))
+    for step in steps[:10]:
+        service.send(step.batch)  # type: ignore[arg-type]
+    service.barrier()
+    victim = service.child_pid(0)
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        service.front.poll(0.2)
+        code, h = service.health()
+        if code == 200 and h["processes"][0]["pid"] != victim:
+            break
+    else:
+        pytest.fail("egress did not come back:\n" + service.logs())
+    # every request that was live is ended by its shard with an error; none hangs
+    service.barrier()
+    for r in reqs:
+        out = service.front.requests[r.rid]
+        assert out.finished and out.last.error == protocol.EGRESS_RESTARTED, r.rid
+    # late rows of those requests are ignored; new requests are served exactly
+    for step in steps[10:12]:
+        service.send(step.batch)  # type: ignore[arg-type]
+    reqs2 = run_plan(service, PlanSpec(requests=50, concurrency=50, seed=17))
+    assert not [p for r in reqs2 for p in verify(r, service.front.requests[r.rid], INFO)]
+    assert not service.front.violations, service.front.violations[:5]

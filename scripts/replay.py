@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Replay a trace into a detokenizer, act as its frontend, verify every output, report.
+
+    python scripts/replay.py trace --start 2            # start sglang-tok serve with 2 shards
+    python scripts/replay.py trace --input ipc://... --output ipc://... --shards 2
+    python scripts/replay.py trace --start 2 --speed 2  # twice the recorded pace
+    python scripts/replay.py trace --start 2 --max      # as fast as backpressure allows
+
+The client stays cheap on a small machine: frames are pre-encoded, outputs are stored raw
+with their arrival time, and decoding and verification happen after the run. Reports
+rows/s, tokens/s, frame latency (send to the last delta of that frame) percentiles,
+per-shard load and errors, as a table, a JSON summary (--json) and a PNG chart (--chart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from sglang_tok import protocol  # noqa: E402
+from sglang_tok.client import Frontend  # noqa: E402
+from sglang_tok.tokenizer import load  # noqa: E402
+from sglang_tok.workload import verify  # noqa: E402
+from tracefile import Trace, read, requests  # noqa: E402
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
+
+
+class Target:
+    """A running system under test: endpoints, how many PONGs a barrier needs, its pids."""
+
+    def __init__(self, input_ep: str, output_ep: str, shards: int,
+                 proc: subprocess.Popen[bytes] | None = None) -> None:
+        self.input, self.output, self.shards, self.proc = input_ep, output_ep, shards, proc
+
+    def pids(self) -> list[int]:
+        if self.proc is None:
+            return []
+        import psutil
+        root = psutil.Process(self.proc.pid)
+        return [root.pid] + [c.pid for c in root.children(recursive=True)]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def start_service(shards: int, tokenizer: str, workdir: Path, extra: list[str] = ()) -> Target:  # type: ignore[assignment]
+    rt = workdir / f"svc{shards}"
+    inp, out = f"ipc://{rt}/input.ipc", f"ipc://{workdir}/front.ipc"
+    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
+           "--tokenizer", tokenizer, "--runtime-dir", str(rt), "--http", "127.0.0.1:0",
+           "--input", inp, "--output", out, "--log-level", "WARNING", *extra]
+    proc = subprocess.Popen(cmd)
+    deadline = time.monotonic() + 60
+    while not (rt / "http.port").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("service failed to start")
+        time.sleep(0.05)
+    return Target(inp, out, shards, proc)
+
+
+def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:
+    inp, out = f"ipc://{workdir}/base-{kind}.ipc", f"ipc://{workdir}/front.ipc"
+    ready = workdir / f"base-{kind}.ready"
+    cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "baselines.py"), kind,
+           "--input", inp, "--output", out, "--tokenizer", tokenizer, "--ready", str(ready)]
+    proc = subprocess.Popen(cmd)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"baseline {kind} failed to start")
+        time.sleep(0.05)
+    return Target(inp, out, 1, proc)
+
+
+def replay(trace: Trace, target: Target, speed: float | None, progress: bool = True,
+           rate_fps: float | None = None) -> dict[str, Any]:
+    """Send every frame (paced by trace time / speed, by a fixed frame rate, or flat out),
+    collect raw outputs with arrival times, then verify and measure."""
+    ctx = zmq.Context()
+    front = Frontend(target.output, ctx, hwm=0)
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 64)
+    push.connect(target.input)
+    time.sleep(0.2)  # let the connection come up before the clock starts
+    raw: list[tuple[float, bytes]] = []
+    sock = front.sock
+    frames, times = trace.frames, trace.times
+    sent_at = [0.0] * len(frames)
+    t0 = time.monotonic()
+    last_report = t0
+    for i, frame in enumerate(frames):
+        if speed is not None or rate_fps is not None:
+            due = t0 + (times[i] / speed if speed is not None else i / rate_fps)  # type: ignore[operator]
+            while True:
+                left = due - time.monotonic()
+                if left <= 0:
+                    break
+                if sock.poll(int(left * 1000) + 1):
+                    while True:
+                        try:
+                            raw.append((time.monotonic(), sock.recv(zmq.NOBLOCK)))
+                        except zmq.Again:
+                            break
+        push.send(frame, copy=False)
+        sent_at[i] = time.monotonic()
+        while True:
+            try:
+                raw.append((time.monotonic(), sock.recv(zmq.NOBLOCK)))
+            except zmq.Again:
+                break
+        if progress and sent_at[i] - last_report > 0.5:
+            last_report = sent_at[i]
+            pct = 100 * (i + 1) / len(frames)
+            bar = "#" * int(pct / 4)
+            print(f"\r[{bar:<25}] {pct:5.1f}% {i + 1}/{len(frames)} frames "
+                  f"{(i + 1) / (sent_at[i] - t0):,.0f} frames/s", end="", file=sys.stderr)
+    nonce = 1 << 40
+    push.send(protocol.encode_control(protocol.Ping(nonce)))
+    want = set(range(-1, target.shards))
+    deadline = time.monotonic() + 120
+    while want and time.monotonic() < deadline:
+        if sock.poll(200):
+            t, r = time.monotonic(), sock.recv()
+            raw.append((t, r))
+            if r[0] == protocol.TAG_PONG:
+                p = protocol.decode_output(r)
+                if p.nonce == nonce:  # type: ignore[union-attr]
+                    want.discard(p.shard)  # type: ignore[union-attr]
+    if progress:
+        print(file=sys.stderr)
+    push.close(linger=0)
+    report = analyse(trace, front, raw, sent_at, t0, complete=not want)
+    front.close()
+    ctx.term()
+    return report
+
+
+def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]],
+            sent_at: list[float], t0: float, complete: bool) -> dict[str, Any]:
+    arrivals: dict[str, list[float]] = {}
+    per_shard: dict[int, int] = {}
+    last = t0
+    for t, r in raw:
+        msg = protocol.decode_output(r)
+        front.take(r)
+        if isinstance(msg, protocol.Deltas):
+            last = max(last, t)
+            per_shard[msg.shard] = per_shard.get(msg.shard, 0) + len(msg.deltas)
+            for d in msg.deltas:
+                arrivals.setdefault(d.rid, []).append(t)
+    seen: dict[str, int] = {}
+    lat: list[float] = []
+    lat_t: list[tuple[float, float]] = []
+    rows = tokens = 0
+    for i, frame in enumerate(trace.frames):
+        if not frame or frame[0] != protocol.TAG_BATCH:
+            continue
+        b = protocol.decode_batch(frame)
+        rows += len(b)
+        tokens += b.tokens.row_starts[-1]
+        worst = None
+        for rid in b.rids:
+            k = seen.get(rid, 0)
+            seen[rid] = k + 1
+            arr = arrivals.get(rid)
+            if arr is not None and k < len(arr):
+                worst = arr[k] if worst is None else max(worst, arr[k])
+        if worst is not None:
+            lat.append(worst - sent_at[i])
+            lat_t.append((sent_at[i] - t0, worst - sent_at[i]))
+    info = load(trace.meta.get("tokenizer", "deepseek-v4"))
+    reqs = requests(trace.frames)
+    problems = [p for r in reqs.values() for p in verify(r, front.requests.get(r.rid), info)]
+    errors = sum(1 for r in front.requests.values() if r.deltas and r.last.error)
+    elapsed = max(1e-9, last - t0)
+    return {
+        "frames": len(trace.frames), "rows": rows, "tokens": tokens, "requests": len(reqs),
+        "elapsed_s": elapsed, "rows_per_s": rows / elapsed, "tokens_per_s": tokens / elapsed,
+        "latency_ms": {f"p{q}": 1000 * percentile(lat, q) for q in (50, 90, 99, 99.9)},
+        "per_shard_deltas": {str(k): v for k, v in sorted(per_shard.items())},
+        "errors": errors, "verified_exact": len(reqs) - len({p.split(":")[0] for p in problems}),
+        "problems": problems[:20], "violations": front.violations[:20],
+        "complete": complete, "_latency_series": lat_t,
+    }
+
+
+def chart(report: dict[str, Any], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = report["_latency_series"]
+    if not series:
+        return
+    width = 0.5
+    buckets: dict[int, list[float]] = {}
+    for t, v in series:
+        buckets.setdefault(int(t / width), []).append(v)
+    xs = sorted(buckets)
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    a1.plot([x * width for x in xs], [len(buckets[x]) / width for x in xs])
+    a1.set_ylabel("frames/s")
+    a1.set_title(f"{report.get('label', 'replay')}: {report['tokens_per_s']:,.0f} tokens/s")
+    a2.plot([x * width for x in xs], [1000 * percentile(buckets[x], 50) for x in xs], label="p50")
+    a2.plot([x * width for x in xs], [1000 * percentile(buckets[x], 99) for x in xs], label="p99")
+    a2.set_ylabel("frame latency (ms)")
+    a2.set_xlabel("seconds")
+    a2.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def print_report(r: dict[str, Any]) -> None:
+    lat = r["latency_ms"]
+    print(f"{r['requests']} requests, {r['frames']} frames, {r['rows']} rows, {r['tokens']} "
+          f"tokens in {r['elapsed_s']:.2f}s")
+    print(f"throughput: {r['rows_per_s']:,.0f} rows/s, {r['tokens_per_s']:,.0f} tokens/s")
+    print("frame latency ms: " + ", ".join(f"{k} {v:.2f}" for k, v in lat.items()))
+    print(f"per-shard deltas: {r['per_shard_deltas']}; terminal errors: {r['errors']}")
+    print(f"verified exact: {r['verified_exact']}/{r['requests']}; "
+          f"violations: {len(r['violations'])}; complete: {r['complete']}")
+    for p in r["problems"][:5]:
+        print("  " + p)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--start", type=int, default=0, help="start sglang-tok with N shards")
+    ap.add_argument("--baseline", choices=["sglang", "vllm"], help="start a baseline instead")
+    ap.add_argument("--input", default="")
+    ap.add_argument("--output", default="")
+    ap.add_argument("--shards", type=int, default=1, help="shards of a running service")
+    pace = ap.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=1.0, help="multiple of the recorded pace")
+    pace.add_argument("--max", action="store_true", help="as fast as backpressure allows")
+    ap.add_argument("--json", default="", help="write the summary here")
+    ap.add_argument("--chart", default="", help="write a PNG chart here")
+    a = ap.parse_args()
+    trace = read(a.trace)
+    tokenizer = trace.meta.get("tokenizer", "deepseek-v4")
+    work = Path(tempfile.mkdtemp(prefix="sglang-tok-replay-"))
+    if a.baseline:
+        target = start_baseline(a.baseline, tokenizer, work)
+    elif a.start:
+        target = start_service(a.start, tokenizer, work)
+    else:
+        target = Target(a.input, a.output, a.shards)
+    try:
+        report = replay(trace, target, None if a.max else a.speed)
+    finally:
+        target.stop()
+    print_report(report)
+    if a.chart:
+        chart(report, a.chart)
+    if a.json:
+        Path(a.json).write_text(json.dumps({k: v for k, v in report.items()
+                                            if not k.startswith("_")}, indent=1))
+    ok = report["complete"] and not report["problems"] and not report["violations"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Synthesise a scheduler trace without a GPU: seeded, reproducible, multilingual.
+
+Each engine (data-parallel rank) runs its own requests at a target concurrency and emits
+one BATCH frame per step, every --step-ms; engines' frames interleave by time. Texts come
+from `faker` (English, Chinese, Japanese, Russian, Arabic, Hindi) plus code, markdown and
+emoji, tokenised with the chosen tokenizer.
+
+    python scripts/synth.py out.trace --requests 4096 --concurrency 1024 --logprob-share 0.05
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from sglang_tok.tokenizer import load  # noqa: E402
+from sglang_tok.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule  # noqa: E402
+from tracefile import TraceWriter  # noqa: E402
+
+LOCALES = ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN")
+EXTRA = [
+    "```python\nimport asyncio\n\nasync def main() -> None:\n    await asyncio.sleep(0.1)\n```\n",
+    "# Heading\n\n- **bold** item\n- `code` item\n\n> quote with a [link](https://example.com)\n",
+    "Emoji: 👩‍👩‍👧‍👦 🏳️‍🌈 👍🏽 🙂 ❤️‍🔥 🇯🇵 🧑🏿‍💻",
+]
+
+
+def corpus(seed: int, per_locale: int = 40) -> list[str]:
+    try:
+        from faker import Faker
+    except ImportError:
+        print("faker not installed (pip install -e '.[scripts]'): using built-in texts",
+              file=sys.stderr)
+        return BUILTIN_TEXTS + EXTRA
+    texts = []
+    for loc in LOCALES:
+        fake = Faker(loc)
+        fake.seed_instance(seed)
+        texts += [fake.text(max_nb_chars=600) for _ in range(per_locale)]
+    return texts + EXTRA * 10
+
+
+def synthesise(path: str, spec: PlanSpec, tokenizer: str, step_ms: float, top_k: int) -> dict:
+    info = load(tokenizer)
+    texts = corpus(spec.seed)
+    per_engine = []
+    for e in range(spec.engines):
+        sub = PlanSpec(**{**spec.__dict__, "requests": spec.requests // spec.engines,
+                          "seed": spec.seed * 1000 + e})
+        reqs = make_requests(info, sub, texts, prefix=f"e{e}")
+        per_engine.append(list(schedule(reqs, max(1, spec.concurrency // spec.engines),
+                                        sub.seed, top_k)))
+    events = []
+    for e, steps in enumerate(per_engine):
+        offset = e * step_ms / max(1, spec.engines)  # engines step out of phase
+        for n, step in enumerate(steps):
+            t = (offset + n * step_ms) / 1000
+            for f in step.opens:
+                events.append((t, 0, f))
+            if step.batch is not None:
+                events.append((t, 1, step.batch))
+            for f in step.ends:
+                events.append((t, 2, f))
+    events.sort(key=lambda x: (x[0], x[1]))
+    w = TraceWriter(path, {"tokenizer": tokenizer, "created": time.time(),
+                           "spec": spec.__dict__, "step_ms": step_ms, "top_k": top_k})
+    tokens = rows = 0
+    for t, kind, f in events:
+        w.write(t, f)
+    w.close()
+    for steps in per_engine:
+        tokens += sum(s.tokens for s in steps)
+        rows += sum(s.rows for s in steps)
+    return {"frames": w.count, "rows": rows, "tokens": tokens, "requests": spec.requests}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--tokenizer", default="deepseek-v4")
+    ap.add_argument("--requests", type=int, default=2048)
+    ap.add_argument("--concurrency", type=int, default=1024)
+    ap.add_argument("--min-tokens", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--ids-per-row", default="1", help="k or lo-hi (speculative decoding)")
+    ap.add_argument("--logprob-share", type=float, default=0.05)
+    ap.add_argument("--top-k", type=int, default=5)
+    ap.add_argument("--stop-share", type=float, default=0.05)
+    ap.add_argument("--options-share", type=float, default=0.05)
+    ap.add_argument("--special-share", type=float, default=0.05)
+    ap.add_argument("--prompt-share", type=float, default=0.2)
+    ap.add_argument("--abort-share", type=float, default=0.01)
+    ap.add_argument("--error-share", type=float, default=0.0)
+    ap.add_argument("--engines", type=int, default=2)
+    ap.add_argument("--step-ms", type=float, default=20.0)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    lo, _, hi = a.ids_per_row.partition("-")
+    spec = PlanSpec(requests=a.requests, concurrency=a.concurrency,
+                    ids_per_row=(int(lo), int(hi or lo)), min_tokens=a.min_tokens,
+                    max_tokens=a.max_tokens, logprob_share=a.logprob_share, top_k=a.top_k,
+                    stop_share=a.stop_share, options_share=a.options_share,
+                    special_share=a.special_share, abort_share=a.abort_share,
+                    error_share=a.error_share, prompt_share=a.prompt_share,
+                    engines=a.engines, seed=a.seed)
+    stats = synthesise(a.out, spec, a.tokenizer, a.step_ms, a.top_k)
+    print(f"wrote {a.out}: {stats}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

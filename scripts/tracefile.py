@@ -1,0 +1,112 @@
+"""The trace format: input frames exactly as they cross the ring, with their send times.
+
+    b"SGTKTRC1"
+    u32 length + JSON metadata   {"tokenizer": ..., "created": ..., "description": ...}
+    records: f64 seconds since the trace start, u32 length, the frame (tag byte included)
+
+A frame is any protocol input frame, so a recorded trace of a real scheduler replays as
+is. What each request must produce is derived from the frames themselves (`requests`):
+its OPEN options, every id it received, and how it ended, fed to the protocol's
+reference (`sglang_tok.workload.expected`).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+from sglang_tok import protocol
+from sglang_tok.workload import PlannedRequest
+
+MAGIC = b"SGTKTRC1"
+_REC = struct.Struct("<dI")
+
+
+class TraceWriter:
+    def __init__(self, path: str | Path, meta: dict[str, Any]) -> None:
+        self.f: BinaryIO = open(path, "wb")
+        head = json.dumps(meta).encode()
+        self.f.write(MAGIC + struct.pack("<I", len(head)) + head)
+        self.count = 0
+
+    def write(self, t: float, frame: bytes) -> None:
+        self.f.write(_REC.pack(t, len(frame)))
+        self.f.write(frame)
+        self.count += 1
+
+    def close(self) -> None:
+        self.f.close()
+
+
+@dataclass
+class Trace:
+    meta: dict[str, Any]
+    times: list[float]
+    frames: list[bytes]
+
+
+def read(path: str | Path) -> Trace:
+    data = Path(path).read_bytes()
+    if data[:8] != MAGIC:
+        raise ValueError(f"{path} is not an sglang-tok trace")
+    (hlen,) = struct.unpack_from("<I", data, 8)
+    meta = json.loads(data[12:12 + hlen])
+    pos = 12 + hlen
+    times, frames = [], []
+    while pos < len(data):
+        t, n = _REC.unpack_from(data, pos)
+        pos += _REC.size
+        times.append(t)
+        frames.append(data[pos:pos + n])
+        pos += n
+    return Trace(meta, times, frames)
+
+
+def requests(frames: list[bytes]) -> dict[str, PlannedRequest]:
+    """Rebuild each request from the frames: options, ids, rows, and how it ended."""
+    reqs: dict[str, PlannedRequest] = {}
+
+    def get(rid: str) -> PlannedRequest:
+        r = reqs.get(rid)
+        if r is None:
+            r = reqs[rid] = PlannedRequest(rid, [], [], None)
+        return r
+
+    for frame in frames:
+        tag = frame[0] if frame else -1
+        try:
+            if tag == protocol.TAG_BATCH:
+                b = protocol.decode_batch(frame)
+                ids = b.token_ids()
+                st = b.tokens.row_starts
+                for i, rid in enumerate(b.rids):
+                    r = get(rid)
+                    if r.finish is not None or r.end_by:
+                        continue
+                    r.ids.extend(ids[st[i]:st[i + 1]])
+                    r.chunks.append(ids[st[i]:st[i + 1]])
+                    if b.header.finish_reasons[i] is not None:
+                        r.finish = b.header.finish_reasons[i]
+            else:
+                msg = protocol.decode_control(frame)
+                if isinstance(msg, protocol.Open):
+                    get(msg.rid).opts = msg
+                elif isinstance(msg, protocol.Abort):
+                    for rid in msg.rids:
+                        if get(rid).finish is None:
+                            get(rid).end_by = get(rid).end_by or "abort"
+                elif isinstance(msg, protocol.Error):
+                    if get(msg.rid).finish is None:
+                        get(msg.rid).end_by = get(msg.rid).end_by or "error"
+        except protocol.FrameError:
+            continue
+    return reqs
+
+
+def iter_rows(frame: bytes) -> Iterator[tuple[str, int]]:
+    """(rid, number of ids) of each row of a BATCH frame."""
+    b = protocol.decode_batch(frame)
+    yield from zip(b.rids, b.header.tok_lens)
