@@ -68,7 +68,7 @@ class Target:
 
 
 def start_service(shards: int, tokenizer: str, workdir: Path, extra: list[str] = ()) -> Target:  # type: ignore[assignment]
-    rt = workdir / f"svc{shards}"
+    rt = Path(tempfile.mkdtemp(prefix=f"svc{shards}-", dir=workdir))
     inp, out = f"ipc://{rt}/input.ipc", f"ipc://{workdir}/front.ipc"
     cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
            "--tokenizer", tokenizer, "--runtime-dir", str(rt), "--http", "127.0.0.1:0",
@@ -85,6 +85,7 @@ def start_service(shards: int, tokenizer: str, workdir: Path, extra: list[str] =
 def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:
     inp, out = f"ipc://{workdir}/base-{kind}.ipc", f"ipc://{workdir}/front.ipc"
     ready = workdir / f"base-{kind}.ready"
+    ready.unlink(missing_ok=True)
     cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "baselines.py"), kind,
            "--input", inp, "--output", out, "--tokenizer", tokenizer, "--ready", str(ready)]
     proc = subprocess.Popen(cmd)
