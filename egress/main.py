@@ -156,16 +156,18 @@ class Egress:
         owner, tokens, finished = self.router.route(batch)
         if len(batch):
             self.iteration.observe(tokens)
-        if self.n == 1 and -1 not in owner:
+        late = owner.count(internal.LATE)
+        if late:
+            self.late.inc(late)
+        if self.n == 1 and not late:
             if owner:
                 self._forward(0, internal.forward(stamp, frame), finished.get(0))
             return
-        late = owner.count(-1)
-        if late:
-            self.late.inc(late)
-        for k, part in enumerate(protocol.split_batch(batch, owner, self.n)):
-            if part is not None:
-                self._forward(k, internal.forward(stamp, part), finished.get(k))
+        owners = bytes(owner)
+        msg = internal.rows(stamp, owners, frame)
+        for k in set(owner):
+            if k != internal.LATE:
+                self._forward(k, msg, finished.get(k))
 
     def _route_abort(self, msg: Abort, stamp: float) -> None:
         by_shard: dict[int, Ended] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import zlib
 from collections import deque
 
+from sglang_tok.internal import LATE
 from sglang_tok.protocol import Batch, Delta, Usage
 
 ABORT = {"type": "abort"}
@@ -77,7 +78,7 @@ class Router:
         return st.shard
 
     def route(self, batch: Batch) -> tuple[list[int], int, dict[int, Ended]]:
-        """Owner shard per row (-1: a late row, not forwarded), the frame's iteration
+        """Owner shard per row (LATE: its rid has ended, no shard sees it), the frame's iteration
         tokens (new ids plus computed prompt tokens of first rows), and the rids each
         shard's part ends."""
         h = batch.header
@@ -90,7 +91,7 @@ class Router:
             st = live.get(rid)
             if st is None:
                 if rid in ended:
-                    owner.append(-1)
+                    owner.append(LATE)
                     self.late_rows += 1
                     continue
                 st = live[rid] = Live(zlib.crc32(rid.encode("utf-8")) % n)

@@ -101,13 +101,12 @@ _U32 = struct.Struct("<I")
 
 
 class Section(msgspec.Struct, gc=False):
-    """One typed run of the data buffer; `row_counts[r]` elements belong to row r."""
+    """One typed run of the data buffer; row r owns elements row_starts[r]:row_starts[r+1]."""
 
     start: int  # byte offset in the data buffer
     size: int  # bytes per element
     fmt: str  # memoryview.cast format
-    row_counts: list[int]
-    row_starts: list[int]  # element offset of each row within the section
+    row_starts: list[int]
 
 
 class Family(msgspec.Struct, gc=False):
@@ -266,7 +265,7 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
         got = len(getattr(h, col))
         if got and got != n:
             raise FrameError("columns", f"column {col} has {got} entries, expected {n}", rids)
-    tokens = Section(0, 8, "q", h.tok_lens, _starts(h.tok_lens))
+    tokens = Section(0, 8, "q", _starts(h.tok_lens))
     pos = tokens.row_starts[-1] * 8
     families: list[Family] = []
     for name, idx, kind in FAMILIES:
@@ -277,7 +276,7 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
             if len(lens) != n:
                 raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has {len(lens)} "
                                  f"entries, expected {n}", rids)
-            counts, poslens, pos_starts = lens, [], []
+            starts, poslens, pos_starts = _starts(lens), [], []
         else:
             poslens = getattr(h, HEADER_FIELDS[idx + 1])
             if not lens:
@@ -291,14 +290,14 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
             if pos_starts[-1] != len(poslens):
                 raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={pos_starts[-1]} but "
                                  f"{len(poslens)} poslens", rids)
-            counts = [sum(poslens[pos_starts[r]:pos_starts[r + 1]]) for r in range(n)]
-        starts = _starts(counts)
+            value_starts = _starts(poslens)  # values before each position
+            starts = [value_starts[p] for p in pos_starts]
         total = starts[-1]
-        values = Section(pos, 4, "f", counts, starts)
+        values = Section(pos, 4, "f", starts)
         pos += 4 * total
         ids_sec = None
         if kind != "hidden":
-            ids_sec = Section(pos, 4, "i", counts, starts)
+            ids_sec = Section(pos, 4, "i", starts)
             pos += 4 * total
         families.append(Family(name, kind, values, ids_sec, poslens, pos_starts))
     data = mv[5 + hlen:]
@@ -320,11 +319,11 @@ def _frame(columns: list[Any], data: bytes) -> bytes:
 def split_batch(batch: Batch, owner: list[int], nshards: int) -> list[bytes | None]:
     """Per-shard BATCH frames of the same layout, holding only each shard's rows.
 
-    `owner[i]` is row i's shard, or -1 to leave the row out of every frame.
+    `owner[i]` is row i's shard; any value outside [0, nshards) leaves the row out.
     """
     rows: list[list[int]] = [[] for _ in range(nshards)]
     for i, s in enumerate(owner):
-        if s >= 0:
+        if 0 <= s < nshards:
             rows[s].append(i)
     h, data = batch.header, batch.data
     cols = _columns(h, batch.ncols)

@@ -22,6 +22,8 @@ from .table import RidTable
 
 log = logging.getLogger("sglang_tok.shard")
 POLL_MS = 100
+# acks to the egress and counter updates: when the inbox runs dry, else at this interval
+REPORT_EVERY_S = 0.005
 
 
 def main(cfg: Config, status: Any, shard: int, core: int | None, parent_pid: int) -> None:
@@ -56,6 +58,7 @@ class Shard:
         self.seq = 0
         self.started = False
         self.processed = 0  # FORWARD messages since START, acknowledged to the egress
+        self._next_report = 0.0
         m = Metrics()
         label = str(shard)
         self.m_rows, self.m_tokens = m.rows.labels(label), m.tokens.labels(label)
@@ -74,18 +77,22 @@ class Shard:
         while True:
             self.beat()
             if not inbox.poll(POLL_MS):
+                self._publish()
                 if not parent_alive(self.parent_pid):
                     log.warning("supervisor is gone; exiting")
                     return
                 continue
             msg = inbox.recv(copy=False).buffer
             kind = bytes(msg[:1])
-            if kind == internal.FORWARD:
+            if kind == internal.FORWARD or kind == internal.ROWS:
                 if self.started:
                     self.on_forward(msg)
                     self.processed += 1
-                    if not self.processed % 64 or not inbox.poll(0):
+                    now = time.monotonic()
+                    if now >= self._next_report or not inbox.poll(0):
                         self._ack()
+                        self._publish()
+                        self._next_report = now + REPORT_EVERY_S
             elif kind == internal.START and not self.started:
                 self.started = True  # a repeated START (our second Hello) changes nothing
                 self.processed = 0
@@ -121,12 +128,17 @@ class Shard:
     def on_forward(self, msg: memoryview) -> None:
         t0 = time.perf_counter()
         stamp = internal.STAMP.unpack_from(msg, 1)[0]
-        frame = msg[9:]
+        owners = None
+        if msg[0] == internal.ROWS[0]:
+            n = int.from_bytes(msg[9:13], "little")
+            owners, frame = msg[13:13 + n], msg[13 + n:]
+        else:
+            frame = msg[9:]
         out: list[Delta] = []
         table = self.table
         tag = frame[0]
         if tag == protocol.TAG_BATCH:
-            table.on_batch(protocol.decode_batch(frame), out)
+            table.on_batch(protocol.decode_batch(frame), out, owners)
         else:
             ctl = protocol.decode_control(frame)
             if isinstance(ctl, Open):
@@ -151,7 +163,6 @@ class Shard:
             self._send(out)
         self.m_decode.observe(time.perf_counter() - t0)
         self.m_latency.observe(time.monotonic() - stamp)
-        self._publish()
 
     def _send(self, out: list[Delta]) -> None:
         self.out.send(protocol.encode_deltas(Deltas(self.shard, self.seq, out)), copy=False)

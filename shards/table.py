@@ -70,7 +70,9 @@ class RidTable:
         return req
 
     # ------------------------------------------------------------------ messages
-    def on_batch(self, batch: Batch, out: list[Delta]) -> None:
+    def on_batch(self, batch: Batch, out: list[Delta],
+                  owners: bytes | memoryview | None = None) -> None:
+        """Decode the rows of a frame; with `owners`, only those whose byte is ours."""
         h = batch.header
         ids = batch.token_ids()
         vocab = self.info.vocab_size
@@ -87,7 +89,13 @@ class RidTable:
         finishes, prompts, cached, reasoning = (h.finish_reasons, h.prompt_tokens,
                                                 h.cached_tokens, h.reasoning_tokens)
         append, delta_of, decode, tail_max = out.append, Delta, utf_8_decode, SENT_TAIL
+        me = self.shard
+        rows = tokens = 0
         for i, (rid, fin, a, b) in enumerate(zip(h.rids, finishes, starts, starts[1:])):
+            if owners is not None and owners[i] != me:
+                continue
+            rows += 1
+            tokens += b - a
             req = live.get(rid)
             if req is None:
                 if rid in ended:
@@ -127,8 +135,8 @@ class RidTable:
                 out.append(delta)
                 if delta.finish is not None:
                     self._finish(rid, fin is None)
-        counters.rows += len(h.rids)
-        counters.tokens += len(ids)
+        counters.rows += rows
+        counters.tokens += tokens
 
     def on_open(self, msg: Open, out: list[Delta]) -> None:
         rid = msg.rid
