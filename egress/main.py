@@ -17,7 +17,7 @@ import msgspec
 import zmq
 
 from ring.sockets import make_socket
-from sglang_tok import internal, protocol
+from sglang_tok import internal, protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import DROP_REASONS, Metrics
 from sglang_tok.process import ACTIVITY, EGRESS_READY, Beat, pin, setup_child
@@ -48,14 +48,21 @@ class Egress:
         self.metrics = Metrics()
         self.ctx = zmq.Context(io_threads=1)
         hwm = cfg.link_capacity
+        ring_curve = out_curve = None
+        if cfg.curve_keys:
+            self.auth = security.authenticator(self.ctx, cfg.curve_keys, security.SCHEDULERS)
+            ring_curve = security.service_server(cfg.curve_keys)
+            out_curve = security.service_client(cfg.curve_keys)
         self.ring = make_socket(self.ctx, zmq.PULL, cfg.input, bind=True, hwm=cfg.ring_capacity,
-                                max_msg_bytes=cfg.max_frame_bytes, linger_ms=0)
+                                max_msg_bytes=cfg.max_frame_bytes, linger_ms=0,
+                                curve=ring_curve)
         self.links = [make_socket(self.ctx, zmq.PUSH, cfg.ipc(f"shard-{k}.ipc"), bind=True,
                                   hwm=hwm) for k in range(self.n)]
         self.back = make_socket(self.ctx, zmq.PULL, cfg.ipc("back.ipc"), bind=True, hwm=hwm)
         self.notices = make_socket(self.ctx, zmq.PULL, cfg.ipc("egress-ctl.ipc"), bind=True,
                                    hwm=hwm)
-        self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm)
+        self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm,
+                               curve=out_curve)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
         self.pids: list[int | None] = [None] * self.n
@@ -307,4 +314,6 @@ class Egress:
         log.info("egress drained; exiting")
         for sock in (*self.links, self.back, self.notices, self.out, self.health):
             sock.close()
+        if self.cfg.curve_keys:
+            self.auth.stop()
         self.ctx.term()

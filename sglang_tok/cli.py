@@ -55,12 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--deep", action="store_true",
                    help="also PING through the input ring and wait for every PONG")
     h.add_argument("--timeout", type=float, default=5.0)
+    kg = sub.add_parser("keygen", help="make a CURVE key directory for tcp:// endpoints")
+    kg.add_argument("dir")
     dm = sub.add_parser("demo", help="start the service, stream verified requests through it")
     dm.add_argument("--requests", type=int, default=2000)
     dm.add_argument("--concurrency", type=int, default=256)
     dm.add_argument("--shards", type=int, default=0)
     dm.add_argument("--tokenizer", default=DEFAULT_TOKENIZER)
     args = parser.parse_args(argv)
+    if args.cmd == "keygen":
+        from .security import keygen
+        for path in keygen(args.dir):
+            print(path)
+        return 0
     if args.cmd == "demo":
         from .demo import run
         return run(args.requests, args.concurrency, args.shards or None, args.tokenizer)

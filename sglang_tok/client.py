@@ -14,7 +14,7 @@ from typing import Any
 
 import zmq
 
-from ring.sockets import make_socket
+from ring.sockets import Curve, make_socket
 
 from . import protocol
 from .protocol import Delta, Deltas, Pong
@@ -41,9 +41,11 @@ class RequestOutput:
 
 
 class Frontend:
-    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 100000) -> None:
+    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 100000,
+                 curve: Curve | None = None) -> None:
         self.ctx = ctx or zmq.Context.instance()
-        self.sock = make_socket(self.ctx, zmq.PULL, endpoint, bind=True, hwm=hwm, linger_ms=0)
+        self.sock = make_socket(self.ctx, zmq.PULL, endpoint, bind=True, hwm=hwm, linger_ms=0,
+                                curve=curve)
         self.requests: dict[str, RequestOutput] = {}
         self.pongs: list[Pong] = []
         self.seqs: dict[int, int] = {}
@@ -108,10 +110,10 @@ class Frontend:
 
 class Scheduler:
     def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 1000,
-                 sndtimeo_ms: int = -1) -> None:
+                 sndtimeo_ms: int = -1, curve: Curve | None = None) -> None:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = make_socket(self.ctx, zmq.PUSH, endpoint, bind=False, hwm=hwm,
-                                sndtimeo_ms=sndtimeo_ms)
+                                sndtimeo_ms=sndtimeo_ms, curve=curve)
         self.nonces = itertools.count(1)
 
     def send(self, frame: bytes) -> None:

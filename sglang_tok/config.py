@@ -85,6 +85,11 @@ def finalize(cfg: Config) -> Config:
         raise ConfigError(f"--http must be HOST:PORT, got {cfg.http!r}") from None
     if not 0 <= cfg_http_port < 65536:
         raise ConfigError(f"--http port out of range: {cfg_http_port}")
+    if cfg.curve_keys:
+        for name in ("service.key_secret", "frontend.key", "authorized-schedulers"):
+            if not Path(cfg.curve_keys, name).exists():
+                raise ConfigError(f"--curve-keys {cfg.curve_keys}: missing {name}; make the "
+                                  "directory with `sglang-tok keygen DIR`")
     return msgspec.structs.replace(
         cfg, runtime_dir=runtime,
         input=cfg.input or f"ipc://{runtime}/input.ipc",

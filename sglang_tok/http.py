@@ -21,7 +21,7 @@ import zmq
 
 from ring.sockets import make_socket
 
-from . import protocol
+from . import protocol, security
 from .config import Config
 from .process import (ACTIVITY, EGRESS_READY, HTTP_PORT, SUPERVISOR_BEAT, Beat, beat_index,
                       parent_alive, pid_index, setup_child)
@@ -72,8 +72,11 @@ class HttpServer:
         with self.probe_lock:
             nonce = -next(self.nonces)
             if self.ring is None:
+                curve = (security.service_probe(self.cfg.curve_keys) if self.cfg.curve_keys
+                         else None)
                 self.ring = make_socket(self.ctx, zmq.PUSH, self.cfg.input, bind=False, hwm=16,
-                                        linger_ms=0, sndtimeo_ms=int(timeout * 1000))
+                                        linger_ms=0, sndtimeo_ms=int(timeout * 1000),
+                                        curve=curve)
             try:
                 self.ring.send(protocol.encode_control(protocol.Ping(nonce)))
             except zmq.Again:

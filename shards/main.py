@@ -11,7 +11,7 @@ import msgspec
 import zmq
 
 from ring.sockets import make_socket
-from sglang_tok import internal, protocol
+from sglang_tok import internal, protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import Metrics
 from sglang_tok.process import Beat, parent_alive, pin, setup_child
@@ -51,7 +51,8 @@ class Shard:
         hwm = cfg.link_capacity
         self.inbox = make_socket(self.ctx, zmq.PULL, cfg.ipc(f"shard-{shard}.ipc"), bind=False,
                                  hwm=hwm)
-        self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm)
+        curve = security.service_client(cfg.curve_keys) if cfg.curve_keys else None
+        self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm, curve=curve)
         self.back = make_socket(self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)

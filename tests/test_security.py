@@ -1,0 +1,101 @@
+"""Who may connect: CURVE on tcp://, private ipc paths, no pickle anywhere."""
+
+from __future__ import annotations
+
+import ast
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import zmq
+import zmq.auth
+
+from ring.sockets import Curve
+from sglang_tok import protocol, security
+from sglang_tok.client import Frontend, Scheduler, barrier
+from sglang_tok.tokenizer import load
+from service import Service
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_curve_only_authorised_peers_push_frames_and_read_deltas(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    rc = subprocess.run([sys.executable, "-m", "sglang_tok.cli", "keygen", str(keys)],
+                        capture_output=True, timeout=60).returncode
+    assert rc == 0
+    inp, out = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    svc = Service(tmp_path, shards=1, args=["--curve-keys", str(keys)])
+    svc.front.close()
+    svc.front = Frontend(out, curve=security.frontend_server(str(keys)))
+    auth = security.authenticator(svc.front.ctx, str(keys), security.SERVICE)
+    svc.input, svc.output = inp, out
+    svc.cmd[svc.cmd.index("--input") + 1] = inp
+    svc.cmd[svc.cmd.index("--output") + 1] = out
+    try:
+        svc.start()
+        svc.sched.close()  # type: ignore[union-attr]
+        ids = load("deepseek-v4").tokenizer.encode("secret text").ids
+        fin = {"type": "length", "length": len(ids)}
+        # a scheduler with a key pair nobody authorised: its frames never reach the ring
+        pub, sec = zmq.auth.create_certificates(str(tmp_path), "intruder")
+        ipub, isec = zmq.auth.load_certificate(sec)
+        intruder = Scheduler(inp, curve=Curve(ipub, isec or b"",
+                                              security.service_server(str(keys)).public))
+        intruder.send(protocol.encode_batch([{"rid": "evil", "ids": ids, "finish": fin}]))
+        # a plain-text scheduler: rejected too
+        plain = Scheduler(inp)
+        plain.send(protocol.encode_batch([{"rid": "plain", "ids": ids, "finish": fin}]))
+        good = Scheduler(inp, curve=security.scheduler_client(str(keys)))
+        good.send(protocol.encode_batch([{"rid": "good", "ids": ids, "finish": fin}]))
+        assert barrier(good, svc.front, 1, 30)
+        assert svc.front.requests["good"].text == "secret text"
+        assert "evil" not in svc.front.requests and "plain" not in svc.front.requests
+        assert svc.health()[1]["activity"] == 2  # the good frame and the PING, nothing else
+        # a frontend without the frontend key cannot read deltas: nothing reaches it
+        svc.front.close()
+        thief = Frontend(out)
+        good.send(protocol.encode_batch([{"rid": "good2", "ids": ids, "finish": fin}]))
+        assert not thief.poll(1.5)
+        thief.close()
+        for s in (intruder, plain, good):
+            s.close()
+    finally:
+        auth.stop()
+        svc.stop()
+
+
+def test_runtime_dir_and_ipc_sockets_are_private(tmp_path: Path) -> None:
+    svc = Service(tmp_path, shards=1).start()
+    try:
+        assert stat.S_IMODE(svc.runtime.stat().st_mode) == 0o700
+        for sock in svc.runtime.glob("*.ipc"):
+            assert stat.S_IMODE(sock.stat().st_mode) == 0o600, sock
+    finally:
+        svc.stop()
+
+
+def test_http_binds_loopback_by_default() -> None:
+    from sglang_tok.config import Config
+    assert Config().http.startswith("127.0.0.1:")
+
+
+def test_no_pickle_anywhere_in_the_service() -> None:
+    """Nothing that touches a socket may deserialise code: no pickle, no recv_pyobj."""
+    for path in [*ROOT.glob("sglang_tok/*.py"), *ROOT.glob("ring/*.py"),
+                 *ROOT.glob("egress/*.py"), *ROOT.glob("shards/*.py")]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", "") or ""]
+                assert not any("pickle" in n or "marshal" in n for n in names), path
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in ("recv_pyobj", "send_pyobj", "recv_serialized"), path
