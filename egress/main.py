@@ -111,7 +111,11 @@ class Egress:
                 frame = self.ring.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            self.on_frame(frame.buffer)
+            try:
+                self.on_frame(frame.buffer)
+            except Exception:  # a bug must cost one frame, never the ring
+                log.exception("internal error on a frame; dropping it")
+                self.metrics.dropped.labels("internal").inc()
             self.beat()
 
     # ------------------------------------------------------------------ frames

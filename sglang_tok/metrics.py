@@ -14,7 +14,7 @@ ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0)
 DROP_REASONS = ("unknown_tag", "empty", "truncated", "header", "columns", "finish", "ragged",
-                "data_length", "body", "limit_rid_length", "limit_row_ids", "too_large")
+                "data_length", "body", "limit_rid_length", "limit_row_ids", "internal")
 
 
 class Metrics:

@@ -219,7 +219,7 @@ def _readable_rids(raw: bytes | memoryview) -> list[str]:
     """Rids of a header that failed typed validation, where column 0 is still readable."""
     try:
         cols = _any_decoder.decode(raw)
-    except (msgspec.DecodeError, ValueError):
+    except (msgspec.DecodeError, ValueError, RecursionError):
         return []
     if not isinstance(cols, list) or not cols or not isinstance(cols[0], list):
         return []
@@ -237,8 +237,8 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     raw = mv[5:5 + hlen]
     try:
         h = _header_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise FrameError("header", str(exc), _readable_rids(raw)) from None
+    except (ValueError, RecursionError) as exc:  # msgspec errors, bad UTF-8
+        raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
     rids = h.rids
     ncols = _column_count(raw)
     n = len(rids)
@@ -492,8 +492,9 @@ def decode_control(frame: bytes | memoryview) -> Control:
     body = memoryview(frame)[1:]
     try:
         msg = dec.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise FrameError("body", f"{INPUT_TAGS[tag]}: {exc}", _body_rids(body)) from None
+    except (ValueError, RecursionError) as exc:  # msgspec errors, bad UTF-8
+        raise FrameError("body", f"{INPUT_TAGS[tag]}: {str(exc)[:200]}",
+                         _body_rids(body)) from None
     if isinstance(msg, (Result, Error, Open)) and not msg.rid:
         raise FrameError("body", f"{INPUT_TAGS[tag]}: empty rid")
     if isinstance(msg, Abort) and not all(msg.rids):
@@ -504,7 +505,7 @@ def decode_control(frame: bytes | memoryview) -> Control:
 def _body_rids(body: memoryview) -> list[str]:
     try:
         obj = _any_decoder.decode(body)
-    except (msgspec.DecodeError, ValueError):
+    except (msgspec.DecodeError, ValueError, RecursionError):
         return []
     cand: Any = None
     if isinstance(obj, list) and obj:

@@ -87,7 +87,11 @@ class Shard:
             kind = bytes(msg[:1])
             if kind == internal.FORWARD or kind == internal.ROWS:
                 if self.started:
-                    self.on_forward(msg)
+                    try:
+                        self.on_forward(msg)
+                    except Exception:  # a bug costs this message's requests, not the shard
+                        log.exception("internal error on a message")
+                        self._fail_message(msg)
                     self.processed += 1
                     now = time.monotonic()
                     if now >= self._next_report or not inbox.poll(0):
@@ -164,6 +168,21 @@ class Shard:
             self._send(out)
         self.m_decode.observe(time.perf_counter() - t0)
         self.m_latency.observe(time.monotonic() - stamp)
+
+    def _fail_message(self, msg: memoryview) -> None:
+        """End every live rid a message named, after an internal error processing it."""
+        try:
+            frame = msg[13 + int.from_bytes(msg[9:13], "little"):] if msg[0] == internal.ROWS[0] \
+                else msg[9:]
+            rids = protocol.decode_batch(frame).rids if frame[0] == protocol.TAG_BATCH else []
+        except Exception:
+            rids = []
+        out: list[Delta] = []
+        for rid in dict.fromkeys(rids):
+            if rid in self.table.live:
+                self.table.on_drop([rid], "internal detokenizer error", out)
+        if out:
+            self._send(out)
 
     def _send(self, out: list[Delta]) -> None:
         self.out.send(protocol.encode_deltas(Deltas(self.shard, self.seq, out)), copy=False)

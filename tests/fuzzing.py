@@ -1,0 +1,110 @@
+"""Frame mutators and the ring fuzzing round, shared by the test and scripts/fuzz.py."""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+import msgspec
+from hypothesis import strategies as st
+
+from sglang_tok import protocol
+from sglang_tok.protocol import FrameError
+
+TAGS = [protocol.TAG_RESULT, protocol.TAG_BATCH, protocol.TAG_ERROR, protocol.TAG_OPEN,
+        protocol.TAG_ABORT, protocol.TAG_PING]
+
+
+def fuzz_batch(rids: list[str], vocab: int) -> st.SearchStrategy[bytes]:
+    """A valid BATCH of junk rows for these rids: odd ids, NaN logprobs, all families."""
+    row = st.fixed_dictionaries({
+        "rid": st.sampled_from(rids),
+        "ids": st.lists(st.one_of(st.integers(0, vocab - 1), st.integers(-2**63, 2**63 - 1),
+                                  st.sampled_from([vocab, 2**31, 2**32 + 5, -1])), max_size=6),
+        "finish": st.sampled_from([None, None, {"type": "length", "length": 1},
+                                   {"type": "stop", "matched": "x"},
+                                   {"type": "abort", "message": "m"}]),
+    }, optional={
+        "output_logprobs": st.lists(st.tuples(st.sampled_from([math.nan, -math.inf, -0.5]),
+                                              st.integers(-2**31, 2**31 - 1)).map(list),
+                                    max_size=3),
+        "output_top": st.lists(st.one_of(st.none(), st.lists(st.tuples(
+            st.sampled_from([math.nan, -1.0]), st.integers(-2**31, 2**31 - 1)).map(list),
+            min_size=1, max_size=3)), max_size=3),
+    })
+    return st.lists(row, min_size=1, max_size=5).map(protocol.encode_batch)
+
+
+def mutate(frame: bytes, data: st.DataObject) -> bytes:
+    """One structural mutation of a valid frame."""
+    kind = data.draw(st.sampled_from(
+        ["truncate", "flip", "extend", "retag", "swap_cols", "lens", "negative", "huge",
+         "rid_type", "deep", "enormous", "header_len"]), label="mutation")
+    b = bytearray(frame)
+    if kind == "truncate":
+        return bytes(b[:data.draw(st.integers(0, max(0, len(b) - 1)))])
+    if kind == "flip":
+        for _ in range(data.draw(st.integers(1, 4))):
+            i = data.draw(st.integers(0, len(b) - 1))
+            b[i] ^= data.draw(st.integers(1, 255))
+        return bytes(b)
+    if kind == "extend":
+        return bytes(b) + data.draw(st.binary(min_size=1, max_size=16))
+    if kind == "retag":
+        b[0] = data.draw(st.integers(0, 255))
+        return bytes(b)
+    if frame[0] != protocol.TAG_BATCH:
+        return bytes(b[:-1]) if len(b) > 1 else b"\x00"
+    hlen = struct.unpack_from("<I", frame, 1)[0]
+    cols: list[Any] = msgspec.msgpack.decode(frame[5:5 + hlen])
+    body = frame[5 + hlen:]
+    if kind == "swap_cols":
+        i, j = data.draw(st.integers(0, len(cols) - 1)), data.draw(st.integers(0, len(cols) - 1))
+        cols[i], cols[j] = cols[j], cols[i]
+    elif kind == "lens":
+        c = data.draw(st.integers(0, len(cols) - 1))
+        cols[c] = list(cols[c]) + [1] if data.draw(st.booleans()) else list(cols[c])[:-1]
+    elif kind == "negative":
+        c = data.draw(st.integers(2, min(5, len(cols) - 1)))
+        if cols[c]:
+            cols[c][0] = -data.draw(st.integers(1, 2**40))
+    elif kind == "huge":
+        cols[3] = [2**62] * len(cols[3])
+    elif kind == "rid_type":
+        if cols[0]:
+            cols[0][0] = data.draw(st.sampled_from([7, None, b"bytes", ["x"], 1.5, ""]))
+    elif kind == "deep":
+        head = b"\x91" * 50000 + b"\xc0"
+        return b"\x02" + struct.pack("<I", len(head)) + head + body
+    elif kind == "enormous":
+        head = b"\xdd\xff\xff\xff\xf0" + b"\xc0" * 8
+        return b"\x02" + struct.pack("<I", len(head)) + head + body
+    elif kind == "header_len":
+        return b"\x02" + struct.pack("<I", data.draw(st.integers(0, 2**32 - 1))) + frame[5:]
+    head = msgspec.msgpack.encode(cols)
+    return b"\x02" + struct.pack("<I", len(head)) + head + body
+
+
+def bad_control(data: st.DataObject, rid: str) -> bytes:
+    tag = data.draw(st.sampled_from(TAGS[:1] + TAGS[2:]), label="tag")
+    body = data.draw(st.sampled_from([
+        {"rid": rid, "stop": 5}, {"rid": 7}, {"rids": [rid, 3]}, {"nonce": "x"}, [rid],
+        [rid, 5], {"rid": rid, "prompt_ids": ["a"]}, {}, [], "str", {"rid": ""},
+    ]), label="body")
+    return bytes((tag,)) + msgspec.msgpack.encode(body)
+
+
+def classify(frame: bytes) -> tuple[str | None, list[str], list[str]]:
+    """(drop reason or None, rids a drop fails, rids a valid frame names): our codec's view."""
+    try:
+        if frame and frame[0] == protocol.TAG_BATCH:
+            return None, [], protocol.decode_batch(frame, 512, 4096).rids
+        msg = protocol.decode_control(frame)
+    except FrameError as err:
+        return err.reason, err.rids, []
+    if isinstance(msg, protocol.Abort):
+        return None, [], msg.rids
+    if isinstance(msg, protocol.Ping):
+        return None, [], []
+    return None, [], [msg.rid]
