@@ -108,13 +108,16 @@ class Frontend:
         self.sock.close(linger=0)
 
 
+# one sequence for every Scheduler of this process: a frontend may hear several of them
+_NONCES = itertools.count(1)
+
+
 class Scheduler:
     def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 1000,
                  sndtimeo_ms: int = -1, curve: Curve | None = None) -> None:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = make_socket(self.ctx, zmq.PUSH, endpoint, bind=False, hwm=hwm,
                                 sndtimeo_ms=sndtimeo_ms, curve=curve)
-        self.nonces = itertools.count(1)
 
     def send(self, frame: bytes) -> None:
         self.sock.send(frame, copy=len(frame) < 65536)
@@ -123,7 +126,7 @@ class Scheduler:
         self.send(protocol.encode_control(protocol.Open(rid, **opts)))
 
     def ping(self) -> int:
-        nonce = next(self.nonces)
+        nonce = next(_NONCES)
         self.send(protocol.encode_control(protocol.Ping(nonce)))
         return nonce
 

@@ -79,6 +79,7 @@ class Supervisor:
         self.status = self.ctx.RawArray("d", status_size(cfg.shards))
         self.signals: deque[int] = deque()
         self.ready_reported = False
+        self.http_port = 0
         self.exit_code = 0
         self.parent_pid = os.getpid()
         shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin)
@@ -169,6 +170,11 @@ class Supervisor:
                 log.info("restarted %s as pid %d", child.role, child.proc.pid)
 
     def report_ready(self) -> None:
+        port = int(self.status[HTTP_PORT])
+        if self.ready_reported and port != self.http_port:  # a restarted HTTP process
+            self.http_port = port
+            Path(self.cfg.runtime_dir, "http.port").write_text(str(port))
+            log.info("http now listening on %s:%d", self.cfg.http_host, port)
         if self.ready_reported or self.status[EGRESS_READY] != 1.0:
             return
         if not all(self.status[beat_index(c.slot)] > 0 for c in self.children):
@@ -176,7 +182,7 @@ class Supervisor:
         if self.status[HTTP_PORT] == 0:
             return
         self.ready_reported = True
-        port = int(self.status[HTTP_PORT])
+        self.http_port = port
         Path(self.cfg.runtime_dir, "http.port").write_text(str(port))
         log.info("ready: %d shards; input %s; output %s; http %s:%d", self.cfg.shards,
                  self.cfg.input, self.cfg.output, self.cfg.http_host, port)

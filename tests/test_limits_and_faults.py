@@ -1,0 +1,124 @@
+"""Limits with clear errors, and faults: process kills, reconnects, refusals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import zmq
+
+from service import Service
+from sglang_tok import protocol
+from sglang_tok.client import Frontend, Scheduler, barrier
+from sglang_tok.tokenizer import load
+from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
+
+INFO = load("deepseek-v4")
+IDS = INFO.tokenizer.encode("limits hold").ids
+FIN = {"type": "length", "length": 3}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    svc = Service(tmp_path_factory.mktemp("limits"), shards=1, args=[
+        "--max-frame-bytes", "65536", "--max-rid-length", "16", "--max-row-ids", "8",
+        "--max-requests", "3", "--max-stops", "2", "--max-stop-length", "5"]).start()
+    yield svc
+    svc.stop()
+
+
+def test_rid_and_row_limits_drop_the_frame_and_name_the_limit(small: Service) -> None:
+    small.send(protocol.encode_batch([{"rid": "ok-a", "ids": IDS[:1]}, {"rid": "r" * 40, "ids": IDS[:1]}]))
+    small.send(protocol.encode_batch([{"rid": "ok-b", "ids": IDS[:1] * 9}]))
+    small.barrier()
+    front = small.front.requests
+    assert front["ok-a"].last.error == protocol.MALFORMED_FRAME
+    assert front["ok-b"].last.error == protocol.MALFORMED_FRAME
+    m = small.metrics()
+    assert m['frames_dropped_total{reason="limit_rid_length"}'] == 1
+    assert m['frames_dropped_total{reason="limit_row_ids"}'] == 1
+    assert "--max-rid-length 16" in small.logs() and "--max-row-ids 8" in small.logs()
+
+
+def test_stop_limits_end_the_request_with_a_message_naming_them(small: Service) -> None:
+    small.sched.open("st-1", stop=["a", "b", "c"])  # type: ignore[union-attr]
+    small.sched.open("st-2", stop=["toolong"])  # type: ignore[union-attr]
+    small.barrier()
+    for rid in ("st-1", "st-2"):
+        err = small.front.requests[rid].last.error or ""
+        assert "--max-stops 2" in err and "--max-stop-length 5" in err
+
+
+def test_max_requests_refuses_new_rids_and_evicts_nobody(small: Service) -> None:
+    for n in range(3):
+        small.send(protocol.encode_batch([{"rid": f"cap-{n}", "ids": IDS[:1]}]))
+    small.send(protocol.encode_batch([{"rid": "cap-x", "ids": IDS[:1]}]))
+    small.barrier()
+    assert "--max-requests 3" in (small.front.requests["cap-x"].last.error or "")
+    small.send(protocol.encode_batch([{"rid": f"cap-{n}", "ids": IDS[1:], "finish": FIN}
+                                      for n in range(3)]))
+    small.barrier()
+    for n in range(3):  # the live ones were never evicted
+        out = small.front.requests[f"cap-{n}"]
+        assert out.text == "limits hold" and not out.last.error
+    assert small.metrics()['sglang_tok_rejected_requests_total{shard="0"}'] == 1
+
+
+def test_oversized_frame_is_never_buffered_and_the_ring_goes_on(small: Service) -> None:
+    """libzmq enforces --max-frame-bytes while reading: it drops the sender's connection."""
+    big = protocol.encode_batch([{"rid": "huge", "ids": [1] * 20000}])
+    assert len(big) > 65536
+    s = Scheduler(small.input)
+    s.send(big)
+    time.sleep(0.3)
+    s.close()
+    small.send(protocol.encode_batch([{"rid": "after", "ids": IDS, "finish": FIN}]))
+    small.barrier()
+    assert "huge" not in small.front.requests
+    assert small.front.requests["after"].text == "limits hold"
+    assert small.health()[0] == 200
+
+
+def test_scheduler_that_reconnects_and_frontend_that_restarts(small: Service) -> None:
+    # a PING orders only the frames of its own connection: each scheduler pings for itself
+    s1 = Scheduler(small.input)
+    s1.send(protocol.encode_batch([{"rid": "rc", "ids": IDS[:1]}]))
+    assert barrier(s1, small.front, 1)
+    s1.close()
+    s2 = Scheduler(small.input)  # a new connection: the same ring, the same request
+    s2.send(protocol.encode_batch([{"rid": "rc", "ids": IDS[1:], "finish": FIN}]))
+    assert barrier(s2, small.front, 1)
+    s2.close()
+    assert small.front.requests["rc"].text == "limits hold"
+    # the frontend restarts on the same endpoint and gets what comes next
+    small.front.close()
+    small.front = Frontend(small.output)
+    small.send(protocol.encode_batch([{"rid": "fr", "ids": IDS, "finish": FIN}]))
+    small.barrier()
+    assert small.front.requests["fr"].text == "limits hold"
+
+
+def test_killed_http_process_comes_back(tmp_path: Path) -> None:
+    svc = Service(tmp_path, shards=1).start()
+    try:
+        http = [p for p in svc.children() if p.pid not in
+                {q["pid"] for q in svc.health()[1]["processes"]}]
+        http = [p for p in http if "resource_tracker" not in " ".join(p.cmdline())]
+        assert len(http) == 1
+        os.kill(http[0].pid, signal.SIGKILL)
+        (svc.runtime / "http.port").unlink()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            if svc.health()[0] == 200:
+                break
+        else:
+            pytest.fail("http did not come back:\n" + svc.logs())
+        svc.barrier()
+        assert "restarted http" in svc.logs()
+    finally:
+        svc.stop()
