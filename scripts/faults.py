@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Fault injection under load: kill -9 shards, the egress and the HTTP process at random.
+
+    python scripts/faults.py --seconds 60 --kills 6
+
+Streams a synthetic workload into a real service (2 shards) at a steady pace, kills a
+random process kind at random moments, then waits for everything to settle and prints:
+faults injected by kind; requests completed exact, failed with a terminal error, lost
+(no last delta: must be 0), wrong (a last delta without error whose text is not exact);
+and frames dropped by reason. Exit 0 when nothing was lost and nothing was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import psutil  # noqa: E402
+
+from service import Service  # noqa: E402
+from sglang_tok.tokenizer import load  # noqa: E402
+from sglang_tok.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
+
+
+def pick_victim(svc: Service, kind: str) -> int | None:
+    code, h = svc.health()
+    procs = h.get("processes", [])
+    if kind == "egress" and procs:
+        return procs[0]["pid"] or None
+    if kind == "shard" and len(procs) > 1:
+        return random.choice(procs[1:])["pid"] or None
+    if kind == "http":
+        known = {p["pid"] for p in procs}
+        for child in svc.children():
+            if child.pid not in known and "resource_tracker" not in " ".join(child.cmdline()):
+                return child.pid
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--kills", type=int, default=6)
+    ap.add_argument("--frames-per-s", type=float, default=100)
+    ap.add_argument("--kinds", default="shard,egress,http")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    random.seed(a.seed)
+    info = load("deepseek-v4")
+    steps_needed = int(a.seconds * a.frames_per_s)
+    spec = PlanSpec(requests=max(64, steps_needed // 4), concurrency=128, min_tokens=8,
+                    max_tokens=64, stop_share=0.1, options_share=0.1, logprob_share=0.05,
+                    abort_share=0.02, seed=a.seed)
+    reqs = make_requests(info, spec)
+    steps = list(schedule(reqs, spec.concurrency, a.seed))
+    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-faults-")), shards=2).start()
+    kinds = a.kinds.split(",")
+    kill_at = sorted(random.uniform(0.1, 0.9) * len(steps) for _ in range(a.kills))
+    injected: Counter[str] = Counter()
+    t0 = time.monotonic()
+    try:
+        for n, step in enumerate(steps):
+            while kill_at and n >= kill_at[0]:
+                kill_at.pop(0)
+                kind = random.choice(kinds)
+                pid = pick_victim(svc, kind)
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        injected[kind] += 1
+                        print(f"step {n}: killed {kind} (pid {pid})", flush=True)
+                    except ProcessLookupError:
+                        pass
+            for f in (*step.opens, *([step.batch] if step.batch else []), *step.ends):
+                svc.send(f)
+            svc.front.poll(0)
+            delay = t0 + (n + 1) / a.frames_per_s - time.monotonic()
+            if delay > 0:
+                svc.front.poll(delay)
+        # let restarts finish, then a barrier (retried: a PING can be lost with a process)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and svc.health()[0] != 200:
+            svc.front.poll(0.2)
+        from sglang_tok.client import barrier
+        for _ in range(3):
+            if svc.sched is not None and barrier(svc.sched, svc.front, svc.shards, 20):
+                break
+        dropped = {k.split('"')[1]: int(v) for k, v in svc.metrics().items()
+                   if k.startswith("frames_dropped_total{") and v}
+    finally:
+        rc = svc.stop()
+    outcome: Counter[str] = Counter()
+    for r in reqs:
+        out = svc.front.requests.get(r.rid)
+        if out is None or not out.finished:
+            outcome["lost"] += 1
+        elif out.last.error:
+            outcome["failed with error"] += 1
+        elif r.end_by:
+            outcome["completed exact"] += 1  # ended by its own ABORT/ERROR as asked
+        else:
+            text, fin = expected(r, info)
+            outcome["completed exact" if out.text == text and out.last.finish == fin
+                    else "wrong"] += 1
+    print("\nfaults injected: " + (", ".join(f"{k} {v}" for k, v in injected.items()) or "none"))
+    print(f"{'requests':<22} {len(reqs)}")
+    for k in ("completed exact", "failed with error", "lost", "wrong"):
+        print(f"{k:<22} {outcome[k]}")
+    print(f"{'in == done + failed':<22} "
+          f"{len(reqs) == outcome['completed exact'] + outcome['failed with error']}")
+    print(f"frames dropped by reason: {dropped or 'none'}; service exit code {rc}")
+    return 0 if not outcome["lost"] and not outcome["wrong"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
