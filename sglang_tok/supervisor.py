@@ -213,7 +213,19 @@ class Supervisor:
                     child.proc.join()
         self.notices.close(linger=0)
         self.zctx.term()
+        self._clean_runtime_dir()
         log.info("stopped")
+
+    def _clean_runtime_dir(self) -> None:
+        """Leave no socket files, metric files or port file behind."""
+        rt = Path(self.cfg.runtime_dir)
+        for path in [*rt.glob("*.ipc"), rt / "http.port"]:
+            path.unlink(missing_ok=True)
+        shutil.rmtree(rt / "metrics", ignore_errors=True)
+        try:
+            rt.rmdir()  # only if nothing else lives there
+        except OSError:
+            pass
 
 
 def _mark_dead(pid: int) -> None:

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Soak: requests opening and closing continuously for minutes; nothing may leak.
+
+    python scripts/soak.py --minutes 10
+
+Runs a real service (2 shards) under a steady stream of short requests, sampling each
+shard's resident memory and open file descriptors every few seconds. At the end checks:
+every request exact, live-request gauges back to zero, shard RSS flat once warm (last
+sample within 10% of the first warm one), no growth in file descriptors, and no
+shared-memory segments or ipc files left behind after shutdown. Prints the samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+
+import psutil  # noqa: E402
+
+from service import Service  # noqa: E402
+from sglang_tok.tokenizer import load  # noqa: E402
+from sglang_tok.workload import PlanSpec, make_requests, schedule, verify  # noqa: E402
+
+
+def shard_stats(svc: Service) -> list[tuple[int, int]]:
+    """(rss MiB, open fds) of each shard."""
+    out = []
+    for p in svc.health()[1]["processes"][1:]:
+        proc = psutil.Process(p["pid"])
+        out.append((proc.memory_info().rss >> 20, proc.num_fds()))
+    return out
+
+
+def soak(minutes: float, rate: float = 200.0, sample_every: float = 5.0,
+         warmup_fraction: float = 0.2) -> dict:
+    info = load("deepseek-v4")
+    shm_before = set(glob.glob("/dev/shm/*"))
+    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-soak-")), shards=2).start()
+    samples: list[tuple[float, list[tuple[int, int]]]] = []
+    problems: list[str] = []
+    t0 = time.monotonic()
+    end = t0 + 60 * minutes
+    seed = 0
+    total = 0
+    try:
+        next_sample = t0
+        while time.monotonic() < end:
+            seed += 1
+            reqs = make_requests(info, PlanSpec(requests=128, concurrency=64, min_tokens=4,
+                                                max_tokens=48, stop_share=0.1,
+                                                options_share=0.2, logprob_share=0.05,
+                                                abort_share=0.02, seed=seed), prefix="soak")
+            for step in schedule(reqs, 64, seed):
+                for f in (*step.opens, *([step.batch] if step.batch else []), *step.ends):
+                    svc.send(f)
+                svc.front.poll(1 / rate)
+            svc.barrier()
+            total += len(reqs)
+            for r in reqs:
+                problems += verify(r, svc.front.requests.pop(r.rid, None), info)
+            if time.monotonic() >= next_sample:
+                samples.append((time.monotonic() - t0, shard_stats(svc)))
+                next_sample += sample_every
+        time.sleep(0.3)
+        m = svc.metrics()
+        live = sum(v for k, v in m.items() if k.startswith("sglang_tok_live_requests"))
+        samples.append((time.monotonic() - t0, shard_stats(svc)))
+    finally:
+        rc = svc.stop()
+    leftovers = sorted(set(glob.glob("/dev/shm/*")) - shm_before)
+    warm = [s for t, s in samples if t >= warmup_fraction * 60 * minutes] or [samples[-1][1]]
+    first, last = warm[0], samples[-1][1]
+    rss_growth = max((b[0] - a[0]) / max(1, a[0]) for a, b in zip(first, last))
+    fd_growth = max(b[1] - a[1] for a, b in zip(first, last))
+    return {"samples": samples, "problems": problems[:10], "live_at_end": live,
+            "rss_growth": rss_growth, "fd_growth": fd_growth, "shm_leftovers": leftovers,
+            "ipc_leftovers": sorted(str(p) for p in svc.runtime.glob("*.ipc"))
+            if svc.runtime.exists() else [],
+            "exit_code": rc, "requests": total}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10)
+    a = ap.parse_args()
+    r = soak(a.minutes)
+    for t, s in r["samples"]:
+        print(f"t={t:7.1f}s  " + "  ".join(f"shard{i}: {rss} MiB {fds} fds"
+                                           for i, (rss, fds) in enumerate(s)))
+    print(f"requests {r['requests']}, problems {len(r['problems'])}, live at end "
+          f"{r['live_at_end']}, rss growth once warm {100 * r['rss_growth']:.1f}%, fd growth "
+          f"{r['fd_growth']}, shm leftovers {r['shm_leftovers']}, ipc leftovers "
+          f"{r['ipc_leftovers']}, exit code {r['exit_code']}")
+    ok = (not r["problems"] and r["live_at_end"] == 0 and r["rss_growth"] <= 0.10
+          and r["fd_growth"] <= 0 and not r["shm_leftovers"] and not r["ipc_leftovers"]
+          and r["exit_code"] == 0)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
