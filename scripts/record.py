@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Record a scheduler's frames: bind as the input ring in the service's place.
+
+    python scripts/record.py out.trace --input ipc:///tmp/ring.ipc [--forward ENDPOINT]
+
+Point the scheduler's PUSH at --input. Every frame that arrives is written to the trace
+with its arrival time, and with --forward also pushed on to a running service's input
+ring. Stops on Ctrl-C, after --seconds, or after --frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import zmq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+
+from ring.sockets import make_socket  # noqa: E402
+from tracefile import TraceWriter  # noqa: E402
+
+
+def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepseek-v4",
+           seconds: float = 0, frames: int = 0, ready: str = "",
+           stop: list[int] | None = None) -> int:
+    """Record until `stop` gets an item, or the time or frame budget is spent."""
+    stop = [] if stop is None else stop
+    ctx = zmq.Context()
+    pull = make_socket(ctx, zmq.PULL, input_ep, bind=True, hwm=10000, linger_ms=0)
+    push = make_socket(ctx, zmq.PUSH, forward, bind=False, hwm=10000) if forward else None
+    writer = TraceWriter(out, {"tokenizer": tokenizer, "created": time.time(),
+                               "recorded_from": input_ep})
+    if ready:
+        open(ready, "w").close()
+    t0 = None
+    deadline = time.monotonic() + seconds if seconds else None
+    try:
+        while not stop and (not frames or writer.count < frames):
+            if deadline and time.monotonic() > deadline:
+                break
+            if not pull.poll(100):
+                continue
+            frame = pull.recv()
+            now = time.monotonic()
+            t0 = now if t0 is None else t0
+            writer.write(now - t0, frame)
+            if push is not None:
+                push.send(frame)
+    finally:
+        writer.close()
+        pull.close()
+        if push is not None:
+            push.close()
+        ctx.term()
+    return writer.count
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--input", required=True, help="endpoint to bind, where the scheduler pushes")
+    ap.add_argument("--forward", default="", help="a running service's input ring")
+    ap.add_argument("--tokenizer", default="deepseek-v4")
+    ap.add_argument("--seconds", type=float, default=0)
+    ap.add_argument("--frames", type=int, default=0)
+    a = ap.parse_args()
+    stop: list[int] = []
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    n = record(a.out, a.input, a.forward, a.tokenizer, a.seconds, a.frames, stop=stop)
+    print(f"recorded {n} frames to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
