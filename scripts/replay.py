@@ -210,7 +210,12 @@ def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]],
 
 
 def chart(report: dict[str, Any], path: str) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("no chart: matplotlib is not installed (pip install -e '.[scripts]')",
+              file=sys.stderr)
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     series = report["_latency_series"]
