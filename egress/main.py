@@ -108,11 +108,11 @@ class Egress:
     def _drain_ring(self, limit: int) -> None:
         for _ in range(limit):
             try:
-                frame = self.ring.recv(zmq.NOBLOCK, copy=False)
+                frame = self.ring.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return
             try:
-                self.on_frame(frame.buffer)
+                self.on_frame(memoryview(frame))
             except Exception:  # a bug must cost one frame, never the ring
                 log.exception("internal error on a frame; dropping it")
                 self.metrics.dropped.labels("internal").inc()
@@ -268,7 +268,7 @@ class Egress:
             return
         while True:
             try:
-                self.links[k].send(msg, zmq.NOBLOCK, copy=False)
+                self.links[k].send(msg, zmq.NOBLOCK)
                 return
             except zmq.Again:
                 self.beat()

@@ -83,7 +83,7 @@ class Shard:
                     log.warning("supervisor is gone; exiting")
                     return
                 continue
-            msg = inbox.recv(copy=False).buffer
+            msg = memoryview(inbox.recv())
             kind = bytes(msg[:1])
             if kind == internal.FORWARD or kind == internal.ROWS:
                 if self.started:
@@ -185,7 +185,7 @@ class Shard:
             self._send(out)
 
     def _send(self, out: list[Delta]) -> None:
-        self.out.send(protocol.encode_deltas(Deltas(self.shard, self.seq, out)), copy=False)
+        self.out.send(protocol.encode_deltas(Deltas(self.shard, self.seq, out)))
         self.seq += 1
         if self.table.self_ended:
             ended = internal.Ended(self.shard, self.table.self_ended)

@@ -205,9 +205,9 @@ class _FlatReader:
         fam = batch.family(name)
         return None if fam is None else cls(batch, fam)
 
-    def row(self, i: int) -> list[Any]:
+    def row(self, i: int) -> list[Any] | None:
         a, b = self.starts[i], self.starts[i + 1]
-        return list(zip(self.vals[a:b], self.ids[a:b]))
+        return list(zip(self.vals[a:b], self.ids[a:b])) if a != b else None
 
 
 class _RaggedReader:
@@ -225,11 +225,14 @@ class _RaggedReader:
         fam = batch.family(name)
         return None if fam is None else cls(batch, fam)
 
-    def row(self, i: int) -> list[Any]:
+    def row(self, i: int) -> list[Any] | None:
         j = self.starts[i]
+        p0, p1 = self.pos_starts[i], self.pos_starts[i + 1]
+        if p0 == p1:
+            return None
         out: list[Any] = []
         vals, ids, poslens = self.vals, self.ids, self.poslens
-        for p in range(self.pos_starts[i], self.pos_starts[i + 1]):
+        for p in range(p0, p1):
             k = poslens[p]
             out.append(list(zip(ids[j:j + k], vals[j:j + k])) if k else None)
             j += k
