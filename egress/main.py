@@ -44,7 +44,7 @@ class Egress:
         self.status = status
         self.beat = Beat(status, 0)
         self.n = cfg.shards
-        self.router = Router(cfg.shards)
+        self.router = Router(cfg.shards, cfg.ended_memory * cfg.shards)
         self.metrics = Metrics()
         self.ctx = zmq.Context(io_threads=1)
         hwm = cfg.link_capacity

@@ -34,6 +34,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--max-row-ids", type=int, default=d.max_row_ids)
     p.add_argument("--max-requests", type=int, default=d.max_requests,
                    help="live requests per shard; new rids beyond it get an error")
+    p.add_argument("--ended-memory", type=int, default=d.ended_memory,
+                   help="ended rids remembered per shard, to ignore their late rows")
     p.add_argument("--max-stops", type=int, default=d.max_stops)
     p.add_argument("--max-stop-length", type=int, default=d.max_stop_length)
     p.add_argument("--model-name", default="", help="model_name metric label")

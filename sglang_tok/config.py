@@ -32,6 +32,9 @@ class Config(msgspec.Struct, frozen=True):
     max_rid_length: int = 512
     max_row_ids: int = 4096
     max_requests: int = 65536
+    # ended rids remembered per shard (the egress keeps shards x this) so that rows still in
+    # flight after a request ended are ignored instead of reopening it; bounded memory
+    ended_memory: int = 65536
     max_stops: int = 64
     max_stop_length: int = 1024
     model_name: str = ""

@@ -45,8 +45,8 @@ class Shard:
         self.shard = shard
         self.parent_pid = parent_pid
         self.beat = Beat(status, 1 + shard)
-        self.table = RidTable(info, shard, cfg.max_requests, max_stops=cfg.max_stops,
-                              max_stop_len=cfg.max_stop_length)
+        self.table = RidTable(info, shard, cfg.max_requests, cfg.ended_memory,
+                              max_stops=cfg.max_stops, max_stop_len=cfg.max_stop_length)
         self.ctx = zmq.Context(io_threads=1)
         hwm = cfg.link_capacity
         self.inbox = make_socket(self.ctx, zmq.PULL, cfg.ipc(f"shard-{shard}.ipc"), bind=False,

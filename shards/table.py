@@ -30,7 +30,7 @@ class ShardCounters(msgspec.Struct, gc=False):
 
 class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
-                 ended_memory: int = 262144, max_stops: int = 64,
+                 ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024) -> None:
         self.info = info
         self.shard = shard
