@@ -83,18 +83,14 @@ class Egress:
             self._send_link(k, internal.SYNC, force=True)
         log.info("egress ready to route to %d shards; input ring %s", self.n, self.cfg.input)
         poller = zmq.Poller()
-        poller.register(self.ring, zmq.POLLIN)
         poller.register(self.back, zmq.POLLIN)
         poller.register(self.notices, zmq.POLLIN)
         while not self.draining:
             self.beat()
             self._flush_pending()
-            if self.ring is not None and self._ring_blocked():
-                poller.unregister(self.ring)
-                events = dict(poller.poll(POLL_MS))
-                poller.register(self.ring, zmq.POLLIN)
-            else:
-                events = dict(poller.poll(POLL_MS))
+            # while a down shard's queue is full, leave frames in the ring: backpressure
+            poller.register(self.ring, 0 if self._ring_blocked() else zmq.POLLIN)
+            events = dict(poller.poll(POLL_MS))
             if self.notices in events or self.back in events:
                 self._serve_notices()
             if self.ring in events and not self.draining:

@@ -98,6 +98,22 @@ class Service:
         """pid of the egress (0) or shard k (k + 1), from the health report."""
         return self.health()[1]["processes"][role_slot]["pid"]
 
+    def kill(self, slot: int) -> int:
+        """kill -9 the egress (slot 0) or shard k (slot k + 1); return its pid."""
+        victim = self.child_pid(slot)
+        os.kill(victim, signal.SIGKILL)
+        return victim
+
+    def wait_back(self, slot: int, victim: int, timeout: float = 30.0) -> None:
+        """Return once a new process holds the slot and the service is healthy."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.front.poll(0.2)
+            code, h = self.health()
+            if code == 200 and h["processes"][slot]["pid"] != victim:
+                return
+        raise TimeoutError(f"process {slot} did not come back:\n{self.logs()}")
+
     def logs(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
 

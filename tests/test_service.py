@@ -104,18 +104,10 @@ def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -
     for step in steps[:10]:
         service.send(step.batch)  # type: ignore[arg-type]
     service.barrier()
-    victim = service.child_pid(1)
-    os.kill(victim, signal.SIGKILL)
-    for step in steps[10:]:
+    victim = service.kill(1)
+    for step in steps[10:]:  # rows for the dead shard's rids, sent while it is down
         service.send(step.batch)  # type: ignore[arg-type]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        service.front.poll(0.2)
-        code, h = service.health()
-        if code == 200 and h["processes"][1]["pid"] != victim:
-            break
-    else:
-        pytest.fail("shard 0 did not come back:\n" + service.logs())
+    service.wait_back(1, victim)
     service.barrier()
     failed = ok = 0
     for r in reqs:
@@ -229,16 +221,7 @@ def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service)
     for step in steps[:10]:
         service.send(step.batch)  # type: ignore[arg-type]
     service.barrier()
-    victim = service.child_pid(0)
-    os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        service.front.poll(0.2)
-        code, h = service.health()
-        if code == 200 and h["processes"][0]["pid"] != victim:
-            break
-    else:
-        pytest.fail("egress did not come back:\n" + service.logs())
+    service.wait_back(0, service.kill(0))
     # every request that was live is ended by its shard with an error; none hangs
     service.barrier()
     for r in reqs:
