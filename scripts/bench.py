@@ -79,6 +79,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--traces", default="a,b", help="which standard traces: a, b or a,b")
     ap.add_argument("--json", default="bench-out/bench.json")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sglang-tok-bench-"))
@@ -94,6 +95,8 @@ def main() -> int:
     results: dict[str, dict[str, Any]] = {}
     systems = a.systems.split(",")
     for name, spec in traces.items():
+        if name[0] not in a.traces.split(","):
+            continue
         path = str(work / f"{name[0]}.trace")
         stats = synthesise(path, spec, "deepseek-v4", 20.0, spec.top_k)
         print(f"trace {name}: {stats}", flush=True)

@@ -90,12 +90,13 @@ class RidTable:
                                                 h.cached_tokens, h.reasoning_tokens)
         append, delta_of, decode, tail_max = out.append, Delta, utf_8_decode, SENT_TAIL
         me = self.shard
-        rows = tokens = 0
+        rows, tokens = (len(h.rids), len(ids)) if owners is None else (0, 0)
         for i, (rid, fin, a, b) in enumerate(zip(h.rids, finishes, starts, starts[1:])):
-            if owners is not None and owners[i] != me:
-                continue
-            rows += 1
-            tokens += b - a
+            if owners is not None:
+                if owners[i] != me:
+                    continue
+                rows += 1
+                tokens += b - a
             req = live.get(rid)
             if req is None:
                 if rid in ended:
