@@ -79,16 +79,27 @@ class Egress:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
+        # SYNC goes first on every link, before any START: a START that overtook it would
+        # be undone by it, and rows sent in between would be discarded by the shard
         for k in range(self.n):
-            self._send_link(k, internal.SYNC, force=True)
+            while True:
+                try:
+                    self.links[k].send(internal.SYNC, zmq.NOBLOCK)
+                    break
+                except zmq.Again:  # shard k has not connected yet
+                    self.beat()
+                    time.sleep(0.01)
         log.info("egress ready to route to %d shards; input ring %s", self.n, self.cfg.input)
         poller = zmq.Poller()
         poller.register(self.back, zmq.POLLIN)
         poller.register(self.notices, zmq.POLLIN)
         while not self.draining:
             self.beat()
-            self._flush_pending()
-            # while a down shard's queue is full, leave frames in the ring: backpressure
+            for k in range(self.n):
+                self._flush(k)
+                held = bool(self.pending[k]) and self.up[k]
+                poller.register(self.links[k], zmq.POLLOUT if held else 0)
+            # while a shard's queue is full, leave frames in the ring: backpressure
             poller.register(self.ring, 0 if self._ring_blocked() else zmq.POLLIN)
             events = dict(poller.poll(POLL_MS))
             if self.notices in events or self.back in events:
@@ -234,7 +245,8 @@ class Egress:
                 self._fail_shard(k)
             self.pids[k] = note.pid
             self.up[k] = True
-            self._send_link(k, internal.START, force=True)
+            self._send_now(k, internal.START)
+            self._flush(k)
             log.info("shard %d (pid %d) started", k, note.pid)
             if all(self.up):
                 self.status[EGRESS_READY] = 1.0
@@ -257,11 +269,28 @@ class Egress:
         self._send_deltas(deltas)
 
     # ------------------------------------------------------------------ sends
-    def _send_link(self, k: int, msg: bytes, force: bool = False) -> None:
-        """Send to shard k, or hold it while k is down; serve notices while k is full."""
-        if not force and not self.up[k]:
-            self.pending[k].append(msg)
-            return
+    def _send_link(self, k: int, msg: bytes) -> None:
+        """Queue a message for shard k behind what is already held, then push what fits.
+
+        Each link delivers in call order. While shard k is down or its link is full,
+        messages wait in `pending[k]`; the ring is not read while any such queue holds
+        --link-capacity messages, so waiting becomes backpressure on the scheduler.
+        """
+        self.pending[k].append(msg)
+        self._flush(k)
+
+    def _flush(self, k: int) -> None:
+        q, link = self.pending[k], self.links[k]
+        while q and self.up[k]:
+            try:
+                link.send(q[0], zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            q.popleft()
+
+    def _send_now(self, k: int, msg: bytes) -> None:
+        """START and EXIT: straight onto the link (START goes ahead of held data, which
+        was routed for the incarnation it starts), serving notices while it is full."""
         while True:
             try:
                 self.links[k].send(msg, zmq.NOBLOCK)
@@ -270,15 +299,6 @@ class Egress:
                 self.beat()
                 if self.back.poll(10) or self.notices.poll(0):
                     self._serve_notices()
-                if not force and not self.up[k]:
-                    self.pending[k].append(msg)
-                    return
-
-    def _flush_pending(self) -> None:
-        for k in range(self.n):
-            q = self.pending[k]
-            while q and self.up[k]:
-                self._send_link(k, q.popleft())
 
     def _send_deltas(self, deltas: list[Delta]) -> None:
         msg = protocol.encode_deltas(Deltas(EGRESS, self.seq, deltas))
@@ -307,10 +327,15 @@ class Egress:
         self.draining = True
         self._drain_ring(limit=1 << 30)
         self.ring.close(linger=0)
+        deadline = time.monotonic() + self.cfg.drain_timeout
         for k in range(self.n):
+            while self.up[k] and self.pending[k] and time.monotonic() < deadline:
+                self._flush(k)
+                if self.pending[k]:
+                    self.links[k].poll(50, zmq.POLLOUT)
+                    self.beat()
             if self.up[k]:
-                self._flush_pending()
-                self._send_link(k, internal.EXIT)
+                self._send_now(k, internal.EXIT)
         log.info("egress drained; exiting")
         for sock in (*self.links, self.back, self.notices, self.out, self.health):
             sock.close()
