@@ -26,7 +26,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-import psutil  # noqa: E402
 
 from service import Service  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402

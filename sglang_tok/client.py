@@ -120,7 +120,7 @@ class Scheduler:
                                 sndtimeo_ms=sndtimeo_ms, curve=curve)
 
     def send(self, frame: bytes) -> None:
-        self.sock.send(frame, copy=len(frame) < 65536)
+        self.sock.send(frame)
 
     def open(self, rid: str, **opts: Any) -> None:
         self.send(protocol.encode_control(protocol.Open(rid, **opts)))

@@ -7,6 +7,7 @@ every request against a full `decode`, and prints what it saw.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,3 +78,4 @@ def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> 
         except subprocess.TimeoutExpired:
             proc.kill()
         front.close()
+        shutil.rmtree(runtime, ignore_errors=True)

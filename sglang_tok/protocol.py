@@ -212,7 +212,8 @@ class Batch:
 
 def _read(data: memoryview, sec: Section) -> list[Any]:
     end = sec.start + sec.size * sec.row_starts[-1]
-    return data[sec.start:end].cast(sec.fmt).tolist()
+    view: memoryview = data[sec.start:end]
+    return view.cast(sec.fmt).tolist()  # type: ignore[call-overload]
 
 
 def _readable_rids(raw: bytes | memoryview) -> list[str]:
@@ -341,15 +342,15 @@ def split_batch(batch: Batch, owner: list[int], nshards: int) -> list[bytes | No
             continue
         sub: list[Any] = []
         for c, col in enumerate(cols):
-            fam = ragged_pos.get(c)
-            if fam is not None:
-                ps, pl = fam.pos_starts, fam.poslens
+            ragged = ragged_pos.get(c)
+            if ragged is not None:
+                ps, pl = ragged.pos_starts, ragged.poslens
                 sub.append([k for i in idx for k in pl[ps[i]:ps[i + 1]]])
             elif col:
                 sub.append([col[i] for i in idx])
             else:
                 sub.append(col)
-        parts = []
+        parts: list[memoryview] = []
         for sec in sections:
             base, size, st = sec.start, sec.size, sec.row_starts
             parts.extend(data[base + size * st[i]:base + size * st[i + 1]] for i in idx)

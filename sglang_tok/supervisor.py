@@ -53,13 +53,14 @@ class Child:
         self.restarts: deque[float] = deque()
         self.start_at = 0.0  # when a pending restart may happen
 
-    def start(self, ctx: Any, status: Any) -> None:
+    def start(self, ctx: Any, status: Any) -> int:
         status[beat_index(self.slot)] = 0.0
-        self.proc = ctx.Process(target=self.target, args=self.args(), name=self.role,
-                                daemon=False)
-        self.proc.start()
-        status[pid_index(self.slot)] = float(self.proc.pid)
+        proc = self.proc = ctx.Process(target=self.target, args=self.args(), name=self.role,
+                                       daemon=False)
+        proc.start()
+        status[pid_index(self.slot)] = float(proc.pid)
         self.starts += 1
+        return int(proc.pid)
 
     def may_restart(self, limit: int, window: float) -> bool:
         now = time.monotonic()
@@ -166,14 +167,14 @@ class Supervisor:
         now = time.monotonic()
         for child in self.children:
             if child.proc is None and now >= child.start_at:
-                child.start(self.ctx, self.status)
-                log.info("restarted %s as pid %d", child.role, child.proc.pid)
+                pid = child.start(self.ctx, self.status)
+                log.info("restarted %s as pid %d", child.role, pid)
 
     def report_ready(self) -> None:
         port = int(self.status[HTTP_PORT])
         if self.ready_reported and port != self.http_port:  # a restarted HTTP process
             self.http_port = port
-            Path(self.cfg.runtime_dir, "http.port").write_text(str(port))
+            self._write_port(port)
             log.info("http now listening on %s:%d", self.cfg.http_host, port)
         if self.ready_reported or self.status[EGRESS_READY] != 1.0:
             return
@@ -183,9 +184,15 @@ class Supervisor:
             return
         self.ready_reported = True
         self.http_port = port
-        Path(self.cfg.runtime_dir, "http.port").write_text(str(port))
+        self._write_port(port)
         log.info("ready: %d shards; input %s; output %s; http %s:%d", self.cfg.shards,
                  self.cfg.input, self.cfg.output, self.cfg.http_host, port)
+
+    def _write_port(self, port: int) -> None:
+        """Atomically: a reader never sees a half-written file."""
+        tmp = Path(self.cfg.runtime_dir, "http.port.tmp")
+        tmp.write_text(str(port))
+        tmp.replace(Path(self.cfg.runtime_dir, "http.port"))
 
     def _count_restart(self, role: str) -> None:
         self.metrics.restarts.labels(role.split()[0]).inc()

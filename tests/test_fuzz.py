@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Iterator
 
 import pytest

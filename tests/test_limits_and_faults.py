@@ -9,13 +9,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import zmq
 
 from service import Service
 from sglang_tok import protocol
 from sglang_tok.client import Frontend, Scheduler, barrier
 from sglang_tok.tokenizer import load
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 INFO = load("deepseek-v4")
 IDS = INFO.tokenizer.encode("limits hold").ids

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -11,9 +10,8 @@ from typing import Iterator
 import pytest
 
 from sglang_tok import protocol
-from sglang_tok.client import barrier
 from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.workload import PlanSpec, expected, make_requests, schedule, verify
+from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 from service import Service
 
 INFO: TokenizerInfo = load("deepseek-v4")
@@ -133,8 +131,8 @@ def test_frontend_that_stops_reading_gets_backpressure_not_loss(tmp_path: Path) 
         svc.front.sock.close(linger=0)  # the frontend stops reading (nothing was sent yet)
         svc.sched.close()  # type: ignore[union-attr]
         svc.sched = Scheduler(svc.input, hwm=1, sndtimeo_ms=500)
-        reqs = make_requests(INFO, PlanSpec(requests=512, concurrency=512, min_tokens=100,
-                                            max_tokens=100, seed=5))
+        reqs = make_requests(INFO, PlanSpec(requests=512, concurrency=512, min_tokens=400,
+                                            max_tokens=400, seed=5))
         steps = [s.batch for s in schedule(reqs, 512, 5)]
         sent = 0
         for b in steps:
@@ -200,14 +198,16 @@ def test_health_metrics_and_deep_probe(service: Service) -> None:
     # frame 1: 3 new ids + (100 - 40) + (10 - 0) = 73; frame 2: 2 new ids
     assert m[f"sglang:iteration_tokens_total_count{lab}"] == 2
     assert m[f"sglang:iteration_tokens_total_sum{lab}"] == 75
-    b = lambda le: m['sglang:iteration_tokens_total_bucket{engine="0",le="%s",model_name="deepseek-v4"}' % le]
+    def b(le: str) -> float:
+        return m['sglang:iteration_tokens_total_bucket{engine="0",le="%s",model_name="deepseek-v4"}' % le]
     assert b("1.0") == 0 and b("8.0") == 1 and b("64.0") == 1 and b("128.0") == 2
     assert b("16384.0") == 2 and b("+Inf") == 2
     code, h = service.health()
     assert code == 200 and h["status"] == "ok" and h["activity"] >= 3
     code, body = service.get("/health?deep=1")
     assert code == 200, body
-    import subprocess, sys
+    import subprocess
+    import sys
     rc = subprocess.run([sys.executable, "-m", "sglang_tok.cli", "health", "--deep", "--http",
                          f"127.0.0.1:{service.port}"], capture_output=True, timeout=30).returncode
     assert rc == 0
