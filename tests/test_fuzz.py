@@ -43,8 +43,8 @@ def fuzz_round(svc: Service, data: st.DataObject) -> None:
     seed = data.draw(st.integers(0, 2**16), label="plan seed")
     reqs = make_requests(INFO, PlanSpec(requests=6, concurrency=6, min_tokens=2, max_tokens=12,
                                         ids_per_row=(1, 3), stop_share=0.3, seed=seed),
-                         prefix=f"ok{n}")
-    fz = [f"fz{n}-{i}" for i in range(4)]
+                         prefix=f"ok{n:07d}")  # fixed width: frame sizes depend on draws only
+    fz = [f"fz{n:07d}-{i}" for i in range(4)]
     svc.barrier(timeout=60)  # a round that failed half-way must not leak into this one
     before = dropped(svc)
     svc.front.violations.clear()
