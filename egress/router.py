@@ -11,9 +11,8 @@ import zlib
 from collections import deque
 
 from sglang_tok.internal import LATE
-from sglang_tok.protocol import Batch, Delta, Usage
+from sglang_tok.protocol import Batch, Delta, Usage, terminal
 
-ABORT = {"type": "abort"}
 
 
 def shard_of(rid: str, nshards: int) -> int:
@@ -124,8 +123,7 @@ class Router:
         for _, ended in self.inflight[shard]:
             for rid, st in ended:
                 if rid not in self.live:
-                    deltas.append(Delta(rid, finish=dict(ABORT), error=message,
-                                        usage=st.usage()))
+                    deltas.append(terminal(rid, message, st.usage()))
         self.inflight[shard].clear()
         self.routed[shard] = 0
         return deltas
@@ -133,4 +131,4 @@ class Router:
     def terminal(self, rid: str, message: str) -> Delta:
         st = self.end(rid)
         usage = st.usage() if st is not None else Usage(0, 0, 0, 0, 0)
-        return Delta(rid, finish=dict(ABORT), error=message, usage=usage)
+        return terminal(rid, message, usage)

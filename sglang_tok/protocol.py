@@ -466,6 +466,11 @@ class Delta(msgspec.Struct, omit_defaults=True, gc=False):
     result: bytes | None = None
 
 
+def terminal(rid: str, error: str | None, usage: Usage) -> Delta:
+    """A request's last delta when the service, not the scheduler, ends it."""
+    return Delta(rid, finish={"type": "abort"}, error=error, usage=usage)
+
+
 class Deltas(msgspec.Struct, gc=False):
     shard: int
     seq: int

@@ -12,11 +12,11 @@ from typing import Any
 
 import msgspec
 
-from sglang_tok.protocol import Abort, Batch, Delta, Error, Family, Open, Result, Usage
+from sglang_tok.protocol import (Abort, Batch, Delta, Error, Family, Open, Result, Usage,
+                                 terminal)
 from sglang_tok.request import SENT_TAIL, Request
 from sglang_tok.tokenizer import TokenizerInfo
 
-ABORT = {"type": "abort"}
 
 
 class ShardCounters(msgspec.Struct, gc=False):
@@ -162,7 +162,7 @@ class RidTable:
     def _end(self, rid: str, error: str | None, out: list[Delta]) -> None:
         req = self.live.get(rid)
         if req is not None:
-            out.append(req.end(dict(ABORT), error))
+            out.append(req.end({"type": "abort"}, error))
         elif rid in self.ended:
             self.counters.late_rows += 1
             return
@@ -184,12 +184,12 @@ class RidTable:
 
     def fail_all(self, message: str, out: list[Delta]) -> None:
         for rid in list(self.live):
-            out.append(self.live[rid].end(dict(ABORT), message))
+            out.append(self.live[rid].end({"type": "abort"}, message))
             self._finish(rid, True)
 
 
 def _terminal(rid: str, error: str | None) -> Delta:
-    return Delta(rid, finish=dict(ABORT), error=error, usage=Usage(0, 0, 0, 0, 0))
+    return terminal(rid, error, Usage(0, 0, 0, 0, 0))
 
 
 class _FlatReader:
