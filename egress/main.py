@@ -21,7 +21,7 @@ from sglang_tok import internal, protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import DROP_REASONS, Metrics
 from sglang_tok.process import ACTIVITY, EGRESS_READY, Beat, pin, setup_child
-from sglang_tok.protocol import (MALFORMED_FRAME, SHARD_RESTARTED, Abort, Delta, Deltas,
+from sglang_tok.protocol import (EGRESS_RESTARTED, MALFORMED_FRAME, SHARD_RESTARTED, Abort, Delta, Deltas,
                                  Error, FrameError, Open, Ping, Pong, Result)
 
 from .router import Ended, Live, Router
@@ -31,16 +31,18 @@ POLL_MS = 100
 EGRESS = -1
 
 
-def main(cfg: Config, status: Any, core: int | None) -> None:
+def main(cfg: Config, status: Any, core: int | None, restarted: bool = False) -> None:
     title = "sglang-tok egress"
     setup_child(title, cfg.log_level)
     pin(core, title)
-    Egress(cfg, status).run()
+    Egress(cfg, status, restarted).run()
 
 
 class Egress:
-    def __init__(self, cfg: Config, status: Any) -> None:
+    def __init__(self, cfg: Config, status: Any, restarted: bool = False) -> None:
         self.cfg = cfg
+        self.restarted = restarted
+        self.grace_until = 0.0  # set once every shard has started again
         self.status = status
         self.beat = Beat(status, 0)
         self.n = cfg.shards
@@ -171,7 +173,11 @@ class Egress:
         self._send_link(k, msg)
 
     def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float) -> None:
+        if self.router.quarantine and time.monotonic() > self.grace_until:
+            self.router.quarantine = False
         owner, tokens, finished = self.router.route(batch)
+        if self.router.suspects:
+            self._fail_suspects()
         if len(batch):
             self.iteration.observe(tokens)
         late = owner.count(internal.LATE)
@@ -186,6 +192,19 @@ class Egress:
         for k in set(owner):
             if k != internal.LATE:
                 self._forward(k, msg, finished.get(k))
+
+    def _fail_suspects(self) -> None:
+        """Rids first seen just after this egress replaced a dead one: their earlier rows
+        may have died with it, so they end with an error rather than continue with the
+        start of their text missing. Their shard decides: a rid it already ended stays
+        quiet, any other gets the terminal error."""
+        by_shard: dict[int, list[str]] = {}
+        for rid in self.router.suspects:
+            by_shard.setdefault(self.router.owner(rid), []).append(rid)
+            self.router.end(rid)
+        self.router.suspects = []
+        for k, rids in by_shard.items():
+            self._send_link(k, internal.DROP + msgspec.msgpack.encode((EGRESS_RESTARTED, rids)))
 
     def _route_abort(self, msg: Abort, stamp: float) -> None:
         by_shard: dict[int, Ended] = {}
@@ -250,6 +269,9 @@ class Egress:
             log.info("shard %d (pid %d) started", k, note.pid)
             if all(self.up):
                 self.status[EGRESS_READY] = 1.0
+                if self.restarted and not self.grace_until:
+                    self.grace_until = time.monotonic() + self.cfg.restart_grace
+                    self.router.quarantine = True
         elif isinstance(note, internal.ShardDown):
             k = note.shard
             if self.pids[k] != note.pid:

@@ -52,6 +52,10 @@ class Router:
         self.ended_memory = ended_memory
         self.late_rows = 0
         self.routed = [0] * nshards
+        # just after an egress restart: rows of rids seen for the first time (and not
+        # OPENed since) are not routed but collected here for Egress._fail_suspects
+        self.quarantine = False
+        self.suspects: list[str] = []
         self.inflight: list[deque[tuple[int, Ended]]] = [deque() for _ in range(nshards)]
 
     def owner(self, rid: str) -> int:
@@ -92,6 +96,10 @@ class Router:
                 if rid in ended:
                     owner.append(LATE)
                     self.late_rows += 1
+                    continue
+                if self.quarantine:
+                    owner.append(LATE)
+                    self.suspects.append(rid)
                     continue
                 st = live[rid] = Live(zlib.crc32(rid.encode("utf-8")) % n)
             if not st.has_rows:

@@ -56,6 +56,7 @@ def main() -> int:
     ap.add_argument("--frames-per-s", type=float, default=100)
     ap.add_argument("--kinds", default="shard,egress,http")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--service-args", default="", help="extra `sglang-tok serve` flags")
     a = ap.parse_args()
     random.seed(a.seed)
     info = load("deepseek-v4")
@@ -65,7 +66,8 @@ def main() -> int:
                     abort_share=0.02, seed=a.seed)
     reqs = make_requests(info, spec)
     steps = list(schedule(reqs, spec.concurrency, a.seed))
-    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-faults-")), shards=2).start()
+    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-faults-")), shards=2,
+                  args=a.service_args.split()).start()
     kinds = a.kinds.split(",")
     kill_at = sorted(random.uniform(0.1, 0.9) * len(steps) for _ in range(a.kills))
     injected: Counter[str] = Counter()

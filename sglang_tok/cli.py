@@ -43,6 +43,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin cores")
     p.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
     p.add_argument("--heartbeat-timeout", type=float, default=d.heartbeat_timeout)
+    p.add_argument("--restart-grace", type=float, default=d.restart_grace,
+                   help="seconds after an egress restart during which unknown rids fail")
     p.add_argument("--curve-keys", default="", help="directory from `sglang-tok keygen`: "
                    "CURVE authentication and encryption on tcp:// endpoints")
     p.add_argument("--log-level", default=d.log_level)

@@ -42,6 +42,9 @@ class Config(msgspec.Struct, frozen=True):
     pin: bool = True
     heartbeat_timeout: float = 5.0
     drain_timeout: float = 5.0
+    # after an egress restart, rids it has never seen are failed for this long: their
+    # first rows may have died in the old egress's socket (see docs/operations.md)
+    restart_grace: float = 3.0
     restart_limit: int = 5  # restarts of one process within restart_window before giving up
     restart_window: float = 60.0
     curve_keys: str = ""  # directory of CURVE keys for tcp:// endpoints; empty = off

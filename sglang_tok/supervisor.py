@@ -93,7 +93,8 @@ class Supervisor:
         from .metrics import Metrics
         self.metrics = Metrics()
         st, pp = self.status, self.parent_pid
-        self.children = [Child("egress", 0, egress_main, lambda: (cfg, st, egress_core))]
+        egress = Child("egress", 0, egress_main, lambda: (cfg, st, egress_core, egress.starts > 0))
+        self.children = [egress]
         for k in range(cfg.shards):
             self.children.append(Child(
                 f"shard {k}", 1 + k, shard_main,
