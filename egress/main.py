@@ -47,6 +47,9 @@ class Egress:
         self.beat = Beat(status, 0)
         self.n = cfg.shards
         self.router = Router(cfg.shards, cfg.ended_memory * cfg.shards)
+        # a replacement egress starts in quarantine: until --restart-grace after every
+        # shard is back, rids it has never seen may be missing rows the old one lost
+        self.router.quarantine = restarted and cfg.restart_grace > 0
         self.metrics = Metrics()
         self.ctx = zmq.Context(io_threads=1)
         hwm = cfg.link_capacity
@@ -173,7 +176,7 @@ class Egress:
         self._send_link(k, msg)
 
     def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float) -> None:
-        if self.router.quarantine and time.monotonic() > self.grace_until:
+        if self.router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
             self.router.quarantine = False
         owner, tokens, finished = self.router.route(batch)
         if self.router.suspects:
@@ -271,7 +274,6 @@ class Egress:
                 self.status[EGRESS_READY] = 1.0
                 if self.restarted and not self.grace_until:
                     self.grace_until = time.monotonic() + self.cfg.restart_grace
-                    self.router.quarantine = True
         elif isinstance(note, internal.ShardDown):
             k = note.shard
             if self.pids[k] != note.pid:
