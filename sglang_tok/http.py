@@ -141,7 +141,7 @@ class HttpServer:
 
 
 def main(cfg: Config, status: Any, parent_pid: int) -> None:
-    setup_child("sglang-tok http", cfg.log_level)
+    setup_child("sglang-tok http", cfg.log_level, holds_data=False)
     import uvloop
     server = HttpServer(cfg, status, parent_pid)
     uvloop.run(server.serve())

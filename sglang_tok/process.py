@@ -42,17 +42,24 @@ def pid_index(slot: int) -> int:
     return FIRST_SLOT + 2 * slot + 1
 
 
-def setup_child(title: str, level: str) -> None:
-    """Name the process, tie its life to the parent's, and prefix its logs with its role."""
+def setup_child(title: str, level: str, holds_data: bool = True) -> None:
+    """Name the process, tie its life to the parent's, and prefix its logs with its role.
+
+    Shutdown is the supervisor's to run: a ^C or a SIGTERM sent to the whole group (a
+    terminal, systemd's control-group kill) must not kill a process that still holds
+    accepted frames, so those ignore both and wait for the drain. If the supervisor
+    itself dies, the kernel kills its children (PDEATHSIG).
+    """
     logging.basicConfig(level=level, format=f"%(asctime)s {title} %(levelname)s %(message)s")
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_NAME, title.encode()[:15], 0, 0, 0)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except OSError:  # pragma: no cover - not Linux
         pass
-    # the supervisor handles SIGINT (a terminal's ^C reaches the whole group)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if holds_data:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def pin(core: int | None, title: str) -> None:

@@ -211,8 +211,10 @@ class Supervisor:
         for child in self.children:
             if child.proc is not None and child.proc.is_alive():
                 if child.role != "http":
-                    log.warning("%s did not drain in time: terminating", child.role)
-                child.proc.terminate()
+                    log.warning("%s did not drain in time: killing it", child.role)
+                    child.proc.kill()  # it ignores SIGTERM, which belongs to the drain
+                else:
+                    child.proc.terminate()
         for child in self.children:
             if child.proc is not None:
                 child.proc.join(2.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -168,7 +169,9 @@ def test_sigterm_under_load_delivers_every_accepted_row(tmp_path: Path) -> None:
     svc.sched.close()  # type: ignore[union-attr]
     svc.sched = None
     time.sleep(0.2)
-    svc.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    # to the whole process group, as a terminal or systemd would: children wait for the
+    # supervisor's drain instead of dying with frames in hand
+    os.killpg(svc.proc.pid, signal.SIGTERM)  # type: ignore[union-attr]
     rc = svc.proc.wait(20)  # type: ignore[union-attr]
     svc.front.poll(1.0)
     while svc.front.poll(0.5):
