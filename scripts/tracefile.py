@@ -16,7 +16,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 from sglang_tok import protocol
 from sglang_tok.workload import PlannedRequest
@@ -104,9 +104,3 @@ def requests(frames: list[bytes]) -> dict[str, PlannedRequest]:
         except protocol.FrameError:
             continue
     return reqs
-
-
-def iter_rows(frame: bytes) -> Iterator[tuple[str, int]]:
-    """(rid, number of ids) of each row of a BATCH frame."""
-    b = protocol.decode_batch(frame)
-    yield from zip(b.rids, b.header.tok_lens)

@@ -9,7 +9,7 @@ output of one request, computed with full `decode` calls (rules 2 and 3).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from . import protocol
@@ -41,7 +41,6 @@ class PlannedRequest:
     cached_tokens: int = 0
     logprobs: bool = False
     engine: int = 0
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
