@@ -50,7 +50,6 @@ class Router:
         self.live: dict[str, Live] = {}
         self.ended: dict[str, None] = {}
         self.ended_memory = ended_memory
-        self.late_rows = 0
         self.routed = [0] * nshards
         # just after an egress restart: rows of rids seen for the first time (and not
         # OPENed since) are not routed but collected here for Egress._fail_suspects
@@ -95,7 +94,6 @@ class Router:
             if st is None:
                 if rid in ended:
                     owner.append(LATE)
-                    self.late_rows += 1
                     continue
                 if self.quarantine:
                     owner.append(LATE)

@@ -17,7 +17,7 @@ import zmq
 from ring.sockets import Curve, make_socket
 
 from . import protocol
-from .protocol import Delta, Deltas, Pong
+from .protocol import Delta, Pong
 
 
 @dataclass
@@ -51,8 +51,6 @@ class Frontend:
         self.seqs: dict[int, int] = {}
         self.violations: list[str] = []
         self.messages = 0
-        self.arrivals: list[tuple[float, Deltas]] = []
-        self.keep_arrivals = False
 
     def poll(self, timeout_s: float) -> bool:
         """Take every message that arrives within timeout; True if any came."""
@@ -75,8 +73,6 @@ class Frontend:
         if msg.seq != want:
             self.violations.append(f"process {msg.shard}: seq {msg.seq}, expected {want}")
         self.seqs[msg.shard] = msg.seq + 1
-        if self.keep_arrivals:
-            self.arrivals.append((time.monotonic(), msg))
         for d in msg.deltas:
             self.add(msg.shard, d)
 

@@ -96,13 +96,20 @@ def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) ->
     assert service.health()[0] == 200
 
 
-def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -> None:
-    spec = PlanSpec(requests=200, concurrency=200, min_tokens=30, max_tokens=30, seed=3)
+def start_streams(svc: Service, requests: int, seed: int) -> tuple[list, list]:
+    """Requests of 30 ids each, all running: the first 10 steps sent and delivered."""
+    spec = PlanSpec(requests=requests, concurrency=requests, min_tokens=30, max_tokens=30,
+                    seed=seed)
     reqs = make_requests(INFO, spec)
-    steps = list(schedule(reqs, spec.concurrency, 3))
+    steps = list(schedule(reqs, spec.concurrency, seed))
     for step in steps[:10]:
-        service.send(step.batch)  # type: ignore[arg-type]
-    service.barrier()
+        svc.send(step.batch)  # type: ignore[arg-type]
+    svc.barrier()
+    return reqs, steps
+
+
+def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -> None:
+    reqs, steps = start_streams(service, 200, 3)
     victim = service.kill(1)
     for step in steps[10:]:  # rows for the dead shard's rids, sent while it is down
         service.send(step.batch)  # type: ignore[arg-type]
@@ -218,12 +225,7 @@ def test_health_metrics_and_deep_probe(service: Service) -> None:
 
 
 def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service) -> None:
-    spec = PlanSpec(requests=100, concurrency=100, min_tokens=30, max_tokens=30, seed=13)
-    reqs = make_requests(INFO, spec)
-    steps = list(schedule(reqs, spec.concurrency, 13))
-    for step in steps[:10]:
-        service.send(step.batch)  # type: ignore[arg-type]
-    service.barrier()
+    reqs, steps = start_streams(service, 100, 13)
     service.wait_back(0, service.kill(0))
     # every request that was live is ended by its shard with an error; none hangs
     service.barrier()
