@@ -15,14 +15,27 @@ from typing import Any
 
 import msgspec
 import zmq
+from sglang_tok.ring import link
+from sglang_tok.ring.sockets import make_socket
 
-from ring.sockets import make_socket
-from sglang_tok import internal, protocol, security
+from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import DROP_REASONS, Metrics
 from sglang_tok.process import ACTIVITY, EGRESS_READY, Beat, pin, setup_child
-from sglang_tok.protocol import (EGRESS_RESTARTED, MALFORMED_FRAME, SHARD_RESTARTED, Abort, Delta, Deltas,
-                                 Error, FrameError, Open, Ping, Pong, Result)
+from sglang_tok.protocol import (
+    EGRESS_RESTARTED,
+    MALFORMED_FRAME,
+    SHARD_RESTARTED,
+    Abort,
+    Delta,
+    Deltas,
+    Error,
+    FrameError,
+    Open,
+    Ping,
+    Pong,
+    Result,
+)
 
 from .router import Ended, Live, Router
 
@@ -89,7 +102,7 @@ class Egress:
         for k in range(self.n):
             while True:
                 try:
-                    self.links[k].send(internal.SYNC, zmq.NOBLOCK)
+                    self.links[k].send(link.SYNC, zmq.NOBLOCK)
                     break
                 except zmq.Again:  # shard k has not connected yet
                     self.beat()
@@ -151,7 +164,7 @@ class Egress:
         except FrameError as err:
             return self._drop(err)
         counter.inc()  # type: ignore[union-attr]
-        fwd = internal.forward(stamp, frame)
+        fwd = link.forward(stamp, frame)
         if isinstance(msg, Open):
             if len(msg.rid) > self.cfg.max_rid_length:
                 return self._drop(FrameError("limit_rid_length", "rid longer than "
@@ -171,7 +184,7 @@ class Egress:
         elif isinstance(msg, Ping):
             self._ping(msg, fwd)
 
-    def _forward(self, k: int, msg: bytes, ended: "Ended | None" = None) -> None:
+    def _forward(self, k: int, msg: bytes, ended: Ended | None = None) -> None:
         self.router.dispatched(k, ended)
         self._send_link(k, msg)
 
@@ -183,17 +196,17 @@ class Egress:
             self._fail_suspects()
         if len(batch):
             self.iteration.observe(tokens)
-        late = owner.count(internal.LATE)
+        late = owner.count(link.LATE)
         if late:
             self.late.inc(late)
         if self.n == 1 and not late:
             if owner:
-                self._forward(0, internal.forward(stamp, frame), finished.get(0))
+                self._forward(0, link.forward(stamp, frame), finished.get(0))
             return
         owners = bytes(owner)
-        msg = internal.rows(stamp, owners, frame)
+        msg = link.rows(stamp, owners, frame)
         for k in set(owner):
-            if k != internal.LATE:
+            if k != link.LATE:
                 self._forward(k, msg, finished.get(k))
 
     def _fail_suspects(self) -> None:
@@ -207,7 +220,7 @@ class Egress:
             self.router.end(rid)
         self.router.suspects = []
         for k, rids in by_shard.items():
-            self._send_link(k, internal.DROP + msgspec.msgpack.encode((EGRESS_RESTARTED, rids)))
+            self._send_link(k, link.DROP + msgspec.msgpack.encode((EGRESS_RESTARTED, rids)))
 
     def _route_abort(self, msg: Abort, stamp: float) -> None:
         by_shard: dict[int, Ended] = {}
@@ -220,7 +233,7 @@ class Egress:
             by_shard.setdefault(k, []).append((rid, st))
         for k, ended in by_shard.items():
             frame = protocol.encode_control(Abort([rid for rid, _ in ended]))
-            self._forward(k, internal.forward(stamp, frame), ended)
+            self._forward(k, link.forward(stamp, frame), ended)
 
     def _ping(self, msg: Ping, fwd: bytes) -> None:
         self._send_out(protocol.encode_pong(Pong(msg.nonce, EGRESS)), probe=msg.nonce < 0)
@@ -243,7 +256,7 @@ class Egress:
             self.router.end(rid)
         self.metrics.terminal_errors.labels("malformed_frame").inc(len(rids))
         for k, ks in by_shard.items():
-            self._send_link(k, internal.DROP + msgspec.msgpack.encode((MALFORMED_FRAME, ks)))
+            self._send_link(k, link.DROP + msgspec.msgpack.encode((MALFORMED_FRAME, ks)))
 
     # ------------------------------------------------------------------ notices
     def _serve_notices(self) -> None:
@@ -253,28 +266,28 @@ class Egress:
                     raw = sock.recv(zmq.NOBLOCK)
                 except zmq.Again:
                     break
-                self.on_notice(internal.notice_decoder.decode(raw))
+                self.on_notice(link.notice_decoder.decode(raw))
 
-    def on_notice(self, note: internal.Notice) -> None:
-        if isinstance(note, internal.Ack):
+    def on_notice(self, note: link.Notice) -> None:
+        if isinstance(note, link.Ack):
             self.router.acked(note.shard, note.count)
-        elif isinstance(note, internal.Ended):
+        elif isinstance(note, link.Ended):
             for rid in note.rids:
                 self.router.end(rid)
-        elif isinstance(note, internal.Hello):
+        elif isinstance(note, link.Hello):
             k = note.shard
             if self.pids[k] is not None and self.pids[k] != note.pid:
                 self._fail_shard(k)
             self.pids[k] = note.pid
             self.up[k] = True
-            self._send_now(k, internal.START)
+            self._send_now(k, link.START)
             self._flush(k)
             log.info("shard %d (pid %d) started", k, note.pid)
             if all(self.up):
                 self.status[EGRESS_READY] = 1.0
                 if self.restarted and not self.grace_until:
                     self.grace_until = time.monotonic() + self.cfg.restart_grace
-        elif isinstance(note, internal.ShardDown):
+        elif isinstance(note, link.ShardDown):
             k = note.shard
             if self.pids[k] != note.pid:
                 return  # an older incarnation; the Hello of the new one already failed it
@@ -282,7 +295,7 @@ class Egress:
             self.pids[k] = None
             self.up[k] = False
             self.status[EGRESS_READY] = 0.0
-        elif isinstance(note, internal.Drain):
+        elif isinstance(note, link.Drain):
             self.draining = True
 
     def _fail_shard(self, k: int) -> None:
@@ -359,7 +372,7 @@ class Egress:
                     self.links[k].poll(50, zmq.POLLOUT)
                     self.beat()
             if self.up[k]:
-                self._send_now(k, internal.EXIT)
+                self._send_now(k, link.EXIT)
         log.info("egress drained; exiting")
         for sock in (*self.links, self.back, self.notices, self.out, self.health):
             sock.close()

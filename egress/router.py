@@ -10,9 +10,9 @@ from __future__ import annotations
 import zlib
 from collections import deque
 
-from sglang_tok.internal import LATE
-from sglang_tok.protocol import Batch, Delta, Usage, terminal
+from sglang_tok.ring.link import LATE
 
+from sglang_tok.protocol import Batch, Delta, Usage, terminal
 
 
 def shard_of(rid: str, nshards: int) -> int:

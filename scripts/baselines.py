@@ -13,20 +13,16 @@ Both read the same input frames from the same kind of socket and answer PINGs as
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import zmq
+from tokenizers.decoders import DecodeStream
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from tokenizers.decoders import DecodeStream  # noqa: E402
-
-from sglang_tok import protocol  # noqa: E402
-from sglang_tok.protocol import Delta, Deltas, Pong, Usage  # noqa: E402
-from sglang_tok.tokenizer import load  # noqa: E402
+from sglang_tok import protocol
+from sglang_tok.protocol import Delta, Deltas, Pong, Usage
+from sglang_tok.tokenizer import load
 
 
 def find_printable_text(text: str) -> str:
@@ -113,7 +109,8 @@ class Baseline:
         for rid, clean, raw, fin, prompt in rows:
             s = self.state.get(rid)
             if s is None:
-                s = self.state[rid] = [DecodeStream(skip_special_tokens=self.skip.pop(rid, True)), 0]
+                skip = self.skip.pop(rid, True)
+                s = self.state[rid] = [DecodeStream(skip_special_tokens=skip), 0]
             ds = s[0]
             parts = []
             for i in clean:

@@ -23,13 +23,13 @@ from typing import Any
 
 import psutil
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from replay import Target, replay, start_baseline, start_service  # noqa: E402
-from sglang_tok.workload import PlanSpec  # noqa: E402
-from synth import synthesise  # noqa: E402
-from tracefile import read  # noqa: E402
+from replay import Target, replay, start_baseline, start_service
+from synth import synthesise
+from tracefile import read
+
+from sglang_tok.workload import PlanSpec
 
 SYSTEMS = ["sglang-tok x1", "sglang-tok x2", "baseline sglang", "baseline vllm"]
 

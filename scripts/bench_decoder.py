@@ -20,15 +20,14 @@ import time
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from tokenizers.decoders import DecodeStream  # noqa: E402
+from sglang_tok.shards.table import RidTable
+from tokenizers.decoders import DecodeStream
 
-from shards.table import RidTable  # noqa: E402
-from sglang_tok import protocol  # noqa: E402
-from sglang_tok.decoder import make_stream  # noqa: E402
-from sglang_tok.tokenizer import load  # noqa: E402
-from sglang_tok.workload import PlanSpec, make_requests, schedule  # noqa: E402
+from sglang_tok import protocol
+from sglang_tok.decoder import make_stream
+from sglang_tok.tokenizer import load
+from sglang_tok.workload import PlanSpec, make_requests, schedule
 
 
 def texts() -> list[str]:
@@ -126,7 +125,7 @@ def main() -> int:
         r.ids[:-1] if (r.finish or {}).get("matched") == (r.ids or [None])[-1] else r.ids))
     bad_full = sum(1 for r in reqs if "".join(got_full[r.rid]) != "".join(got[r.rid]))
     base = max(results["DecodeStream"])
-    print(f"{'decoder':<14} {'tokens/s (best of %d)' % args.repeat:>22} {'ratio':>8}")
+    print(f"{'decoder':<14} {f'tokens/s (best of {args.repeat})':>22} {'ratio':>8}")
     for name, vals in results.items():
         print(f"{name:<14} {max(vals):>22,.0f} {max(vals) / base:>7.2f}x")
     print(f"exactness: ours/plain {len(reqs) - bad}/{len(reqs)} exact; "

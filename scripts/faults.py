@@ -23,11 +23,11 @@ from collections import Counter
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 
 from service import Service  # noqa: E402
+
 from sglang_tok.tokenizer import load  # noqa: E402
 from sglang_tok.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
 

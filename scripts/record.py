@@ -19,10 +19,9 @@ import time
 import zmq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from ring.sockets import make_socket  # noqa: E402
+from sglang_tok.ring.sockets import make_socket  # noqa: E402
 from tracefile import TraceWriter  # noqa: E402
 
 

@@ -27,14 +27,14 @@ from typing import Any
 
 import zmq
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from sglang_tok import protocol  # noqa: E402
-from sglang_tok.client import Frontend  # noqa: E402
-from sglang_tok.tokenizer import load  # noqa: E402
-from sglang_tok.workload import verify  # noqa: E402
-from tracefile import Trace, read, requests  # noqa: E402
+from tracefile import Trace, read, requests
+
+from sglang_tok import protocol
+from sglang_tok.client import Frontend
+from sglang_tok.tokenizer import load
+from sglang_tok.workload import verify
 
 
 def percentile(xs: list[float], q: float) -> float:

@@ -21,12 +21,11 @@ import time
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import psutil  # noqa: E402
-
 from service import Service  # noqa: E402
+
 from sglang_tok.tokenizer import load  # noqa: E402
 from sglang_tok.workload import PlanSpec, make_requests, schedule, verify  # noqa: E402
 

@@ -16,12 +16,12 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from sglang_tok.tokenizer import load  # noqa: E402
-from sglang_tok.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule  # noqa: E402
-from tracefile import TraceWriter  # noqa: E402
+from tracefile import TraceWriter
+
+from sglang_tok.tokenizer import load
+from sglang_tok.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule
 
 LOCALES = ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN")
 EXTRA = [
@@ -71,7 +71,7 @@ def synthesise(path: str, spec: PlanSpec, tokenizer: str, step_ms: float, top_k:
     w = TraceWriter(path, {"tokenizer": tokenizer, "created": time.time(),
                            "spec": spec.__dict__, "step_ms": step_ms, "top_k": top_k})
     tokens = rows = 0
-    for t, kind, f in events:
+    for t, _kind, f in events:
         w.write(t, f)
     w.close()
     for steps in per_engine:

@@ -58,7 +58,7 @@ class Attributor:
         end = start + len(text)
         queue = self.queue
         n = 0
-        for tid, kind, anchor in queue:
+        for _tid, kind, anchor in queue:
             if anchor == PENDING or (anchor >= end if kind == VISIBLE else anchor > end):
                 break
             n += 1

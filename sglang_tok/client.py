@@ -14,10 +14,9 @@ from typing import Any
 
 import zmq
 
-from ring.sockets import Curve, make_socket
-
 from . import protocol
 from .protocol import Delta, Pong
+from .ring.sockets import Curve, make_socket
 
 
 @dataclass

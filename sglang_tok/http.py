@@ -19,12 +19,20 @@ from typing import Any
 
 import zmq
 
-from ring.sockets import make_socket
-
 from . import protocol, security
 from .config import Config
-from .process import (ACTIVITY, EGRESS_READY, HTTP_PORT, SUPERVISOR_BEAT, Beat, beat_index,
-                      parent_alive, pid_index, setup_child)
+from .process import (
+    ACTIVITY,
+    EGRESS_READY,
+    HTTP_PORT,
+    SUPERVISOR_BEAT,
+    Beat,
+    beat_index,
+    parent_alive,
+    pid_index,
+    setup_child,
+)
+from .ring.sockets import make_socket
 
 log = logging.getLogger("sglang_tok.http")
 MAX_REQUEST_BYTES = 8192
@@ -95,7 +103,7 @@ class HttpServer:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                 ConnectionError):
             writer.close()
             return

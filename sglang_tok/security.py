@@ -23,7 +23,7 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from ring.sockets import Curve
+from .ring.sockets import Curve
 
 SCHEDULERS = "authorized-schedulers"
 SERVICE = "authorized-service"

@@ -17,18 +17,26 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import zmq
 
-from ring.sockets import make_socket
-
-from . import internal
 from .config import Config, finalize
-from .process import (DRAINING, EGRESS_READY, HTTP_PORT, SUPERVISOR_BEAT, beat_index,
-                      pid_index, plan_cores, status_size)
+from .process import (
+    DRAINING,
+    EGRESS_READY,
+    HTTP_PORT,
+    SUPERVISOR_BEAT,
+    beat_index,
+    pid_index,
+    plan_cores,
+    status_size,
+)
+from .ring import link
+from .ring.sockets import make_socket
 from .tokenizer import TokenizerLoadError, load_tokenizer
 
 log = logging.getLogger("sglang_tok.supervisor")
@@ -86,11 +94,10 @@ class Supervisor:
         shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin)
         if why:
             log.warning(why)
-        from egress.main import main as egress_main
-        from shards.main import main as shard_main
-
+        from .egress.main import main as egress_main
         from .http import main as http_main
         from .metrics import Metrics
+        from .shards.main import main as shard_main
         self.metrics = Metrics()
         st, pp = self.status, self.parent_pid
         egress = Child("egress", 0, egress_main, lambda: (cfg, st, egress_core, egress.starts > 0))
@@ -144,8 +151,8 @@ class Supervisor:
             _mark_dead(proc.pid)
             log.warning("%s (pid %d) exited with code %s", child.role, proc.pid, proc.exitcode)
             if child.role.startswith("shard"):
-                note = internal.ShardDown(child.slot - 1, proc.pid)
-                self.notices.send(internal.notice_encoder.encode(note))
+                note = link.ShardDown(child.slot - 1, proc.pid)
+                self.notices.send(link.notice_encoder.encode(note))
             if child.starts == 1 and not ever_ticked:
                 raise BootFailure(f"{child.role} failed at boot (exit code {proc.exitcode}); "
                                   "see its log above. Stopping.")
@@ -204,7 +211,7 @@ class Supervisor:
         self.status[DRAINING] = 1.0
         deadline = time.monotonic() + self.cfg.drain_timeout
         log.info("draining (deadline %.1fs)", self.cfg.drain_timeout)
-        self.notices.send(internal.notice_encoder.encode(internal.Drain()))
+        self.notices.send(link.notice_encoder.encode(link.Drain()))
         workers = [c for c in self.children if c.proc is not None and c.role != "http"]
         for child in workers:
             child.proc.join(max(0.0, deadline - time.monotonic()))

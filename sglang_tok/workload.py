@@ -9,8 +9,9 @@ output of one request, computed with full `decode` calls (rules 2 and 3).
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from . import protocol
 from .tokenizer import TokenizerInfo

@@ -9,9 +9,10 @@ from typing import Any
 
 import msgspec
 import zmq
+from sglang_tok.ring import link
+from sglang_tok.ring.sockets import make_socket
 
-from ring.sockets import make_socket
-from sglang_tok import internal, protocol, security
+from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import Metrics
 from sglang_tok.process import Beat, parent_alive, pin, setup_child
@@ -85,7 +86,7 @@ class Shard:
                 continue
             msg = memoryview(inbox.recv())
             kind = bytes(msg[:1])
-            if kind == internal.FORWARD or kind == internal.ROWS:
+            if kind == link.FORWARD or kind == link.ROWS:
                 if self.started:
                     try:
                         self.on_forward(msg)
@@ -98,28 +99,28 @@ class Shard:
                         self._ack()
                         self._publish()
                         self._next_report = now + REPORT_EVERY_S
-            elif kind == internal.START and not self.started:
+            elif kind == link.START and not self.started:
                 self.started = True  # a repeated START (our second Hello) changes nothing
                 self.processed = 0
-            elif kind == internal.SYNC:
+            elif kind == link.SYNC:
                 self._sync()
-            elif kind == internal.DROP:
-                message, rids = internal.drop_decoder.decode(msg[1:])
+            elif kind == link.DROP:
+                message, rids = link.drop_decoder.decode(msg[1:])
                 out: list[Delta] = []
                 self.table.on_drop(rids, message, out)
                 if out:
                     self._send(out)
                 self._publish()
-            elif kind == internal.EXIT:
+            elif kind == link.EXIT:
                 log.info("drained; exiting")
                 break
         self.close()
 
     def _ack(self) -> None:
-        self.back.send(internal.notice_encoder.encode(internal.Ack(self.shard, self.processed)))
+        self.back.send(link.notice_encoder.encode(link.Ack(self.shard, self.processed)))
 
     def _hello(self) -> None:
-        self.back.send(internal.notice_encoder.encode(internal.Hello(self.shard, os.getpid())))
+        self.back.send(link.notice_encoder.encode(link.Hello(self.shard, os.getpid())))
 
     def _sync(self) -> None:
         """A new egress: it cannot know our live rids, so end them now and start over."""
@@ -132,9 +133,9 @@ class Shard:
 
     def on_forward(self, msg: memoryview) -> None:
         t0 = time.perf_counter()
-        stamp = internal.STAMP.unpack_from(msg, 1)[0]
+        stamp = link.STAMP.unpack_from(msg, 1)[0]
         owners = None
-        if msg[0] == internal.ROWS[0]:
+        if msg[0] == link.ROWS[0]:
             n = int.from_bytes(msg[9:13], "little")
             owners, frame = msg[13:13 + n], msg[13 + n:]
         else:
@@ -172,7 +173,7 @@ class Shard:
     def _fail_message(self, msg: memoryview) -> None:
         """End every live rid a message named, after an internal error processing it."""
         try:
-            frame = msg[13 + int.from_bytes(msg[9:13], "little"):] if msg[0] == internal.ROWS[0] \
+            frame = msg[13 + int.from_bytes(msg[9:13], "little"):] if msg[0] == link.ROWS[0] \
                 else msg[9:]
             rids = protocol.decode_batch(frame).rids if frame[0] == protocol.TAG_BATCH else []
         except Exception:
@@ -188,8 +189,8 @@ class Shard:
         self.out.send(protocol.encode_deltas(Deltas(self.shard, self.seq, out)))
         self.seq += 1
         if self.table.self_ended:
-            ended = internal.Ended(self.shard, self.table.self_ended)
-            self.back.send(internal.notice_encoder.encode(ended))
+            ended = link.Ended(self.shard, self.table.self_ended)
+            self.back.send(link.notice_encoder.encode(ended))
             self.table.self_ended = []
 
     def _publish(self) -> None:

@@ -8,16 +8,15 @@ ended rids are remembered (bounded) so that late rows are ignored instead of reo
 from __future__ import annotations
 
 from codecs import utf_8_decode
+from collections.abc import Iterable
 from itertools import compress
-from typing import Any, Iterable
+from typing import Any
 
 import msgspec
 
-from sglang_tok.protocol import (Abort, Batch, Delta, Error, Family, Open, Result, Usage,
-                                 terminal)
+from sglang_tok.protocol import Abort, Batch, Delta, Error, Family, Open, Result, Usage, terminal
 from sglang_tok.request import SENT_TAIL, Request
 from sglang_tok.tokenizer import TokenizerInfo
-
 
 
 class ShardCounters(msgspec.Struct, gc=False):
@@ -204,7 +203,7 @@ class _FlatReader:
         self.starts = fam.values.row_starts
 
     @classmethod
-    def of(cls, batch: Batch, name: str) -> "_FlatReader | None":
+    def of(cls, batch: Batch, name: str) -> _FlatReader | None:
         fam = batch.family(name)
         return None if fam is None else cls(batch, fam)
 
@@ -224,7 +223,7 @@ class _RaggedReader:
         self.poslens, self.pos_starts = fam.poslens, fam.pos_starts
 
     @classmethod
-    def of(cls, batch: Batch, name: str) -> "_RaggedReader | None":
+    def of(cls, batch: Batch, name: str) -> _RaggedReader | None:
         fam = batch.family(name)
         return None if fam is None else cls(batch, fam)
 

@@ -35,7 +35,7 @@ class Service:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sched: Scheduler | None = None
 
-    def start(self, timeout: float = 60.0) -> "Service":
+    def start(self, timeout: float = 60.0) -> Service:
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=self.log,
                                      start_new_session=True)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import chunk, chunk_sizes, text
 from tokenizers import Tokenizer
 
-import zoo
 from sglang_tok.decoder import ByteStream, WindowStream, make_stream
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from strategies import chunk, chunk_sizes, text
 
 
 def reference(tok: Tokenizer, prompt: list[int], ids: list[int], skip: bool) -> str:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
+from fuzzing import bad_control, classify, fuzz_batch, mutate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from fuzzing import bad_control, classify, fuzz_batch, mutate
 from service import Service
+
 from sglang_tok.tokenizer import load
 from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from service import Service
+
 from sglang_tok import protocol
 from sglang_tok.client import Frontend, Scheduler, barrier
 from sglang_tok.tokenizer import load

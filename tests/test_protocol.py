@@ -61,12 +61,12 @@ def test_golden_split_per_shard_redecodes_to_the_same_rows(name: str, nshards: i
 
 
 def hash_rid(rid: str) -> int:
-    from egress.router import shard_of
+    from sglang_tok.egress.router import shard_of
     return shard_of(rid, 1 << 30)
 
 
 def test_shard_of_is_stable_across_runs() -> None:
-    from egress.router import shard_of
+    from sglang_tok.egress.router import shard_of
     assert [shard_of(r, 4) for r in ("r0", "r1", "req-2#00000000deadbeef")] == [
         __import__("zlib").crc32(r.encode()) % 4 for r in ("r0", "r1", "req-2#00000000deadbeef")]
 

@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import chunk, chunk_sizes, text
 
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.request import Request
 from sglang_tok.tokenizer import TokenizerInfo, load
-from strategies import chunk, chunk_sizes, text
 
 INFO: TokenizerInfo = load("deepseek-v4")
 TOK = INFO.tokenizer
@@ -187,7 +187,7 @@ def test_every_id_gets_one_attribution_in_push_order() -> None:
     assert [a[0] for a in flat] == ids
     for x in d:
         nbytes = len(x.text.encode())
-        for tid, kind, off in x.attributions or []:
+        for _tid, kind, off in x.attributions or []:
             assert 0 <= off <= nbytes and (kind == 1 or off < nbytes)
     assert flat[-1][1] == 1  # out-of-vocabulary id pending at the end: zero-width
 
@@ -209,7 +209,7 @@ def test_stop_cut_turns_anchors_past_it_into_zero_width() -> None:
     assert d[0].text == "keep " and d[0].finish == {"type": "stop", "matched": "STOP"}
     attrs = d[0].attributions or []
     assert len(attrs) == len(ids)
-    for tid, kind, off in attrs:
+    for _tid, _kind, off in attrs:
         assert off <= len("keep ")
     assert all(kind == 1 and off == 5 for _, kind, off in attrs if off == 5)
 
@@ -221,5 +221,5 @@ def test_attribution_offsets_are_utf8_bytes_local_to_delta(include: bool) -> Non
     text = "".join(x.text for x in d)
     assert text == ("é€x" if include else "é€")
     for x in d:
-        for tid, kind, off in x.attributions or []:
+        for _tid, _kind, off in x.attributions or []:
             assert off <= len(x.text.encode())

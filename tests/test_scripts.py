@@ -41,6 +41,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
 
     # record: a scheduler pushes into the recorder as it would into the service
     from record import record
+
     from sglang_tok.client import Scheduler
     rec = tmp_path / "rec.trace"
     ep = f"ipc://{tmp_path}/rec.ipc"

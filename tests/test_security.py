@@ -11,12 +11,12 @@ from pathlib import Path
 
 import zmq
 import zmq.auth
+from service import Service
+from sglang_tok.ring.sockets import Curve
 
-from ring.sockets import Curve
 from sglang_tok import protocol, security
 from sglang_tok.client import Frontend, Scheduler, barrier
 from sglang_tok.tokenizer import load
-from service import Service
 
 ROOT = Path(__file__).resolve().parent.parent
 

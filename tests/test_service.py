@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from service import Service
 
 from sglang_tok import protocol
 from sglang_tok.tokenizer import TokenizerInfo, load
 from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
-from service import Service
 
 INFO: TokenizerInfo = load("deepseek-v4")
 
@@ -133,6 +133,7 @@ def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -
 
 def test_frontend_that_stops_reading_gets_backpressure_not_loss(tmp_path: Path) -> None:
     import zmq
+
     from sglang_tok.client import Frontend, Scheduler
     svc = Service(tmp_path, shards=1, args=["--link-capacity", "2"], ring_capacity=2).start()
     try:
@@ -209,7 +210,7 @@ def test_health_metrics_and_deep_probe(service: Service) -> None:
     assert m[f"sglang:iteration_tokens_total_count{lab}"] == 2
     assert m[f"sglang:iteration_tokens_total_sum{lab}"] == 75
     def b(le: str) -> float:
-        return m['sglang:iteration_tokens_total_bucket{engine="0",le="%s",model_name="deepseek-v4"}' % le]
+        return m[f'sglang:iteration_tokens_total_bucket{{engine="0",le="{le}",model_name="deepseek-v4"}}']
     assert b("1.0") == 0 and b("8.0") == 1 and b("64.0") == 1 and b("128.0") == 2
     assert b("16384.0") == 2 and b("+Inf") == 2
     code, h = service.health()

@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 
-from soak import soak  # noqa: E402
+from soak import soak
 
 
 def test_short_soak_leaks_nothing() -> None:
