@@ -235,8 +235,8 @@ def measure_behind(impl: Impl, tok: Tokenizer, reqs: list[list[int]], hi: int,
                    seed: int) -> dict[str, int]:
     rng = random.Random(seed)
     byte_ids = impl.info.byte_fallback_ids
-    c = dict(rows=0, inside=0, inside_chars=0, outside=0, outside_chars=0, ds_failed=0,
-             ds_diverged=0, ours_exact=0)
+    c = dict.fromkeys(("rows", "inside", "inside_chars", "outside", "outside_chars",
+                       "ds_failed", "ds_diverged", "ours_exact"), 0)
     for ids in reqs:
         r = impl.req()
         ds = DecodeStream(skip_special_tokens=True)
@@ -248,7 +248,7 @@ def measure_behind(impl: Impl, tok: Tokenizer, reqs: list[list[int]], hi: int,
                 try:
                     for i in row:
                         theirs += ds.step(tok, i) or ""
-                except Exception:
+                except Exception:  # noqa: BLE001 - it raises a bare Exception
                     ds_ok = False
                     c["ds_failed"] += 1
             if n == len(rows) - 1 or not ds_ok:
@@ -300,10 +300,8 @@ def measure_stop_hold(impl: Impl, tok: Tokenizer, reqs: list[list[int]], hi: int
     return bad_reqs, bad_rows, len(reqs)
 
 
-def measure_cost(impl: Impl, tok: Tokenizer, reqs: list[list[int]], repeat: int
-                 ) -> dict[str, float]:
-    reqs = [ids for ids in reqs if _decodestream_ok(tok, ids)]  # it raises on the others
-    n = sum(len(ids) for ids in reqs)
+def cost_runs(impl: Impl, tok: Tokenizer, reqs: list[list[int]]) -> dict[str, Any]:
+    """The timed loops, per id: DecodeStream, the window stream, attributed rows."""
     rng = random.Random(3)
     multi = [rows_of(ids, rng, 4) for ids in reqs]
     info, make = impl.info, impl.decoder.make_stream
@@ -332,16 +330,24 @@ def measure_cost(impl: Impl, tok: Tokenizer, reqs: list[list[int]], repeat: int
             for i in ids:
                 row([i], None, 1, 0, 0)
 
-    out = {}
-    for name, fn in (("DecodeStream", ds), ("window 1/row", one), ("window 1-4/row", several),
-                     ("attributed 1/row", attributed)):
-        best = float("inf")
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        out[name] = best / n * 1e6
-    return out
+    return {"DecodeStream": ds, "window 1/row": one, "window 1-4/row": several,
+            "attributed 1/row": attributed}
+
+
+def measure_cost(impls: list[Impl], tok: Tokenizer, reqs: list[list[int]], repeat: int
+                 ) -> list[dict[str, float]]:
+    """Best time per id of each loop, implementations interleaved in every round."""
+    reqs = [ids for ids in reqs if _decodestream_ok(tok, ids)]  # it raises on the others
+    n = sum(len(ids) for ids in reqs)
+    loops = [cost_runs(impl, tok, reqs) for impl in impls]
+    best: list[dict[str, float]] = [dict.fromkeys(lp, float("inf")) for lp in loops]
+    for _ in range(repeat):
+        for name in loops[0]:
+            for lp, b in zip(loops, best):
+                t0 = time.perf_counter()
+                lp[name]()
+                b[name] = min(b[name], (time.perf_counter() - t0) / n * 1e6)
+    return best
 
 
 def _decodestream_ok(tok: Tokenizer, ids: list[int]) -> bool:
@@ -349,7 +355,7 @@ def _decodestream_ok(tok: Tokenizer, ids: list[int]) -> bool:
     try:
         for i in ids:
             d.step(tok, i)
-    except Exception:
+    except Exception:  # noqa: BLE001 - it raises a bare Exception
         return False
     return True
 
@@ -400,8 +406,8 @@ def main() -> int:
         bad_reqs, bad_rows, n = measure_stop_hold(impl, tok, reqs, 3, seed=9)
         print(f"stop strings, 1-3 ids/row: held back beyond rule 3 in {bad_reqs} of {n} "
               f"requests ({bad_rows} rows)")
-    print("cost, us per id (best of %d):" % args.repeat)
-    costs = [measure_cost(impl, tok, reqs, args.repeat) for impl in impls]
+    print(f"cost, us per id (best of {args.repeat}, interleaved):")
+    costs = measure_cost(impls, tok, reqs, args.repeat)
     for name in costs[0]:
         vals = "  ".join(f"{impl.name}: {c[name]:6.2f}" for impl, c in zip(impls, costs))
         print(f"  {name:<18} {vals}")
