@@ -220,8 +220,8 @@ class WindowStream:
                     parts.append(t)
                     if marks:
                         marks.clear()
-                else:
-                    marks.append(0)
+                else:  # all still pending, waiting for the next character
+                    marks[:] = [0] * (len(marks) + 1)
         return "".join(parts)
 
     def flush_attributed(self, attr: Attributor) -> str:

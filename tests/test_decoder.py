@@ -299,3 +299,38 @@ def test_window_stays_bounded_when_rows_end_inside_runs() -> None:
     assert len(stream._ids) < 64
     out.append(stream.flush())
     assert "".join(out) == tok.decode(ids)
+
+
+@pytest.mark.parametrize("name", FALLBACK)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=rare_text, data=st.data(), sizes=chunk_sizes, skip=st.booleans(),
+       stream=st.booleans(), include=st.booleans())
+def test_byte_run_attribution_with_prompts_and_stops_keeps_one_per_id(
+        name: str, body: str, data: st.DataObject, sizes: list[int], skip: bool, stream: bool,
+        include: bool) -> None:
+    """Prompts ending inside a run, stop strings cutting through one, stream=false: every
+    id still gets exactly one attribution, in push order, inside its delta's text."""
+    info = info_for(name)
+    ids = byte_run_ids(info, data, body)
+    split = data.draw(st.integers(0, len(ids)), label="prompt split")
+    prompt, gen = ids[:split], ids[split:]
+    stop = data.draw(st.lists(st.sampled_from(["\ufffd", "🚶", " b", "情", "ᚠᛇ", "x"]),
+                              max_size=2), label="stop")
+    req = Request("r", info, Open("r", attribution=True, skip_special_tokens=skip,
+                                  prompt_ids=prompt, stop=stop, stream=stream,
+                                  include_stop_str_in_output=include))
+    rows = chunk(gen, sizes) or [[]]
+    got, consumed = [], []
+    for n, row in enumerate(rows):
+        d = req.row(row, {"type": "length", "length": 1} if n == len(rows) - 1 else None,
+                    1, 0, 0)
+        consumed += row
+        if d is None:
+            continue
+        size = len(d.text.encode("utf-8"))
+        for tid, kind, off in d.attributions or []:
+            assert 0 <= off <= size and (kind == 1 or off < size)
+            got.append(tid)
+        if d.finish is not None:
+            break
+    assert got == consumed
