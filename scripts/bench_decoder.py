@@ -9,6 +9,10 @@ Compares, in the same run, on the same ids in the same step order:
                  continuous usage on every request
 Prints tokens/s of each and the ratios to DecodeStream (ratios, not absolute times: the
 machine is shared and noisy). Every output of ours is checked against a full decode.
+
+`--tokenizer llama2-style` measures the window path instead (Metaspace + ByteFallback BPE
+trained by scripts/byte_runs.py); `--tokenizer PATH` takes any tokenizer.json. Where
+DecodeStream raises on a byte run cut mid-character, that request's stream restarts.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from tokenizers.decoders import DecodeStream
 
 from sglang_tok import protocol
 from sglang_tok.decoder import make_stream
-from sglang_tok.tokenizer import load
+from sglang_tok.tokenizer import TokenizerInfo, describe, load
 from sglang_tok.workload import PlanSpec, make_requests, schedule
 
 
@@ -44,13 +48,23 @@ def texts() -> list[str]:
     return out + ["```python\ndef f(x):\n    return x ** 2  # 🙂\n```", "👩‍👩‍👧‍👦 🏳️‍🌈 ❤️‍🔥"]
 
 
+def load_info(name: str) -> TokenizerInfo:
+    if name == "llama2-style":
+        sys.path.insert(0, os.path.dirname(__file__))
+        from byte_runs import llama2_style
+        return describe(llama2_style(), name)
+    return load(name)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=120_000)
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tokenizer", default="deepseek-v4",
+                    help="deepseek-v4 (byte path), llama2-style (window path) or a path")
     args = ap.parse_args()
-    info = load("deepseek-v4")
+    info = load_info(args.tokenizer)
     tok = info.tokenizer
     n = args.tokens // 200
     spec = PlanSpec(requests=n, concurrency=args.concurrency, min_tokens=150, max_tokens=250,
@@ -66,8 +80,8 @@ def main() -> int:
         r.logprobs = True
     steps_full = [s.batch for s in schedule(reqs, args.concurrency, 2, top_k=5) if s.batch]
     order = [[rid_ids for rid_ids in _rows(b)] for b in steps_plain]
-    print(f"trace: {len(reqs)} requests, {total} tokens, {len(steps_plain)} frames, "
-          f"concurrency {args.concurrency}")
+    print(f"trace: {info.name}, {len(reqs)} requests, {total} tokens, {len(steps_plain)} "
+          f"frames, concurrency {args.concurrency}")
 
     def run_decodestream() -> float:
         streams: dict[str, DecodeStream] = {}
@@ -77,8 +91,11 @@ def main() -> int:
                 ds = streams.get(rid)
                 if ds is None:
                     ds = streams[rid] = DecodeStream(skip_special_tokens=True)
-                for i in ids:
-                    ds.step(tok, i)
+                try:
+                    for i in ids:
+                        ds.step(tok, i)
+                except Exception:
+                    streams[rid] = DecodeStream(skip_special_tokens=True)
         return time.perf_counter() - t0
 
     def run_stream() -> tuple[float, dict[str, list[str]]]:

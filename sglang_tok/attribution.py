@@ -1,11 +1,13 @@
 """Token attribution: which token ids produced which part of the text.
 
 Every pushed id gets exactly one attribution, in push order. An id whose text appears
-is "visible" at the start of that new text; ids pending (partial UTF-8, an open byte run)
-are anchored there too once the text comes. A skipped special id is zero-width at the
-current text length; ids still pending at the end are zero-width at the end. Anchors
-are character positions in the request's decoded text, turned into UTF-8 byte offsets
-local to the delta that releases them.
+is "visible" at the start of that new text; ids pending (partial UTF-8) are anchored
+there too once the text comes. Ids of a byte-fallback run are anchored per character when
+the run ends (the window decoder gives the offsets, `run_ended`): each at the start of
+the character its byte belongs to, the id that ended the run at the start of its own
+text. A skipped special id is zero-width at the current text length; ids still pending
+at the end are zero-width at the end. Anchors are character positions in the request's
+decoded text, turned into UTF-8 byte offsets local to the delta that releases them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,42 @@ class Attributor:
         self.queue.append([tid, VISIBLE, PENDING])
         if text_len:
             self.produced(text_len)
+
+    def hold(self, tid: int, kind: int) -> None:
+        """An id whose anchor the decoder will give later (`run_ended`), in push order."""
+        self.queue.append([tid, kind, PENDING])
+
+    def run_ended(self, offsets: list[int], run_len: int, text_len: int,
+                  tid: int | None = None) -> int:
+        """A byte run's text (`run_len` chars) came out, then the ending id's own text.
+
+        `offsets[i]` is where, in the new text, the text completed by the i-th pending id
+        begins. An id whose text would begin past the run stays pending if the ending id
+        added nothing (its text comes later); zero-width ids never wait. `tid` is the id
+        that ended the run, anchored at the start of its own text. Returns how many ids
+        stay pending.
+        """
+        queue, at = self.queue, self.decoded
+        own = text_len > run_len
+        first = -1
+        i = 0
+        for n in range(self._first_pending, len(queue)):
+            entry = queue[n]
+            if entry[2] != PENDING:
+                continue
+            off = offsets[i]
+            i += 1
+            if off < run_len or own or entry[1] == ZERO_WIDTH:
+                entry[2] = at + off
+            elif first < 0:
+                first = n
+        if tid is not None:
+            queue.append([tid, VISIBLE, at + run_len if own else PENDING])
+            if not own and first < 0:
+                first = len(queue) - 1
+        self._first_pending = len(queue) if first < 0 else first
+        self.decoded += text_len
+        return sum(1 for n in range(self._first_pending, len(queue)) if queue[n][2] == PENDING)
 
     def produced(self, text_len: int) -> None:
         queue, at = self.queue, self.decoded

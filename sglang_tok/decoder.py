@@ -20,6 +20,9 @@ from __future__ import annotations
 from codecs import utf_8_decode
 from typing import Protocol
 
+from tokenizers import Tokenizer
+
+from .attribution import VISIBLE, ZERO_WIDTH, Attributor
 from .tokenizer import TokenizerInfo
 
 # WindowStream keeps at least CONTEXT ids behind the emission point and slides once the
@@ -75,21 +78,39 @@ class ByteStream:
 
 
 class WindowStream:
-    """Exact incremental decode for any `tokenizers` decoder pipeline, on a bounded window."""
+    """Exact incremental decode for any `tokenizers` decoder pipeline, on a bounded window.
 
-    __slots__ = ("_decode", "_ids", "_emitted", "_drop", "_vocab", "_bytes", "_hold_fffd")
+    Held text: `tokenizers`' ByteFallback decoder turns a run of <0xNN> ids into text only
+    as a whole (valid UTF-8, or one U+FFFD per byte), so a character completed inside a run
+    can still become U+FFFD if the run ends mid-character. An open run is therefore held
+    until a non-byte id (or the end) closes it; everything before it is released at once.
+    """
+
+    __slots__ = ("_decode", "_ids", "_emitted", "_drop", "_vocab", "_bytes", "_hold_fffd",
+                 "_tok", "_nb", "_carry", "_marks")
 
     def __init__(self, info: TokenizerInfo, skip_special: bool, prompt_ids: list[int] = ()) -> None:  # type: ignore[assignment]
         tok = info.tokenizer
+        self._tok = tok
         self._decode = lambda ids: tok.decode(ids, skip_special_tokens=False)
         self._vocab = info.vocab_size
         self._drop = info.special_ids if skip_special else frozenset()
         self._bytes = info.byte_fallback_ids
         self._hold_fffd = not self._bytes
-        self._ids: list[int] = self._keep(prompt_ids)
+        ids = self._ids = self._keep(prompt_ids)
         # char offset into decode(self._ids) up to which text is emitted or is prompt
-        self._emitted = len(self._decode(self._ids)) if self._ids else 0
-        self._slide()
+        text = self._decode(ids) if ids else ""
+        self._emitted = len(text)
+        # attribution only (push_attributed): byte ids in the open run, whether it began in
+        # the prompt, and one mark per id the attributor holds pending (see _run_offsets)
+        nb = 0
+        while nb < len(ids) and ids[-1 - nb] in self._bytes:
+            nb += 1
+        self._nb = nb
+        self._carry = nb > 0
+        self._marks: list[int] = []
+        if len(ids) >= SLIDE_AT:
+            self._slide(text, len(ids))
 
     def _keep(self, ids: list[int]) -> list[int]:
         # `decode` drops these ids before its decoder runs; dropping them here keeps the
@@ -101,21 +122,16 @@ class WindowStream:
         kept = self._keep(ids)
         if not kept:
             return ""
-        self._ids.extend(kept)
-        if kept[-1] in self._bytes:
-            return ""  # a ByteFallback run is decoded all-or-nothing once it ends
-        text = self._decode(self._ids)
-        end = len(text)
-        if self._hold_fffd:
-            while end > self._emitted and text[end - 1] == "\ufffd":
-                end -= 1
-        out = ""
-        if end > self._emitted:
-            out = text[self._emitted:end]
-            self._emitted = end
-        if len(self._ids) >= SLIDE_AT:
-            self._slide(text)
-        return out
+        all_ids = self._ids
+        all_ids.extend(kept)
+        byte_ids = self._bytes
+        if kept[-1] not in byte_ids:
+            return self._release(len(all_ids))
+        # an open ByteFallback run: hold it, release the ids before it (rows of several ids)
+        j = len(kept) - 1
+        while j and kept[j - 1] in byte_ids:
+            j -= 1
+        return self._release(len(all_ids) - len(kept) + j) if j else ""
 
     def push_one(self, tid: int) -> str:
         return self.push([tid])
@@ -128,25 +144,156 @@ class WindowStream:
         self._emitted = len(text)
         return out
 
-    def _slide(self, text: str | None = None) -> None:
+    def _release(self, end: int) -> str:
+        """Emit decode(ids[:end]) past what was emitted; ids[:end] ends outside any byte run."""
         ids = self._ids
-        if len(ids) < SLIDE_AT:
-            return
-        if text is None:
-            text = self._decode(ids)
-        cut = len(ids) - CONTEXT
+        text = self._decode(ids if end == len(ids) else ids[:end])
+        stop = len(text)
+        if self._hold_fffd:
+            while stop > self._emitted and text[stop - 1] == "\ufffd":
+                stop -= 1
+        out = ""
+        if stop > self._emitted:
+            out = text[self._emitted:stop]
+            self._emitted = stop
+        if end >= SLIDE_AT:
+            self._slide(text, end)
+        return out
+
+    def _slide(self, text: str, end: int) -> None:
+        """Drop the window's front where decode(ids[cut:end]) is a suffix of `text`.
+
+        `text` is decode(ids[:end]); ids past `end` (an open byte run) stay in the window.
+        """
+        ids = self._ids
+        cut = end - CONTEXT
         byte_ids = self._bytes
         while cut > 0 and ids[cut] in byte_ids and ids[cut - 1] in byte_ids:
             cut -= 1
         if cut <= 0:
             return
-        tail = self._decode(ids[cut:])
+        tail = self._decode(ids[cut:end])
         shift = len(text) - len(tail)
         # only where the short window's text is a suffix of the long one's, and the
         # dropped part lies wholly behind what was emitted
         if shift >= 0 and text.endswith(tail) and self._emitted >= shift:
             del ids[:cut]
             self._emitted -= shift
+
+    # ------------------------------------------------------------------ attribution
+    def push_attributed(self, ids: list[int], attr: Attributor) -> str:
+        """`push`, one id at a time, anchoring each id where the text it helped complete begins.
+
+        Inside a byte run that is per character: each byte id at the start of the character
+        its byte belongs to (or of its own U+FFFD if the run is not valid UTF-8), the id
+        that ends the run at the start of its own text, all released with the run.
+        """
+        parts = []
+        drop, vocab, byte_ids, marks = self._drop, self._vocab, self._bytes, self._marks
+        window = self._ids
+        for tid in ids:
+            if tid in drop:
+                if self._nb:  # zero-width where the run's final text will then end
+                    attr.hold(tid, ZERO_WIDTH)
+                    marks.append(self._nb)
+                else:
+                    attr.zero_width(tid)
+            elif not 0 <= tid < vocab:
+                attr.hold(tid, VISIBLE)  # decode drops it: visible where text next comes
+                marks.append(self._nb)
+            elif tid in byte_ids:
+                attr.hold(tid, VISIBLE)
+                marks.append(self._nb)
+                self._nb += 1
+                window.append(tid)
+            elif self._nb and not self._carry:
+                t = self._close_run(tid, attr)
+                if t:
+                    parts.append(t)
+            else:  # every pending id (none, or a run begun in the prompt) at the new text
+                self._nb = 0
+                self._carry = False
+                window.append(tid)
+                t = self._release(len(window))
+                attr.pushed(tid, len(t))
+                if t:
+                    parts.append(t)
+                    if marks:
+                        marks.clear()
+                else:  # all still pending, waiting for the next character
+                    marks[:] = [0] * (len(marks) + 1)
+        return "".join(parts)
+
+    def flush_attributed(self, attr: Attributor) -> str:
+        """`flush`, resolving an open run as `push_attributed` does, then ending `attr`."""
+        nb = self._nb
+        run = self._ids[len(self._ids) - nb:] if nb and not self._carry else []
+        text = self.flush()  # everything before the run was released: this is its text
+        if run:
+            full, done = _run_chars(self._tok, run)
+            attr.run_ended(_run_offsets(full, done, text, self._marks), len(text), len(text))
+        elif text:
+            attr.produced(len(text))
+        attr.end()
+        self._nb, self._carry, self._marks = 0, False, []
+        return text
+
+    def _close_run(self, tid: int, attr: Attributor) -> str:
+        """Push the non-byte id that ends a run; anchor the run's ids per character."""
+        nb, marks, ids = self._nb, self._marks, self._ids
+        run = ids[len(ids) - nb:]
+        run_text = None
+        if not self._emitted:
+            # at the text's start a decoder may strip the run's leading space: ask it
+            run_text = self._decode(ids)
+        ids.append(tid)
+        t = self._release(len(ids))
+        full, done = _run_chars(self._tok, run)
+        if run_text is None:
+            run_text = full
+        if t.startswith(run_text):
+            left = attr.run_ended(_run_offsets(full, done, run_text, marks), len(run_text),
+                                  len(t), tid)
+        else:  # a decoder that rewrites across the run: every pending id at the new text
+            attr.pushed(tid, len(t))
+            left = 0 if t else len(marks) + 1
+        self._nb = 0
+        marks.clear()  # push_attributed holds this list
+        if left:
+            marks.extend([0] * left)  # still pending: they wait for the next character
+        return t
+
+
+def _run_chars(tok: Tokenizer, run: list[int]) -> tuple[str, list[int]]:
+    """What ByteFallback makes of a whole run of byte ids, and, for each m in 0..len(run),
+    how many of its characters lie wholly within the first m bytes."""
+    data = bytes([int(str(tok.id_to_token(i))[3:5], 16) for i in run])  # "<0xNN>"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:  # then one U+FFFD per byte
+        return "\ufffd" * len(data), list(range(len(data) + 1))
+    done = [0] * (len(data) + 1)
+    n = 0
+    for x in range(1, len(data) + 1):
+        if x == len(data) or data[x] & 0xC0 != 0x80:
+            n += 1
+        done[x] = n
+    return text, done
+
+
+def _run_offsets(full: str, done: list[int], run_text: str, marks: list[int]) -> list[int]:
+    """Per pending id, the char offset into `run_text` where the text it completes begins.
+
+    A mark m says "after m bytes of the run" (a byte id's mark is its own index): the text
+    it completes begins at the character holding byte m, after the characters wholly
+    within the first m bytes.
+    """
+    shift = len(full) - len(run_text)
+    if not shift:
+        return [done[m] for m in marks]
+    # the decoder stripped leading characters of the run (text start): count from its end
+    size = len(run_text)
+    return [min(size, max(0, done[m] - shift)) for m in marks]
 
 
 def make_stream(info: TokenizerInfo, skip_special: bool, prompt_ids: list[int] = ()) -> Stream:  # type: ignore[assignment]

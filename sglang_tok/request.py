@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .attribution import Attributor
-from .decoder import ByteStream, Stream, make_stream
+from .decoder import ByteStream, Stream, WindowStream, make_stream
 from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from .stops import StopMatcher
 from .tokenizer import TokenizerInfo
@@ -93,6 +93,8 @@ class Request:
     def _push_attributed(self, ids: list[int]) -> str:
         attr, stream = self.attr, self.stream
         assert attr is not None
+        if isinstance(stream, WindowStream):  # anchors byte-fallback runs per character
+            return stream.push_attributed(ids, attr)
         drop = self.info.special_ids if self.opts.skip_special_tokens else ()
         parts = []
         vocab = self.info.vocab_size
@@ -107,6 +109,8 @@ class Request:
         return "".join(parts)
 
     def _flush(self) -> str:
+        if self.attr is not None and isinstance(self.stream, WindowStream):
+            return self.stream.flush_attributed(self.attr)
         text = self.stream.flush()
         if self.attr is not None:
             if text:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes, text
 from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 from sglang_tok.decoder import ByteStream, WindowStream, make_stream
+from sglang_tok.protocol import Open
+from sglang_tok.request import Request
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 
@@ -128,3 +134,203 @@ def test_invalid_bytes_then_more_invalid_bytes_do_not_grow_work() -> None:
     stream = make_stream(info, True)
     out = "".join(stream.push([i]) for i in ids) + stream.flush()
     assert out == tok.decode(ids)
+
+
+# ------------------------------------------------------------------ byte-fallback runs
+# Llama-2-style tokenizers (Metaspace + ByteFallback) spell rare characters as runs of
+# <0xNN> ids, which `tokenizers` decodes all-or-nothing: the window path holds an open run
+# and must release everything before it, and attribution must be per character.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from byte_runs import byte_values, oracle_anchors, to_bytes  # noqa: E402
+
+FALLBACK = ["metaspace_byte_fallback", "unigram_byte_fallback"]
+RARE = ["🚶\ufe0f", "🚶", "\ufe0f", "\u200d", "👩\u200d👩\u200d👧\u200d👦", "🧑🏾\u200d💻", "🇯🇵",
+        "𠀋", "𪚥", "龘", "情 ", "情\n", "ᚠᛇᚻ", "𓀀𓁐", "ꦗꦮ", "ⵜⴰⵎⴰⵣⵉⵖⵜ", "ሰላም", "❤\ufe0f\u200d🔥",
+        " b", "a", "\n", "世界", "Привет", " ", "▁"]
+rare_text = st.lists(st.one_of(st.sampled_from(RARE), text), min_size=1, max_size=12).map("".join)
+
+
+def byte_run_ids(info: TokenizerInfo, data: st.DataObject, body: str) -> list[int]:
+    """Encoded text, with runs cut mid-character: continuation bytes dropped, lone lead
+    bytes inserted, the end cut anywhere; specials and out-of-vocabulary ids mixed in."""
+    tok = info.tokenizer
+    ids = tok.encode(body, add_special_tokens=False).ids
+    byte_of = byte_values(tok)
+    of_byte = {b: i for i, b in byte_of.items()}
+    for _ in range(data.draw(st.integers(0, 3), label="cuts")):
+        cont = [j for j, i in enumerate(ids) if byte_of.get(i, 0) & 0xC0 == 0x80]
+        if cont:
+            del ids[data.draw(st.sampled_from(cont), label="drop continuation")]
+    for _ in range(data.draw(st.integers(0, 2), label="leads")):
+        pos = data.draw(st.integers(0, len(ids)), label="lead pos")
+        ids.insert(pos, of_byte[data.draw(st.sampled_from([0xE6, 0xF0, 0xC3, 0x20, 0x9F]))])
+    extra = st.one_of(st.sampled_from(sorted(info.special_ids)),
+                      st.sampled_from([-1, info.vocab_size]))
+    for _ in range(data.draw(st.integers(0, 2), label="extras")):
+        ids.insert(data.draw(st.integers(0, len(ids)), label="pos"), data.draw(extra))
+    return ids[:data.draw(st.integers(0, len(ids)), label="length cut")]
+
+
+def attributed_request(info: TokenizerInfo, rows: list[list[int]], skip: bool
+                       ) -> tuple[str, list[tuple[int, int, int]]]:
+    """Text and attributions of a request, offsets made absolute (UTF-8 bytes)."""
+    req = Request("r", info, Open("r", attribution=True, skip_special_tokens=skip))
+    text, out = "", []
+    rows = rows or [[]]
+    for n, row in enumerate(rows):
+        d = req.row(row, {"type": "length", "length": 1} if n == len(rows) - 1 else None,
+                    1, 0, 0)
+        assert d is not None
+        base = len(text.encode("utf-8"))
+        out += [(t, k, base + off) for t, k, off in d.attributions or []]
+        text += d.text
+    return text, out
+
+
+@pytest.mark.parametrize("name", FALLBACK)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=rare_text, data=st.data(), sizes=chunk_sizes, skip=st.booleans())
+def test_byte_run_attribution_matches_per_character_oracle(
+        name: str, body: str, data: st.DataObject, sizes: list[int], skip: bool) -> None:
+    """Each byte id at the start of its character (or of its own U+FFFD), the id that ends
+    a run at the start of its own text: what replaying the ids one by one gives."""
+    info = info_for(name)
+    tok = info.tokenizer
+    ids = byte_run_ids(info, data, body)
+    text, got = attributed_request(info, chunk(ids, sizes), skip)
+    want_text, want = oracle_anchors(tok, ids, skip, info.special_ids, byte_values(tok))
+    assert text == want_text == reference(tok, [], ids, skip)
+    assert got == to_bytes(want_text, want)
+
+
+@pytest.mark.parametrize("name", FALLBACK)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=rare_text, data=st.data(), sizes=st.lists(st.integers(1, 4), min_size=1, max_size=50),
+       skip=st.booleans())
+def test_only_an_open_byte_run_is_held(name: str, body: str, data: st.DataObject,
+                                       sizes: list[int], skip: bool) -> None:
+    """After every row (1-4 ids, as speculative decoding sends) the text is the full decode
+    up to the open byte run, so outside runs it is never behind DecodeStream."""
+    info = info_for(name)
+    tok = info.tokenizer
+    ids = byte_run_ids(info, data, body)
+    drop = info.special_ids if skip else frozenset()
+    stream = make_stream(info, skip)
+    ds = DecodeStream(skip_special_tokens=skip)
+    ours = theirs = ""
+    ds_ok = True
+    kept: list[int] = []
+    for row in chunk(ids, sizes):
+        ours += stream.push(row)
+        kept += [i for i in row if 0 <= i < info.vocab_size and i not in drop]
+        s = len(kept)
+        while s and kept[s - 1] in info.byte_fallback_ids:
+            s -= 1
+        final = tok.decode(kept[:s], skip_special_tokens=False)
+        assert ours == final
+        if ds_ok:
+            try:
+                theirs += "".join(ds.step(tok, i) or "" for i in row if 0 <= i < info.vocab_size)
+            except Exception:
+                ds_ok = False
+            else:
+                assert len(ours) >= min(len(theirs), len(final))
+    assert ours + stream.flush() == reference(tok, [], ids, skip)
+
+
+def test_decodestream_fails_on_a_run_cut_mid_character_and_the_service_is_exact() -> None:
+    """ids for `a`, the four bytes of U+1F6B6, the first two of another emoji, then ` b`:
+    DecodeStream shows the emoji, then raises when the run turns into U+FFFD."""
+    info = info_for("metaspace_byte_fallback")
+    tok = info.tokenizer
+    of_byte = {b: i for i, b in byte_values(tok).items()}
+    run = [of_byte[b] for b in "🚶".encode() + "😀".encode()[:2]]
+    ids = tok.encode("a", add_special_tokens=False).ids + run + \
+        tok.encode(" b", add_special_tokens=False).ids
+    full = tok.decode(ids)
+    assert "🚶" not in full and full.count("\ufffd") == 6
+    ds = DecodeStream(skip_special_tokens=True)
+    with pytest.raises(Exception, match="Invalid prefix"):
+        for i in ids:
+            ds.step(tok, i)
+    text, got = attributed_request(info, [[i] for i in ids], True)
+    assert text == full
+    want_text, want = oracle_anchors(tok, ids, True, info.special_ids, byte_values(tok))
+    assert got == to_bytes(want_text, want)
+    # each byte of the invalid run at its own U+FFFD, ` b` right after the six of them
+    starts = [off for tid, _, off in got]
+    a = len(tok.decode(ids[:2]).encode())
+    assert starts[2:8] == [a + 3 * k for k in range(6)] and starts[8] == a + 18
+
+
+def test_byte_ids_of_a_character_share_its_offset_and_the_ending_id_its_own() -> None:
+    """U+1F6B6 as four byte ids, then the ordinary U+FE0F token: the byte ids at the
+    emoji's first byte, U+FE0F four bytes later, in the same delta."""
+    info = info_for("metaspace_byte_fallback")
+    tok = info.tokenizer
+    ids = tok.encode("a🚶\ufe0f b", add_special_tokens=False).ids
+    assert len([i for i in ids if i in info.byte_fallback_ids]) == 4
+    req = Request("r", info, Open("r", attribution=True))
+    deltas = [req.row([i], None, 1, 0, 0) for i in ids]
+    emoji_delta = next(d for d in deltas if d is not None and "🚶" in d.text)
+    assert emoji_delta.text == "🚶\ufe0f"
+    assert [off for _, _, off in emoji_delta.attributions or []] == [0, 0, 0, 0, 4]
+
+
+def test_row_ending_in_a_byte_id_releases_the_text_before_it() -> None:
+    """`情 ` then the first byte of a newline-free run in one row: the text is not held."""
+    info = info_for("metaspace_byte_fallback")
+    tok = info.tokenizer
+    ids = tok.encode("情 情", add_special_tokens=False).ids
+    cut = len(ids) - 2  # inside the second 情's byte run
+    stream = make_stream(info, True)
+    assert stream.push(ids[:cut]) == tok.decode(ids[:cut - 1])
+    assert stream.push(ids[cut:]) + stream.flush() == tok.decode(ids)[len(tok.decode(ids[:cut - 1])):]
+
+
+def test_window_stays_bounded_when_rows_end_inside_runs() -> None:
+    """Rows that always end with a byte id still slide the window (behind the open run)."""
+    info = info_for("metaspace_byte_fallback")
+    tok = info.tokenizer
+    ids = tok.encode("ᚠ " * 300, add_special_tokens=False).ids
+    assert all(i in info.byte_fallback_ids for i in ids[1:4])  # ▁, then ᚠ as 3 byte ids
+    stream = WindowStream(info, True)
+    out = [stream.push(ids[k:k + 4]) for k in range(0, len(ids), 4)]
+    assert len(stream._ids) < 64
+    out.append(stream.flush())
+    assert "".join(out) == tok.decode(ids)
+
+
+@pytest.mark.parametrize("name", FALLBACK)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=rare_text, data=st.data(), sizes=chunk_sizes, skip=st.booleans(),
+       stream=st.booleans(), include=st.booleans())
+def test_byte_run_attribution_with_prompts_and_stops_keeps_one_per_id(
+        name: str, body: str, data: st.DataObject, sizes: list[int], skip: bool, stream: bool,
+        include: bool) -> None:
+    """Prompts ending inside a run, stop strings cutting through one, stream=false: every
+    id still gets exactly one attribution, in push order, inside its delta's text."""
+    info = info_for(name)
+    ids = byte_run_ids(info, data, body)
+    split = data.draw(st.integers(0, len(ids)), label="prompt split")
+    prompt, gen = ids[:split], ids[split:]
+    stop = data.draw(st.lists(st.sampled_from(["\ufffd", "🚶", " b", "情", "ᚠᛇ", "x"]),
+                              max_size=2), label="stop")
+    req = Request("r", info, Open("r", attribution=True, skip_special_tokens=skip,
+                                  prompt_ids=prompt, stop=stop, stream=stream,
+                                  include_stop_str_in_output=include))
+    rows = chunk(gen, sizes) or [[]]
+    got, consumed = [], []
+    for n, row in enumerate(rows):
+        d = req.row(row, {"type": "length", "length": 1} if n == len(rows) - 1 else None,
+                    1, 0, 0)
+        consumed += row
+        if d is None:
+            continue
+        size = len(d.text.encode("utf-8"))
+        for tid, kind, off in d.attributions or []:
+            assert 0 <= off <= size and (kind == 1 or off < size)
+            got.append(tid)
+        if d.finish is not None:
+            break
+    assert got == consumed
