@@ -7,6 +7,8 @@ is paid only by the requests that asked for it.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from .attribution import Attributor
@@ -18,6 +20,8 @@ from .tokenizer import TokenizerInfo
 # how much already-sent text is remembered to find a scheduler-matched stop string that
 # began in an earlier delta (protocol rule 3: cut at its last occurrence)
 SENT_TAIL = 64
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_EMPTY = repeat("")  # map(dict.get, ids, _EMPTY): "" for an id without text
 
 
 class Request:
@@ -59,9 +63,15 @@ class Request:
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
         decode_ids = ids if safe_ids is None else safe_ids
+        if finish is None:  # the common row: no trimming, no flush
+            text = (self.stream.push(decode_ids) if self.attr is None
+                    else self._push_attributed(decode_ids))
+            if self.stops is not None:
+                text, finish = self._apply_stops(text, False)
+            return self._emit(text, ids, finish, logprobs, top, tid_lp)
         trimmed = None
-        if finish is not None and ids and not self.opts.no_stop_trim and \
-                finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1]):
+        if ids and not self.opts.no_stop_trim and finish.get("type") == "stop" and \
+                _is_stop_token(finish.get("matched"), ids[-1]):
             decode_ids, trimmed = decode_ids[:-1], ids[-1]
         if self.attr is None:
             text = self.stream.push(decode_ids)
@@ -69,12 +79,11 @@ class Request:
             text = self._push_attributed(decode_ids)
             if trimmed is not None:
                 self.attr.zero_width(trimmed)
-        if finish is not None:
-            text += self._flush()
-        text, stop_finish = self._apply_stops(text, finish is not None)
+        text += self._flush()
+        text, stop_finish = self._apply_stops(text, True)
         if stop_finish is not None:
             finish = stop_finish
-        elif finish is not None and not self.opts.no_stop_trim and finish.get("type") == "stop":
+        elif not self.opts.no_stop_trim and finish.get("type") == "stop":
             matched = finish.get("matched")
             if isinstance(matched, str) and matched:
                 text = self._trim_matched(text, matched)
@@ -159,11 +168,13 @@ class Request:
         opts = self.opts
         token_texts = top_texts = None
         if opts.logprob_text:
-            tt = self.info.token_texts.get
+            # texts looked up with map() over the row's ids: C speed per id
+            get = self.info.token_texts.get
             if logprobs is not None:
-                token_texts = [tt(p[1], "") for p in logprobs]
+                token_texts = list(map(get, map(_SECOND, logprobs), _EMPTY))
             if top is not None:
-                top_texts = [None if pos is None else [tt(p[0], "") for p in pos] for pos in top]
+                top_texts = [None if pos is None else list(map(get, map(_FIRST, pos), _EMPTY))
+                             for pos in top]
         acc = self.acc
         if acc is not None:
             acc.text += text
@@ -184,9 +195,10 @@ class Request:
             delta = Delta(self.rid, text, ids, logprobs, top, tid_lp, token_texts, top_texts)
             if self.attr is not None:
                 delta.attributions = self.attr.release(self.sent, text)
-            self.sent += len(text)
             if text:
-                self.tail = (self.tail + text)[-SENT_TAIL:]
+                self.sent += len(text)
+                t = self.tail + text
+                self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
         if finish is not None or opts.continuous_usage:
             delta.usage = self.usage()
         delta.finish = finish

@@ -28,6 +28,13 @@ class StopMatcher:
         With a match, the returned text ends at the start of the stop string (the caller
         decides whether to append it) and the request is over.
         """
+        if not self.held and not final:
+            # the common row: no stop can start in text without one of its first characters
+            for c in self._firsts:
+                if c in text:
+                    break
+            else:
+                return text, -1, None
         buf = self.held + text if self.held else text
         best_at, best = -1, None
         for s in self.stops:  # shortest first: ties at one start go to the shortest
@@ -42,13 +49,22 @@ class StopMatcher:
         return buf[:hold], -1, None
 
     def _pending_start(self, buf: str) -> int:
-        """Earliest index from which the tail of buf is a proper prefix of some stop."""
-        firsts = self._firsts
+        """Earliest index from which the tail of buf is a proper prefix of some stop.
+
+        Only positions holding a stop's first character can start one, and `str.find`
+        jumps between those at C speed: the common tail (no such character) costs one
+        `find` per distinct first character, not a Python step per character.
+        """
         n = len(buf)
-        for at in range(max(0, n - self._longest + 1), n):
-            if buf[at] in firsts:
+        lo = max(0, n - self._longest + 1)
+        best = n
+        stops = self.stops
+        for c in self._firsts:
+            at = buf.find(c, lo, best)
+            while at >= 0:
                 tail = buf[at:]
-                for s in self.stops:
-                    if len(s) > n - at and s.startswith(tail):
-                        return at
-        return n
+                if any(len(s) > n - at and s.startswith(tail) for s in stops):
+                    best = at
+                    break
+                at = buf.find(c, at + 1, best)
+        return best
