@@ -15,7 +15,7 @@ from ..tokenizer import TokenizerInfo
 class MarkerSet:
     """A fixed set of marker strings: earliest match, and the held suffix."""
 
-    __slots__ = ("markers", "firsts", "prefixes", "reach")
+    __slots__ = ("firsts", "markers", "prefixes", "reach")
 
     def __init__(self, markers: Iterable[str]) -> None:
         self.markers = tuple(dict.fromkeys(m for m in markers if m))

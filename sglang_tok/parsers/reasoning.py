@@ -29,7 +29,7 @@ BEFORE, START, REASONING, CONTENT = 0, 1, 2, 3
 class ReasoningParser:
     """Per-request state; `feed` per decoded piece, `finish` once, `parse_full` for batch."""
 
-    __slots__ = ("name", "started", "state", "held", "_open", "_close", "_implicit")
+    __slots__ = ("_close", "_implicit", "_open", "held", "name", "started", "state")
 
     def __init__(self, name: str, started: bool, open_tag: str = THINK_OPEN,
                  close_tag: str = THINK_CLOSE, implicit_close: str | None = None) -> None:

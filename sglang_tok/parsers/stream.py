@@ -21,8 +21,16 @@ from .types import ParsedDelta, ToolCallDelta, merge
 
 
 class ParsedStream:
-    __slots__ = ("reasoning", "tools", "stops", "include_stop", "exempt", "stopped", "called",
-                 "_first")
+    __slots__ = (
+        "_first",
+        "called",
+        "exempt",
+        "include_stop",
+        "reasoning",
+        "stopped",
+        "stops",
+        "tools",
+    )
 
     def __init__(self, reasoning: ReasoningParser | None = None, tools: ToolParser | None = None,
                  stop: list[str] | None = None, include_stop_str: bool = False,

@@ -77,7 +77,7 @@ class JsonEnd:
     brackets balance somewhere, or the call stays open), and then fails to parse.
     """
 
-    __slots__ = ("pos", "depth", "in_string")
+    __slots__ = ("depth", "in_string", "pos")
 
     def __init__(self, start: int) -> None:
         self.pos = start
@@ -306,8 +306,18 @@ FORMATS["qwen25"] = FORMATS["qwen"] = FORMATS["hermes"]
 class ToolParser:
     """Per-request state of one format; `feed` per content piece, `finish` once."""
 
-    __slots__ = ("fmt", "state", "held", "pending", "body", "ender", "section_ok", "after_call",
-                 "count", "out")
+    __slots__ = (
+        "after_call",
+        "body",
+        "count",
+        "ender",
+        "fmt",
+        "held",
+        "out",
+        "pending",
+        "section_ok",
+        "state",
+    )
 
     def __init__(self, fmt: ToolFormat) -> None:
         self.fmt = fmt
@@ -319,7 +329,7 @@ class ToolParser:
         self.section_ok = False  # a valid call was released in the current section
         self.after_call = False  # a valid call was released: whitespace may be markup
         self.count = 0
-        # str (content) and ToolCallDelta items in output order; the pipeline reads it
+        # str (content) and ToolCallDelta items in output order, fresh per step
         self.out: list[str | ToolCallDelta] = []
 
     @property
@@ -328,14 +338,12 @@ class ToolParser:
 
     @property
     def idle(self) -> bool:
-        """Nothing held: the next piece can skip the engine if it has no marker start."""
-        return self.state == TEXT and not self.held and not self.pending
+        """Nothing held and no markup context: a piece with no marker start may skip the engine."""
+        return self.state == TEXT and not self.held and not self.pending and not self.after_call
 
     def step(self, text: str) -> list[str | ToolCallDelta]:
         """Run a piece through; return (and reset) the ordered output items."""
-        out = self.out
-        if out:
-            out = self.out = []
+        out = self.out = []
         s = self.held + text if self.held else text
         self.held = ""
         while s:
@@ -350,9 +358,7 @@ class ToolParser:
 
     def flush(self) -> list[str | ToolCallDelta]:
         """End of output: an open call, held prefixes and non-blank markup become text."""
-        out = self.out
-        if out:
-            out = self.out = []
+        out = self.out = []
         tail = self.pending if self.pending.strip() else ""
         if self.state == CALL:
             tail = self.pending + self.fmt.call_open + self.body
