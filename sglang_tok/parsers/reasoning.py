@@ -37,13 +37,17 @@ class ReasoningParser:
         self.started = started
         self.state = START if started else BEFORE
         self.held = ""
-        self._open = MarkerSet([open_tag])
-        self._close = MarkerSet([close_tag] + ([implicit_close] if implicit_close else []))
+        self._open = _marker_set((open_tag,))
+        self._close = _marker_set((close_tag, implicit_close) if implicit_close else (close_tag,))
         self._implicit = implicit_close
 
     @property
     def markers(self) -> tuple[str, ...]:
         return self._open.markers + self._close.markers
+
+    @property
+    def close_markers(self) -> tuple[str, ...]:
+        return self._close.markers
 
     @property
     def open_tag(self) -> str:
@@ -106,3 +110,14 @@ class ReasoningParser:
         c1, r1 = fresh.split(text)
         c2, r2 = fresh.flush()
         return ParsedDelta(c1 + c2, r1 + r2)
+
+
+_SETS: dict[tuple[str, ...], MarkerSet] = {}
+
+
+def _marker_set(markers: tuple[str, ...]) -> MarkerSet:
+    """Marker sets are immutable: one per distinct tuple, shared by every request."""
+    ms = _SETS.get(markers)
+    if ms is None:
+        ms = _SETS[markers] = MarkerSet(markers)
+    return ms

@@ -15,14 +15,16 @@ if it has to), so the exempt part depends only on the ids, never on the rows.
 from __future__ import annotations
 
 from ..stops import StopMatcher
-from .reasoning import ReasoningParser
+from .reasoning import CONTENT, REASONING, ReasoningParser
 from .tools import ToolParser
 from .types import ParsedDelta, ToolCallDelta, merge
 
 
 class ParsedStream:
     __slots__ = (
-        "_first",
+        "_close_first",
+        "_pass",
+        "_tool_first",
         "called",
         "exempt",
         "include_stop",
@@ -42,7 +44,12 @@ class ParsedStream:
         self.exempt = min_tokens > 0  # content is exempt from stop matching until exempt_end
         self.stopped: str | None = None
         self.called = False
-        self._first = tuple(dict.fromkeys(m[0] for m in tools.markers)) if tools else ()
+        # the hot path: a piece holding no character that starts a marker, while nothing is
+        # held anywhere, passes through with one `in` test per channel
+        self._tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
+        self._close_first = _first_chars(reasoning.close_markers if reasoning else ())
+        self._pass = False
+        self._update()
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -53,14 +60,34 @@ class ParsedStream:
     def exempt_end(self) -> None:
         """The `min_tokens`-th id's text has been fed: later content is matched."""
         self.exempt = False
+        self._update()
 
     def feed(self, text: str) -> ParsedDelta:
+        if self._pass:
+            first = self._tool_first
+            if first is None or first not in text:
+                return ParsedDelta(text)
+        elif (self.reasoning is not None and self.reasoning.state == REASONING
+              and not self.reasoning.held and self._close_first is not None
+              and self._close_first not in text):
+            return ParsedDelta("", text)
         if self.stopped is not None:
+            return ParsedDelta()
+        r, t = self.reasoning, self.tools
+        if t is not None and (r is None or r.state == CONTENT) and t.absorb(text):
             return ParsedDelta()
         reasoning = ""
         if self.reasoning is not None:
             text, reasoning = self.reasoning.split(text)
-        return self._content(text, reasoning, False)
+        delta = self._content(text, reasoning, False)
+        self._update()
+        return delta
+
+    def _update(self) -> None:
+        r, t = self.reasoning, self.tools
+        self._pass = ((r is None or r.state == CONTENT)
+                      and (t is None or (t.idle and self._tool_first is not None))
+                      and (self.stops is None or self.exempt) and self.stopped is None)
 
     def finish(self) -> ParsedDelta:
         """The request ended (its last row, an abort or an error): release everything held."""
@@ -90,7 +117,8 @@ class ParsedStream:
         tools = self.tools
         if tools is None:
             items: list[str | ToolCallDelta] = [text] if text else []
-        elif not final and tools.idle and not any(c in text for c in self._first):
+        elif (not final and tools.idle and self._tool_first is not None
+              and self._tool_first not in text):
             items = [text] if text else []  # the common case: no marker in sight
         else:
             items = tools.step(text)
@@ -143,3 +171,9 @@ class ParsedStream:
         if self.include_stop:
             texts.append(matched)
         return ParsedDelta("".join(texts), reasoning, calls or None, matched, self.called)
+
+
+def _first_chars(markers: tuple[str, ...]) -> str | None:
+    """The one character every marker starts with, or None (no piece skips the tool engine)."""
+    firsts = {m[0] for m in markers if m}
+    return firsts.pop() if len(firsts) == 1 else None

@@ -273,6 +273,10 @@ class ToolFormat:
         self.make_end = end
         self.parse = parse
         self.opener = MarkerSet([section[0] if section else call_open])
+        closer = end()
+        # a call's body can skip the engine on pieces without this character
+        self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
+        self.close_reach = len(closer.close) - 1 if isinstance(closer, CloseMarker) else 0
         self.in_section = MarkerSet([call_open, section[1]]) if section else None
         self.markers = tuple(dict.fromkeys(
             [*(section or ()), call_open, *inner]))
@@ -335,6 +339,19 @@ class ToolParser:
     @property
     def markers(self) -> tuple[str, ...]:
         return self.fmt.markers
+
+    def absorb(self, text: str) -> bool:
+        """Inside a call, a piece that cannot start or finish its close marker only grows it."""
+        close, reach = self.fmt.close_first, self.fmt.close_reach
+        if self.state != CALL or close is None or close in text:
+            return False
+        body = self.body
+        if body.find(close, len(body) - reach) >= 0:  # a close marker may be under way
+            return False
+        self.body = ""
+        body += text  # the only reference: CPython grows it in place
+        self.body = body
+        return True
 
     @property
     def idle(self) -> bool:
@@ -412,12 +429,12 @@ class ToolParser:
         self.ender = self.fmt.make_end()
 
     def _call(self, s: str) -> str:
-        body = self.body + s if self.body else s
+        body, self.body = self.body, ""
+        body += s  # the only reference: CPython grows it in place, no copy per piece
         end_body, end_call = self.ender.end(body)
         if end_body < 0:
             self.body = body
             return ""
-        self.body = ""
         self.ender = None
         self.state = SECTION if self.fmt.section is not None else TEXT
         calls = self.fmt.parse(body[:end_body])
