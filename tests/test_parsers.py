@@ -169,6 +169,14 @@ def test_malformed_calls_are_delivered_as_text_byte_for_byte(fmt: str, text: str
     assert (d.text, d.tool_calls, d.ended_with_tool_calls) == (text, None, False)
 
 
+def test_json_nested_beyond_any_depth_is_text_not_a_crash() -> None:
+    deep = '{"name": "f", "arguments": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    for fmt, text in [("hermes", f"<tool_call>{deep}</tool_call>"),
+                      ("mistral", f"[TOOL_CALLS] {deep}")]:
+        d = full(tools=fmt, text=text)
+        assert (d.text, d.tool_calls) == (text, None)
+
+
 def test_a_bad_call_between_good_ones_keeps_its_text_and_the_good_ones_stay_calls() -> None:
     text = ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>{x}</tool_call>\n'
             '<tool_call>{"name": "b", "arguments": {}}</tool_call>')

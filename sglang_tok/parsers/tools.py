@@ -278,8 +278,9 @@ class ToolFormat:
         self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
         self.close_reach = len(closer.close) - 1 if isinstance(closer, CloseMarker) else 0
         self.in_section = MarkerSet([call_open, section[1]]) if section else None
-        self.markers = tuple(dict.fromkeys(
-            [*(section or ()), call_open, *inner]))
+        # every marker string (special tokens inside them must reach the parser)
+        close = [closer.close] if isinstance(closer, CloseMarker) else []
+        self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
 
 
 def _close(marker: str) -> Callable[[], CloseMarker]:
@@ -289,7 +290,7 @@ def _close(marker: str) -> Callable[[], CloseMarker]:
 def _dsml(name: str, section: str) -> ToolFormat:
     return ToolFormat(name, f"<{DSML}invoke", _close(f"</{DSML}invoke>"), parse_dsml_invoke,
                       (f"<{DSML}{section}>", f"</{DSML}{section}>"),
-                      (f"<{DSML}parameter", f"</{DSML}parameter>", DSML))
+                      (f"<{DSML}parameter", f"</{DSML}parameter>"))
 
 
 FORMATS: dict[str, ToolFormat] = {
@@ -297,9 +298,8 @@ FORMATS: dict[str, ToolFormat] = {
     "deepseekv32": _dsml("deepseekv32", "function_calls"),
     "deepseekv3": ToolFormat(
         "deepseekv3", "<｜tool▁call▁begin｜>", _close("<｜tool▁call▁end｜>"), parse_deepseekv3,
-        ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), ("<｜tool▁call▁end｜>", DS_SEP)),
-    "hermes": ToolFormat("hermes", "<tool_call>", _close("</tool_call>"), parse_hermes,
-                         inner=("</tool_call>",)),
+        ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), (DS_SEP,)),
+    "hermes": ToolFormat("hermes", "<tool_call>", _close("</tool_call>"), parse_hermes),
     "mistral": ToolFormat("mistral", "[TOOL_CALLS]", MistralEnd, parse_mistral,
                           inner=(ARGS,)),
 }
@@ -437,7 +437,10 @@ class ToolParser:
             return ""
         self.ender = None
         self.state = SECTION if self.fmt.section is not None else TEXT
-        calls = self.fmt.parse(body[:end_body])
+        try:
+            calls = self.fmt.parse(body[:end_body])
+        except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
+            calls = None
         if calls is None:
             self.out.append(self.pending + self.fmt.call_open + body[:end_call])
         else:
