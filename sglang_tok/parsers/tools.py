@@ -276,7 +276,8 @@ class ToolFormat:
         closer = end()
         # a call's body can skip the engine on pieces without this character
         self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
-        self.close_reach = len(closer.close) - 1 if isinstance(closer, CloseMarker) else 0
+        self.close_marker = closer.close if isinstance(closer, CloseMarker) else ""
+        self.close_reach = max(0, len(self.close_marker) - 1)
         self.in_section = MarkerSet([call_open, section[1]]) if section else None
         # every marker string (special tokens inside them must reach the parser)
         close = [closer.close] if isinstance(closer, CloseMarker) else []
@@ -346,8 +347,11 @@ class ToolParser:
         if self.state != CALL or close is None or close in text:
             return False
         body = self.body
-        if body.find(close, len(body) - reach) >= 0:  # a close marker may be under way
-            return False
+        at = body.find(close, len(body) - reach)
+        while at >= 0:  # a close marker under way at the end of the body?
+            if self.fmt.close_marker.startswith(body[at:]):
+                return False
+            at = body.find(close, at + 1)
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
