@@ -1,0 +1,96 @@
+"""Streaming reasoning and tool-call parsers: pure, process-free, per request.
+
+API (everything a shard needs; each object is per request, the grammars are shared):
+
+    make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser
+    make_tool_parser(name: str) -> ToolParser
+    make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
+                       tool_parser: str = "", stop: list[str] | None = None,
+                       include_stop_str: bool = False, min_tokens: int = 0) -> ParsedStream
+    marker_token_ids(info, markers) -> frozenset[int]     # specials the parser must see
+    skip_table(info, keep) -> list[bytes] | None          # skip_special byte table, keep visible
+    ParsedStream.feed(text) -> ParsedDelta     # per decoded piece, in order
+    ParsedStream.exempt_end() -> None          # after the text of the min_tokens-th id
+    ParsedStream.finish() -> ParsedDelta       # once, at the end: the final flush, never skipped
+    ParsedStream.parse_full(text, exempt_chars=0) -> ParsedDelta   # the batch reference
+    ParsedDelta(text, reasoning, tool_calls: list[ToolCallDelta] | None, stop: str | None,
+                ended_with_tool_calls: bool);  ToolCallDelta(index, name | None, arguments)
+
+Unknown names raise `ParserError` (a ValueError) with the known names in the message.
+
+Exactness (held by property tests): for every chunking of the same text, the concatenated
+`text`, `reasoning` and each call's name and concatenated `arguments` of all `feed`s plus
+`finish` equal `parse_full` of the whole text. Every decision depends only on the text so
+far: a partial marker is held (only a suffix that could still grow into one), a call is
+released only once complete and valid, and `finish` releases whatever is held.
+
+Wiring into the shard (sglang_tok/request.py), so that none of the usual bugs can happen:
+1. OPEN gains `reasoning_parser` [""], `reasoning_started` [false], `tool_parser` [""],
+   `min_tokens` [0]. A request with a parser, or with `min_tokens` > 0, builds its
+   ParsedStream once in `Request.__init__` (ParserError -> terminal error delta) and is
+   not on the shard's inline fast path.
+2. Markers reach the parser whatever `skip_special_tokens` says (SGLang #28489): with
+   skip_special_tokens, decode with `skip_table(info, marker_token_ids(info,
+   stream.markers))` instead of `info.byte_table_skip` (window path: drop
+   `info.special_ids - keep` instead of `info.special_ids`). Other special tokens are still
+   dropped by id, as the full decode drops them; nothing is stripped by string matching.
+   Both are cached per tokenizer and marker set, so this costs nothing per request.
+3. The service's OPEN `stop` strings go to the ParsedStream, not to `Request.stops`: they
+   then apply to content only, never to reasoning or inside a call (vLLM #14399, #52486).
+   A delta with `stop` set is the request's last: finish `{"type": "stop", "matched":
+   stop}`; ignore later rows. `include_stop_str_in_output` is applied by the stream.
+4. Per row: `piece = decoder.push(ids)`; `delta = stream.feed(piece)`. With min_tokens,
+   the row that holds the min_tokens-th id is pushed in two parts: feed the first part's
+   text, call `exempt_end()`, then the rest (the exempt text depends on ids, not rows).
+   On the last row (and on ERROR/ABORT): the decoder's flush text is fed, then
+   `stream.finish()` is merged into the same delta: it releases held partial tags and open
+   or malformed calls as text (smg #2203: the final flush is never skipped).
+5. Delta gets `reasoning` [""], `tool_calls` [nil: list of ToolCallDelta maps],
+   `ended_with_tool_calls` [false, on the last delta: report finish_reason "tool_calls"].
+   `text` then holds content only; `ids` stay the row's ids, untouched (vLLM #51641: text
+   is held, ids never are, and the concatenations are exact at the end).
+   A scheduler-matched stop string (`matched: str`) is cut in `text` as before.
+   `stream: false`: accumulate with `types.merge` and send once.
+6. Attribution offsets index the raw decoded text; with a parser on, the shard should
+   either refuse `attribution` or attribute against the raw text (not done here).
+"""
+
+from __future__ import annotations
+
+from .markers import MarkerSet, marker_token_ids, skip_table
+from .reasoning import ReasoningParser
+from .stream import ParsedStream
+from .tools import FORMATS, ToolFormat, ToolParser
+from .types import ParsedDelta, ParserError, ToolCallDelta, merge
+
+# name -> a marker that also ends the block (stays in content for the tool parser)
+REASONING_PARSERS: dict[str, str | None] = {"deepseek-r1": None, "qwen3": "<tool_call>"}
+TOOL_PARSERS = FORMATS
+
+__all__ = ["FORMATS", "REASONING_PARSERS", "TOOL_PARSERS", "MarkerSet", "ParsedDelta",
+           "ParsedStream", "ParserError", "ReasoningParser", "ToolCallDelta", "ToolFormat",
+           "ToolParser", "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
+           "marker_token_ids", "merge", "skip_table"]
+
+
+def make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser:
+    if name not in REASONING_PARSERS:
+        raise ParserError(f"unknown reasoning_parser {name!r}; known: "
+                          f"{', '.join(sorted(REASONING_PARSERS))}")
+    return ReasoningParser(name, started, implicit_close=REASONING_PARSERS[name])
+
+
+def make_tool_parser(name: str) -> ToolParser:
+    fmt = FORMATS.get(name)
+    if fmt is None:
+        raise ParserError(f"unknown tool_parser {name!r}; known: {', '.join(sorted(FORMATS))}")
+    return ToolParser(fmt)
+
+
+def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
+                       tool_parser: str = "", stop: list[str] | None = None,
+                       include_stop_str: bool = False, min_tokens: int = 0) -> ParsedStream:
+    reasoning = make_reasoning_parser(reasoning_parser, reasoning_started) \
+        if reasoning_parser else None
+    tools = make_tool_parser(tool_parser) if tool_parser else None
+    return ParsedStream(reasoning, tools, stop, include_stop_str, min_tokens)

@@ -1,0 +1,179 @@
+"""One request's parsing pipeline: reasoning, then tool calls, then service stop strings.
+
+    decoded piece --> ReasoningParser --content--> ToolParser --text--> stop strings --> text
+                             `--reasoning--------------------------------------------> reasoning
+                                                  `--calls--------------------------> tool_calls
+
+Stop strings (OPEN `stop`) are matched in the content text only: never in reasoning
+(vLLM #14399, #52486) and never inside a tool call; a tool call is a boundary no stop
+string spans. A match ends the request: text after it, and calls after it, are dropped.
+`min_tokens`: content released before `exempt_end()` is called is never matched; the
+shard calls it right after feeding the text of the `min_tokens`-th id (splitting that row
+if it has to), so the exempt part depends only on the ids, never on the rows.
+"""
+
+from __future__ import annotations
+
+from ..stops import StopMatcher
+from .reasoning import CONTENT, REASONING, ReasoningParser
+from .tools import ToolParser
+from .types import ParsedDelta, ToolCallDelta, merge
+
+
+class ParsedStream:
+    __slots__ = (
+        "_close_first",
+        "_pass",
+        "_tool_first",
+        "called",
+        "exempt",
+        "include_stop",
+        "reasoning",
+        "stopped",
+        "stops",
+        "tools",
+    )
+
+    def __init__(self, reasoning: ReasoningParser | None = None, tools: ToolParser | None = None,
+                 stop: list[str] | None = None, include_stop_str: bool = False,
+                 min_tokens: int = 0) -> None:
+        self.reasoning = reasoning
+        self.tools = tools
+        self.stops = StopMatcher(stop) if stop else None
+        self.include_stop = include_stop_str
+        self.exempt = min_tokens > 0  # content is exempt from stop matching until exempt_end
+        self.stopped: str | None = None
+        self.called = False
+        # the hot path: a piece holding no character that starts a marker, while nothing is
+        # held anywhere, passes through with one `in` test per channel
+        self._tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
+        self._close_first = _first_chars(reasoning.close_markers if reasoning else ())
+        self._pass = False
+        self._update()
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """Every marker string of this pipeline's parsers (see `marker_token_ids`)."""
+        return ((self.reasoning.markers if self.reasoning else ())
+                + (self.tools.markers if self.tools else ()))
+
+    def exempt_end(self) -> None:
+        """The `min_tokens`-th id's text has been fed: later content is matched."""
+        self.exempt = False
+        self._update()
+
+    def feed(self, text: str) -> ParsedDelta:
+        if self._pass:
+            first = self._tool_first
+            if first is None or first not in text:
+                return ParsedDelta(text)
+        elif (self.reasoning is not None and self.reasoning.state == REASONING
+              and not self.reasoning.held and self._close_first is not None
+              and self._close_first not in text):
+            return ParsedDelta("", text)
+        if self.stopped is not None:
+            return ParsedDelta()
+        r, t = self.reasoning, self.tools
+        if t is not None and (r is None or r.state == CONTENT) and t.absorb(text):
+            return ParsedDelta()
+        reasoning = ""
+        if self.reasoning is not None:
+            text, reasoning = self.reasoning.split(text)
+        delta = self._content(text, reasoning, False)
+        self._update()
+        return delta
+
+    def _update(self) -> None:
+        r, t = self.reasoning, self.tools
+        self._pass = ((r is None or r.state == CONTENT)
+                      and (t is None or (t.idle and self._tool_first is not None))
+                      and (self.stops is None or self.exempt) and self.stopped is None)
+
+    def finish(self) -> ParsedDelta:
+        """The request ended (its last row, an abort or an error): release everything held."""
+        if self.stopped is not None:
+            return ParsedDelta(ended_with_tool_calls=self.called)
+        content = reasoning = ""
+        if self.reasoning is not None:
+            content, reasoning = self.reasoning.flush()
+        delta = self._content(content, reasoning, True)
+        delta.ended_with_tool_calls = self.called
+        return delta
+
+    def parse_full(self, text: str, exempt_chars: int = 0) -> ParsedDelta:
+        """Batch reference: a fresh pipeline fed the whole output at once (`exempt_chars`:
+        the output's length after the `min_tokens`-th id)."""
+        fresh = ParsedStream(
+            None if self.reasoning is None else self.reasoning.fresh(),
+            None if self.tools is None else self.tools.fresh(),
+            self.stops.stops if self.stops else None, self.include_stop, int(exempt_chars > 0))
+        parts = [fresh.feed(text[:exempt_chars])] if exempt_chars else []
+        fresh.exempt_end()
+        parts += [fresh.feed(text[exempt_chars:]), fresh.finish()]
+        return merge(parts)
+
+    # ------------------------------------------------------------------ content
+    def _content(self, text: str, reasoning: str, final: bool) -> ParsedDelta:
+        tools = self.tools
+        if tools is None:
+            items: list[str | ToolCallDelta] = [text] if text else []
+        elif (not final and tools.idle and self._tool_first is not None
+              and self._tool_first not in text):
+            items = [text] if text else []  # the common case: no marker in sight
+        else:
+            items = tools.step(text)
+            if final:
+                items += tools.flush()
+        if self.stops is None or self.exempt:
+            return self._plain(items, reasoning)
+        return self._stopped(items, reasoning, final)
+
+    def _plain(self, items: list[str | ToolCallDelta], reasoning: str) -> ParsedDelta:
+        if len(items) == 1 and isinstance(items[0], str):
+            return ParsedDelta(items[0], reasoning)
+        texts, calls = [], []
+        for item in items:
+            if isinstance(item, str):
+                texts.append(item)
+            else:
+                calls.append(item)
+        if calls:
+            self.called = True
+        return ParsedDelta("".join(texts), reasoning, calls or None)
+
+    def _stopped(self, items: list[str | ToolCallDelta], reasoning: str,
+                 final: bool) -> ParsedDelta:
+        stops = self.stops
+        assert stops is not None
+        texts: list[str] = []
+        calls: list[ToolCallDelta] = []
+        for item in items:
+            if isinstance(item, str):
+                out, _, matched = stops.feed(item)
+            else:
+                out, _, matched = stops.feed("", final=True)  # no stop spans a call
+            texts.append(out)
+            if matched is not None:
+                return self._stop(texts, reasoning, calls, matched)
+            if not isinstance(item, str):
+                calls.append(item)
+                self.called = True
+        if final:
+            out, _, matched = stops.feed("", final=True)
+            texts.append(out)
+            if matched is not None:
+                return self._stop(texts, reasoning, calls, matched)
+        return ParsedDelta("".join(texts), reasoning, calls or None)
+
+    def _stop(self, texts: list[str], reasoning: str, calls: list[ToolCallDelta],
+              matched: str) -> ParsedDelta:
+        self.stopped = matched
+        if self.include_stop:
+            texts.append(matched)
+        return ParsedDelta("".join(texts), reasoning, calls or None, matched, self.called)
+
+
+def _first_chars(markers: tuple[str, ...]) -> str | None:
+    """The one character every marker starts with, or None (no piece skips the tool engine)."""
+    firsts = {m[0] for m in markers if m}
+    return firsts.pop() if len(firsts) == 1 else None

@@ -1,0 +1,440 @@
+"""Reasoning and tool-call parsers: grammar examples, and stream == batch for every chunking.
+
+Two kinds of property tests:
+- on text: every split of marker-rich text into pieces (markers cut at any character);
+- on ids: outputs built from a known structure (reasoning, content, calls with multilingual,
+  emoji and code arguments, malformed calls, special tokens), encoded with the built-in
+  DeepSeek-V4 tokenizer or a Qwen-style one whose markers are special added tokens, decoded
+  by our incremental decoder in rows of every shape, with stop strings and min_tokens.
+  The streamed result must equal `parse_full` of the full decode; for well-formed outputs
+  `parse_full` must also give back the structure the output was built from.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import pytest
+import zoo
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import PIECES, chunk, chunk_sizes
+from tokenizers import AddedToken, Tokenizer
+
+from sglang_tok.decoder import ByteStream
+from sglang_tok.parsers import (
+    MarkerSet,
+    ParsedDelta,
+    ParsedStream,
+    ParserError,
+    make_parsed_stream,
+    make_reasoning_parser,
+    make_tool_parser,
+    marker_token_ids,
+    merge,
+    skip_table,
+)
+from sglang_tok.tokenizer import TokenizerInfo, describe, load
+
+QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]"]
+
+
+@functools.cache
+def qwen_style() -> TokenizerInfo:
+    """Byte-level BPE whose reasoning and tool markers are special added tokens (as Qwen3's)."""
+    tok = Tokenizer.from_str(zoo.byte_level_bpe().to_str())
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN_SPECIALS])
+    info = describe(tok, "qwen-style")
+    assert info.byte_table is not None
+    return info
+
+
+@functools.cache
+def deepseek() -> TokenizerInfo:
+    return load("deepseek-v4")
+
+
+def stream_of(delta: ParsedDelta) -> tuple[str, str, list[tuple[int, str | None, str]], Any]:
+    calls = [(c.index, c.name, c.arguments) for c in delta.tool_calls or ()]
+    return delta.text, delta.reasoning, calls, (delta.stop, delta.ended_with_tool_calls)
+
+
+def split_text(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts})
+    out, last = [], 0
+    for p in points + [len(text)]:
+        out.append(text[last:p])
+        last = p
+    return out
+
+
+# ------------------------------------------------------------------ grammar examples
+def full(reasoning: str = "", started: bool = False, tools: str = "", text: str = "",
+         **kw: Any) -> ParsedDelta:
+    return make_parsed_stream(reasoning, started, tools, **kw).parse_full(text)
+
+
+def test_reasoning_block_is_split_off_and_tags_dropped() -> None:
+    d = full("qwen3", text="\n<think>\nI think.</think>\n\nThe answer.")
+    assert (d.reasoning, d.text) == ("\nI think.", "\n\nThe answer.")
+    # the prompt already opened the block (R1 templates); a repeated opening tag is dropped
+    d = full("deepseek-r1", True, text="<think>\nhmm</think>ok")
+    assert (d.reasoning, d.text) == ("\nhmm", "ok")
+    d = full("deepseek-r1", True, text="  still thinking")
+    assert (d.reasoning, d.text) == ("  still thinking", "")
+
+
+def test_without_a_block_everything_is_content() -> None:
+    for text in ["Hello </think> there", "x<think>y</think>", "", "   ", "<thi", "<think"]:
+        for name in ["qwen3", "deepseek-r1"]:
+            d = full(name, text=text)
+            assert (d.reasoning, d.text) == ("", text)
+
+
+def test_partial_tags_are_held_then_released_into_their_channel() -> None:
+    p = make_reasoning_parser("qwen3")
+    assert p.feed("<thi").text == ""
+    assert p.feed("nk>abc</th").reasoning == "abc"
+    end = p.finish()
+    assert (end.reasoning, end.text) == ("</th", "")
+    p = make_reasoning_parser("qwen3")
+    assert stream_of(p.feed("<thx")) == ("<thx", "", [], (None, False))
+
+
+def test_qwen3_ends_reasoning_at_a_tool_call_and_r1_does_not() -> None:
+    text = '<think>plan<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    d = full("qwen3", tools="hermes", text=text)
+    assert (d.reasoning, d.text, d.ended_with_tool_calls) == ("plan", "", True)
+    d = full("deepseek-r1", tools="hermes", text=text)
+    assert d.reasoning == text[len("<think>"):] and d.tool_calls is None
+
+
+CALL_EXAMPLES = [
+    ("hermes", ('Sure.<tool_call>\n{"name": "get", "arguments": {"city": "東京"}}\n</tool_call>\n'
+     '<tool_call>{"name": "g", "arguments": {}}</tool_call>\n'),
+     "Sure.", [("get", '{"city": "東京"}'), ("g", "{}")]),
+    ("deepseekv4", ('Checking.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
+     '<｜DSML｜parameter name="city" string="true">San Francisco</｜DSML｜parameter>\n'
+     '<｜DSML｜parameter name="days" string="false">[1, 2]</｜DSML｜parameter>\n'
+     '</｜DSML｜invoke>\n<｜DSML｜invoke name="run">\n{"code": "print(\\"🙂\\")\\n"}\n'
+     '</｜DSML｜invoke>\n</｜DSML｜tool_calls>'),
+     "Checking.\n\n", [("get_weather", '{"city": "San Francisco", "days": [1, 2]}'),
+                       ("run", '{"code": "print(\\"🙂\\")\\n"}')]),
+    ("deepseekv32", ('<｜DSML｜function_calls><｜DSML｜invoke name="f">\n</｜DSML｜invoke>'
+     '</｜DSML｜function_calls>'), "", [("f", "{}")]),
+    ("deepseekv3", ('x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get\n```json\n'
+     '{"a": 1}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>h<｜tool▁sep｜>{"b": "ü"}'
+     '<｜tool▁call▁end｜><｜tool▁calls▁end｜>'), "x", [("get", '{"a": 1}'), ("h", '{"b": "ü"}')]),
+    ("mistral", ('[TOOL_CALLS] [{"name": "f", "arguments": {"s": "]}\\"["}}, '
+     '{"name": "g", "arguments": {}}]'), "", [("f", '{"s": "]}\\"["}'), ("g", "{}")]),
+    ("mistral", 'ok[TOOL_CALLS]f[ARGS]{"a": [1]}[TOOL_CALLS]g[ARGS]{}', "ok",
+     [("f", '{"a": [1]}'), ("g", "{}")]),
+]
+
+
+@pytest.mark.parametrize("fmt,text,content,calls", CALL_EXAMPLES)
+def test_tool_calls_are_parsed(fmt: str, text: str, content: str,
+                               calls: list[tuple[str, str]]) -> None:
+    d = full(tools=fmt, text=text)
+    assert d.text == content
+    assert [(c.name, c.arguments) for c in d.tool_calls or ()] == calls
+    assert [c.index for c in d.tool_calls or ()] == list(range(len(calls)))
+    assert d.ended_with_tool_calls
+
+
+MALFORMED = [
+    ("hermes", 'a<tool_call>{"name": "f", "arguments": {bad}}</tool_call>b'),
+    ("hermes", 'a<tool_call>{"arguments": {}}</tool_call>'),
+    ("hermes", 'a<tool_call>{"name": "f", "arguments": [1]}</tool_call>'),
+    ("hermes", 'a<tool_call>{"name": "f", "arguments": {"x": NaN}}</tool_call>'),
+    ("hermes", 'unterminated <tool_call>{"name": "f", "arguments": {}}'),
+    ("deepseekv4", ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="n" '
+     'string="false">not json</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>')),
+    ("deepseekv4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\ngarbage\n</｜DSML｜invoke>'),
+    ("deepseekv4", "<｜DSML｜tool_calls>\nno calls at all\n</｜DSML｜tool_calls>\n"),
+    ("deepseekv4", "<｜DSML｜tool_calls>\n"),
+    ("deepseekv3", ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{oops"
+     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")),
+    ("mistral", "[TOOL_CALLS] Sure, here it is"),
+    ("mistral", '[TOOL_CALLS] [{"name": "f"}, 3] and text'),
+    ("mistral", "[TOOL_CALLS]f[ARGS]nope"),
+]
+
+
+@pytest.mark.parametrize("fmt,text", MALFORMED)
+def test_malformed_calls_are_delivered_as_text_byte_for_byte(fmt: str, text: str) -> None:
+    d = full(tools=fmt, text=text)
+    assert (d.text, d.tool_calls, d.ended_with_tool_calls) == (text, None, False)
+
+
+def test_json_nested_beyond_any_depth_is_text_not_a_crash() -> None:
+    deep = '{"name": "f", "arguments": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    for fmt, text in [("hermes", f"<tool_call>{deep}</tool_call>"),
+                      ("mistral", f"[TOOL_CALLS] {deep}")]:
+        d = full(tools=fmt, text=text)
+        assert (d.text, d.tool_calls) == (text, None)
+
+
+def test_a_bad_call_between_good_ones_keeps_its_text_and_the_good_ones_stay_calls() -> None:
+    text = ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>{x}</tool_call>\n'
+            '<tool_call>{"name": "b", "arguments": {}}</tool_call>')
+    d = full(tools="hermes", text=text)
+    assert d.text == "\n<tool_call>{x}</tool_call>"
+    assert [c.name for c in d.tool_calls or ()] == ["a", "b"]
+
+
+def test_stop_strings_apply_to_content_only() -> None:
+    text = ('<think>STOP is fine here</think>pre <tool_call>{"name": "f", "arguments": '
+            '{"q": "STOP"}}</tool_call> post STOP tail <tool_call>{"name": "g"}</tool_call>')
+    d = full("qwen3", tools="hermes", text=text, stop=["STOP"])
+    assert (d.reasoning, d.text, d.stop) == ("STOP is fine here", "pre  post ", "STOP")
+    assert [c.name for c in d.tool_calls or ()] == ["f"] and d.ended_with_tool_calls
+    d = full("qwen3", text=text, stop=["STOP"], include_stop_str=True)
+    assert d.text == 'pre <tool_call>{"name": "f", "arguments": {"q": "STOP'
+    # a tool call is a boundary no stop string spans
+    d = full(tools="hermes", text='ab<tool_call>{"name": "f"}</tool_call>cd', stop=["bc"])
+    assert d.stop is None and d.text == "abcd"
+
+
+def test_min_tokens_exempts_the_first_ids_text_from_stop_matching() -> None:
+    p = make_parsed_stream(stop=["ab"], min_tokens=3)
+    assert p.feed("xab").text == "xab"
+    p.exempt_end()
+    d = merge([p.feed("b"), p.feed("abz"), p.finish()])
+    assert (d.text, d.stop) == ("b", "ab")
+    # a stop string straddling the boundary does not match either
+    p = make_parsed_stream(stop=["ab"], min_tokens=1)
+    p.feed("a")
+    p.exempt_end()
+    assert merge([p.feed("bc"), p.finish()]).text == "bc"
+
+
+def test_unknown_names_raise_a_clear_error() -> None:
+    with pytest.raises(ParserError, match="unknown reasoning_parser 'nope'.*deepseek-r1"):
+        make_reasoning_parser("nope")
+    with pytest.raises(ParserError, match="unknown tool_parser 'x'.*hermes"):
+        make_tool_parser("x")
+
+
+def test_marker_set_holds_only_a_growing_marker_prefix() -> None:
+    ms = MarkerSet(["<tool_call>", "</tool_call>"])
+    assert ms.hold_from("abc<tool_ca") == 3
+    assert ms.hold_from("abc<") == 3
+    assert ms.hold_from("abc</tool_c") == 3
+    assert ms.hold_from("abc<tx") == 6
+    assert ms.hold_from("a<b<") == 3
+    assert ms.find("x</tool_call><tool_call>") == (1, "</tool_call>")
+
+
+def test_skip_special_keeps_marker_tokens_and_drops_other_specials_by_id() -> None:
+    info = qwen_style()
+    stream = make_parsed_stream("qwen3", False, "hermes")
+    keep = marker_token_ids(info, stream.markers)
+    ids_of = info.tokenizer.token_to_id
+    assert keep == {ids_of(s) for s in ["<think>", "</think>", "<tool_call>", "</tool_call>"]}
+    table = skip_table(info, keep)
+    assert table is skip_table(info, keep)  # built once per tokenizer and marker set
+    text = '<think>r</think>c<|im_end|><tool_call>{"name": "f"}</tool_call><|im_end|>'
+    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+    assert ids_of("<|im_end|>") in ids
+    dec = ByteStream(table, [])  # type: ignore[arg-type]
+    d = merge([stream.feed(dec.push(ids) + dec.flush()), stream.finish()])
+    assert (d.reasoning, d.text, [c.name for c in d.tool_calls or ()]) == ("r", "c", ["f"])
+    # the same text written with ordinary tokens is not a special token and is kept
+    plain = [i for s in ["<", "|", "im", "_", "end", "|", ">"]
+             for i in info.tokenizer.encode(s, add_special_tokens=False).ids]
+    dec = ByteStream(table, [])  # type: ignore[arg-type]
+    assert dec.push(plain) + dec.flush() == "<|im_end|>"
+
+
+# ------------------------------------------------------------------ stream == batch on text
+MARKER_BITS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]",
+               "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", '<｜DSML｜invoke name="f">',
+               "</｜DSML｜invoke>", '<｜DSML｜parameter name="a" string="true">',
+               '<｜DSML｜parameter name="b" string="false">', "</｜DSML｜parameter>",
+               "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>",
+               "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "function", "\n```json\n", "\n```",
+               '{"name": "f", "arguments": {"x": "}]\\""}}', '{"a": [1, {"b": "ü"}]}', "[", "]",
+               "{", "}", '"', "\\", "<", "</", "<thi", "<｜", " ", "\n", "  \n", "x", "END",
+               "日本語", "👩‍👩‍👧‍👦", "def f(x):\n    return x",
+               *(text for _, text, _, _ in CALL_EXAMPLES), *(text for _, text in MALFORMED)]
+bits = st.lists(st.sampled_from(MARKER_BITS), max_size=25)
+PIPELINES = [(r, s, t) for r in ["", "deepseek-r1", "qwen3"] for s in [False, True]
+             for t in ["", "deepseekv3", "deepseekv32", "deepseekv4", "hermes", "mistral"]
+             if r or not s]
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=bits, how=st.sampled_from(["bits", "chars", "cuts"]),
+       cuts=st.lists(st.integers(0, 10_000), max_size=40),
+       stop=st.sampled_from([None, ["END"], ["\n\n", "x}"]]), exempt=st.integers(0, 40))
+@pytest.mark.parametrize("reasoning,started,tools", PIPELINES)
+def test_any_split_of_the_text_gives_the_batch_result(reasoning: str, started: bool, tools: str,
+                                                      parts: list[str], how: str,
+                                                      cuts: list[int], stop: list[str] | None,
+                                                      exempt: int) -> None:
+    text = "".join(parts)
+    if how == "bits":  # pieces end exactly at marker boundaries
+        cuts = [sum(map(len, parts[:i])) for i in range(len(parts))]
+    elif how == "chars":
+        cuts = list(range(len(text)))
+    exempt = min(exempt, len(text))
+    p = make_parsed_stream(reasoning, started, tools, stop=stop, min_tokens=int(exempt > 0))
+    out, at = [], 0
+    for piece in split_text(text, [*cuts, exempt]):
+        if at == exempt:
+            p.exempt_end()
+        out.append(p.feed(piece))
+        at += len(piece)
+    if at == exempt:
+        p.exempt_end()
+    out.append(p.finish())
+    assert stream_of(merge(out)) == stream_of(p.parse_full(text, exempt))
+    if not (reasoning or tools or stop):
+        assert merge(out).text == text
+
+
+# ------------------------------------------------------------------ stream == batch on ids
+def words() -> st.SearchStrategy[str]:
+    return st.lists(st.sampled_from(PIECES), min_size=1, max_size=8).map("".join)
+
+
+CODE = ['print("héllo")\n', "if a < b and c > d:\n\treturn {'k': [1]}\n", "s = '\\\\n' + \"\\\"\"",
+        "<div class=\"x\">&amp;</div>", "SELECT * FROM t WHERE a = '日本';"]
+values = st.recursive(
+    st.one_of(words(), st.sampled_from(CODE), st.integers(-10**6, 10**6), st.booleans(),
+              st.none(), st.floats(allow_nan=False, allow_infinity=False, width=32)),
+    lambda inner: st.lists(inner, max_size=3), max_leaves=5)
+arguments = st.dictionaries(st.sampled_from(["city", "query", "code", "n", "items", "日付"]),
+                            values, max_size=3)
+names = st.sampled_from(["get_weather", "search", "run_code", "f", "lookup.v2"])
+
+
+def write_call(fmt: str, name: str, args: dict[str, Any], variant: int) -> str:
+    dumps = json.dumps(args, ensure_ascii=bool(variant % 2))
+    if fmt == "hermes":
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": args},
+                                            ensure_ascii=bool(variant % 2)) + "\n</tool_call>"
+    if fmt == "mistral":
+        if variant % 2:
+            return f"[TOOL_CALLS]{name}[ARGS]{dumps}"
+        return "[TOOL_CALLS] " + json.dumps([{"name": name, "arguments": args}])
+    if fmt == "deepseekv3":
+        if variant % 2:
+            return f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{dumps}<｜tool▁call▁end｜>"
+        return (f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{dumps}\n```"
+                "<｜tool▁call▁end｜>")
+    assert fmt == "deepseekv4"
+    if variant % 2:
+        return f'<｜DSML｜invoke name="{name}">\n{dumps}\n</｜DSML｜invoke>'
+    params = "".join(
+        f'<｜DSML｜parameter name="{k}" string="true">{v}</｜DSML｜parameter>\n' if isinstance(v, str)
+        else f'<｜DSML｜parameter name="{k}" string="false">{json.dumps(v)}</｜DSML｜parameter>\n'
+        for k, v in args.items())
+    return f'<｜DSML｜invoke name="{name}">\n{params}</｜DSML｜invoke>'
+
+
+SECTIONS = {"deepseekv3": ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
+            "deepseekv4": ("<｜DSML｜tool_calls>\n", "\n</｜DSML｜tool_calls>")}
+
+
+@st.composite
+def outputs(draw: st.DrawFn, fmt: str, started: bool,
+            wellformed: bool) -> tuple[str, str, str, list[tuple[str, str]]]:
+    """(output text, expected reasoning, expected content, expected calls)."""
+    reasoning = draw(st.one_of(st.just(""), words()))
+    content = draw(st.one_of(st.just(""), words()))
+    calls = draw(st.lists(st.tuples(names, arguments, st.integers(0, 1)), max_size=3))
+    out = ""
+    if reasoning or started:
+        out = ("" if started else "<think>") + reasoning + "</think>"
+    out += content
+    body = "\n".join(write_call(fmt, n, a, v) for n, a, v in calls)
+    if calls and fmt in SECTIONS:
+        body = SECTIONS[fmt][0] + body + SECTIONS[fmt][1]
+    out += body
+    if not wellformed:
+        junk = st.sampled_from(["<tool_call>{bad", "</think>", "<think>", "[TOOL_CALLS] no",
+                                "<｜DSML｜tool_calls>\n<｜DSML｜invoke", '{"x": }', "<|im_end|>",
+                                "<｜end▁of▁sentence｜>", "z"])
+        for _ in range(draw(st.integers(0, 3))):
+            at = draw(st.integers(0, len(out)))
+            out = out[:at] + draw(junk) + out[at:]
+    expected = [(n, json.dumps(a, ensure_ascii=False)) for n, a, _ in calls]
+    return out, reasoning, content, expected
+
+
+def decode_rows(info: TokenizerInfo, ids: list[int], rows: list[list[int]],
+                table: list[bytes], p: ParsedStream, min_tokens: int) -> list[ParsedDelta]:
+    """What the shard will do: push each row, feed its text; split the min_tokens row."""
+    dec = ByteStream(table, [])
+    out, seen = [], 0
+    for row in rows:
+        if seen < min_tokens <= seen + len(row):
+            k = min_tokens - seen
+            out.append(p.feed(dec.push(row[:k])))
+            p.exempt_end()
+            out.append(p.feed(dec.push(row[k:])))
+        else:
+            out.append(p.feed(dec.push(row)))
+        seen += len(row)
+    out.append(p.feed(dec.flush()))
+    out.append(p.finish())
+    return out
+
+
+def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started: bool,
+              fmt: str, wellformed: bool) -> None:
+    text, want_r, want_c, want_calls = data.draw(outputs(fmt, started, wellformed), label="out")
+    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+    skip = data.draw(st.booleans(), label="skip_special")
+    stop = None if wellformed else data.draw(
+        st.sampled_from([None, ["。"], ["\n\n", "world"], ["e"]]), label="stop")
+    min_tokens = 0 if wellformed else data.draw(st.integers(0, len(ids) + 1), label="min_tokens")
+    p = make_parsed_stream(reasoning, started, fmt, stop=stop, min_tokens=min_tokens)
+    keep = marker_token_ids(info, p.markers)
+    table = skip_table(info, keep) if skip else info.byte_table
+    assert table is not None
+    shape = data.draw(st.sampled_from(["one", "all", "random"]), label="rows")
+    sizes = {"one": [1], "all": [max(1, len(ids))]}.get(shape) or data.draw(chunk_sizes)
+    deltas = decode_rows(info, ids, chunk(ids, sizes), table, p, min_tokens)
+    # the batch reference: the full decode (same skip set), then the parser on all of it
+    kept = [i for i in ids if not skip or i not in info.special_ids or i in keep]
+    whole = info.tokenizer.decode(kept, skip_special_tokens=False)
+    exempt = 0
+    if min_tokens > len(ids):  # never reached: the whole output, flush included, is exempt
+        exempt = len(whole)
+    elif min_tokens:
+        exempt = len(ByteStream(table, []).push(ids[:min_tokens]))
+    got = merge(deltas)
+    assert stream_of(got) == stream_of(p.parse_full(whole, exempt))
+    if wellformed and whole == text:
+        assert (got.reasoning, got.text) == (want_r, want_c)
+        assert [(c.name, c.arguments) for c in got.tool_calls or ()] == want_calls
+        assert got.ended_with_tool_calls == bool(want_calls)
+
+
+ID_SETTINGS = settings(max_examples=40, deadline=None,
+                       suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@ID_SETTINGS
+@given(data=st.data())
+@pytest.mark.parametrize("fmt", ["deepseekv4", "deepseekv3"])
+@pytest.mark.parametrize("wellformed", [True, False])
+def test_deepseek_v4_tokenizer_stream_equals_batch(fmt: str, wellformed: bool,
+                                                   data: st.DataObject) -> None:
+    started = data.draw(st.booleans(), label="started")
+    check_ids(deepseek(), data, "deepseek-r1", started, fmt, wellformed)
+
+
+@ID_SETTINGS
+@given(data=st.data())
+@pytest.mark.parametrize("fmt", ["hermes", "mistral"])
+@pytest.mark.parametrize("wellformed", [True, False])
+def test_qwen_style_tokenizer_stream_equals_batch(fmt: str, wellformed: bool,
+                                                  data: st.DataObject) -> None:
+    started = data.draw(st.booleans(), label="started")
+    check_ids(qwen_style(), data, "qwen3", started, fmt, wellformed)
