@@ -3,6 +3,8 @@ checked with an error naming the flag; exit codes and process titles of a real s
 
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
 import time
@@ -113,3 +115,16 @@ def test_process_titles_and_health_lists_every_process(tmp_path: Path) -> None:
         assert roles["http"]["pid"] == http_child[0].pid and roles["http"]["alive"]
     finally:
         assert svc.stop() == 0
+
+
+def test_every_flag_the_docs_name_exists() -> None:
+    """docs/operations.md once named a --restart-limit that no command had."""
+    root = Path(__file__).resolve().parent.parent
+    top, _ = cli.parser()
+    subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    real = {opt for p in subs.choices.values() for a in p._actions for opt in a.option_strings}
+    for script in (root / "scripts").glob("*.py"):
+        real |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", script.read_text()))
+    for doc in ("docs/operations.md", "README.md"):
+        named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
+        assert named - real == set(), f"{doc} names flags that do not exist"
