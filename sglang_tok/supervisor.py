@@ -190,8 +190,9 @@ class Supervisor:
 
     def _spawn(self, run: _Running) -> int:
         spec = run.spec
-        restarted = run.starts > 0 and spec.args_on_restart is not None
-        args = spec.args_on_restart if restarted else spec.args
+        args = spec.args
+        if run.starts and spec.args_on_restart is not None:
+            args = spec.args_on_restart
         title = f"{self.title}: {spec.role}" if self.title else ""
         self.status.set_beat(spec.slot, 0.0)
         run.spawned_at = time.monotonic()  # the boot clock starts here, as gunicorn's does
