@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import Any
 
 import msgspec
 import zmq
@@ -21,7 +20,7 @@ from sglang_tok.ring.sockets import make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import DROP_REASONS, Metrics
-from sglang_tok.process import ACTIVITY, EGRESS_READY, Beat, pin, setup_child
+from sglang_tok.process import Beat, Status, pin, setup_child
 from sglang_tok.protocol import (
     EGRESS_RESTARTED,
     MALFORMED_FRAME,
@@ -44,7 +43,7 @@ POLL_MS = 100
 EGRESS = -1
 
 
-def main(cfg: Config, status: Any, core: int | None, restarted: bool = False) -> None:
+def main(cfg: Config, status: Status, core: int | None, restarted: bool = False) -> None:
     title = "sglang-tok egress"
     setup_child(title, cfg.log_level)
     pin(core, title)
@@ -52,7 +51,7 @@ def main(cfg: Config, status: Any, core: int | None, restarted: bool = False) ->
 
 
 class Egress:
-    def __init__(self, cfg: Config, status: Any, restarted: bool = False) -> None:
+    def __init__(self, cfg: Config, status: Status, restarted: bool = False) -> None:
         self.cfg = cfg
         self.restarted = restarted
         self.grace_until = 0.0  # set once every shard has started again
@@ -146,7 +145,7 @@ class Egress:
     # ------------------------------------------------------------------ frames
     def on_frame(self, frame: memoryview) -> None:
         stamp = time.monotonic()
-        self.status[ACTIVITY] += 1
+        self.status.activity += 1
         if not len(frame):
             return self._drop(FrameError("empty", "zero-length frame"))
         tag = frame[0]
@@ -284,7 +283,7 @@ class Egress:
             self._flush(k)
             log.info("shard %d (pid %d) started", k, note.pid)
             if all(self.up):
-                self.status[EGRESS_READY] = 1.0
+                self.status.egress_ready = True
                 if self.restarted and not self.grace_until:
                     self.grace_until = time.monotonic() + self.cfg.restart_grace
         elif isinstance(note, link.ShardDown):
@@ -294,7 +293,7 @@ class Egress:
             self._fail_shard(k)
             self.pids[k] = None
             self.up[k] = False
-            self.status[EGRESS_READY] = 0.0
+            self.status.egress_ready = False
         elif isinstance(note, link.Drain):
             self.draining = True
 

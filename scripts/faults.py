@@ -100,7 +100,7 @@ def main() -> int:
             if svc.sched is not None and barrier(svc.sched, svc.front, svc.shards, 20):
                 break
         dropped = {k.split('"')[1]: int(v) for k, v in svc.metrics().items()
-                   if k.startswith("frames_dropped_total{") and v}
+                   if k.startswith("sglang_tok_frames_dropped_total{") and v}
     finally:
         rc = svc.stop()
     outcome: Counter[str] = Counter()

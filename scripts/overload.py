@@ -7,12 +7,15 @@ The producer sends as fast as its blocking PUSH allows; the frontend sleeps betw
 reads. Samples the service's total resident memory, and how long the producer's sends
 block. Memory must stay bounded by the high-water marks (ring, links, output), the
 producer must be slowed (backpressure), and after the frontend catches up every request
-must be exact: nothing dropped. Prints the bound it measured.
+must be exact: nothing dropped. When --seconds cuts the run, the requests whose frames
+were all sent are verified exact, those cut midway are ended with ABORT and must get
+their abort delta; both counts are printed. Prints the bound it measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -26,14 +29,119 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import psutil  # noqa: E402
 from service import Service  # noqa: E402
 
+from sglang_tok import protocol  # noqa: E402
 from sglang_tok.client import Frontend, Scheduler  # noqa: E402
-from sglang_tok.tokenizer import load  # noqa: E402
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify  # noqa: E402
+from sglang_tok.tokenizer import TokenizerInfo, load  # noqa: E402
+from sglang_tok.workload import (  # noqa: E402
+    PlannedRequest,
+    PlanSpec,
+    make_requests,
+    schedule,
+    verify,
+)
 
 
 def rss_mib(svc: Service) -> float:
     procs = [psutil.Process(svc.proc.pid)] + svc.children()  # type: ignore[union-attr]
     return sum(p.memory_info().rss for p in procs if p.is_running()) / (1 << 20)
+
+
+def start_service(a: argparse.Namespace) -> Service:
+    """Small rings, a frontend that buffers little and a producer whose buffer is small."""
+    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-overload-")), shards=2,
+                  args=["--link-capacity", str(a.link_capacity)],
+                  ring_capacity=a.ring_capacity)
+    svc.front.close()
+    svc.front = Frontend(svc.output, hwm=16)
+    svc.start()
+    svc.sched.close()  # type: ignore[union-attr]
+    svc.sched = Scheduler(svc.input, hwm=4)
+    return svc
+
+
+def frames_of(reqs: list[PlannedRequest]) -> tuple[list[bytes], dict[str, tuple[int, int]]]:
+    """The BATCH frames, and for each rid the indices of its first and last frame."""
+    frames: list[bytes] = []
+    span: dict[str, tuple[int, int]] = {}
+    for step in schedule(reqs, 1024, 3):
+        if step.batch:
+            for rid in protocol.decode_batch(step.batch).rids:
+                span[rid] = (span.get(rid, (len(frames), 0))[0], len(frames))
+            frames.append(step.batch)
+    return frames, span
+
+
+def produce(svc: Service, frames: list[bytes], seconds: float) -> tuple[int, list[float]]:
+    """Send until done or out of time; return how many were sent and how long each blocked."""
+    blocked: list[float] = []
+    t0 = time.monotonic()
+    for f in frames:
+        if time.monotonic() - t0 > seconds:
+            break
+        t = time.monotonic()
+        svc.send(f)
+        blocked.append(time.monotonic() - t)
+    return len(blocked), blocked
+
+
+def end_cut_requests(svc: Service, reqs: list[PlannedRequest], span: dict[str, tuple[int, int]],
+                     sent: int) -> tuple[list[PlannedRequest], list[PlannedRequest]]:
+    """Requests whose frames were all sent, and those cut midway, ABORTed now."""
+    whole = [r for r in reqs if span[r.rid][1] < sent]
+    cut = [dataclasses.replace(r, end_by="abort") for r in reqs
+           if span[r.rid][0] < sent <= span[r.rid][1]]
+    if cut:
+        svc.send(protocol.encode_control(protocol.Abort([r.rid for r in cut])))
+    return whole, cut
+
+
+def catch_up(svc: Service, timeout: float = 600) -> bool:
+    """Everything sent so far has come out (a PING answered by every process)."""
+    assert svc.sched is not None
+    nonce = svc.sched.ping()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if {p.shard for p in svc.front.pongs if p.nonce == nonce} >= set(range(-1, svc.shards)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def problems(reqs: list[PlannedRequest], front: Frontend, info: TokenizerInfo) -> list[str]:
+    return [p for r in reqs for p in verify(r, front.requests.get(r.rid), info)]
+
+
+class Watch:
+    """Two threads: the frontend (its own socket; reads one message, then naps while `slow`
+    is set) and a sampler of the service's resident memory."""
+
+    def __init__(self, svc: Service, delay_s: float) -> None:
+        self.svc, self.delay_s = svc, delay_s
+        self.samples: list[float] = []
+        self.slow, self.done = threading.Event(), threading.Event()
+        self.slow.set()
+        self.threads = [threading.Thread(target=f, daemon=True)
+                        for f in (self.sample, self.read)]
+        for t in self.threads:
+            t.start()
+
+    def sample(self) -> None:
+        while not self.done.is_set():
+            self.samples.append(rss_mib(self.svc))
+            time.sleep(0.25)
+
+    def read(self) -> None:
+        front = self.svc.front
+        while not self.done.is_set():
+            if front.sock.poll(50):
+                front.take(front.sock.recv())
+                if self.slow.is_set():
+                    time.sleep(self.delay_s)
+
+    def stop(self) -> None:
+        self.done.set()
+        for t in self.threads:
+            t.join()
 
 
 def main() -> int:
@@ -44,63 +152,20 @@ def main() -> int:
     ap.add_argument("--link-capacity", type=int, default=64)
     a = ap.parse_args()
     info = load("deepseek-v4")
-    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-overload-")), shards=2,
-                  args=["--link-capacity", str(a.link_capacity)],
-                  ring_capacity=a.ring_capacity)
-    svc.front.close()
-    svc.front = Frontend(svc.output, hwm=16)  # a frontend that buffers little, reads slowly
-    svc.start()
-    svc.sched.close()  # type: ignore[union-attr]
-    svc.sched = Scheduler(svc.input, hwm=4)  # the producer's own buffer stays small too
+    svc = start_service(a)
     idle = rss_mib(svc)
     reqs = make_requests(info, PlanSpec(requests=4096, concurrency=1024, min_tokens=64,
                                         max_tokens=256, seed=3))
-    frames = [s.batch for s in schedule(reqs, 1024, 3) if s.batch]
-    stop = threading.Event()
-    samples: list[float] = []
-
-    def sampler() -> None:
-        while not stop.is_set():
-            samples.append(rss_mib(svc))
-            time.sleep(0.25)
-
-    threading.Thread(target=sampler, daemon=True).start()
-    front = svc.front
-    slow = threading.Event()
-    slow.set()
-
-    def frontend() -> None:  # its own thread and socket: reads one message, then naps
-        while not stop.is_set():
-            if front.sock.poll(50):
-                front.take(front.sock.recv())
-                if slow.is_set():
-                    time.sleep(a.read_delay_ms / 1000)
-
-    reader = threading.Thread(target=frontend, daemon=True)
-    reader.start()
-    blocked = []
+    frames, span = frames_of(reqs)
+    watch = Watch(svc, a.read_delay_ms / 1000)
     t0 = time.monotonic()
-    sent = 0
-    for f in frames:
-        if time.monotonic() - t0 > a.seconds:
-            break
-        t = time.monotonic()
-        svc.send(f)  # type: ignore[arg-type]
-        blocked.append(time.monotonic() - t)
-        sent += 1
-    peak = max(samples or [idle])
-    slow.clear()  # the frontend catches up at full speed
-    assert svc.sched is not None
-    nonce = svc.sched.ping()
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if {p.shard for p in front.pongs if p.nonce == nonce} >= set(range(-1, svc.shards)):
-            break
-        time.sleep(0.05)
-    stop.set()
-    reader.join()
-    bad = [p for r in reqs[:] for p in verify(r, front.requests.get(r.rid), info)
-           if sent == len(frames)]
+    sent, blocked = produce(svc, frames, a.seconds)
+    peak = max(watch.samples or [idle])
+    whole, cut = end_cut_requests(svc, reqs, span, sent)
+    watch.slow.clear()  # the frontend catches up at full speed
+    caught_up = catch_up(svc)
+    watch.stop()
+    bad_whole, bad_cut = problems(whole, svc.front, info), problems(cut, svc.front, info)
     svc.stop()
     elapsed = time.monotonic() - t0
     slow_sends = sum(1 for b in blocked if b > 0.01)
@@ -109,9 +174,14 @@ def main() -> int:
     print(f"service RSS: idle {idle:.0f} MiB, peak under overload {peak:.0f} MiB "
           f"(+{peak - idle:.0f} MiB with ring {a.ring_capacity} frames, links/output "
           f"{a.link_capacity} messages)")
-    print(f"verified exact after catch-up: {'all' if not bad else f'{len(bad)} problems'}"
-          f"{'' if sent == len(frames) else ' (partial run: verification skipped)'}")
-    return 0 if not bad and slow_sends else 1
+    print(f"verified exact after catch-up: {len(whole) - len(bad_whole)} of {len(whole)} "
+          f"requests whose frames were all sent; aborted (cut by --seconds): "
+          f"{len(cut) - len(bad_cut)} of {len(cut)} ended with their abort delta; "
+          f"never started: {len(reqs) - len(whole) - len(cut)}")
+    for p in (bad_whole + bad_cut)[:10]:
+        print(f"  {p}")
+    ok = caught_up and not bad_whole and not bad_cut and whole and slow_sends
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ from sglang_tok.workload import PlanSpec, make_requests, schedule, verify  # noq
 def shard_stats(svc: Service) -> list[tuple[int, int]]:
     """(rss MiB, open fds) of each shard."""
     out = []
-    for p in svc.health()[1]["processes"][1:]:
+    for p in svc.health()[1]["processes"]:
+        if not p["role"].startswith("shard"):
+            continue
         proc = psutil.Process(p["pid"])
         out.append((proc.memory_info().rss >> 20, proc.num_fds()))
     return out

@@ -5,55 +5,79 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import typing
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
-from .config import Config, ConfigError, default_shards
+import msgspec
+
+from .config import Config, ConfigError, default_shards, flag, validate
 from .tokenizer import DEFAULT_TOKENIZER
 
-
-def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("serve", help="run the detokenizer service")
-    d = Config()
-    p.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
-                   help="built-in name (deepseek-v4), a tokenizer.json, or a directory")
-    p.add_argument("--shards", type=int, default=default_shards(),
-                   help="decoder processes (default: usable cores minus one, at least 1)")
-    p.add_argument("--input", default="", help="input ring endpoint the service binds "
-                   "(default ipc://RUNTIME/input.ipc)")
-    p.add_argument("--output", default="", help="frontend endpoint the service connects to "
-                   "(default ipc://RUNTIME/output.ipc)")
-    p.add_argument("--http", default=d.http, help="HOST:PORT for /health and /metrics")
-    p.add_argument("--runtime-dir", default="", help="where ipc sockets live (mode 0700)")
-    p.add_argument("--ring-capacity", type=int, default=d.ring_capacity,
-                   help="input ring high-water mark, in frames")
-    p.add_argument("--link-capacity", type=int, default=d.link_capacity,
-                   help="high-water mark of internal links and the output, in messages")
-    p.add_argument("--max-frame-bytes", type=int, default=d.max_frame_bytes)
-    p.add_argument("--max-rid-length", type=int, default=d.max_rid_length)
-    p.add_argument("--max-row-ids", type=int, default=d.max_row_ids)
-    p.add_argument("--max-requests", type=int, default=d.max_requests,
-                   help="live requests per shard; new rids beyond it get an error")
-    p.add_argument("--ended-memory", type=int, default=d.ended_memory,
-                   help="ended rids remembered per shard, to ignore their late rows")
-    p.add_argument("--max-stops", type=int, default=d.max_stops)
-    p.add_argument("--max-stop-length", type=int, default=d.max_stop_length)
-    p.add_argument("--model-name", default="", help="model_name metric label")
-    p.add_argument("--engine", default=d.engine, help="engine metric label")
-    p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin cores")
-    p.add_argument("--drain-timeout", type=float, default=d.drain_timeout)
-    p.add_argument("--heartbeat-timeout", type=float, default=d.heartbeat_timeout)
-    p.add_argument("--restart-grace", type=float, default=d.restart_grace,
-                   help="seconds after an egress restart during which unknown rids fail")
-    p.add_argument("--curve-keys", default="", help="directory from `sglang-tok keygen`: "
-                   "CURVE authentication and encryption on tcp:// endpoints")
-    p.add_argument("--log-level", default=d.log_level)
+# defaults that depend on the machine rather than on the Config
+_MACHINE_DEFAULTS: dict[str, Callable[[], object]] = {"shards": default_shards}
+_METAVARS: dict[object, str] = {int: "N", float: "SECONDS"}
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sglang-tok", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    _serve_parser(sub)
+def _serve_epilog() -> str:
+    from .supervisor import ExitCode
+    codes = {
+        ExitCode.OK: "stopped by SIGTERM or SIGINT, after the drain",
+        ExitCode.RESTART_LIMIT: "a process died more than --restart-limit times within "
+                                "--restart-window",
+        ExitCode.CONFIG: "a flag's value or the tokenizer is unusable; nothing was started",
+        ExitCode.BOOT_FAILURE: "boot failure: a process exited, or sent no heartbeat within "
+                               "--boot-timeout, on its first start",
+        ExitCode.FORCED: "a second SIGINT: stopped at once, without the drain",
+    }
+    return "exit codes:\n" + "\n".join(f"  {int(c):>3}  {text}" for c, text in codes.items())
+
+
+def _field_flag(p: argparse.ArgumentParser, field: msgspec.structs.FieldInfo,
+                hint: Any) -> None:
+    """One `Config` field as one flag: type, choices, bounds and help from its annotation."""
+    kind, meta = typing.get_args(hint)
+    help_text = meta.description
+    if kind is bool:  # `--no-pin` turns off a field that is on by default, and vice versa
+        on = bool(field.default)
+        p.add_argument(flag(("no_" if on else "") + field.name), dest=field.name,
+                       action="store_false" if on else "store_true",
+                       help=("do not " if on else "") + help_text)
+        return
+    default = _MACHINE_DEFAULTS.get(field.name, lambda: field.default)()
+    notes = [f"{sign} {getattr(meta, key)}" for key, sign in _BOUNDS
+             if getattr(meta, key) is not None]
+    if default != "" and "(default" not in help_text:
+        notes.append(f"default {default}")
+    if notes:
+        help_text += f" ({'; '.join(notes)})"
+    choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
+    p.add_argument(flag(field.name), type=str if choices else kind, choices=choices,
+                   default=default, help=help_text, metavar=_METAVARS.get(kind))
+
+
+def config_flags(p: argparse.ArgumentParser) -> None:
+    """Every `Config` field, and nothing else, as a flag of `serve`."""
+    hints = typing.get_type_hints(Config, include_extras=True)
+    for field in msgspec.structs.fields(Config):
+        _field_flag(p, field, hints[field.name])
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    """The Config the flags describe; ConfigError names the flag whose value is refused."""
+    return validate({f.name: getattr(args, f.name) for f in msgspec.structs.fields(Config)})
+
+
+def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The whole command line, and its `serve` subcommand (for errors naming a flag)."""
+    top = argparse.ArgumentParser(prog="sglang-tok", description=__doc__)
+    sub = top.add_subparsers(dest="cmd", required=True)
+    serve = sub.add_parser("serve", help="run the detokenizer service", epilog=_serve_epilog(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    config_flags(serve)
     h = sub.add_parser("health", help="probe a running service; exit 0 when healthy")
     h.add_argument("--http", default=Config().http)
     h.add_argument("--deep", action="store_true",
@@ -66,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     dm.add_argument("--concurrency", type=int, default=256)
     dm.add_argument("--shards", type=int, default=0)
     dm.add_argument("--tokenizer", default=DEFAULT_TOKENIZER)
-    args = parser.parse_args(argv)
+    return top, serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    top, serve_parser = parser()
+    args = top.parse_args(argv)
     if args.cmd == "keygen":
         from .security import keygen
         for path in keygen(args.dir):
@@ -75,18 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "demo":
         from .demo import run
         return run(args.requests, args.concurrency, args.shards or None, args.tokenizer)
-    if args.cmd == "serve":
-        from .supervisor import serve
-        fields = {k: v for k, v in vars(args).items() if k != "cmd"}
-        fields["runtime_dir"] = fields.pop("runtime_dir")
-        try:
-            return serve(Config(**fields))
-        except ConfigError as exc:
-            print(f"sglang-tok: {exc}", file=sys.stderr)
-            return 2
     if args.cmd == "health":
         return health(args.http, args.deep, args.timeout)
-    return 2
+    try:
+        cfg = config_from(args)
+    except ConfigError as exc:
+        serve_parser.error(str(exc))  # exits 2, naming the flag
+    from .supervisor import serve
+    try:
+        return serve(cfg)
+    except ConfigError as exc:
+        print(f"sglang-tok: {exc}", file=sys.stderr)
+        return 2
 
 
 def health(http: str, deep: bool, timeout: float) -> int:

@@ -1,54 +1,93 @@
-"""The one frozen configuration object, validated once by the supervisor.
+"""The one frozen configuration object: every `sglang-tok serve` flag is one of its fields.
 
-Children receive it at spawn; per-child facts (shard index, core) are arguments. No
-library code reads environment variables.
+Each field's annotation carries its help text and its constraints (msgspec `Meta`); the CLI
+generates its flags from them (`--ring-capacity` for `ring_capacity`), so a flag cannot be
+missing or undocumented, and `validate` checks every constraint in one place. Children
+receive the object at spawn; per-child facts (shard index, core) are arguments. No library
+code reads environment variables.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from .tokenizer import DEFAULT_TOKENIZER
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 class ConfigError(ValueError):
     pass
 
 
+def _doc(description: str, **constraints: Any) -> Meta:
+    return Meta(description=description, **constraints)
+
+
 class Config(msgspec.Struct, frozen=True):
-    tokenizer: str = DEFAULT_TOKENIZER
-    shards: int = 1
-    input: str = ""  # the input ring the egress binds (PULL)
-    output: str = ""  # the frontend's PULL the shards and egress connect to
-    http: str = "127.0.0.1:8399"
-    runtime_dir: str = ""
-    ring_capacity: int = 1000  # input ring high-water mark, in frames
-    link_capacity: int = 1000  # egress -> shard and output high-water marks, in messages
-    max_frame_bytes: int = 64 << 20
-    max_rid_length: int = 512
-    max_row_ids: int = 4096
-    max_requests: int = 65536
-    # ended rids remembered per shard (the egress keeps shards x this) so that rows still in
-    # flight after a request ended are ignored instead of reopening it; bounded memory
-    ended_memory: int = 65536
-    max_stops: int = 64
-    max_stop_length: int = 1024
-    model_name: str = ""
-    engine: str = "0"
-    pin: bool = True
-    heartbeat_timeout: float = 5.0
-    drain_timeout: float = 5.0
-    # after an egress restart, rids it has never seen are failed for this long: their
-    # first rows may have died in the old egress's socket (see docs/operations.md)
-    restart_grace: float = 3.0
-    restart_limit: int = 5  # restarts of one process within restart_window before giving up
-    restart_window: float = 60.0
-    curve_keys: str = ""  # directory of CURVE keys for tcp:// endpoints; empty = off
-    log_level: str = "INFO"
+    tokenizer: Annotated[str, _doc(
+        "built-in name (deepseek-v4), a tokenizer.json, or a directory holding one")
+    ] = DEFAULT_TOKENIZER
+    shards: Annotated[int, _doc(
+        "decoder processes (default: usable cores minus one, at least 1)", ge=1, le=256)] = 1
+    input: Annotated[str, _doc(
+        "input ring endpoint the service binds (PULL) (default ipc://RUNTIME/input.ipc)")] = ""
+    output: Annotated[str, _doc(
+        "frontend endpoint the shards and egress connect to (PUSH) "
+        "(default ipc://RUNTIME/output.ipc)")] = ""
+    http: Annotated[str, _doc("HOST:PORT for /health and /metrics (port 0: any free port, "
+                              "written to RUNTIME/http.port)")] = "127.0.0.1:8399"
+    runtime_dir: Annotated[str, _doc(
+        "where ipc sockets live, made mode 0700 (default: a fresh temporary directory)")] = ""
+    ring_capacity: Annotated[int, _doc("input ring high-water mark, in frames", ge=1)] = 1000
+    link_capacity: Annotated[int, _doc(
+        "high-water mark of the egress-to-shard links and the output, in messages", ge=1)] = 1000
+    max_frame_bytes: Annotated[int, _doc(
+        "largest input frame; libzmq drops the connection of a sender that exceeds it",
+        ge=1)] = 64 << 20
+    max_rid_length: Annotated[int, _doc(
+        "longest rid; a frame holding a longer one is dropped and its rids fail", ge=1)] = 512
+    max_row_ids: Annotated[int, _doc(
+        "most token ids in one BATCH row; a frame holding more is dropped", ge=1)] = 4096
+    max_requests: Annotated[int, _doc(
+        "live requests per shard; new rids beyond it get an error", ge=1)] = 65536
+    ended_memory: Annotated[int, _doc(
+        "ended rids remembered per shard (the egress keeps shards x this), so that rows still "
+        "in flight after a request ended are ignored instead of reopening it", ge=0)] = 65536
+    max_stops: Annotated[int, _doc("most stop strings in one OPEN", ge=0)] = 64
+    max_stop_length: Annotated[int, _doc("longest stop string in an OPEN", ge=1)] = 1024
+    model_name: Annotated[str, _doc(
+        "model_name label of the sglang: metrics (default: the --tokenizer value)")] = ""
+    engine: Annotated[str, _doc("engine label of the sglang: metrics")] = "0"
+    pin: Annotated[bool, _doc("pin the egress and each shard to a core of their own")] = True
+    heartbeat_timeout: Annotated[float, _doc(
+        "seconds without a heartbeat after which a process is stuck: SIGABRT (its stack goes "
+        "to the log), then SIGKILL, then a restart", gt=0)] = 5.0
+    boot_timeout: Annotated[float, _doc(
+        "seconds from a process's spawn to its first heartbeat; a process that is late on its "
+        "first start is killed and the service exits with code 3", gt=0)] = 30.0
+    drain_timeout: Annotated[float, _doc(
+        "seconds after SIGTERM/SIGINT for the deltas of accepted frames to leave, before the "
+        "egress and shards are killed", ge=0)] = 5.0
+    restart_grace: Annotated[float, _doc(
+        "seconds after an egress restart during which rids the new egress has never seen "
+        "fail (their first rows may have died with the old one)", ge=0)] = 3.0
+    restart_limit: Annotated[int, _doc(
+        "restarts of one process within --restart-window; its next death stops the service "
+        "(exit code 1)", ge=0)] = 5
+    restart_window: Annotated[float, _doc(
+        "seconds over which --restart-limit counts a process's restarts", gt=0)] = 60.0
+    curve_keys: Annotated[str, _doc(
+        "directory from `sglang-tok keygen`: CURVE authentication and encryption on tcp:// "
+        "endpoints (default: off)")] = ""
+    log_level: Annotated[LogLevel, _doc("log level of every process")] = "INFO"
 
     def ipc(self, name: str) -> str:
         return f"ipc://{self.runtime_dir}/{name}"
@@ -62,6 +101,28 @@ class Config(msgspec.Struct, frozen=True):
         return int(self.http.rsplit(":", 1)[1])
 
 
+def flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+_AT_FIELD = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<field>\w+)`)?$")
+
+
+def validate(fields: dict[str, Any]) -> Config:
+    """A Config from field values, every `Meta` constraint checked; errors name the flag."""
+    try:
+        return msgspec.convert(fields, Config)
+    except msgspec.ValidationError as exc:
+        m = _AT_FIELD.match(str(exc))
+        assert m is not None  # the pattern matches any string
+        name = m["field"]
+        if name is None:
+            raise ConfigError(str(exc)) from None
+        what = m["what"].replace("`", "")
+        raise ConfigError(f"{flag(name)}: {what[0].lower()}{what[1:]}, got "
+                          f"{fields.get(name)!r}") from None
+
+
 def default_shards() -> int:
     """Usable cores minus one for the egress, at least one."""
     try:
@@ -72,14 +133,9 @@ def default_shards() -> int:
 
 
 def finalize(cfg: Config) -> Config:
-    """Fill derived defaults (runtime dir, endpoints) and reject what cannot work."""
-    if cfg.shards < 1:
-        raise ConfigError(f"--shards must be >= 1, got {cfg.shards}")
-    if cfg.shards > 256:
-        raise ConfigError(f"--shards {cfg.shards} is more than 256")
-    for name in ("ring_capacity", "link_capacity", "max_frame_bytes", "max_requests"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    """Check every constraint, fill derived defaults (runtime dir, endpoints), and reject
+    what cannot work; a Config built in code gets the same checks as the CLI's."""
+    cfg = validate(msgspec.structs.asdict(cfg))
     runtime = cfg.runtime_dir or tempfile.mkdtemp(prefix="sglang-tok-")
     Path(runtime).mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(runtime, 0o700)  # ipc sockets live here: only the service's user may connect

@@ -21,46 +21,42 @@ import zmq
 
 from . import protocol, security
 from .config import Config
-from .process import (
-    ACTIVITY,
-    EGRESS_READY,
-    HTTP_PORT,
-    SUPERVISOR_BEAT,
-    Beat,
-    beat_index,
-    parent_alive,
-    pid_index,
-    setup_child,
-)
+from .process import Beat, Status, parent_alive, service_roles, setup_child
 from .ring.sockets import make_socket
 
 log = logging.getLogger("sglang_tok.http")
 MAX_REQUEST_BYTES = 8192
+JSON = "application/json"
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def health_report(status: Any, shards: int, timeout: float) -> tuple[bool, dict[str, Any]]:
-    """Healthy when the egress has started every shard and every loop ticked recently."""
+def health_report(status: Status, roles: list[str], timeout: float
+                  ) -> tuple[bool, dict[str, Any]]:
+    """Healthy when the egress has started every shard and every loop ticked recently.
+
+    `processes` lists every slot in status-block order (egress, shards, then this process).
+    """
     now = time.monotonic()
+    ok = status.egress_ready and now - status.supervisor_beat < timeout
     procs = []
-    ok = status[EGRESS_READY] == 1.0 and now - status[SUPERVISOR_BEAT] < timeout
-    for slot in range(shards + 1):
-        pid = int(status[pid_index(slot)])
-        age = now - status[beat_index(slot)]
-        alive = pid > 0 and status[beat_index(slot)] > 0 and age < timeout
+    for slot, role in enumerate(roles):
+        pid, beat = status.pid(slot), status.beat(slot)
+        alive = pid > 0 and beat > 0 and now - beat < timeout
         ok = ok and alive
-        procs.append({"role": "egress" if slot == 0 else f"shard {slot - 1}", "pid": pid,
-                      "alive": alive, "beat_age_s": round(age, 3)})
-    report = {"status": "ok" if ok else "unhealthy", "activity": int(status[ACTIVITY]),
-              "shards": shards, "processes": procs}
+        procs.append({"role": role, "pid": pid, "alive": alive,
+                      "beat_age_s": round(now - beat, 3)})
+    report = {"status": "ok" if ok else "unhealthy", "activity": status.activity,
+              "shards": len(roles) - 2, "processes": procs}
     return ok, report
 
 
 class HttpServer:
-    def __init__(self, cfg: Config, status: Any, parent_pid: int) -> None:
+    def __init__(self, cfg: Config, status: Status, parent_pid: int) -> None:
         self.cfg = cfg
         self.status = status
         self.parent_pid = parent_pid
-        self.beat = Beat(status, cfg.shards + 1)
+        self.roles = service_roles(cfg.shards)
+        self.beat = Beat(status, self.roles.index("http"))
         self.ctx = zmq.Context(io_threads=1)
         self.pongs = make_socket(self.ctx, zmq.PULL, cfg.ipc("health.ipc"), bind=True, hwm=1024,
                                  linger_ms=0)
@@ -109,23 +105,7 @@ class HttpServer:
             return
         line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
         method, target = (line[0], line[1]) if len(line) >= 2 else ("", "")
-        path, _, query = target.partition("?")
-        loop = asyncio.get_running_loop()
-        ctype = "application/json"
-        if method != "GET":
-            code, body = 405, b'{"error": "method not allowed"}'
-        elif path == "/health":
-            ok, report = health_report(self.status, self.cfg.shards, self.cfg.heartbeat_timeout)
-            if ok and "deep=1" in query:
-                ok, why = await loop.run_in_executor(None, self.deep_probe)
-                report["deep"] = why
-                report["status"] = "ok" if ok else "unhealthy"
-            code, body = (200 if ok else 503), json.dumps(report).encode()
-        elif path == "/metrics":
-            code, body = 200, await loop.run_in_executor(None, self.metrics)
-            ctype = "text/plain; version=0.0.4; charset=utf-8"
-        else:
-            code, body = 404, b'{"error": "not found"}'
+        code, ctype, body = await self.route(method, target)
         reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed",
                   503: "Service Unavailable"}[code]
         writer.write(f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: "
@@ -136,11 +116,28 @@ class HttpServer:
             pass
         writer.close()
 
+    async def route(self, method: str, target: str) -> tuple[int, str, bytes]:
+        """Status code, content type and body for one request."""
+        path, _, query = target.partition("?")
+        loop = asyncio.get_running_loop()
+        if method != "GET":
+            return 405, JSON, b'{"error": "method not allowed"}'
+        if path == "/health":
+            ok, report = health_report(self.status, self.roles, self.cfg.heartbeat_timeout)
+            if ok and "deep=1" in query:
+                ok, why = await loop.run_in_executor(None, self.deep_probe)
+                report["deep"] = why
+                report["status"] = "ok" if ok else "unhealthy"
+            return (200 if ok else 503), JSON, json.dumps(report).encode()
+        if path == "/metrics":
+            return 200, PROMETHEUS, await loop.run_in_executor(None, self.metrics)
+        return 404, JSON, b'{"error": "not found"}'
+
     async def serve(self) -> None:
         server = await asyncio.start_server(self.handle, self.cfg.http_host, self.cfg.http_port,
                                             limit=MAX_REQUEST_BYTES)
         port = server.sockets[0].getsockname()[1]
-        self.status[HTTP_PORT] = float(port)
+        self.status.http_port = port
         log.info("http listening on %s:%d", self.cfg.http_host, port)
         async with server:
             while parent_alive(self.parent_pid):
@@ -148,7 +145,7 @@ class HttpServer:
                 await asyncio.sleep(0.2)
 
 
-def main(cfg: Config, status: Any, parent_pid: int) -> None:
+def main(cfg: Config, status: Status, parent_pid: int) -> None:
     setup_child("sglang-tok http", cfg.log_level, holds_data=False)
     import uvloop
     server = HttpServer(cfg, status, parent_pid)

@@ -23,8 +23,8 @@ class Metrics:
     def __init__(self) -> None:
         self.frames = Counter("sglang_tok_frames", "Input frames drained from the ring, by tag",
                               ["tag"])
-        self.dropped = Counter("frames_dropped", "Input frames dropped whole, by reason",
-                               ["reason"])
+        self.dropped = Counter("sglang_tok_frames_dropped",
+                               "Input frames dropped whole, by reason", ["reason"])
         self.rows = Counter("sglang_tok_rows", "BATCH rows decoded", ["shard"])
         self.tokens = Counter("sglang_tok_tokens", "Token ids decoded", ["shard"])
         self.late_rows = Counter("sglang_tok_late_rows",

@@ -1,59 +1,145 @@
-"""What every child process does first: name itself, die with its parent, pin, log.
+"""What every child process does first (die with its parent, dump its stack on SIGABRT, pin,
+log), and the shared-memory status block every process writes its heartbeat into.
 
-Also the shared-memory status block: one slot per process, written from each process's
-own hot loop (per message and on poll timeout), so a wedged loop shows as a stale
-heartbeat even while the process exists (gunicorn's WorkerTmp idea, in shared memory).
+The status block is written from each process's own hot loop (per message and on poll
+timeout), so a wedged loop shows as a stale heartbeat even while the process exists
+(gunicorn's WorkerTmp idea, in shared memory), and `/health` reads it without asking anyone.
 """
 
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
 import time
-from typing import Any
+from collections.abc import Callable
+from multiprocessing.sharedctypes import RawArray
 
 import psutil
 
 log = logging.getLogger("sglang_tok")
 
 _PR_SET_PDEATHSIG = 1
-_PR_SET_NAME = 15
 
-# status block layout (doubles)
-ACTIVITY = 0  # egress: frames drained from the input ring since start
-EGRESS_READY = 1  # egress: every shard has said hello and was started
-SUPERVISOR_BEAT = 2
-DRAINING = 3
-HTTP_PORT = 4  # the port the HTTP process bound (tests ask for port 0)
-FIRST_SLOT = 5  # then per process p (0 = egress, 1.. = shards, last = http): beat, pid
+# status block layout, in doubles: service-wide cells, then (beat, pid) per process slot
+_ACTIVITY = 0
+_EGRESS_READY = 1
+_SUPERVISOR_BEAT = 2
+_HTTP_PORT = 3
+_FIRST_SLOT = 4
 
 
-def status_size(shards: int) -> int:
-    return FIRST_SLOT + 2 * (shards + 2)
+def _beat_cell(slot: int) -> int:
+    return _FIRST_SLOT + 2 * slot
 
 
-def beat_index(slot: int) -> int:
-    return FIRST_SLOT + 2 * slot
+class Status:
+    """The status block: one RawArray of doubles in shared memory, named accessors over it.
+
+    Made by the supervisor before anything is spawned and passed to each child as a spawn
+    argument (a RawArray pickles only while spawning, which is the one way it travels). No
+    locks: each cell has one writer, and a torn read of a heartbeat only delays a verdict
+    by one tick.
+    """
+
+    __slots__ = ("cells", "slots")
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.cells = RawArray(ctypes.c_double, _FIRST_SLOT + 2 * slots)
+
+    @property
+    def activity(self) -> int:
+        """Frames the egress has drained from the input ring since the service started."""
+        return int(self.cells[_ACTIVITY])
+
+    @activity.setter
+    def activity(self, count: int) -> None:
+        self.cells[_ACTIVITY] = count
+
+    @property
+    def egress_ready(self) -> bool:
+        """Every shard has said hello to the egress and was started."""
+        return bool(self.cells[_EGRESS_READY])
+
+    @egress_ready.setter
+    def egress_ready(self, ready: bool) -> None:
+        self.cells[_EGRESS_READY] = 1.0 if ready else 0.0
+
+    @property
+    def supervisor_beat(self) -> float:
+        return float(self.cells[_SUPERVISOR_BEAT])
+
+    @supervisor_beat.setter
+    def supervisor_beat(self, at: float) -> None:
+        self.cells[_SUPERVISOR_BEAT] = at
+
+    @property
+    def http_port(self) -> int:
+        """The port the HTTP process bound (tests ask for port 0); 0 until it has."""
+        return int(self.cells[_HTTP_PORT])
+
+    @http_port.setter
+    def http_port(self, port: int) -> None:
+        self.cells[_HTTP_PORT] = port
+
+    def beat(self, slot: int) -> float:
+        """time.monotonic() of the slot's last heartbeat; 0 until its first."""
+        return float(self.cells[_beat_cell(slot)])
+
+    def set_beat(self, slot: int, at: float) -> None:
+        self.cells[_beat_cell(slot)] = at
+
+    def pid(self, slot: int) -> int:
+        """The pid now running in the slot; 0 while none is."""
+        return int(self.cells[_beat_cell(slot) + 1])
+
+    def set_pid(self, slot: int, pid: int) -> None:
+        self.cells[_beat_cell(slot) + 1] = pid
 
 
-def pid_index(slot: int) -> int:
-    return FIRST_SLOT + 2 * slot + 1
+class Beat:
+    """A process's heartbeat: one store into its slot, cheap enough for every message."""
+
+    __slots__ = ("cells", "index")
+
+    def __init__(self, status: Status, slot: int) -> None:
+        self.cells = status.cells
+        self.index = _beat_cell(slot)
+
+    def __call__(self) -> None:
+        self.cells[self.index] = time.monotonic()
+
+
+def service_roles(shards: int) -> list[str]:
+    """The service's process slots in status-block order: egress, shards, then http."""
+    return ["egress", *(f"shard {k}" for k in range(shards)), "http"]
+
+
+def run_titled(title: str, target: Callable[..., None], args: tuple[object, ...]) -> None:
+    """Every child's entry point (kept light to import): `ps`, `top` and py-spy show its
+    role as the title, e.g. `sglang-tok: shard 3`."""
+    if title:
+        import setproctitle
+        setproctitle.setproctitle(title)
+    target(*args)
 
 
 def setup_child(title: str, level: str, holds_data: bool = True) -> None:
-    """Name the process, tie its life to the parent's, and prefix its logs with its role.
+    """Tie the process's life to the parent's, and prefix its logs with its role.
 
     Shutdown is the supervisor's to run: a ^C or a SIGTERM sent to the whole group (a
     terminal, systemd's control-group kill) must not kill a process that still holds
     accepted frames, so those ignore both and wait for the drain. If the supervisor
-    itself dies, the kernel kills its children (PDEATHSIG).
+    itself dies, the kernel kills its children (PDEATHSIG). A process the supervisor
+    finds wedged gets SIGABRT first: faulthandler writes where it was stuck to the log.
     """
     logging.basicConfig(level=level, format=f"%(asctime)s {title} %(levelname)s %(message)s")
+    faulthandler.enable()
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_NAME, title.encode()[:15], 0, 0, 0)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except OSError:  # pragma: no cover - not Linux
         pass
@@ -87,19 +173,6 @@ def plan_cores(shards: int, want_pin: bool) -> tuple[list[int | None], int | Non
         return [None] * shards, None, (f"{len(cores)} usable cores for {shards} shards + egress:"
                                        " running unpinned")
     return list(cores[1:shards + 1]), cores[0], ""
-
-
-class Beat:
-    """A process's heartbeat slot in the status block."""
-
-    __slots__ = ("status", "index")
-
-    def __init__(self, status: Any, slot: int) -> None:
-        self.status = status
-        self.index = beat_index(slot)
-
-    def __call__(self) -> None:
-        self.status[self.index] = time.monotonic()
 
 
 def parent_alive(parent_pid: int) -> bool:

@@ -1,14 +1,19 @@
 """`sglang-tok serve`: start the egress, the shards and the HTTP process; keep them alive.
 
-The loop reads in one breath: wait on children and signals, reap what exited, kill what
-stopped beating, start what is missing, report ready once. Signal handlers only enqueue.
-Restart policy lives in `Child.may_restart`: backoff, and a cap per window; a child that
-dies before its loop ever ticked on its first start stops the service (a bad tokenizer
-path must not become a restart loop).
+`Supervisor` knows nothing of the service: it runs the `Child` specs it is given. Its loop
+reads in one breath (wait on children and signals, reap what exited, kill what is stuck,
+start what is due); signal handlers only enqueue; every deadline is on time.monotonic().
+A child's clock starts at spawn: one that sends no heartbeat within the boot timeout, or
+whose heartbeat goes stale, gets SIGABRT (faulthandler writes its stack to the log), then
+SIGKILL. Shapes follow gunicorn's arbiter and uvicorn's multiprocess supervisor.
+
+`Service` is the detokenizer's side: the specs of its processes, its notices to the
+egress, and the ready report.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing as mp
 import os
@@ -16,179 +21,348 @@ import shutil
 import signal
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
 from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 import zmq
 
 from .config import Config, finalize
-from .process import (
-    DRAINING,
-    EGRESS_READY,
-    HTTP_PORT,
-    SUPERVISOR_BEAT,
-    beat_index,
-    pid_index,
-    plan_cores,
-    status_size,
-)
+from .process import Status, plan_cores, run_titled, service_roles
 from .ring import link
 from .ring.sockets import make_socket
 from .tokenizer import TokenizerLoadError, load_tokenizer
 
 log = logging.getLogger("sglang_tok.supervisor")
 TICK_S = 0.2
+TITLE = "sglang-tok"
 
 
-class BootFailure(Exception):
+class ExitCode(IntEnum):
+    """What `sglang-tok serve` exits with (also listed in `serve --help`)."""
+
+    OK = 0  # stopped by SIGTERM or SIGINT after the drain
+    RESTART_LIMIT = 1  # a process died more than --restart-limit times in --restart-window
+    CONFIG = 2  # a flag's value, or the tokenizer, is unusable: nothing was started
+    BOOT_FAILURE = 3  # a process exited, or sent no heartbeat within --boot-timeout, on boot
+    FORCED = 130  # a second SIGINT: exit at once, the children die with the supervisor
+
+
+@dataclass(frozen=True)
+class Restart:
+    """When a dead child comes back: after a delay doubling from `first` up to `cap`, and
+    at most `limit` times within `window` seconds; the next death stops the service."""
+
+    limit: int = 5
+    window: float = 60.0
+    first: float = 0.1
+    cap: float = 5.0
+
+    def delay(self, recent: int) -> float:
+        return min(self.cap, self.first * 2 ** (recent - 1))
+
+
+@dataclass(frozen=True)
+class Child:
+    """One supervised role, as data: the supervisor tests no role names."""
+
+    role: str  # "shard 3": logs, the process title, the restart metric's label
+    slot: int  # its (beat, pid) slot in the status block
+    target: Callable[..., None]  # module-level, so that `spawn` can import it
+    args: tuple[object, ...]
+    # True: it holds accepted data, ignores SIGTERM and exits once drained (killed at the
+    # drain deadline). False: SIGTERM once the data holders are done.
+    holds_data: bool
+    restart: Restart = Restart()
+    args_on_restart: tuple[object, ...] | None = None  # if a restart must start differently
+    on_death: Callable[[int], None] | None = None  # given the dead pid, before any restart
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    heartbeat: float = 5.0  # a beat older than this: the child is stuck
+    boot: float = 30.0  # spawn to first beat
+    drain: float = 5.0  # the drain signal to the data holders' exit
+    abort_grace: float = 1.0  # SIGABRT (stack dump) to SIGKILL
+    stop_grace: float = 2.0  # SIGTERM to SIGKILL, at shutdown
+
+
+class Stop(Exception):
+    """The service cannot go on; carries the exit code."""
+
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Running:
+    """A child's life so far: its process, its clocks, its recent restarts."""
+
+    def __init__(self, spec: Child) -> None:
+        self.spec = spec
+        self.proc: BaseProcess | None = None
+        self.starts = 0
+        self.spawned_at = 0.0
+        self.start_at = 0.0  # when a pending restart is due
+        self.aborted_at = 0.0  # when it got SIGABRT; SIGKILL after the grace
+        self.verdict = ""  # why the supervisor killed it, for the reap's message
+        self.restarts: collections.deque[float] = collections.deque()
+
+
+def _nothing(*_: object) -> None:
     pass
 
 
-class Child:
-    """One supervised process: how to start it, and its restart history."""
-
-    def __init__(self, role: str, slot: int, target: Callable[..., None],
-                 args: Callable[[], tuple[Any, ...]]) -> None:
-        self.role = role
-        self.slot = slot
-        self.target = target
-        self.args = args
-        self.proc: Any = None
-        self.starts = 0
-        self.restarts: deque[float] = deque()
-        self.start_at = 0.0  # when a pending restart may happen
-
-    def start(self, ctx: Any, status: Any) -> int:
-        status[beat_index(self.slot)] = 0.0
-        proc = self.proc = ctx.Process(target=self.target, args=self.args(), name=self.role,
-                                       daemon=False)
-        proc.start()
-        status[pid_index(self.slot)] = float(proc.pid)
-        self.starts += 1
-        return int(proc.pid)
-
-    def may_restart(self, limit: int, window: float) -> bool:
-        now = time.monotonic()
-        while self.restarts and now - self.restarts[0] > window:
-            self.restarts.popleft()
-        if len(self.restarts) >= limit:
-            return False
-        self.restarts.append(now)
-        self.start_at = now + min(5.0, 0.1 * 2 ** (len(self.restarts) - 1))
-        return True
-
-
 class Supervisor:
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
+    def __init__(self, children: list[Child], status: Status, timeouts: Timeouts, *,
+                 drain: Callable[[float], None] = _nothing,
+                 tick: Callable[[], None] = _nothing,
+                 on_restart: Callable[[Child], None] = _nothing,
+                 title: str = "") -> None:
+        """`drain(deadline)` tells the data holders to finish by that monotonic time;
+        `tick()` runs once per loop turn; `title` prefixes the children's process titles."""
+        self.running = [_Running(c) for c in children]
+        self.status = status
+        self.timeouts = timeouts
+        self.drain = drain
+        self.tick = tick
+        self.on_restart = on_restart
+        self.title = title
         self.ctx = mp.get_context("spawn")
-        self.status = self.ctx.RawArray("d", status_size(cfg.shards))
-        self.signals: deque[int] = deque()
-        self.ready_reported = False
-        self.http_port = 0
-        self.exit_code = 0
-        self.parent_pid = os.getpid()
-        shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin)
-        if why:
-            log.warning(why)
-        from .egress.main import main as egress_main
-        from .http import main as http_main
-        from .metrics import Metrics
-        from .shards.main import main as shard_main
-        self.metrics = Metrics()
-        st, pp = self.status, self.parent_pid
-        egress = Child("egress", 0, egress_main, lambda: (cfg, st, egress_core, egress.starts > 0))
-        self.children = [egress]
-        for k in range(cfg.shards):
-            self.children.append(Child(
-                f"shard {k}", 1 + k, shard_main,
-                lambda k=k: (cfg, st, k, shard_cores[k], pp)))  # type: ignore[misc]
-        self.children.append(Child("http", cfg.shards + 1, http_main, lambda: (cfg, st, pp)))
-        self.zctx = zmq.Context(io_threads=1)
-        self.notices = make_socket(self.zctx, zmq.PUSH, cfg.ipc("egress-ctl.ipc"), bind=False,
-                                   hwm=1000, linger_ms=1000)
+        self.signals: collections.deque[int] = collections.deque()
 
     # ------------------------------------------------------------------ signals
-    def _on_signal(self, signum: int, _frame: Any) -> None:
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.signals and signum == signal.SIGINT:
-            os._exit(130)  # a second ^C: force exit, children die with us (PDEATHSIG)
+            os._exit(ExitCode.FORCED)  # a second ^C; the children die with us (PDEATHSIG)
         self.signals.append(signum)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        for child in self.children:
-            child.start(self.ctx, self.status)
-        log.info("started %d shards, egress and http; input %s, output %s", self.cfg.shards,
-                 self.cfg.input, self.cfg.output)
+        """Supervise until a signal or a fatal fault, then drain; return the exit code."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        old_handlers = {s: signal.signal(s, self._on_signal)
+                        for s in (signal.SIGTERM, signal.SIGINT)}
+        old_wakeup = signal.set_wakeup_fd(wake_w)  # a signal ends the tick's wait at once
         try:
-            while not self.signals:
-                self.status[SUPERVISOR_BEAT] = time.monotonic()
-                wait([c.proc.sentinel for c in self.children if c.proc is not None], TICK_S)
-                self.reap()
-                self.check_heartbeats()
-                self.start_missing()
-                self.report_ready()
-        except BootFailure as exc:
-            log.error("%s", exc)
-            self.exit_code = 1
-        self.shutdown()
-        return self.exit_code
+            code = self._supervise(wake_r)
+        finally:
+            self._shutdown()
+            signal.set_wakeup_fd(old_wakeup)
+            for signum, handler in old_handlers.items():
+                signal.signal(signum, handler)
+            os.close(wake_r)
+            os.close(wake_w)
+        return code
 
-    def reap(self) -> None:
-        for child in self.children:
-            proc = child.proc
+    def _supervise(self, wake_fd: int) -> ExitCode:
+        try:
+            for run in self.running:
+                self._spawn(run)
+            log.info("started %s", ", ".join(f"{r.spec.role} (pid {self.status.pid(r.spec.slot)})"
+                                             for r in self.running))
+            while not self.signals:
+                self.status.supervisor_beat = time.monotonic()
+                self._sleep(wake_fd)
+                self._reap()
+                self._kill_stuck()
+                self._start_due()
+                self.tick()
+        except Stop as stop:
+            log.error("%s Stopping.", stop)
+            return stop.code
+        log.info("%s received", signal.Signals(self.signals[0]).name)
+        return ExitCode.OK
+
+    def _sleep(self, wake_fd: int) -> None:
+        sentinels = [r.proc.sentinel for r in self.running if r.proc is not None]
+        if wait([*sentinels, wake_fd], TICK_S):
+            try:
+                os.read(wake_fd, 512)
+            except BlockingIOError:
+                pass
+
+    def _spawn(self, run: _Running) -> int:
+        spec = run.spec
+        args = spec.args
+        if run.starts and spec.args_on_restart is not None:
+            args = spec.args_on_restart
+        title = f"{self.title}: {spec.role}" if self.title else ""
+        self.status.set_beat(spec.slot, 0.0)
+        run.spawned_at = time.monotonic()  # the boot clock starts here, as gunicorn's does
+        run.aborted_at, run.verdict = 0.0, ""
+        proc = run.proc = self.ctx.Process(target=run_titled, args=(title, spec.target, args),
+                                           name=spec.role, daemon=False)
+        proc.start()
+        assert proc.pid is not None
+        self.status.set_pid(spec.slot, proc.pid)
+        run.starts += 1
+        return proc.pid
+
+    def _reap(self) -> None:
+        for run in self.running:
+            proc, spec = run.proc, run.spec
             if proc is None or proc.is_alive():
                 continue
             proc.join()
-            ever_ticked = self.status[beat_index(child.slot)] > 0
-            self.status[pid_index(child.slot)] = 0.0
-            child.proc = None
-            _mark_dead(proc.pid)
-            log.warning("%s (pid %d) exited with code %s", child.role, proc.pid, proc.exitcode)
-            if child.role.startswith("shard"):
-                note = link.ShardDown(child.slot - 1, proc.pid)
-                self.notices.send(link.notice_encoder.encode(note))
-            if child.starts == 1 and not ever_ticked:
-                raise BootFailure(f"{child.role} failed at boot (exit code {proc.exitcode}); "
-                                  "see its log above. Stopping.")
-            if not child.may_restart(self.cfg.restart_limit, self.cfg.restart_window):
-                raise BootFailure(f"{child.role} died {self.cfg.restart_limit} times within "
-                                  f"{self.cfg.restart_window:.0f}s. Stopping.")
-            self._count_restart(child.role)
+            pid = proc.pid or 0
+            booted = self.status.beat(spec.slot) > 0
+            run.proc = None
+            self.status.set_pid(spec.slot, 0)
+            log.warning("%s (pid %d) exited with code %s%s", spec.role, pid, proc.exitcode,
+                        f" ({run.verdict})" if run.verdict else "")
+            if spec.on_death is not None:
+                spec.on_death(pid)
+            if not booted and run.starts == 1:
+                raise Stop(ExitCode.BOOT_FAILURE,
+                           f"{spec.role} failed at boot ({run.verdict or 'it exited'}); "
+                           "see its log above.")
+            self._schedule_restart(run)
 
-    def check_heartbeats(self) -> None:
-        """A process that exists but whose loop stopped ticking is killed, then restarted."""
-        now = time.monotonic()
-        for child in self.children:
-            beat = self.status[beat_index(child.slot)]
-            if child.proc is not None and beat > 0 and now - beat > self.cfg.heartbeat_timeout:
-                log.error("%s (pid %d) missed heartbeats for %.1fs: killing it", child.role,
-                          child.proc.pid, now - beat)
-                child.proc.kill()
+    def _schedule_restart(self, run: _Running) -> None:
+        policy, now = run.spec.restart, time.monotonic()
+        while run.restarts and now - run.restarts[0] > policy.window:
+            run.restarts.popleft()
+        if len(run.restarts) >= policy.limit:
+            raise Stop(ExitCode.RESTART_LIMIT,
+                       f"{run.spec.role} died again after {len(run.restarts)} restarts within "
+                       f"{policy.window:g}s (--restart-limit {policy.limit}, "
+                       f"--restart-window {policy.window:g}).")
+        run.restarts.append(now)
+        run.start_at = now + policy.delay(len(run.restarts))
 
-    def start_missing(self) -> None:
+    def _kill_stuck(self) -> None:
+        """SIGABRT a child that is alive but stuck (faulthandler dumps its stack), then
+        SIGKILL it if it is still there after the grace; the reap restarts it."""
         now = time.monotonic()
-        for child in self.children:
-            if child.proc is None and now >= child.start_at:
-                pid = child.start(self.ctx, self.status)
-                log.info("restarted %s as pid %d", child.role, pid)
+        for run in self.running:
+            if run.proc is None or run.proc.pid is None:
+                continue
+            if run.aborted_at:
+                if now - run.aborted_at > self.timeouts.abort_grace:
+                    run.proc.kill()
+                continue
+            why = self._stuck(run, now)
+            if why:
+                log.error("%s (pid %d) %s: SIGABRT (its stack goes to the log), then SIGKILL",
+                          run.spec.role, run.proc.pid, why)
+                run.verdict, run.aborted_at = why, now
+                os.kill(run.proc.pid, signal.SIGABRT)
+
+    def _stuck(self, run: _Running, now: float) -> str:
+        beat = self.status.beat(run.spec.slot)
+        if beat == 0:
+            if now - run.spawned_at > self.timeouts.boot:
+                return f"sent no heartbeat within {self.timeouts.boot:g}s of its spawn"
+            return ""
+        if now - beat > self.timeouts.heartbeat:
+            return f"missed heartbeats for {now - beat:.1f}s"
+        return ""
+
+    def _start_due(self) -> None:
+        now = time.monotonic()
+        for run in self.running:
+            if run.proc is None and now >= run.start_at:
+                pid = self._spawn(run)
+                log.info("restarted %s as pid %d", run.spec.role, pid)
+                self.on_restart(run.spec)
+
+    # ------------------------------------------------------------------ shutdown
+    def _shutdown(self) -> None:
+        """One deadline for the whole drain: the data holders get it, and are killed at it;
+        then the others get SIGTERM, and SIGKILL after a grace."""
+        deadline = time.monotonic() + self.timeouts.drain
+        log.info("draining (deadline %.1fs)", self.timeouts.drain)
+        self.drain(deadline)
+        for run in self.running:
+            if run.proc is not None and run.spec.holds_data:
+                run.proc.join(max(0.0, deadline - time.monotonic()))
+        for run in self.running:
+            if run.proc is None or not run.proc.is_alive():
+                continue
+            if run.spec.holds_data:
+                log.warning("%s did not drain in time: killing it", run.spec.role)
+                run.proc.kill()  # it ignores SIGTERM, which belongs to the drain
+            else:
+                run.proc.terminate()
+        grace = time.monotonic() + self.timeouts.stop_grace
+        for run in self.running:
+            if run.proc is not None:
+                run.proc.join(max(0.0, grace - time.monotonic()))
+                if run.proc.is_alive():
+                    run.proc.kill()
+                    run.proc.join()
+        log.info("stopped")
+
+
+class Service:
+    """The detokenizer's processes as `Child` specs, and what their lives mean to it."""
+
+    def __init__(self, cfg: Config) -> None:
+        from .metrics import Metrics
+        self.cfg = cfg
+        self.status = Status(cfg.shards + 2)
+        self.metrics = Metrics()
+        self.ready_reported = False
+        self.http_port = 0
+        self.zctx = zmq.Context(io_threads=1)
+        self.notices = make_socket(self.zctx, zmq.PUSH, cfg.ipc("egress-ctl.ipc"), bind=False,
+                                   hwm=1000, linger_ms=1000)
+
+    def children(self) -> list[Child]:
+        from .egress.main import main as egress_main
+        from .http import main as http_main
+        from .shards.main import main as shard_main
+        cfg, st, me = self.cfg, self.status, os.getpid()
+        shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin)
+        if why:
+            log.warning(why)
+        roles = service_roles(cfg.shards)
+        again = Restart(cfg.restart_limit, cfg.restart_window)
+        egress = Child(roles[0], 0, egress_main, (cfg, st, egress_core, False), holds_data=True,
+                       restart=again, args_on_restart=(cfg, st, egress_core, True),
+                       on_death=_mark_dead)
+        shards = [Child(roles[1 + k], 1 + k, shard_main, (cfg, st, k, shard_cores[k], me),
+                        holds_data=True, restart=again, on_death=self._shard_death(k))
+                  for k in range(cfg.shards)]
+        http = Child(roles[-1], cfg.shards + 1, http_main, (cfg, st, me), holds_data=False,
+                     restart=again, on_death=_mark_dead)
+        return [egress, *shards, http]
+
+    def timeouts(self) -> Timeouts:
+        c = self.cfg
+        return Timeouts(heartbeat=c.heartbeat_timeout, boot=c.boot_timeout, drain=c.drain_timeout)
+
+    def _shard_death(self, k: int) -> Callable[[int], None]:
+        def died(pid: int) -> None:
+            _mark_dead(pid)
+            self.notices.send(link.notice_encoder.encode(link.ShardDown(k, pid)))
+        return died
+
+    def drain(self, deadline: float) -> None:
+        """Tell the egress to stop reading the ring and let what it read out by `deadline`."""
+        self.notices.send(link.notice_encoder.encode(link.Drain()))
+
+    def count_restart(self, child: Child) -> None:
+        self.metrics.restarts.labels(child.role.split()[0]).inc()
 
     def report_ready(self) -> None:
-        port = int(self.status[HTTP_PORT])
+        """Log `ready` once every process beats and HTTP is bound; keep the port file true."""
+        st = self.status
+        port = st.http_port
         if self.ready_reported and port != self.http_port:  # a restarted HTTP process
             self.http_port = port
             self._write_port(port)
             log.info("http now listening on %s:%d", self.cfg.http_host, port)
-        if self.ready_reported or self.status[EGRESS_READY] != 1.0:
+        if self.ready_reported or not st.egress_ready or port == 0:
             return
-        if not all(self.status[beat_index(c.slot)] > 0 for c in self.children):
-            return
-        if self.status[HTTP_PORT] == 0:
+        if not all(st.beat(slot) > 0 for slot in range(st.slots)):
             return
         self.ready_reported = True
         self.http_port = port
@@ -202,39 +376,10 @@ class Supervisor:
         tmp.write_text(str(port))
         tmp.replace(Path(self.cfg.runtime_dir, "http.port"))
 
-    def _count_restart(self, role: str) -> None:
-        self.metrics.restarts.labels(role.split()[0]).inc()
-
-    # ------------------------------------------------------------------ shutdown
-    def shutdown(self) -> None:
-        """Stop intake, let accepted frames' deltas out, then terminate, then kill."""
-        self.status[DRAINING] = 1.0
-        deadline = time.monotonic() + self.cfg.drain_timeout
-        log.info("draining (deadline %.1fs)", self.cfg.drain_timeout)
-        self.notices.send(link.notice_encoder.encode(link.Drain()))
-        workers = [c for c in self.children if c.proc is not None and c.role != "http"]
-        for child in workers:
-            child.proc.join(max(0.0, deadline - time.monotonic()))
-        for child in self.children:
-            if child.proc is not None and child.proc.is_alive():
-                if child.role != "http":
-                    log.warning("%s did not drain in time: killing it", child.role)
-                    child.proc.kill()  # it ignores SIGTERM, which belongs to the drain
-                else:
-                    child.proc.terminate()
-        for child in self.children:
-            if child.proc is not None:
-                child.proc.join(2.0)
-                if child.proc.is_alive():
-                    child.proc.kill()
-                    child.proc.join()
+    def close(self) -> None:
+        """Leave no socket, no socket file, metric file or port file behind."""
         self.notices.close(linger=0)
         self.zctx.term()
-        self._clean_runtime_dir()
-        log.info("stopped")
-
-    def _clean_runtime_dir(self) -> None:
-        """Leave no socket files, metric files or port file behind."""
         rt = Path(self.cfg.runtime_dir)
         for path in [*rt.glob("*.ipc"), rt / "http.port"]:
             path.unlink(missing_ok=True)
@@ -259,10 +404,18 @@ def serve(cfg: Config) -> int:
         load_tokenizer(cfg.tokenizer)  # fail fast and clearly, before any child starts
     except TokenizerLoadError as exc:
         log.error("%s", exc)
-        return 2
+        return ExitCode.CONFIG
     metrics_dir = Path(cfg.runtime_dir, "metrics")
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(mode=0o700)
     # prometheus-client picks its multiprocess mode from this at import; children inherit it
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    return Supervisor(cfg).run()
+    import setproctitle
+    setproctitle.setproctitle(f"{TITLE}: supervisor")
+    service = Service(cfg)
+    try:
+        return Supervisor(service.children(), service.status, service.timeouts(),
+                          drain=service.drain, tick=service.report_ready,
+                          on_restart=service.count_restart, title=TITLE).run()
+    finally:
+        service.close()

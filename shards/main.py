@@ -15,7 +15,7 @@ from sglang_tok.ring.sockets import make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import Metrics
-from sglang_tok.process import Beat, parent_alive, pin, setup_child
+from sglang_tok.process import Beat, Status, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Deltas, Error, Open, Ping, Pong, Result
 from sglang_tok.tokenizer import load
 
@@ -27,7 +27,7 @@ POLL_MS = 100
 REPORT_EVERY_S = 0.005
 
 
-def main(cfg: Config, status: Any, shard: int, core: int | None, parent_pid: int) -> None:
+def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: int) -> None:
     title = f"sglang-tok shard {shard}"
     setup_child(title, cfg.log_level)
     pin(core, title)
@@ -41,7 +41,8 @@ def main(cfg: Config, status: Any, shard: int, core: int | None, parent_pid: int
 
 
 class Shard:
-    def __init__(self, cfg: Config, status: Any, shard: int, info: Any, parent_pid: int) -> None:
+    def __init__(self, cfg: Config, status: Status, shard: int, info: Any,
+                 parent_pid: int) -> None:
         self.cfg = cfg
         self.shard = shard
         self.parent_pid = parent_pid

@@ -35,7 +35,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 def dropped(svc: Service) -> Counter[str]:
     return Counter({k.split('"')[1]: int(v) for k, v in svc.metrics().items()
-                    if k.startswith("frames_dropped_total{")})
+                    if k.startswith("sglang_tok_frames_dropped_total{")})
 
 
 def fuzz_round(svc: Service, data: st.DataObject) -> None:

@@ -37,8 +37,8 @@ def test_rid_and_row_limits_drop_the_frame_and_name_the_limit(small: Service) ->
     assert front["ok-a"].last.error == protocol.MALFORMED_FRAME
     assert front["ok-b"].last.error == protocol.MALFORMED_FRAME
     m = small.metrics()
-    assert m['frames_dropped_total{reason="limit_rid_length"}'] == 1
-    assert m['frames_dropped_total{reason="limit_row_ids"}'] == 1
+    assert m['sglang_tok_frames_dropped_total{reason="limit_rid_length"}'] == 1
+    assert m['sglang_tok_frames_dropped_total{reason="limit_row_ids"}'] == 1
     assert "--max-rid-length 16" in small.logs() and "--max-row-ids 8" in small.logs()
 
 
@@ -106,11 +106,9 @@ def test_scheduler_that_reconnects_and_frontend_that_restarts(small: Service) ->
 def test_killed_http_process_comes_back(tmp_path: Path) -> None:
     svc = Service(tmp_path, shards=1).start()
     try:
-        http = [p for p in svc.children() if p.pid not in
-                {q["pid"] for q in svc.health()[1]["processes"]}]
-        http = [p for p in http if "resource_tracker" not in " ".join(p.cmdline())]
-        assert len(http) == 1
-        os.kill(http[0].pid, signal.SIGKILL)
+        http = [q["pid"] for q in svc.health()[1]["processes"] if q["role"] == "http"]
+        assert len(http) == 1 and http[0] in {p.pid for p in svc.children()}
+        os.kill(http[0], signal.SIGKILL)
         (svc.runtime / "http.port").unlink()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -121,5 +119,6 @@ def test_killed_http_process_comes_back(tmp_path: Path) -> None:
             pytest.fail("http did not come back:\n" + svc.logs())
         svc.barrier()
         assert "restarted http" in svc.logs()
+        assert [q["pid"] for q in svc.health()[1]["processes"] if q["role"] == "http"] != http
     finally:
         svc.stop()

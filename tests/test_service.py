@@ -91,8 +91,8 @@ def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) ->
     assert not service.front.violations
     assert front["victim"].text == INFO.tokenizer.decode(ids[:1])
     m = service.metrics()
-    assert m['frames_dropped_total{reason="data_length"}'] == 1
-    assert m['frames_dropped_total{reason="unknown_tag"}'] == 1
+    assert m['sglang_tok_frames_dropped_total{reason="data_length"}'] == 1
+    assert m['sglang_tok_frames_dropped_total{reason="unknown_tag"}'] == 1
     assert service.health()[0] == 200
 
 
