@@ -48,6 +48,15 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--curve-keys", default="", help="directory from `sglang-tok keygen`: "
                    "CURVE authentication and encryption on tcp:// endpoints")
     p.add_argument("--log-level", default=d.log_level)
+    p.add_argument("--encode-workers", type=int, default=d.encode_workers,
+                   help="encode worker processes (tokenization for the frontend); 0 = off")
+    p.add_argument("--encode", default="", help="endpoint of the encode service's ROUTER "
+                   "(default ipc://RUNTIME/encode.ipc when --encode-workers > 0)")
+    p.add_argument("--encode-queue", type=int, default=d.encode_queue,
+                   help="requests waiting while every encode worker is busy; more get an error")
+    p.add_argument("--encode-max-texts", type=int, default=d.encode_max_texts)
+    p.add_argument("--encode-max-text-chars", type=int, default=d.encode_max_text_chars)
+    p.add_argument("--encode-max-total-chars", type=int, default=d.encode_max_total_chars)
 
 
 def main(argv: list[str] | None = None) -> int:

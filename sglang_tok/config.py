@@ -49,6 +49,14 @@ class Config(msgspec.Struct, frozen=True):
     restart_window: float = 60.0
     curve_keys: str = ""  # directory of CURVE keys for tcp:// endpoints; empty = off
     log_level: str = "INFO"
+    # encode service (issue 9): M worker processes behind a broker's ROUTER at `encode`;
+    # 0 = off. `encode` defaults to ipc://RUNTIME/encode.ipc when M > 0
+    encode_workers: int = 0
+    encode: str = ""
+    encode_queue: int = 1024  # requests waiting in the broker while every worker is busy
+    encode_max_texts: int = 1024  # texts per request
+    encode_max_text_chars: int = 1_000_000  # characters (code points) per text
+    encode_max_total_chars: int = 2_000_000  # characters per request, all texts together
 
     def ipc(self, name: str) -> str:
         return f"ipc://{self.runtime_dir}/{name}"
@@ -96,8 +104,22 @@ def finalize(cfg: Config) -> Config:
             if not Path(cfg.curve_keys, name).exists():
                 raise ConfigError(f"--curve-keys {cfg.curve_keys}: missing {name}; make the "
                                   "directory with `sglang-tok keygen DIR`")
+    _check_encode(cfg)
     return msgspec.structs.replace(
         cfg, runtime_dir=runtime,
+        encode=cfg.encode or (f"ipc://{runtime}/encode.ipc" if cfg.encode_workers else ""),
         input=cfg.input or f"ipc://{runtime}/input.ipc",
         output=cfg.output or f"ipc://{runtime}/output.ipc",
         model_name=cfg.model_name or cfg.tokenizer)
+
+
+def _check_encode(cfg: Config) -> None:
+    if not 0 <= cfg.encode_workers <= 256:
+        raise ConfigError(f"--encode-workers must be 0..256, got {cfg.encode_workers}")
+    for name in ("encode_queue", "encode_max_texts", "encode_max_text_chars",
+                 "encode_max_total_chars"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    if cfg.encode_workers and cfg.curve_keys and cfg.encode.startswith("tcp://"):
+        raise ConfigError("--encode on tcp:// with --curve-keys is not supported yet: the "
+                          "encode service has no CURVE keys of its own; use an ipc:// endpoint")

@@ -28,6 +28,7 @@ from .process import (
     SUPERVISOR_BEAT,
     Beat,
     beat_index,
+    encode_slot,
     parent_alive,
     pid_index,
     setup_child,
@@ -38,18 +39,24 @@ log = logging.getLogger("sglang_tok.http")
 MAX_REQUEST_BYTES = 8192
 
 
-def health_report(status: Any, shards: int, timeout: float) -> tuple[bool, dict[str, Any]]:
+def health_report(status: Any, shards: int, timeout: float,
+                  encode_workers: int = 0) -> tuple[bool, dict[str, Any]]:
     """Healthy when the egress has started every shard and every loop ticked recently."""
     now = time.monotonic()
     procs = []
     ok = status[EGRESS_READY] == 1.0 and now - status[SUPERVISOR_BEAT] < timeout
-    for slot in range(shards + 1):
+    # egress, shards, then (after http's slot) the encode broker and workers
+    roles = {slot: "egress" if slot == 0 else f"shard {slot - 1}" for slot in range(shards + 1)}
+    if encode_workers:
+        roles[encode_slot(shards, 0)] = "encode-broker"
+        roles.update({encode_slot(shards, k + 1): f"encode-worker {k}"
+                      for k in range(encode_workers)})
+    for slot, role in roles.items():
         pid = int(status[pid_index(slot)])
         age = now - status[beat_index(slot)]
         alive = pid > 0 and status[beat_index(slot)] > 0 and age < timeout
         ok = ok and alive
-        procs.append({"role": "egress" if slot == 0 else f"shard {slot - 1}", "pid": pid,
-                      "alive": alive, "beat_age_s": round(age, 3)})
+        procs.append({"role": role, "pid": pid, "alive": alive, "beat_age_s": round(age, 3)})
     report = {"status": "ok" if ok else "unhealthy", "activity": int(status[ACTIVITY]),
               "shards": shards, "processes": procs}
     return ok, report
@@ -115,7 +122,8 @@ class HttpServer:
         if method != "GET":
             code, body = 405, b'{"error": "method not allowed"}'
         elif path == "/health":
-            ok, report = health_report(self.status, self.cfg.shards, self.cfg.heartbeat_timeout)
+            ok, report = health_report(self.status, self.cfg.shards, self.cfg.heartbeat_timeout,
+                                       self.cfg.encode_workers)
             if ok and "deep=1" in query:
                 ok, why = await loop.run_in_executor(None, self.deep_probe)
                 report["deep"] = why

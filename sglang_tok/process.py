@@ -27,11 +27,17 @@ EGRESS_READY = 1  # egress: every shard has said hello and was started
 SUPERVISOR_BEAT = 2
 DRAINING = 3
 HTTP_PORT = 4  # the port the HTTP process bound (tests ask for port 0)
-FIRST_SLOT = 5  # then per process p (0 = egress, 1.. = shards, last = http): beat, pid
+FIRST_SLOT = 5  # then per process p (0 = egress, 1.. = shards, then http): beat, pid
+# after http, when the encode service is on: its broker, then its workers
 
 
-def status_size(shards: int) -> int:
-    return FIRST_SLOT + 2 * (shards + 2)
+def status_size(shards: int, encode_workers: int = 0) -> int:
+    return FIRST_SLOT + 2 * (shards + 2 + (encode_workers + 1 if encode_workers else 0))
+
+
+def encode_slot(shards: int, k: int) -> int:
+    """Status slot of the encode broker (k = 0) and of encode worker k - 1 (k >= 1)."""
+    return shards + 2 + k
 
 
 def beat_index(slot: int) -> int:

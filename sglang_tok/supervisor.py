@@ -85,7 +85,7 @@ class Supervisor:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.ctx = mp.get_context("spawn")
-        self.status = self.ctx.RawArray("d", status_size(cfg.shards))
+        self.status = self.ctx.RawArray("d", status_size(cfg.shards, cfg.encode_workers))
         self.signals: deque[int] = deque()
         self.ready_reported = False
         self.http_port = 0
@@ -107,6 +107,9 @@ class Supervisor:
                 f"shard {k}", 1 + k, shard_main,
                 lambda k=k: (cfg, st, k, shard_cores[k], pp)))  # type: ignore[misc]
         self.children.append(Child("http", cfg.shards + 1, http_main, lambda: (cfg, st, pp)))
+        # encode service (issue 9): its broker and workers, in the status slots after http
+        from .encoders import children as encode_children
+        self.children += [Child(*spec) for spec in encode_children(cfg, st, pp)]
         self.zctx = zmq.Context(io_threads=1)
         self.notices = make_socket(self.zctx, zmq.PUSH, cfg.ipc("egress-ctl.ipc"), bind=False,
                                    hwm=1000, linger_ms=1000)
