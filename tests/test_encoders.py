@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psutil
 import pytest
 import zmq
 import zoo
 from service import Service
+from sglang_tok.encoders import cores as plan_mod
 from tokenizers import Tokenizer
 
+from sglang_tok.config import Config, ConfigError, finalize
 from sglang_tok.encode_client import AsyncEncodeClient, EncodeClient, EncodeError
+from sglang_tok.process import plan_cores
 from sglang_tok.tokenizer import load_tokenizer
 
 TEXTS = [*zoo.CORPUS, "", " ", "<|im_start|>user\nhi<|im_end|>", "a" * 3000,
@@ -127,6 +131,9 @@ def test_every_decoder_family_encodes_exactly(tmp_path: Path, family: str) -> No
         ids, offsets = client.encode(TEXTS[:3], offsets=True)
         assert [[tuple(o) for o in x] for x in offsets] == \
             [tokenizer.encode(t).offsets for t in TEXTS[:3]]
+        # the control of test_long_prompt_does_not_delay_short_ones: with one worker, short
+        # prompts sent after a long one wait for it
+        assert _order_after_long(s, _long_prompt(tokenizer)) == ["long", *range(4)]
     finally:
         client.close()
         s.stop()
@@ -253,6 +260,7 @@ def test_async_client_keeps_many_requests_in_flight(svc: Service, tok: Tokenizer
 
 # ------------------------------------------------------------------------ scheduling, faults
 def _long_prompt(tok: Tokenizer, tokens: int = 20_000) -> str:
+    """At least `tokens` tokens of multilingual text."""
     text = " ".join(zoo.CORPUS)
     per = len(tok.encode(text).ids)
     long = " ".join([text] * (tokens // per + 1))
@@ -260,19 +268,27 @@ def _long_prompt(tok: Tokenizer, tokens: int = 20_000) -> str:
     return long
 
 
-def test_long_prompt_does_not_delay_short_ones(svc: Service, tok: Tokenizer) -> None:
-    """M = 2: the 20,000-token prompt holds one worker; the short ones go to the other."""
-    long = _long_prompt(tok)
-    raw = Raw(_endpoint(svc))
+def _order_after_long(s: Service, long: str) -> list[Any]:
+    """Send a long prompt then 4 short ones (as many as --encode-queue 4 lets wait); the ids
+    in the order their replies came."""
+    raw = Raw(_endpoint(s))
     try:
         raw.send({"id": "long", "texts": [long]})
         time.sleep(0.01)  # let the broker hand it out before the short ones arrive
-        for k in range(8):
+        for k in range(4):
             raw.send({"id": k, "texts": [f"short prompt {k}"]})
-        order = [raw.recv()["id"] for _ in range(9)]
+        replies = [raw.recv() for _ in range(5)]
+        assert all("ids" in r for r in replies), replies
+        return [r["id"] for r in replies]
     finally:
         raw.close()
-    assert order[-1] == "long", order
+
+
+def test_long_prompt_does_not_delay_short_ones(svc: Service, tok: Tokenizer) -> None:
+    """M = 2: the 20,000-token prompt holds one worker; the short ones go to the other
+    (the control, M = 1, is in test_every_decoder_family_encodes_exactly)."""
+    order = _order_after_long(svc, _long_prompt(tok))
+    assert order == [*range(4), "long"], order
 
 
 def test_a_full_queue_answers_with_an_error(svc: Service, tok: Tokenizer) -> None:
@@ -322,3 +338,35 @@ def test_killed_worker_requests_get_errors_and_later_ones_succeed(svc: Service,
         raw.close()
     assert svc.metrics()['sglang_tok_encode_errors_total{reason="worker_died"}'] == 1
     assert "restarted encode-worker 0" in svc.logs()
+
+
+# ------------------------------------------------------------------------- configuration
+def test_encode_config_defaults_and_refusals(tmp_path: Path) -> None:
+    rt = str(tmp_path / "rt")
+    assert finalize(Config(runtime_dir=rt)).encode == ""
+    assert finalize(Config(runtime_dir=rt, encode_workers=2)).encode == f"ipc://{rt}/encode.ipc"
+    for bad in (Config(runtime_dir=rt, encode_workers=-1),
+                Config(runtime_dir=rt, encode_workers=1, encode_queue=0),
+                Config(runtime_dir=rt, encode_workers=1, encode="tcp://127.0.0.1:5555",
+                       curve_keys=str(tmp_path))):
+        with pytest.raises(ConfigError):
+            finalize(bad)
+
+
+@pytest.mark.parametrize(("cores", "shards", "workers", "want", "warns"), [
+    (range(8), 3, 2, [[4], [5]], False),  # egress 0, shards 1-3, workers on free cores
+    (range(5), 3, 2, [[4], [4]], True),  # one free core: they share it
+    (range(4), 3, 2, [None, None], True),  # none free
+    (range(2), 2, 1, [None], True),  # the shards themselves run unpinned
+])
+def test_encode_workers_go_on_cores_the_shards_do_not_use(
+        monkeypatch: pytest.MonkeyPatch, cores: range, shards: int, workers: int,
+        want: list[Any], warns: bool) -> None:
+    monkeypatch.setattr(psutil.Process, "cpu_affinity", lambda self, *a: list(cores))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(cores))
+    plan, why = plan_mod.plan(shards, workers, True)
+    assert plan == want and bool(why) == warns
+    shard_cores, egress_core, _ = plan_cores(shards, True)
+    used = {c for c in [*shard_cores, egress_core] if c is not None}
+    assert all(not used & set(p) for p in plan if p is not None)
+    assert plan_mod.plan(shards, workers, False) == ([None] * workers, "")
