@@ -370,3 +370,32 @@ def test_encode_workers_go_on_cores_the_shards_do_not_use(
     used = {c for c in [*shard_cores, egress_core] if c is not None}
     assert all(not used & set(p) for p in plan if p is not None)
     assert plan_mod.plan(shards, workers, False) == ([None] * workers, "")
+
+
+def test_no_pickle_in_the_encode_service() -> None:
+    """As test_security's walk, for encoders/: nothing that reads a socket unpickles."""
+    import ast
+    root = Path(__file__).resolve().parent.parent
+    for path in [*root.glob("encoders/*.py"), root / "sglang_tok" / "encode_client.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", "") or ""]
+                assert not any("pickle" in n or "marshal" in n for n in names), path
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in ("recv_pyobj", "send_pyobj", "recv_serialized"), path
+
+
+def test_bench_encode_runs_and_prints_ratios(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_encode.py"
+    out = tmp_path / "b.json"
+    r = subprocess.run([sys.executable, str(script), "--clients", "2", "--duration", "1",
+                        "--warmup", "0.2", "--prompts", "8", "--rounds", "1", "--workers", "1",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "req/s x" in r.stdout
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"baseline", "sglang-tok M=1"}
+    assert all(f["requests"] > 0 and f["errors"] == 0 for f in figures.values())
