@@ -399,3 +399,24 @@ def test_bench_encode_runs_and_prints_ratios(tmp_path: Path) -> None:
     figures = json.loads(out.read_text())
     assert set(figures) == {"baseline", "sglang-tok M=1"}
     assert all(f["requests"] > 0 and f["errors"] == 0 for f in figures.values())
+
+
+def test_killed_broker_comes_back_and_finds_its_workers(svc: Service) -> None:
+    """The workers re-announce themselves to a new broker; clients reconnect by themselves.
+    (Placed after the worker-kill test: it restarts a process of the shared service.)"""
+    victim = _encode_pids(svc)["encode-broker"]
+    raw = Raw(_endpoint(svc))
+    try:
+        assert raw.call({"id": "before", "texts": ["x"]})["ids"]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if svc.health()[0] == 200 and _encode_pids(svc)["encode-broker"] not in (0, victim):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the encode broker did not come back:\n" + svc.logs())
+        for k in range(4):  # the same socket: it reconnected to the new broker
+            assert raw.call({"id": k, "texts": ["after the broker kill"]})["ids"]
+    finally:
+        raw.close()
