@@ -88,6 +88,21 @@ class Config(msgspec.Struct, frozen=True):
         "directory from `sglang-tok keygen`: CURVE authentication and encryption on tcp:// "
         "endpoints (default: off)")] = ""
     log_level: Annotated[LogLevel, _doc("log level of every process")] = "INFO"
+    # the encode service (docs/protocol.md section 9): off while encode_workers is 0
+    encode_workers: Annotated[int, _doc(
+        "encode worker processes behind a broker at --encode (0: no encode service)",
+        ge=0, le=256)] = 0
+    encode: Annotated[str, _doc(
+        "endpoint of the encode service's ROUTER (default ipc://RUNTIME/encode.ipc when "
+        "--encode-workers > 0)")] = ""
+    encode_queue: Annotated[int, _doc(
+        "encode requests waiting in the broker while every worker is busy; beyond it a "
+        "request gets an error reply", ge=1)] = 1024
+    encode_max_texts: Annotated[int, _doc("texts in one encode request", ge=1)] = 1024
+    encode_max_text_chars: Annotated[int, _doc(
+        "characters (code points) of one text in an encode request", ge=1)] = 1_000_000
+    encode_max_total_chars: Annotated[int, _doc(
+        "characters of all texts of one encode request together", ge=1)] = 2_000_000
 
     def ipc(self, name: str) -> str:
         return f"ipc://{self.runtime_dir}/{name}"
@@ -152,8 +167,12 @@ def finalize(cfg: Config) -> Config:
             if not Path(cfg.curve_keys, name).exists():
                 raise ConfigError(f"--curve-keys {cfg.curve_keys}: missing {name}; make the "
                                   "directory with `sglang-tok keygen DIR`")
+    if cfg.encode_workers and cfg.curve_keys and cfg.encode.startswith("tcp://"):
+        raise ConfigError("--encode on tcp:// with --curve-keys is not supported yet: the "
+                          "encode service has no CURVE keys of its own; use an ipc:// endpoint")
     return msgspec.structs.replace(
         cfg, runtime_dir=runtime,
+        encode=cfg.encode or (f"ipc://{runtime}/encode.ipc" if cfg.encode_workers else ""),
         input=cfg.input or f"ipc://{runtime}/input.ipc",
         output=cfg.output or f"ipc://{runtime}/output.ipc",
         model_name=cfg.model_name or cfg.tokenizer)

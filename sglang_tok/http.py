@@ -34,7 +34,8 @@ def health_report(status: Status, roles: list[str], timeout: float
                   ) -> tuple[bool, dict[str, Any]]:
     """Healthy when the egress has started every shard and every loop ticked recently.
 
-    `processes` lists every slot in status-block order (egress, shards, then this process).
+    `processes` lists every slot in status-block order (egress, shards, this process, then
+    the encode service's).
     """
     now = time.monotonic()
     ok = status.egress_ready and now - status.supervisor_beat < timeout
@@ -46,7 +47,7 @@ def health_report(status: Status, roles: list[str], timeout: float
         procs.append({"role": role, "pid": pid, "alive": alive,
                       "beat_age_s": round(now - beat, 3)})
     report = {"status": "ok" if ok else "unhealthy", "activity": status.activity,
-              "shards": len(roles) - 2, "processes": procs}
+              "shards": sum(r.startswith("shard ") for r in roles), "processes": procs}
     return ok, report
 
 
@@ -55,7 +56,7 @@ class HttpServer:
         self.cfg = cfg
         self.status = status
         self.parent_pid = parent_pid
-        self.roles = service_roles(cfg.shards)
+        self.roles = service_roles(cfg.shards, cfg.encode_workers)
         self.beat = Beat(status, self.roles.index("http"))
         self.ctx = zmq.Context(io_threads=1)
         self.pongs = make_socket(self.ctx, zmq.PULL, cfg.ipc("health.ipc"), bind=True, hwm=1024,

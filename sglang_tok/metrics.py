@@ -48,3 +48,17 @@ class Metrics:
                                    "prompt tokens of first rows)", ["model_name", "engine"],
                                    buckets=ITERATION_BUCKETS)
         self.restarts = Counter("sglang_tok_restarts", "Child process restarts", ["role"])
+        # encode service (encoders/): the broker counts requests, errors and its queue;
+        # each worker its texts, tokens and time
+        self.encode_requests = Counter("sglang_tok_encode_requests",
+                                       "Encode requests received by the broker")
+        self.encode_texts = Counter("sglang_tok_encode_texts", "Texts encoded")
+        self.encode_tokens = Counter("sglang_tok_encode_tokens", "Token ids produced by encode")
+        self.encode_seconds = Histogram("sglang_tok_encode_seconds",
+                                        "Time a worker spent on one encode request",
+                                        buckets=LATENCY_BUCKETS)
+        self.encode_queue = Gauge("sglang_tok_encode_queue_depth",
+                                  "Encode requests waiting for an idle worker",
+                                  multiprocess_mode="livesum")
+        self.encode_errors = Counter("sglang_tok_encode_errors",
+                                     "Encode error replies, by reason", ["reason"])

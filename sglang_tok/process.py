@@ -28,7 +28,8 @@ _ACTIVITY = 0
 _EGRESS_READY = 1
 _SUPERVISOR_BEAT = 2
 _HTTP_PORT = 3
-_FIRST_SLOT = 4
+_DRAINING = 4
+_FIRST_SLOT = 5
 
 
 def _beat_cell(slot: int) -> int:
@@ -85,6 +86,16 @@ class Status:
     def http_port(self, port: int) -> None:
         self.cells[_HTTP_PORT] = port
 
+    @property
+    def draining(self) -> bool:
+        """The supervisor began its drain: processes without a drain message (the encode
+        service) finish what they hold and exit."""
+        return bool(self.cells[_DRAINING])
+
+    @draining.setter
+    def draining(self, on: bool) -> None:
+        self.cells[_DRAINING] = 1.0 if on else 0.0
+
     def beat(self, slot: int) -> float:
         """time.monotonic() of the slot's last heartbeat; 0 until its first."""
         return float(self.cells[_beat_cell(slot)])
@@ -113,9 +124,17 @@ class Beat:
         self.cells[self.index] = time.monotonic()
 
 
-def service_roles(shards: int) -> list[str]:
-    """The service's process slots in status-block order: egress, shards, then http."""
-    return ["egress", *(f"shard {k}" for k in range(shards)), "http"]
+def service_roles(shards: int, encode_workers: int = 0) -> list[str]:
+    """The service's process slots in status-block order: egress, shards, http, then the
+    encode service's broker and workers when it is on."""
+    encode = (["encode-broker", *(f"encode-worker {k}" for k in range(encode_workers))]
+              if encode_workers else [])
+    return ["egress", *(f"shard {k}" for k in range(shards)), "http", *encode]
+
+
+def encode_slot(shards: int, k: int) -> int:
+    """Status slot of the encode broker (k = 0) and of encode worker k - 1 (k >= 1)."""
+    return shards + 2 + k
 
 
 def run_titled(title: str, target: Callable[..., None], args: tuple[object, ...]) -> None:

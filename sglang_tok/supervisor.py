@@ -307,7 +307,7 @@ class Service:
     def __init__(self, cfg: Config) -> None:
         from .metrics import Metrics
         self.cfg = cfg
-        self.status = Status(cfg.shards + 2)
+        self.status = Status(len(service_roles(cfg.shards, cfg.encode_workers)))
         self.metrics = Metrics()
         self.ready_reported = False
         self.http_port = 0
@@ -331,9 +331,18 @@ class Service:
         shards = [Child(roles[1 + k], 1 + k, shard_main, (cfg, st, k, shard_cores[k], me),
                         holds_data=True, restart=again, on_death=self._shard_death(k))
                   for k in range(cfg.shards)]
-        http = Child(roles[-1], cfg.shards + 1, http_main, (cfg, st, me), holds_data=False,
-                     restart=again, on_death=_mark_dead)
-        return [egress, *shards, http]
+        http = Child(roles[cfg.shards + 1], cfg.shards + 1, http_main, (cfg, st, me),
+                     holds_data=False, restart=again, on_death=_mark_dead)
+        return [egress, *shards, http, *self._encode_children(again)]
+
+    def _encode_children(self, again: Restart) -> list[Child]:
+        """The encode service's broker and workers (none while --encode-workers is 0). They
+        finish the requests they hold when `status.draining` is set, so they are drained
+        like the data holders."""
+        from .encoders import children
+        return [Child(role, slot, target, args, holds_data=True, restart=again,
+                      on_death=_mark_dead)
+                for role, slot, target, args in children(self.cfg, self.status, os.getpid())]
 
     def timeouts(self) -> Timeouts:
         c = self.cfg
@@ -347,6 +356,7 @@ class Service:
 
     def drain(self, deadline: float) -> None:
         """Tell the egress to stop reading the ring and let what it read out by `deadline`."""
+        self.status.draining = True
         self.notices.send(link.notice_encoder.encode(link.Drain()))
 
     def count_restart(self, child: Child) -> None:

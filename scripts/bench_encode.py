@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Encode service benchmark: M = 1 and 2 encode workers against one process, same run.
+
+Many concurrent clients (DEALER sockets, closed loop: send, wait for the reply, send the
+next) send single-prompt requests of mixed lengths, log-uniform between 50 and 20,000
+tokens, to the same endpoint in turn served by:
+  baseline      one process: a ROUTER calling `encode_batch` per request (what a frontend
+                that moved tokenization into one helper process would have)
+  sglang-tok M  `sglang-tok serve --encode-workers M --encode ENDPOINT` (broker + M workers)
+Prints requests/s, tokens/s, latency p50/p99 overall and p99 of short prompts (<= 500
+tokens, the ones head-of-line blocking hurts), and ratios to the baseline. Ratios, not
+absolute figures: the machine is shared. On a 2-core machine M = 2 is bounded by cores:
+two workers, the broker and the clients share two cores.
+
+    python scripts/bench_encode.py                       # 32 clients, 10 s per system
+    python scripts/bench_encode.py --clients 8 --duration 3 --warmup 0.5   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+SHORT = 500  # tokens: prompts this short are reported on their own
+
+
+class _Errors(msgspec.Struct):
+    error: str | None = None
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
+
+
+def corpus() -> str:
+    try:
+        from faker import Faker
+    except ImportError:
+        from sglang_tok.workload import BUILTIN_TEXTS
+        return "\n".join(BUILTIN_TEXTS * 400)
+    parts = []
+    for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN"):
+        f = Faker(loc)
+        f.seed_instance(1)
+        parts += [f.text(max_nb_chars=600) for _ in range(80)]
+    parts.append("```python\ndef f(x):\n    return x ** 2  # 🙂\n```\n👩‍👩‍👧‍👦 🏳️‍🌈 ❤️‍🔥")
+    random.Random(1).shuffle(parts)
+    return "\n\n".join(parts)
+
+
+def prompts(tokenizer: str, n: int, seed: int) -> list[tuple[int, bytes]]:
+    """(tokens, request bytes) for n prompts of log-uniform length in [50, 20000] tokens."""
+    from sglang_tok.tokenizer import load_tokenizer
+    tok = load_tokenizer(tokenizer)
+    text = corpus()
+    while len(tok.encode(text, add_special_tokens=False).ids) < 25_000:
+        text = text + "\n\n" + text
+    offsets = tok.encode(text, add_special_tokens=False).offsets
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        # log-uniform, with both ends in the pool
+        want = 50 if k == 0 else 20_000 if k == 1 else int(round(50 * (400 ** rng.random())))
+        start = rng.randrange(0, len(offsets) - want)
+        piece = text[offsets[start][0]:offsets[start + want - 1][1]]
+        tokens = len(tok.encode(piece).ids)
+        out.append((tokens, msgspec.msgpack.encode({"id": k, "texts": [piece]})))
+    return out
+
+
+# ------------------------------------------------------------------------------- baseline
+def serve_baseline(endpoint: str, tokenizer: str, ready: str) -> None:
+    """A lean single process on the same socket type: decode, encode_batch, reply."""
+    from sglang_tok.tokenizer import load_tokenizer
+    tok = load_tokenizer(tokenizer)
+    tok.no_padding()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    dec = msgspec.msgpack.Decoder()
+    enc = msgspec.msgpack.Encoder()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    Path(ready).touch()
+    while True:
+        frames = sock.recv_multipart()
+        req = dec.decode(frames[-1])
+        encs = tok.encode_batch(req["texts"], add_special_tokens=req.get("add_special_tokens",
+                                                                          True))
+        reply = {"id": req.get("id"), "ids": [e.ids for e in encs]}
+        sock.send_multipart([*frames[:-1], enc.encode(reply)])
+
+
+class System:
+    def __init__(self, name: str, proc: subprocess.Popen[bytes]) -> None:
+        self.name, self.proc = name, proc
+
+    def cpu_seconds(self) -> float:
+        """User + system time of every process of the system (the whole service tree)."""
+        import psutil
+        root = psutil.Process(self.proc.pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start(name: str, workers: int, endpoint: str, tokenizer: str, work: Path) -> System:
+    if workers == 0:
+        ready = work / "baseline.ready"
+        ready.unlink(missing_ok=True)
+        cmd = [sys.executable, __file__, "--serve-baseline", endpoint, "--tokenizer", tokenizer,
+               "--ready", str(ready)]
+    else:
+        rt = Path(tempfile.mkdtemp(prefix=f"m{workers}-", dir=work))
+        ready = rt / "http.port"  # written once every process, encode ones too, is up
+        cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", "1",
+               "--tokenizer", tokenizer, "--runtime-dir", str(rt), "--http", "127.0.0.1:0",
+               "--output", f"ipc://{work}/front.ipc", "--log-level", "WARNING",
+               "--encode-workers", str(workers), "--encode", endpoint]
+    proc = subprocess.Popen(cmd)
+    deadline = time.monotonic() + 180
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{name} failed to start")
+        time.sleep(0.05)
+    return System(name, proc)
+
+
+# --------------------------------------------------------------------------------- driver
+async def drive(endpoint: str, pool: list[tuple[int, bytes]], clients: int, duration: float,
+                warmup: float, seed: int) -> dict[str, Any]:
+    ctx = zmq.asyncio.Context()
+    lat: list[tuple[int, float]] = []
+    errors = 0
+    done_tokens = 0  # every answered request's tokens, warmup included (for CPU per token)
+    t_start = time.monotonic()
+    t_measure, t_end = t_start + warmup, t_start + warmup + duration
+    decoder = msgspec.msgpack.Decoder(_Errors)
+
+    async def client(k: int) -> None:
+        nonlocal errors, done_tokens
+        rng = random.Random(seed * 1000 + k)
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        try:
+            while time.monotonic() < t_end:
+                tokens, body = pool[rng.randrange(len(pool))]
+                t0 = time.monotonic()
+                await sock.send(body)
+                reply = await sock.recv()
+                t1 = time.monotonic()
+                if decoder.decode(reply).error is not None:
+                    errors += 1
+                    continue
+                done_tokens += tokens
+                if t0 >= t_measure and t1 <= t_end:
+                    lat.append((tokens, t1 - t0))
+        finally:
+            sock.close()
+
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    ctx.term()
+    return {"lat": lat, "errors": errors, "seconds": duration, "done_tokens": done_tokens}
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every round of one system pooled: throughput over all measured seconds."""
+    lat = [x for r in runs for x in r["lat"]]
+    seconds = sum(r["seconds"] for r in runs)
+    all_lat = [x for _, x in lat]
+    short = [x for n, x in lat if n <= SHORT]
+    return {"requests": len(lat), "errors": sum(r["errors"] for r in runs),
+            "req_s": len(lat) / seconds,
+            "cpu_ms_per_ktok": sum(r["cpu_s"] for r in runs) * 1e6
+            / max(1, sum(r["done_tokens"] for r in runs)),
+            "tokens_s": sum(n for n, _ in lat) / seconds,
+            "p50_ms": percentile(all_lat, 50) * 1e3, "p99_ms": percentile(all_lat, 99) * 1e3,
+            "short_p50_ms": percentile(short, 50) * 1e3,
+            "short_p99_ms": percentile(short, 99) * 1e3}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokenizer", default="deepseek-v4")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per system")
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--workers", default="1,2", help="encode worker counts to run")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="each system this many times, interleaved (noise on a shared machine)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", default="", help="write the figures here")
+    ap.add_argument("--serve-baseline", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--ready", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve_baseline:
+        serve_baseline(args.serve_baseline, args.tokenizer, args.ready)
+        return 0
+    pool = prompts(args.tokenizer, args.prompts, args.seed)
+    lengths = sorted(n for n, _ in pool)
+    print(f"{len(pool)} prompts, {lengths[0]}..{lengths[-1]} tokens (median "
+          f"{lengths[len(lengths) // 2]}); {args.clients} clients; {args.duration:.0f} s each; "
+          f"{args.rounds} rounds; {len(os.sched_getaffinity(0))} cores")
+    systems = [("baseline", 0)] + [(f"sglang-tok M={m}", int(m))
+                                   for m in args.workers.split(",")]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in systems}
+    with tempfile.TemporaryDirectory(prefix="bench-encode-") as tmp:
+        work = Path(tmp)
+        endpoint = f"ipc://{work}/encode.ipc"
+        for r in range(args.rounds):
+            for name, workers in systems:
+                system = start(name, workers, endpoint, args.tokenizer, work)
+                try:
+                    cpu0 = system.cpu_seconds()
+                    run = asyncio.run(drive(endpoint, pool, args.clients, args.duration,
+                                            args.warmup, args.seed + r))
+                    run["cpu_s"] = system.cpu_seconds() - cpu0
+                    runs[name].append(run)
+                finally:
+                    system.stop()
+    results = {name: summary(rs) for name, rs in runs.items()}
+    base = results["baseline"]
+    print(f"{'system':<18}{'req/s':>8}{'tok/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'short p50':>10}{'short p99':>10}{'cpu ms/ktok':>12}{'errors':>7}"
+          "   ratios to baseline")
+    for name, r in results.items():
+        ratio = (f"req/s x{r['req_s'] / base['req_s']:.2f}, p50 x{r['p50_ms'] / base['p50_ms']:.2f}"
+                 f", p99 x{r['p99_ms'] / base['p99_ms']:.2f}, short p99 "
+                 f"x{r['short_p99_ms'] / base['short_p99_ms']:.2f}, cpu/tok "
+                 f"x{r['cpu_ms_per_ktok'] / base['cpu_ms_per_ktok']:.2f}")
+        print(f"{name:<18}{r['req_s']:>8.1f}{r['tokens_s']:>9.0f}{r['p50_ms']:>9.1f}"
+              f"{r['p99_ms']:>9.1f}{r['short_p50_ms']:>10.1f}{r['short_p99_ms']:>10.1f}"
+              f"{r['cpu_ms_per_ktok']:>12.3f}{r['errors']:>7}   "
+              f"{ratio if name != 'baseline' else ''}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0 if all(r["errors"] == 0 for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
