@@ -28,7 +28,7 @@ import zmq
 import zmq.asyncio
 
 from . import protocol
-from .protocol import Delta, Deltas, Pong
+from .protocol import Columns, Delta, Deltas, Pong
 from .ring.sockets import Curve, make_socket
 from .scheduler import Scheduler
 
@@ -43,15 +43,16 @@ ENDED_MEMORY = 65536  # ended rids remembered, as the shards do (--ended-memory)
 def decode_frame(raw: bytes | memoryview) -> tuple[int, int, list[Delta]] | Pong:
     """One output frame as (process, seq, deltas), or a PONG.
 
-    The one place that knows the output frame kinds; the columnar output frame (branch
-    `perf`) is decoded here into the same triple once `protocol.decode_output` returns it.
+    The one place that knows the output frame kinds: DELTAS (`D`), the columnar COLUMNS
+    (`C`, `--output-format columnar`; its rows become the same Deltas) and PONG (`Q`).
     """
     msg = protocol.decode_output(raw)
     if isinstance(msg, Pong):
         return msg
     if isinstance(msg, Deltas):
         return msg.shard, msg.seq, msg.deltas
-    # COLUMNAR: the columnar output frame goes here (not merged yet)
+    if isinstance(msg, Columns):
+        return msg.shard, msg.seq, msg.deltas
     raise protocol.FrameError("unknown_kind", f"unknown output message {type(msg).__name__}")
 
 

@@ -180,7 +180,7 @@ class Scheduler:
                                 sndtimeo_ms=sndtimeo_ms, curve=curve)
 
     def send(self, frame: bytes) -> None:
-        self.sock.send(frame, copy=len(frame) < 65536)
+        self.sock.send(frame)
 
     def step(self, rids: Sequence[str], ids: Sequence[Any], **columns: Any) -> int:
         """Build and send one step's BATCH; return its frame size. See `encode_step`."""
