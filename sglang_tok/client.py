@@ -300,10 +300,14 @@ class Client:
             self.on_abandon(rid)
 
     async def _read(self) -> None:
-        recv = self.sock.recv
+        recv, pause = self.sock.recv, asyncio.sleep
         while True:
             raw = await recv(copy=True)
             self.dispatch(raw)
+            # A recv that finds a message queued returns without yielding: after a backlog
+            # the consumers must get their turn between messages, or a burst of a shard
+            # catching up would count against their queue limit.
+            await pause(0)
 
     def dispatch(self, raw: bytes) -> None:
         """Route one output frame (the reader task calls this; public for tests)."""
