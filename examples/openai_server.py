@@ -24,8 +24,9 @@ import random
 import shutil
 import sys
 import tempfile
+import time
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,10 @@ class App:
         self.records: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.ids = itertools.count()
         self.aborted = 0
+        # server-side latencies (ms), as the server writes chunks: what a load test sees
+        # minus its own client's delays
+        self.ttfc_ms: deque[float] = deque(maxlen=100_000)
+        self.gap_ms: deque[float] = deque(maxlen=1_000_000)
         self._tasks: list[asyncio.Task[None]] = []
 
     @contextlib.asynccontextmanager
@@ -285,6 +290,9 @@ class App:
     async def _sse(self, p: Parsed, rid: str, gen: Generation,
                    rs: RequestStream) -> AsyncIterator[bytes]:
         created, model = now(), p.model
+        clock = time.perf_counter
+        t_start = last_write = clock()
+        first_write = True
         obj = "chat.completion.chunk" if p.chat else "text_completion"
         usage: dict[str, int] = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": 0,
                                  "total_tokens": gen.prompt_tokens}
@@ -303,33 +311,45 @@ class App:
                 yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
                              "logprobs": None, "finish_reason": None})
             offset, tools = 0, False
-            async for d in rs:
-                if d.usage is not None:
-                    usage = openai_usage(d.usage)
-                if d.error:
-                    done = True
-                    self.ended(rid, d)
-                    yield sse({"error": {"message": d.error, "type": "server_error"}})
-                    break
-                if p.chat:
-                    delta = chat_delta(d)
-                    tools = tools or "tool_calls" in delta
-                    lp = chat_logprobs(d)
-                    if delta or lp:
-                        yield chunk({"index": 0, "delta": delta, "logprobs": lp,
-                                     "finish_reason": None})
-                elif d.text or d.logprobs:
-                    yield chunk({"index": 0, "text": d.text,
-                                 "logprobs": completion_logprobs(d, offset),
-                                 "finish_reason": None})
-                offset += len(d.text)
-                if d.finish is not None:
-                    done = True
-                    self.ended(rid, d)
-                    fin = finish_reason(d, tools)
-                    yield chunk({"index": 0, "delta": {}, "logprobs": None, "finish_reason": fin}
-                                if p.chat else {"index": 0, "text": "", "logprobs": None,
-                                                "finish_reason": fin})
+            async for first in rs:
+                out: list[bytes] = []  # deltas already queued go out in one write
+                for d in (first, *rs.ready()):
+                    if d.usage is not None:
+                        usage = openai_usage(d.usage)
+                    if d.error:
+                        done = True
+                        self.ended(rid, d)
+                        out.append(sse({"error": {"message": d.error, "type": "server_error"}}))
+                        break
+                    if p.chat:
+                        delta = chat_delta(d)
+                        tools = tools or "tool_calls" in delta
+                        lp = chat_logprobs(d)
+                        if delta or lp:
+                            out.append(chunk({"index": 0, "delta": delta, "logprobs": lp,
+                                              "finish_reason": None}))
+                    elif d.text or d.logprobs:
+                        out.append(chunk({"index": 0, "text": d.text,
+                                          "logprobs": completion_logprobs(d, offset),
+                                          "finish_reason": None}))
+                    offset += len(d.text)
+                    if d.finish is not None:
+                        done = True
+                        self.ended(rid, d)
+                        fin = finish_reason(d, tools)
+                        out.append(chunk({"index": 0, "delta": {}, "logprobs": None,
+                                          "finish_reason": fin} if p.chat else
+                                         {"index": 0, "text": "", "logprobs": None,
+                                          "finish_reason": fin}))
+                if out:
+                    t = clock()
+                    if first_write:
+                        self.ttfc_ms.append(1000 * (t - t_start))
+                        first_write = False
+                    else:
+                        self.gap_ms.append(1000 * (t - last_write))
+                    last_write = t
+                    yield b"".join(out)
             if p.include_usage:
                 yield sse({"id": rid, "object": obj, "created": created, "model": model,
                            "choices": [], "usage": usage})
@@ -347,8 +367,23 @@ class App:
         code, body = await asyncio.to_thread(self.svc.health)
         return JSONResponse({"status": "ok" if code == 200 else "unhealthy",
                              "service": body.get("status"), "live": len(self.sim.live),
-                             "aborted": self.aborted, "steps": self.sim.steps},
+                             "aborted": self.aborted, "steps": self.sim.steps,
+                             "late_steps": self.sim.late_steps},
                             status_code=200 if code == 200 else 503)
+
+    async def debug_stats(self, _request: Request) -> Response:
+        """Server-side time to first content chunk and inter-chunk gaps, p50/p99 (ms)."""
+        def pct(xs: deque[float], q: float) -> float | None:
+            if not xs:
+                return None
+            ys = sorted(xs)
+            return round(ys[min(len(ys) - 1, int(q * len(ys)))], 2)
+
+        return JSONResponse({"streams": len(self.ttfc_ms), "ttfc_ms_p50": pct(self.ttfc_ms, .5),
+                             "ttfc_ms_p99": pct(self.ttfc_ms, .99),
+                             "inter_chunk_ms_p50": pct(self.gap_ms, .5),
+                             "inter_chunk_ms_p99": pct(self.gap_ms, .99),
+                             "steps": self.sim.steps, "late_steps": self.sim.late_steps})
 
     async def debug_request(self, request: Request) -> Response:
         rec = self.records.get(request.path_params["rid"])
@@ -363,7 +398,8 @@ class App:
         return [Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/v1/models", self.models), Route("/health", self.health),
-                Route("/debug/requests/{rid}", self.debug_request)]
+                Route("/debug/requests/{rid}", self.debug_request),
+                Route("/debug/stats", self.debug_stats)]
 
 
 def main() -> int:
@@ -387,8 +423,9 @@ def main() -> int:
         web = Starlette(routes=app.routes(), lifespan=app.lifespan)
         print(f"serving on http://{a.host}:{a.port} (service: {a.shards} shards, "
               f"{a.tokenizer})", flush=True)
-        uvicorn.run(web, host=a.host, port=a.port, loop="uvloop", log_level="warning",
-                    backlog=4096, timeout_keep_alive=30)
+        # httptools (the `examples` extra) when installed: h11 costs more per chunk
+        uvicorn.run(web, host=a.host, port=a.port, loop="uvloop", http="auto",
+                    log_level="warning", backlog=4096, timeout_keep_alive=30)
     finally:
         svc.stop()
         shutil.rmtree(tmp, ignore_errors=True)

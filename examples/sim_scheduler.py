@@ -127,7 +127,7 @@ class SimScheduler:
             next_at += self.step_s
             delay = next_at - loop.time()
             if delay < 0:  # behind: do not burst to catch up, as a real engine would not
-                self.late_steps += 1
+                self.late_steps += bool(self.live)
                 next_at = loop.time()
                 delay = 0
             await asyncio.sleep(delay)

@@ -230,6 +230,19 @@ class RequestStream:
             self._client._release(self)
         return d
 
+    def ready(self) -> list[Delta]:
+        """Every delta already queued, without waiting (a consumer that writes them out in
+        one go); the stream ends here if its terminal delta is among them."""
+        out: list[Delta] = []
+        q = self._queue
+        while q and not self._ended:
+            d = q.popleft()
+            out.append(d)
+            if d.finish is not None:
+                self._ended = True
+                self._client._release(self)
+        return out
+
     async def collect(self) -> list[Delta]:
         return [d async for d in self]
 

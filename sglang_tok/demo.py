@@ -44,6 +44,7 @@ def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> 
             return 1
         elapsed = time.perf_counter() - t0
         front = svc.front
+        assert front is not None
         problems = [p for r in reqs for p in verify(r, front.requests.get(r.rid), info)]
         for r in reqs[:3]:
             print(f"  {r.rid}: {front.requests[r.rid].text[:70]!r}")

@@ -46,7 +46,7 @@ class Service:
         self.log_path = self.tmp / "service.log"
         self.input = f"ipc://{self.runtime}/input.ipc"
         self.output = f"ipc://{self.tmp}/frontend.ipc"
-        self.front: Frontend = Frontend(self.output) if frontend else None  # type: ignore[assignment]
+        self.front: Frontend | None = Frontend(self.output) if frontend else None
         self.cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
                     "--runtime-dir", str(self.runtime), "--http", "127.0.0.1:0",
                     "--input", self.input, "--output", self.output,
