@@ -12,7 +12,8 @@ laid out as SGLang 0.5.23's `push_generation` lays them out (the golden frames u
 - Token ids: when every row is an int64 buffer (`array('q')`, a numpy int64 array, any
   object with the buffer protocol) the rows are concatenated as bytes with one
   `b"".join`, never touched element by element; int32 rows (`array('i')`, SGLang's own
-  `output_ids`) are widened in one C pass; plain lists are packed in one C pass.
+  `output_ids`) are joined the same way and widened in one vectorised call (numpy, when
+  installed; else one C pass); plain lists are packed in one C pass.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ import zmq
 from . import protocol
 from .protocol import FAMILIES, HEADER_FIELDS, REQUIRED_COLUMNS, TRAILING_FIRST
 from .ring.sockets import Curve, make_socket
+
+_np: Any
+try:  # optional: numpy widens int32 id rows without a Python-level pass
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy is not a dependency
+    _np = None
 
 _encode = msgspec.msgpack.Encoder().encode
 _EXTRAS_END = TRAILING_FIRST  # columns 6..17: every family's lens
@@ -56,6 +63,9 @@ def _ids_bytes(ids: Sequence[Any], count: int) -> bytes:
     if len(raw) == 8 * count:
         return raw
     if len(raw) == 4 * count:  # int32 rows (SGLang's `array("i")` output_ids)
+        if _np is not None:  # one vectorised widening
+            wide: bytes = _np.frombuffer(raw, dtype="<i4").astype("<i8").tobytes()
+            return wide
         return array("q", memoryview(raw).cast("i")).tobytes()
     raise ValueError(f"id rows hold {len(raw)} bytes for {count} ids: mixed item sizes")
 

@@ -83,3 +83,12 @@ def test_mixed_item_sizes_and_short_columns_are_refused() -> None:
         encode_step(["a", "b"], [[1], [2]], prompt_tokens=[1])
     with pytest.raises(ValueError):
         encode_step(["a"], [[1]], extras={"nope": ([], [])})
+
+
+def test_int32_rows_widen_the_same_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sglang_tok.scheduler as scheduler
+
+    entry = MANIFEST["spec"]
+    want = (GOLDEN / entry["file"]).read_bytes()
+    monkeypatch.setattr(scheduler, "_np", None)
+    assert encode_step(**step_columns(entry["rows"], "i")) == want
