@@ -27,7 +27,6 @@ from sglang_tok.protocol import (
     SHARD_RESTARTED,
     Abort,
     Delta,
-    Deltas,
     Error,
     FrameError,
     Open,
@@ -337,7 +336,7 @@ class Egress:
                     self._serve_notices()
 
     def _send_deltas(self, deltas: list[Delta]) -> None:
-        msg = protocol.encode_deltas(Deltas(EGRESS, self.seq, deltas))
+        msg = protocol.encode_output(self.cfg.output_format, EGRESS, self.seq, deltas)
         self.seq += 1
         self._send_out(msg)
 

@@ -123,7 +123,7 @@ def test_every_flag_the_docs_name_exists() -> None:
     top, _ = cli.parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     real = {opt for p in subs.choices.values() for a in p._actions for opt in a.option_strings}
-    for script in (root / "scripts").glob("*.py"):
+    for script in [*(root / "scripts").glob("*.py"), *(root / "examples").glob("*.py")]:
         real |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", script.read_text()))
     for doc in ("docs/operations.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
