@@ -211,7 +211,7 @@ class Supervisor:
         self.status[DRAINING] = 1.0
         deadline = time.monotonic() + self.cfg.drain_timeout
         log.info("draining (deadline %.1fs)", self.cfg.drain_timeout)
-        self.notices.send(link.notice_encoder.encode(link.Drain()))
+        self.notices.send(link.notice_encoder.encode(link.Drain(deadline)))
         workers = [c for c in self.children if c.proc is not None and c.role != "http"]
         for child in workers:
             child.proc.join(max(0.0, deadline - time.monotonic()))
