@@ -42,7 +42,6 @@ def main(cfg: Config, status: Any, shard: int, core: int | None, parent_pid: int
 
 class Shard:
     def __init__(self, cfg: Config, status: Any, shard: int, info: Any, parent_pid: int) -> None:
-        self.cfg = cfg
         self.shard = shard
         self.parent_pid = parent_pid
         self.beat = Beat(status, 1 + shard)
@@ -71,7 +70,6 @@ class Shard:
         self.m_live = m.live.labels(label)
         self.m_decode = m.decode_seconds.labels(label)
         self.m_latency = m.frame_latency
-        self.m_terminal = m.terminal_errors.labels("service")
         self._last = msgspec.structs.asdict(self.table.counters)
 
     def run(self) -> None:
