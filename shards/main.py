@@ -59,7 +59,7 @@ class Shard:
         self.seq = 0
         self.started = False
         self.token = 0  # of the egress whose SYNC we answered last
-        self.processed = 0  # FORWARD messages since START, acknowledged to the egress
+        self.processed = 0  # FORWARD and DROP messages since START, acked to the egress
         self._next_report = 0.0
         m = Metrics()
         label = str(shard)
