@@ -264,7 +264,12 @@ class Egress:
         self._end_on_shards(suspects, EGRESS_RESTARTED)
 
     def _end_on_shards(self, rids: list[str], message: str) -> None:
-        """Have each rid's shard end it with `message`, after the rid's earlier deltas."""
+        """Have each rid's shard end it with `message`, after the rid's earlier deltas.
+
+        Journaled until the shard acknowledges the DROP: a DROP that dies in this egress's
+        queue is redone by the next one (a rid its shard never saw gets no other error).
+        """
+        self.journal.write(opened=rids)
         by_shard: dict[int, Ended] = {}
         for rid in rids:
             k = self.router.owner(rid)

@@ -90,6 +90,9 @@ def judge(svc: Service, reqs: list[Any], info: Any) -> Counter[str]:
         out = svc.front.requests.get(r.rid)
         if out is None or not out.finished:
             outcome["lost"] += 1
+            if outcome["lost"] <= 3:
+                print(f"lost: {r.rid}: {'no' if out is None else len(out.deltas)} deltas for "
+                      f"{len(r.chunks)} rows")
         elif out.last.error:
             outcome["failed with error"] += 1
         elif r.end_by:
