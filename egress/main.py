@@ -1,18 +1,20 @@
 """The egress process: drain the input ring, validate each frame whole, route rows to shards.
 
-One loop, three inputs: the input ring (frames), the back channel (shard hellos and
-self-ended rids), and the supervisor's notices (a shard died, drain). Sends never block
-the loop blind: a full link is retried while notices are still served, so a shard's death
-is handled even while the egress waits on that shard.
+One loop, three inputs: the input ring (frames), the back channel (shard hellos, acks and
+self-ended rids), and the supervisor's notices (a shard died, drain). Nothing waits on a
+shard: every egress -> shard message (SYNC and START included) is queued per link and
+pushed from the loop as the link accepts it. The only blocking sends, to the frontend and
+the final EXITs, have deadlines; past one, the peer is treated as gone.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
+from pathlib import Path
 
-import msgspec
 import zmq
 from sglang_tok.ring import link
 from sglang_tok.ring.sockets import make_socket
@@ -33,13 +35,22 @@ from sglang_tok.protocol import (
     Ping,
     Pong,
     Result,
+    Usage,
+    terminal,
 )
 
-from .router import Ended, Live, Router
+from .journal import Journal, replay
+from .router import Ended, Live, Router, shard_of
 
 log = logging.getLogger("sglang_tok.egress")
 POLL_MS = 100
 EGRESS = -1
+SYNC_RETRY_S = 1.0  # a SYNC can vanish into the pipe of a shard that just died
+# a dead shard's deltas already in the frontend's socket buffers may still be read after
+# the egress's errors for its rids (two sockets have no common order); holding the errors
+# this long lets the frontend read those first (docs/protocol.md section 5, rule 7)
+STALE_HOLD_S = 0.25
+JOURNAL = "egress.journal"
 
 
 def main(cfg: Config, status: Status, core: int | None, restarted: bool = False) -> None:
@@ -61,7 +72,34 @@ class Egress:
         # a replacement egress starts in quarantine: until --restart-grace after every
         # shard is back, rids it has never seen may be missing rows the old one lost
         self.router.quarantine = restarted and cfg.restart_grace > 0
+        path = Path(cfg.runtime_dir, JOURNAL)
+        # rids the dead egress's journal left open: each shard's SYNC answer ends those it
+        # holds; the rest (a dead shard's, rows lost with the old egress) fail at its Hello
+        self.replayed = replay(path) if restarted else {}
+        self.journal = Journal(path, self.replayed)
         self.metrics = Metrics()
+        self._sockets(cfg)
+        self.token = os.getpid()  # tells our SYNC's answers from a dead egress's
+        self.sync_msg = link.sync(self.token)
+        self.pids: list[int | None] = [None] * self.n
+        self.up = [False] * self.n
+        self.synced = [False] * self.n
+        self.sync_sent = [0.0] * self.n
+        # SYNC goes first on every link: rows queued behind it wait for the shard's START
+        self.pending: list[deque[bytes]] = [deque([self.sync_msg]) for _ in range(self.n)]
+        self.held: deque[tuple[float, list[Delta]]] = deque()  # errors waiting STALE_HOLD_S
+        self.seq = 0
+        self.draining = False
+        self.drain_deadline = 0.0
+        self.out_lost = 0  # egress messages dropped because the frontend stopped reading
+        self.iteration = self.metrics.iteration.labels(cfg.model_name, cfg.engine)
+        self.frames = {tag: self.metrics.frames.labels(name)
+                       for tag, name in protocol.INPUT_TAGS.items()}
+        for reason in DROP_REASONS:
+            self.metrics.dropped.labels(reason)
+        self.late = self.metrics.late_rows.labels("-1")
+
+    def _sockets(self, cfg: Config) -> None:
         self.ctx = zmq.Context(io_threads=1)
         hwm = cfg.link_capacity
         ring_curve = out_curve = None
@@ -81,40 +119,18 @@ class Egress:
                                curve=out_curve)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
-        self.pids: list[int | None] = [None] * self.n
-        self.up = [False] * self.n
-        self.pending: list[deque[bytes]] = [deque() for _ in range(self.n)]
-        self.seq = 0
-        self.draining = False
-        self.iteration = self.metrics.iteration.labels(cfg.model_name, cfg.engine)
-        self.frames = {tag: self.metrics.frames.labels(name)
-                       for tag, name in protocol.INPUT_TAGS.items()}
-        for reason in DROP_REASONS:
-            self.metrics.dropped.labels(reason)
-        self.late = self.metrics.late_rows.labels("-1")
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        # SYNC goes first on every link, before any START: a START that overtook it would
-        # be undone by it, and rows sent in between would be discarded by the shard
-        for k in range(self.n):
-            while True:
-                try:
-                    self.links[k].send(link.SYNC, zmq.NOBLOCK)
-                    break
-                except zmq.Again:  # shard k has not connected yet
-                    self.beat()
-                    time.sleep(0.01)
-        log.info("egress ready to route to %d shards; input ring %s", self.n, self.cfg.input)
+        log.info("egress routing to %d shards; input ring %s", self.n, self.cfg.input)
         poller = zmq.Poller()
         poller.register(self.back, zmq.POLLIN)
         poller.register(self.notices, zmq.POLLIN)
         while not self.draining:
             self.beat()
+            self._tick()
             for k in range(self.n):
-                self._flush(k)
-                held = bool(self.pending[k]) and self.up[k]
-                poller.register(self.links[k], zmq.POLLOUT if held else 0)
+                poller.register(self.links[k], zmq.POLLOUT if self._sendable(k) else 0)
             # while a shard's queue is full, leave frames in the ring: backpressure
             poller.register(self.ring, 0 if self._ring_blocked() else zmq.POLLIN)
             events = dict(poller.poll(POLL_MS))
@@ -123,6 +139,18 @@ class Egress:
             if self.ring in events and not self.draining:
                 self._drain_ring(limit=256)
         self._shutdown()
+
+    def _tick(self) -> None:
+        """Timed work: held errors whose time came, SYNCs to retry, every link's queue."""
+        now = time.monotonic()
+        while self.held and self.held[0][0] <= now:
+            self._send_failures(self.held.popleft()[1])
+        for k in range(self.n):
+            q = self.pending[k]
+            unsent = bool(q) and q[0] is self.sync_msg
+            if not self.synced[k] and not unsent and now - self.sync_sent[k] > SYNC_RETRY_S:
+                q.appendleft(self.sync_msg)
+            self._flush(k)
 
     def _ring_blocked(self) -> bool:
         cap = self.cfg.link_capacity
@@ -148,49 +176,66 @@ class Egress:
         if not len(frame):
             return self._drop(FrameError("empty", "zero-length frame"))
         tag = frame[0]
-        counter = self.frames.get(tag)
         if tag == protocol.TAG_BATCH:
             try:
                 batch = protocol.decode_batch(frame, self.cfg.max_rid_length,
                                               self.cfg.max_row_ids)
             except FrameError as err:
                 return self._drop(err)
-            counter.inc()  # type: ignore[union-attr]
+            self.frames[tag].inc()
             return self._route_batch(batch, frame, stamp)
         try:
             msg = protocol.decode_control(frame)
         except FrameError as err:
             return self._drop(err)
-        counter.inc()  # type: ignore[union-attr]
+        self.frames[tag].inc()
         fwd = link.forward(stamp, frame)
-        if isinstance(msg, Open):
-            if len(msg.rid) > self.cfg.max_rid_length:
-                return self._drop(FrameError("limit_rid_length", "rid longer than "
-                                             f"--max-rid-length {self.cfg.max_rid_length}"))
-            self._forward(self.router.open(msg.rid), fwd)
-        elif isinstance(msg, Error):
-            if self.router.is_ended(msg.rid):
-                self.late.inc()
-                return
-            k = self.router.owner(msg.rid)
-            st = self.router.end(msg.rid)
-            self._forward(k, fwd, [(msg.rid, st)] if st is not None else None)
-        elif isinstance(msg, Result):
-            self._forward(self.router.owner(msg.rid), fwd)
-        elif isinstance(msg, Abort):
-            self._route_abort(msg, stamp)
-        elif isinstance(msg, Ping):
-            self._ping(msg, fwd)
+        match msg:
+            case Open(rid=rid):
+                self._route_open(rid, fwd)
+            case Error(rid=rid):
+                self._route_error(rid, fwd)
+            case Result(rid=rid):
+                self._forward(self.router.owner(rid), fwd)
+            case Abort():
+                self._route_abort(msg, stamp)
+            case Ping(nonce=nonce):
+                self._ping(nonce, fwd)
 
     def _forward(self, k: int, msg: bytes, ended: Ended | None = None) -> None:
+        """Queue a message for shard k; `ended` rids end when the shard acknowledges it."""
         self.router.dispatched(k, ended)
-        self._send_link(k, msg)
+        self.pending[k].append(msg)
+        self._flush(k)
+
+    def _route_open(self, rid: str, fwd: bytes) -> None:
+        if len(rid) > self.cfg.max_rid_length:
+            return self._drop(FrameError("limit_rid_length", "rid longer than "
+                                         f"--max-rid-length {self.cfg.max_rid_length}"))
+        self.replayed.pop(rid, None)  # a reused rid: the old one was ended for its scheduler
+        self.journal.write(opened=(rid,))
+        self._forward(self.router.open(rid), fwd)
+
+    def _route_error(self, rid: str, fwd: bytes) -> None:
+        if self.router.is_ended(rid):
+            self.late.inc()
+            return
+        k = self.router.owner(rid)
+        st = self.router.end(rid)
+        self._forward(k, fwd, [(rid, st)] if st is not None else None)
 
     def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float) -> None:
-        if self.router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
-            self.router.quarantine = False
-        owner, tokens, finished = self.router.route(batch)
-        if self.router.suspects:
+        router = self.router
+        if router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
+            router.quarantine = False
+        owner, tokens, finished = router.route(batch)
+        if router.opened:  # before any row of theirs can reach a shard
+            if self.replayed:
+                for rid in router.opened:
+                    self.replayed.pop(rid, None)
+            self.journal.write(opened=router.opened)
+            router.opened = []
+        if router.suspects:
             self._fail_suspects()
         if len(batch):
             self.iteration.observe(tokens)
@@ -201,8 +246,7 @@ class Egress:
             if owner:
                 self._forward(0, link.forward(stamp, frame), finished.get(0))
             return
-        owners = bytes(owner)
-        msg = link.rows(stamp, owners, frame)
+        msg = link.rows(stamp, bytes(owner), frame)
         for k in set(owner):
             if k != link.LATE:
                 self._forward(k, msg, finished.get(k))
@@ -212,13 +256,24 @@ class Egress:
         may have died with it, so they end with an error rather than continue with the
         start of their text missing. Their shard decides: a rid it already ended stays
         quiet, any other gets the terminal error."""
-        by_shard: dict[int, list[str]] = {}
-        for rid in self.router.suspects:
-            by_shard.setdefault(self.router.owner(rid), []).append(rid)
-            self.router.end(rid)
-        self.router.suspects = []
-        for k, rids in by_shard.items():
-            self._send_link(k, link.DROP + msgspec.msgpack.encode((EGRESS_RESTARTED, rids)))
+        suspects, self.router.suspects = self.router.suspects, []
+        for rid in suspects:
+            self.replayed.pop(rid, None)
+        self._end_on_shards(suspects, EGRESS_RESTARTED)
+
+    def _end_on_shards(self, rids: list[str], message: str) -> None:
+        """Have each rid's shard end it with `message`, after the rid's earlier deltas.
+
+        Journaled until the shard acknowledges the DROP: a DROP that dies in this egress's
+        queue is redone by the next one (a rid its shard never saw gets no other error).
+        """
+        self.journal.write(opened=rids)
+        by_shard: dict[int, Ended] = {}
+        for rid in rids:
+            k = self.router.owner(rid)
+            by_shard.setdefault(k, []).append((rid, self.router.end(rid) or Live(k)))
+        for k, ended in by_shard.items():
+            self._forward(k, link.drop(message, [rid for rid, _ in ended]), ended)
 
     def _route_abort(self, msg: Abort, stamp: float) -> None:
         by_shard: dict[int, Ended] = {}
@@ -233,8 +288,8 @@ class Egress:
             frame = protocol.encode_control(Abort([rid for rid, _ in ended]))
             self._forward(k, link.forward(stamp, frame), ended)
 
-    def _ping(self, msg: Ping, fwd: bytes) -> None:
-        self._send_out(protocol.encode_pong(Pong(msg.nonce, EGRESS)), probe=msg.nonce < 0)
+    def _ping(self, nonce: int, fwd: bytes) -> None:
+        self._send_out(protocol.encode_pong(Pong(nonce, EGRESS)), probe=nonce < 0)
         for k in range(self.n):
             self._forward(k, fwd)
 
@@ -248,13 +303,8 @@ class Egress:
         rids = [r for r in dict.fromkeys(err.rids) if not self.router.is_ended(r)]
         log.warning("dropped frame (%s): %s; failing %d rids", err.reason, err.detail[:200],
                     len(rids))
-        by_shard: dict[int, list[str]] = {}
-        for rid in rids:
-            by_shard.setdefault(self.router.owner(rid), []).append(rid)
-            self.router.end(rid)
         self.metrics.terminal_errors.labels("malformed_frame").inc(len(rids))
-        for k, ks in by_shard.items():
-            self._send_link(k, link.DROP + msgspec.msgpack.encode((MALFORMED_FRAME, ks)))
+        self._end_on_shards(rids, MALFORMED_FRAME)
 
     # ------------------------------------------------------------------ notices
     def _serve_notices(self) -> None:
@@ -267,113 +317,165 @@ class Egress:
                 self.on_notice(link.notice_decoder.decode(raw))
 
     def on_notice(self, note: link.Notice) -> None:
-        if isinstance(note, link.Ack):
-            self.router.acked(note.shard, note.count)
-        elif isinstance(note, link.Ended):
-            for rid in note.rids:
-                self.router.end(rid)
-        elif isinstance(note, link.Hello):
-            k = note.shard
-            if self.pids[k] is not None and self.pids[k] != note.pid:
+        match note:
+            case link.Ack(shard=k, count=count, token=token) if token == self.token:
+                self._acked(k, count)
+            case link.Ended(rids=rids):
+                for rid in rids:
+                    self.router.end(rid)
+                    self.replayed.pop(rid, None)
+                self.journal.write(ended=(r for r in rids if r not in self.router.live))
+            case link.Hello(token=token) if token == self.token:
+                self._on_hello(note)
+            case link.ShardDown(shard=k, pid=pid) if pid == self.pids[k]:
+                # else an incarnation that never answered our SYNC: it held nothing of ours
                 self._fail_shard(k)
-            self.pids[k] = note.pid
-            self.up[k] = True
-            self._send_now(k, link.START)
-            self._flush(k)
-            log.info("shard %d (pid %d) started", k, note.pid)
-            if all(self.up):
-                self.status.egress_ready = True
-                if self.restarted and not self.grace_until:
-                    self.grace_until = time.monotonic() + self.cfg.restart_grace
-        elif isinstance(note, link.ShardDown):
-            k = note.shard
-            if self.pids[k] != note.pid:
-                return  # an older incarnation; the Hello of the new one already failed it
-            self._fail_shard(k)
-            self.pids[k] = None
-            self.up[k] = False
-            self.status.egress_ready = False
-        elif isinstance(note, link.Drain):
-            self.draining = True
+                self.pids[k] = None
+                self.up[k] = self.synced[k] = False
+                self.pending[k].append(self.sync_msg)  # to whoever connects next
+                self.status.egress_ready = False
+            case link.Drain(deadline=deadline):
+                self.draining = True
+                self.drain_deadline = deadline
+
+    def _acked(self, k: int, count: int) -> None:
+        """The shard processed messages up to `count`: the rids they ended are done."""
+        q = self.router.inflight[k]
+        if not q or q[0][0] > count:
+            return
+        done: list[str] = []
+        for n, ended in q:
+            if n > count:
+                break
+            done.extend(rid for rid, _ in ended)
+        self.router.acked(k, count)
+        live = self.router.live
+        self.journal.write(ended=(rid for rid in done if rid not in live))
+
+    def _on_hello(self, note: link.Hello) -> None:
+        """A shard answered our SYNC: START it ahead of what waits for it."""
+        k = note.shard
+        if self.synced[k] and self.pids[k] == note.pid:
+            return  # the answer to a repeated SYNC; this incarnation is started already
+        if self.pids[k] is not None and self.pids[k] != note.pid:
+            self._fail_shard(k)  # its death's notice is still on its way
+        self.pids[k] = note.pid
+        self.up[k] = self.synced[k] = True
+        q = self.pending[k]
+        while self.sync_msg in q:  # not sent yet, and START must be the last word
+            q.remove(self.sync_msg)
+        q.appendleft(link.START)
+        self._flush(k)
+        self._fail_replayed(k)
+        log.info("shard %d (pid %d) started", k, note.pid)
+        if all(self.up):
+            self.status.egress_ready = True
+            if self.restarted and not self.grace_until:
+                self.grace_until = time.monotonic() + self.cfg.restart_grace
+
+    def _fail_replayed(self, k: int) -> None:
+        """Rids the dead egress left open on shard k that the shard did not hold (its
+        answer to SYNC ended those it held): a dead shard's, or rows lost in the ring."""
+        if not self.replayed:
+            return
+        mine = [rid for rid in self.replayed if shard_of(rid, self.n) == k]
+        for rid in mine:
+            del self.replayed[rid]
+        if mine:
+            log.warning("failing %d requests the previous egress left open on shard %d",
+                        len(mine), k)
+            self.metrics.terminal_errors.labels("egress_restarted").inc(len(mine))
+            zero = Usage(0, 0, 0, 0, 0)
+            self._send_failures([terminal(rid, EGRESS_RESTARTED, zero) for rid in mine])
 
     def _fail_shard(self, k: int) -> None:
         deltas = self.router.fail_shard(k, SHARD_RESTARTED)
         self.pending[k].clear()  # rows for rids just failed
         log.warning("shard %d is gone: failing its %d unfinished requests", k, len(deltas))
         self.metrics.terminal_errors.labels("shard_restarted").inc(len(deltas))
-        self._send_deltas(deltas)
+        if deltas:
+            self.held.append((time.monotonic() + STALE_HOLD_S, deltas))
 
     # ------------------------------------------------------------------ sends
-    def _send_link(self, k: int, msg: bytes) -> None:
-        """Queue a message for shard k behind what is already held, then push what fits.
-
-        Each link delivers in call order. While shard k is down or its link is full,
-        messages wait in `pending[k]`; the ring is not read while any such queue holds
-        --link-capacity messages, so waiting becomes backpressure on the scheduler.
-        """
-        self.pending[k].append(msg)
-        self._flush(k)
+    def _sendable(self, k: int) -> bool:
+        q = self.pending[k]
+        return bool(q) and (self.up[k] or q[0] is self.sync_msg)
 
     def _flush(self, k: int) -> None:
-        q, link = self.pending[k], self.links[k]
-        while q and self.up[k]:
+        """Push shard k's queue in order while its link takes it; only SYNC goes to a
+        shard that is not up. While a queue holds --link-capacity messages the ring is
+        not read, so waiting on a shard becomes backpressure on the scheduler."""
+        q, sock = self.pending[k], self.links[k]
+        while q and (self.up[k] or q[0] is self.sync_msg):
             try:
-                link.send(q[0], zmq.NOBLOCK)
+                sock.send(q[0], zmq.NOBLOCK)
             except zmq.Again:
                 return
-            q.popleft()
+            if q.popleft() is self.sync_msg:
+                self.sync_sent[k] = time.monotonic()
 
-    def _send_now(self, k: int, msg: bytes) -> None:
-        """START and EXIT: straight onto the link (START goes ahead of held data, which
-        was routed for the incarnation it starts), serving notices while it is full."""
-        while True:
-            try:
-                self.links[k].send(msg, zmq.NOBLOCK)
-                return
-            except zmq.Again:
-                self.beat()
-                if self.back.poll(10) or self.notices.poll(0):
-                    self._serve_notices()
-
-    def _send_deltas(self, deltas: list[Delta]) -> None:
-        msg = protocol.encode_output(self.cfg.output_format, EGRESS, self.seq, deltas)
-        self.seq += 1
-        self._send_out(msg)
+    def _send_failures(self, deltas: list[Delta]) -> None:
+        """The egress's own terminal errors; a rid reopened since keeps its new life."""
+        live = self.router.live
+        deltas = [d for d in deltas if d.rid not in live]
+        if deltas:
+            self._send_out(protocol.encode_output(self.cfg.output_format, EGRESS, self.seq, deltas))
+            self.seq += 1
+            self.journal.write(ended=(d.rid for d in deltas))
 
     def _send_out(self, msg: bytes, probe: bool = False) -> None:
+        """To the frontend, within --heartbeat-timeout: a frontend that reads nothing for
+        that long is treated as gone and the message is dropped, so that the loop goes on
+        (the drain, shard deaths) instead of spinning while looking alive."""
         if probe:
             try:
                 self.health.send(msg, zmq.NOBLOCK)
             except zmq.Again:
                 pass
             return
+        deadline = time.monotonic() + self.cfg.heartbeat_timeout
         while True:
             try:
                 self.out.send(msg, zmq.NOBLOCK)
                 return
             except zmq.Again:
+                if time.monotonic() >= deadline:
+                    break
                 self.beat()
                 if self.notices.poll(10):
                     self._serve_notices()
+        self.out_lost += 1
+        log.error("the frontend read nothing for %.1fs: dropped an egress message (%d so "
+                  "far)", self.cfg.heartbeat_timeout, self.out_lost)
 
     # ------------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
-        """Drain what the ring already accepted, tell every shard to finish, close."""
-        self.draining = True
+        """Drain what the ring already accepted, tell every shard to finish, close; all by
+        the deadline the supervisor put in the Drain (a shard still taking nothing then is
+        treated as gone: the supervisor kills what did not exit)."""
+        deadline = self.drain_deadline or time.monotonic() + self.cfg.drain_timeout
         self._drain_ring(limit=1 << 30)
         self.ring.close(linger=0)
-        deadline = time.monotonic() + self.cfg.drain_timeout
+        while self.held:
+            self._send_failures(self.held.popleft()[1])
         for k in range(self.n):
-            while self.up[k] and self.pending[k] and time.monotonic() < deadline:
-                self._flush(k)
-                if self.pending[k]:
-                    self.links[k].poll(50, zmq.POLLOUT)
-                    self.beat()
             if self.up[k]:
-                self._send_now(k, link.EXIT)
-        log.info("egress drained; exiting")
+                self.pending[k].append(link.EXIT)
+        waiting = [k for k in range(self.n) if self.up[k]]
+        while waiting and time.monotonic() < deadline:
+            for k in waiting:
+                self._flush(k)
+            self.beat()
+            waiting = [k for k in waiting if self.up[k] and self.pending[k]]
+            if waiting and self.back.poll(20):
+                self._serve_notices()
+        stuck = [k for k in range(self.n) if self.up[k] and self.pending[k]]
+        log.info("egress drained%s; exiting",
+                 f" (shards {stuck} took nothing by the deadline)" if stuck else "")
+        self.journal.close()
+        linger = max(0, int(1000 * (deadline - time.monotonic())))
         for sock in (*self.links, self.back, self.notices, self.out, self.health):
-            sock.close()
+            sock.close(linger=linger)
         if self.cfg.curve_keys:
             self.auth.stop()
         self.ctx.term()

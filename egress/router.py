@@ -56,6 +56,7 @@ class Router:
         self.quarantine = False
         self.suspects: list[str] = []
         self.inflight: list[deque[tuple[int, Ended]]] = [deque() for _ in range(nshards)]
+        self.opened: list[str] = []  # rids `route` saw first; the egress empties it
 
     def owner(self, rid: str) -> int:
         st = self.live.get(rid)
@@ -100,6 +101,7 @@ class Router:
                     self.suspects.append(rid)
                     continue
                 st = live[rid] = Live(zlib.crc32(rid.encode("utf-8")) % n)
+                self.opened.append(rid)  # for the egress's journal; emptied per frame
             if not st.has_rows:
                 st.has_rows = True
                 st.prompt, st.cached = h.prompt_tokens[i], h.cached_tokens[i]

@@ -7,7 +7,9 @@ Streams a synthetic workload into a real service (2 shards) at a steady pace, ki
 random process kind at random moments, then waits for everything to settle and prints:
 faults injected by kind; requests completed exact, failed with a terminal error, lost
 (no last delta: must be 0), wrong (a last delta without error whose text is not exact);
-and frames dropped by reason. Exit 0 when nothing was lost and nothing was wrong.
+deltas the frontend dropped because they came after their rid's terminal one (protocol
+section 5, rule 7); and frames dropped by reason. Kind `double` kills a shard and then the
+egress 40 ms later. Exit 0 when nothing was lost and nothing was wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -49,12 +52,67 @@ def pick_victim(svc: Service, kind: str) -> int | None:
     return None
 
 
+DOUBLE_GAP_S = 0.04
+
+
+def inject(svc: Service, kind: str) -> int | None:
+    """kill -9 one process of this kind (`double`: a shard, then the egress)."""
+    if kind != "double":
+        pid = pick_victim(svc, kind)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+        return pid
+    shard, egress = pick_victim(svc, "shard"), pick_victim(svc, "egress")
+    if not shard or not egress:
+        return None
+    os.kill(shard, signal.SIGKILL)
+    time.sleep(DOUBLE_GAP_S)
+    os.kill(egress, signal.SIGKILL)
+    return shard
+
+
+def settle(svc: Service) -> dict[str, int]:
+    """Let restarts finish, then a barrier (retried: a PING can be lost with a process)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and svc.health()[0] != 200:
+        svc.front.poll(0.2)
+    from sglang_tok.client import barrier
+    for _ in range(3):
+        if svc.sched is not None and barrier(svc.sched, svc.front, svc.shards, 20):
+            break
+    return {k.split('"')[1]: int(v) for k, v in svc.metrics().items()
+            if k.split("{")[0].endswith("frames_dropped_total") and v}
+
+
+def judge(svc: Service, reqs: list[Any], info: Any) -> Counter[str]:
+    outcome: Counter[str] = Counter()
+    for r in reqs:
+        out = svc.front.requests.get(r.rid)
+        if out is None or not out.finished:
+            outcome["lost"] += 1
+            if outcome["lost"] <= 3:
+                print(f"lost: {r.rid}: {'no' if out is None else len(out.deltas)} deltas for "
+                      f"{len(r.chunks)} rows")
+        elif out.last.error:
+            outcome["failed with error"] += 1
+        elif r.end_by:
+            outcome["completed exact"] += 1  # ended by its own ABORT/ERROR as asked
+        else:
+            text, fin = expected(r, info)
+            ok = out.text == text and out.last.finish == fin
+            outcome["completed exact" if ok else "wrong"] += 1
+            if not ok and outcome["wrong"] <= 3:
+                print(f"wrong: {r.rid} shard {out.shard}: {len(out.deltas)} deltas for "
+                      f"{len(r.chunks)} rows; got {out.text[-40:]!r} want {text[-40:]!r}")
+    return outcome
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--kills", type=int, default=6)
     ap.add_argument("--frames-per-s", type=float, default=100)
-    ap.add_argument("--kinds", default="shard,egress,http")
+    ap.add_argument("--kinds", default="shard,egress,http", help="any of shard,egress,http,double")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--service-args", default="", help="extra `sglang-tok serve` flags")
     a = ap.parse_args()
@@ -77,54 +135,32 @@ def main() -> int:
             while kill_at and n >= kill_at[0]:
                 kill_at.pop(0)
                 kind = random.choice(kinds)
-                pid = pick_victim(svc, kind)
+                try:
+                    pid = inject(svc, kind)
+                except ProcessLookupError:
+                    pid = None
                 if pid:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                        injected[kind] += 1
-                        print(f"step {n}: killed {kind} (pid {pid})", flush=True)
-                    except ProcessLookupError:
-                        pass
+                    injected[kind] += 1
+                    print(f"step {n}: killed {kind} (pid {pid})", flush=True)
             for f in (*step.opens, *([step.batch] if step.batch else []), *step.ends):
                 svc.send(f)
             svc.front.poll(0)
             delay = t0 + (n + 1) / a.frames_per_s - time.monotonic()
             if delay > 0:
                 svc.front.poll(delay)
-        # let restarts finish, then a barrier (retried: a PING can be lost with a process)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and svc.health()[0] != 200:
-            svc.front.poll(0.2)
-        from sglang_tok.client import barrier
-        for _ in range(3):
-            if svc.sched is not None and barrier(svc.sched, svc.front, svc.shards, 20):
-                break
-        dropped = {k.split('"')[1]: int(v) for k, v in svc.metrics().items()
-                   if k.startswith("sglang_tok_frames_dropped_total{") and v}
+        dropped = settle(svc)
     finally:
         rc = svc.stop()
-    outcome: Counter[str] = Counter()
-    for r in reqs:
-        out = svc.front.requests.get(r.rid)
-        if out is None or not out.finished:
-            outcome["lost"] += 1
-        elif out.last.error:
-            outcome["failed with error"] += 1
-        elif r.end_by:
-            outcome["completed exact"] += 1  # ended by its own ABORT/ERROR as asked
-        else:
-            text, fin = expected(r, info)
-            ok = out.text == text and out.last.finish == fin
-            outcome["completed exact" if ok else "wrong"] += 1
-            if not ok and outcome["wrong"] <= 3:
-                print(f"wrong: {r.rid} shard {out.shard}: {len(out.deltas)} deltas for "
-                      f"{len(r.chunks)} rows; got {out.text[-40:]!r} want {text[-40:]!r}")
+    outcome = judge(svc, reqs, info)
     print("\nfaults injected: " + (", ".join(f"{k} {v}" for k, v in injected.items()) or "none"))
     print(f"{'requests':<22} {len(reqs)}")
     for k in ("completed exact", "failed with error", "lost", "wrong"):
         print(f"{k:<22} {outcome[k]}")
     print(f"{'in == done + failed':<22} "
           f"{len(reqs) == outcome['completed exact'] + outcome['failed with error']}")
+    print(f"{'stale deltas dropped':<22} {svc.front.late}")
+    print(f"{'frontend violations':<22} {len(svc.front.violations)} "
+          f"{svc.front.violations[:3] if svc.front.violations else ''}")
     print(f"frames dropped by reason: {dropped or 'none'}; service exit code {rc}")
     return 0 if not outcome["lost"] and not outcome["wrong"] else 1
 

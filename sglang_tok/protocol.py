@@ -93,8 +93,6 @@ FAMILIES: tuple[tuple[str, int, str], ...] = (
     ("output_hidden", 16, "hidden"),
 )
 
-FAMILY_COLUMN = {name: idx for name, idx, _ in FAMILIES}
-
 _header_decoder = msgspec.msgpack.Decoder(BatchHeader)
 _any_decoder = msgspec.msgpack.Decoder()
 _encoder = msgspec.msgpack.Encoder()
@@ -122,17 +120,6 @@ class Family(msgspec.Struct, gc=False):
     pos_starts: list[int]
 
 
-def _column_count(header: bytes | memoryview) -> int:
-    first = header[0]
-    if 0x90 <= first <= 0x9F:
-        return first & 0x0F
-    if first == 0xDC:
-        return int.from_bytes(header[1:3], "big")
-    if first == 0xDD:
-        return int.from_bytes(header[1:5], "big")
-    return -1
-
-
 def _starts(counts: list[int]) -> list[int]:
     return [0, *accumulate(counts)]
 
@@ -140,13 +127,12 @@ def _starts(counts: list[int]) -> list[int]:
 class Batch:
     """A validated BATCH frame: its header and typed views of its data buffer."""
 
-    __slots__ = ("header", "data", "ncols", "tokens", "families")
+    __slots__ = ("header", "data", "tokens", "families")
 
-    def __init__(self, header: BatchHeader, data: memoryview, ncols: int,
-                 tokens: Section, families: list[Family]) -> None:
+    def __init__(self, header: BatchHeader, data: memoryview, tokens: Section,
+                 families: list[Family]) -> None:
         self.header = header
         self.data = data
-        self.ncols = ncols
         self.tokens = tokens
         self.families = families
 
@@ -242,7 +228,6 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     except (ValueError, RecursionError) as exc:  # msgspec errors, bad UTF-8
         raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
     rids = h.rids
-    ncols = _column_count(raw)
     n = len(rids)
     if not all(rids):
         raise FrameError("header", "empty rid", [r for r in rids if r])
@@ -256,7 +241,8 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     fins = h.finish_reasons
     if fins.count(None) != n:  # C-speed scans; most rows of most frames are still running
         for fin in filter(None, fins):
-            if fin.get("type") not in FINISH_TYPES:
+            kind = fin.get("type")  # any msgpack value: a list or map is unhashable
+            if not isinstance(kind, str) or kind not in FINISH_TYPES:
                 raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
         if {} in fins:
             raise FrameError("finish", "empty finish reason", rids)
@@ -306,57 +292,12 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     if len(data) != pos:
         raise FrameError("data_length", f"data buffer is {len(data)} bytes, header implies {pos}",
                          rids)
-    return Batch(h, data, ncols, tokens, families)
-
-
-def _columns(h: BatchHeader, ncols: int) -> list[Any]:
-    return [getattr(h, f) for f in HEADER_FIELDS[:max(ncols, REQUIRED_COLUMNS)]]
+    return Batch(h, data, tokens, families)
 
 
 def _frame(columns: list[Any], data: bytes) -> bytes:
     head = _encoder.encode(columns)
     return b"".join((b"\x02", _U32.pack(len(head)), head, data))
-
-
-def split_batch(batch: Batch, owner: list[int], nshards: int) -> list[bytes | None]:
-    """Per-shard BATCH frames of the same layout, holding only each shard's rows.
-
-    `owner[i]` is row i's shard; any value outside [0, nshards) leaves the row out.
-    """
-    rows: list[list[int]] = [[] for _ in range(nshards)]
-    for i, s in enumerate(owner):
-        if 0 <= s < nshards:
-            rows[s].append(i)
-    h, data = batch.header, batch.data
-    cols = _columns(h, batch.ncols)
-    ragged_pos = {FAMILY_COLUMN[fam.name] + 1: fam for fam in batch.families
-                  if fam.kind != "flat"}
-    sections = [batch.tokens]
-    for fam in batch.families:
-        sections.append(fam.values)
-        if fam.ids is not None:
-            sections.append(fam.ids)
-    out: list[bytes | None] = []
-    for idx in rows:
-        if not idx:
-            out.append(None)
-            continue
-        sub: list[Any] = []
-        for c, col in enumerate(cols):
-            ragged = ragged_pos.get(c)
-            if ragged is not None:
-                ps, pl = ragged.pos_starts, ragged.poslens
-                sub.append([k for i in idx for k in pl[ps[i]:ps[i + 1]]])
-            elif col:
-                sub.append([col[i] for i in idx])
-            else:
-                sub.append(col)
-        parts: list[memoryview] = []
-        for sec in sections:
-            base, size, st = sec.start, sec.size, sec.row_starts
-            parts.extend(data[base + size * st[i]:base + size * st[i + 1]] for i in idx)
-        out.append(_frame(sub, b"".join(parts)))
-    return out
 
 
 def encode_batch(rows: list[dict[str, Any]], ncols: int = REQUIRED_COLUMNS) -> bytes:

@@ -357,7 +357,7 @@ class Service:
     def drain(self, deadline: float) -> None:
         """Tell the egress to stop reading the ring and let what it read out by `deadline`."""
         self.status.draining = True
-        self.notices.send(link.notice_encoder.encode(link.Drain()))
+        self.notices.send(link.notice_encoder.encode(link.Drain(deadline)))
 
     def count_restart(self, child: Child) -> None:
         self.metrics.restarts.labels(child.role.split()[0]).inc()

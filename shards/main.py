@@ -43,7 +43,7 @@ def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: 
 class Shard:
     def __init__(self, cfg: Config, status: Status, shard: int, info: Any,
                  parent_pid: int) -> None:
-        self.cfg = cfg
+        self.output_format = cfg.output_format
         self.shard = shard
         self.parent_pid = parent_pid
         self.beat = Beat(status, 1 + shard)
@@ -59,9 +59,9 @@ class Shard:
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
         self.seq = 0
-        self.columnar = cfg.output_format == "columnar"
         self.started = False
-        self.processed = 0  # FORWARD messages since START, acknowledged to the egress
+        self.token = 0  # of the egress whose SYNC we answered last
+        self.processed = 0  # FORWARD and DROP messages since START, acked to the egress
         self._next_report = 0.0
         m = Metrics()
         label = str(shard)
@@ -72,11 +72,9 @@ class Shard:
         self.m_live = m.live.labels(label)
         self.m_decode = m.decode_seconds.labels(label)
         self.m_latency = m.frame_latency
-        self.m_terminal = m.terminal_errors.labels("service")
         self._last = msgspec.structs.asdict(self.table.counters)
 
     def run(self) -> None:
-        self._hello()
         inbox = self.inbox
         while True:
             self.beat()
@@ -86,109 +84,130 @@ class Shard:
                     log.warning("supervisor is gone; exiting")
                     return
                 continue
-            msg = memoryview(inbox.recv())
-            kind = bytes(msg[:1])
-            if kind == link.FORWARD or kind == link.ROWS:
-                if self.started:
-                    try:
-                        self.on_forward(msg)
-                    except Exception:  # a bug costs this message's requests, not the shard
-                        log.exception("internal error on a message")
-                        self._fail_message(msg)
-                    self.processed += 1
-                    now = time.monotonic()
-                    if now >= self._next_report or not inbox.poll(0):
-                        self._ack()
-                        self._publish()
-                        self._next_report = now + REPORT_EVERY_S
-            elif kind == link.START and not self.started:
-                self.started = True  # a repeated START (our second Hello) changes nothing
-                self.processed = 0
-            elif kind == link.SYNC:
-                self._sync()
-            elif kind == link.DROP:
-                message, rids = link.drop_decoder.decode(msg[1:])
-                out: list[Delta] = []
-                self.table.on_drop(rids, message, out)
-                if out:
-                    self._send(out)
-                self._publish()
-            elif kind == link.EXIT:
-                log.info("drained; exiting")
+            if not self.handle(inbox.recv()):
                 break
         self.close()
 
+    def handle(self, raw: bytes) -> bool:
+        """One message from the egress; False once it says EXIT."""
+        match link.parse(raw):
+            case link.Frame() as msg:
+                if self.started:  # else it was routed before our SYNC: the egress failed it
+                    self._guarded(msg)
+            case link.Drop(message=message, rids=rids):
+                out: list[Delta] = []
+                self.table.on_drop(rids, message, out)
+                self._send(out)
+                if self.started:
+                    self._processed()
+            case link.Start():
+                if not self.started:  # a repeated START (our second Hello) changes nothing
+                    self.started = True
+                    self.processed = 0
+            case link.Sync(token=token):
+                self._sync(token)
+            case link.Exit():
+                log.info("drained; exiting")
+                return False
+        return True
+
+    def _guarded(self, msg: link.Frame) -> None:
+        try:
+            self.on_frame(msg)
+        except Exception:  # a bug costs this message's requests, not the shard
+            log.exception("internal error on a message")
+            self._fail_message(msg)
+        self._processed()
+
+    def _processed(self) -> None:
+        """Count a message toward the egress's ledger; ack and publish when the inbox runs
+        dry, else at most every REPORT_EVERY_S."""
+        self.processed += 1
+        now = time.monotonic()
+        if now >= self._next_report or not self.inbox.poll(0):
+            self._ack()
+            self._publish()
+            self._next_report = now + REPORT_EVERY_S
+
     def _ack(self) -> None:
-        self.back.send(link.notice_encoder.encode(link.Ack(self.shard, self.processed)))
+        ack = link.Ack(self.shard, self.processed, self.token)
+        self.back.send(link.notice_encoder.encode(ack))
 
-    def _hello(self) -> None:
-        self.back.send(link.notice_encoder.encode(link.Hello(self.shard, os.getpid())))
-
-    def _sync(self) -> None:
-        """A new egress: it cannot know our live rids, so end them now and start over."""
+    def _sync(self, token: int) -> None:
+        """An egress that does not know our live rids (a new one, or one that thought us
+        dead): end them now (`_send` tells it which, as `Ended`), then say Hello."""
         out: list[Delta] = []
         self.table.fail_all(protocol.EGRESS_RESTARTED, out)
-        if out:
-            self._send(out)
+        self._send(out)
         self.started = False
-        self._hello()
+        self.token = token
+        hello = link.Hello(self.shard, os.getpid(), token)
+        self.back.send(link.notice_encoder.encode(hello))
 
-    def on_forward(self, msg: memoryview) -> None:
+    def on_frame(self, msg: link.Frame) -> None:
         t0 = time.perf_counter()
-        stamp = link.STAMP.unpack_from(msg, 1)[0]
-        owners = None
-        if msg[0] == link.ROWS[0]:
-            n = int.from_bytes(msg[9:13], "little")
-            owners, frame = msg[13:13 + n], msg[13 + n:]
+        out: protocol.Sink = protocol.ColumnsOut() if self.output_format == "columnar" else []
+        table, frame = self.table, msg.frame
+        if frame[0] == protocol.TAG_BATCH:
+            table.on_batch(protocol.decode_batch(frame), out, msg.owners)
         else:
-            frame = msg[9:]
-        out: protocol.Sink = protocol.ColumnsOut() if self.columnar else []
-        table = self.table
-        tag = frame[0]
-        if tag == protocol.TAG_BATCH:
-            table.on_batch(protocol.decode_batch(frame), out, owners)
-        else:
-            ctl = protocol.decode_control(frame)
-            if isinstance(ctl, Open):
-                table.on_open(ctl, out)
-            elif isinstance(ctl, Error):
-                table.on_error(ctl, out)
-            elif isinstance(ctl, Abort):
-                table.on_abort(ctl, out)
-            elif isinstance(ctl, Result):
-                table.on_result(ctl, out)
-            elif isinstance(ctl, Ping):
-                pong = protocol.encode_pong(Pong(ctl.nonce, self.shard))
-                if ctl.nonce < 0:
-                    try:
-                        self.health.send(pong, zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass
-                else:
-                    self.out.send(pong)
-                return
-        if out:
-            self._send(out)
+            match protocol.decode_control(frame):
+                case Open() as ctl:
+                    table.on_open(ctl, out)
+                case Error() as ctl:
+                    table.on_error(ctl, out)
+                case Abort() as ctl:
+                    table.on_abort(ctl, out)
+                case Result() as ctl:
+                    table.on_result(ctl, out)
+                case Ping(nonce=nonce):
+                    return self._pong(nonce)
+        self._send(out)
         self.m_decode.observe(time.perf_counter() - t0)
-        self.m_latency.observe(time.monotonic() - stamp)
+        self.m_latency.observe(time.monotonic() - msg.stamp)
 
-    def _fail_message(self, msg: memoryview) -> None:
-        """End every live rid a message named, after an internal error processing it."""
+    def _pong(self, nonce: int) -> None:
+        """After every earlier message's deltas; a probe's (nonce < 0) goes to /health."""
+        pong = protocol.encode_pong(Pong(nonce, self.shard))
+        if nonce >= 0:
+            self.out.send(pong)
+            return
         try:
-            frame = msg[13 + int.from_bytes(msg[9:13], "little"):] if msg[0] == link.ROWS[0] \
-                else msg[9:]
-            rids = protocol.decode_batch(frame).rids if frame[0] == protocol.TAG_BATCH else []
-        except Exception:
+            self.health.send(pong, zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+
+    def _fail_message(self, msg: link.Frame) -> None:
+        """End every rid a message named, after an internal error processing it: a rid left
+        in a half-updated state, or never opened, would otherwise wait forever."""
+        try:
+            rids = self._rids_of(msg)
+        except Exception:  # the frame decoded once already; this is belt and braces
+            log.exception("cannot read the rids of the failed message")
             rids = []
         out: list[Delta] = []
-        for rid in dict.fromkeys(rids):
-            if rid in self.table.live:
-                self.table.on_drop([rid], "internal detokenizer error", out)
-        if out:
-            self._send(out)
+        self.table.on_drop(list(dict.fromkeys(rids)), "internal detokenizer error", out)
+        self._send(out)
+
+    def _rids_of(self, msg: link.Frame) -> list[str]:
+        """The rids this shard owns in a message (a RESULT or PING holds no request state)."""
+        frame = msg.frame
+        if frame[0] == protocol.TAG_BATCH:
+            rids = protocol.decode_batch(frame).rids
+            if msg.owners is None:
+                return rids
+            return [rid for rid, k in zip(rids, msg.owners) if k == self.shard]
+        match protocol.decode_control(frame):
+            case Open(rid=rid) | Error(rid=rid):
+                return [rid]
+            case Abort(rids=rids):
+                return rids
+        return []
 
     def _send(self, out: protocol.Sink) -> None:
-        self.out.send(protocol.encode_output(self.cfg.output_format, self.shard, self.seq, out))
+        if not out:
+            return
+        self.out.send(protocol.encode_output(self.output_format, self.shard, self.seq, out))
         self.seq += 1
         if self.table.self_ended:
             ended = link.Ended(self.shard, self.table.self_ended)

@@ -40,7 +40,7 @@ def mutate(frame: bytes, data: st.DataObject) -> bytes:
     """One structural mutation of a valid frame."""
     kind = data.draw(st.sampled_from(
         ["truncate", "flip", "extend", "retag", "swap_cols", "lens", "negative", "huge",
-         "rid_type", "deep", "enormous", "header_len"]), label="mutation")
+         "rid_type", "finish_type", "deep", "enormous", "header_len"]), label="mutation")
     b = bytearray(frame)
     if kind == "truncate":
         return bytes(b[:data.draw(st.integers(0, max(0, len(b) - 1)))])
@@ -74,6 +74,10 @@ def mutate(frame: bytes, data: st.DataObject) -> bytes:
     elif kind == "rid_type":
         if cols[0]:
             cols[0][0] = data.draw(st.sampled_from([7, None, b"bytes", ["x"], 1.5, ""]))
+    elif kind == "finish_type":  # any msgpack value where a finish reason's `type` goes
+        if cols[1]:
+            cols[1][0] = {"type": data.draw(st.sampled_from(
+                [[[[]]], {"a": 1}, 7, None, b"stop", 1.5, "weird", ["stop"]]))}
     elif kind == "deep":
         head = b"\x91" * 50000 + b"\xc0"
         return b"\x02" + struct.pack("<I", len(head)) + head + body

@@ -34,8 +34,14 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 def dropped(svc: Service) -> Counter[str]:
+    """Frames dropped by reason."""
     return Counter({k.split('"')[1]: int(v) for k, v in svc.metrics().items()
                     if k.startswith("sglang_tok_frames_dropped_total{")})
+
+
+def tracebacks(svc: Service) -> int:
+    """Tracebacks in the service log: an input that reaches one found a bug."""
+    return svc.log_path.read_text(errors="replace").count("Traceback (most recent call last)")
 
 
 def fuzz_round(svc: Service, data: st.DataObject) -> None:
@@ -77,6 +83,7 @@ def fuzz_round(svc: Service, data: st.DataObject) -> None:
     assert svc.health()[0] == 200, svc.logs()
     got = dropped(svc) - before
     assert got == want, (got, want)
+    assert got["internal"] == 0 and not tracebacks(svc), svc.logs()
     for r in reqs:
         out = svc.front.requests.get(r.rid)
         if r.rid in tainted:

@@ -122,3 +122,33 @@ def test_killed_http_process_comes_back(tmp_path: Path) -> None:
         assert [q["pid"] for q in svc.health()[1]["processes"] if q["role"] == "http"] != http
     finally:
         svc.stop()
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.04])
+def test_double_fault_shard_then_egress_leaves_no_request_waiting(tmp_path: Path,
+                                                                  gap_s: float) -> None:
+    """A shard dies, then the egress, before the shard's error deltas left it: the
+    replacement egress finds the dead shard's rids in the journal and fails them."""
+    from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
+    svc = Service(tmp_path, shards=2).start()
+    try:
+        spec = PlanSpec(requests=120, concurrency=120, min_tokens=30, max_tokens=30, seed=4)
+        reqs = make_requests(INFO, spec)
+        steps = list(schedule(reqs, spec.concurrency, 4))
+        for step in steps[:10]:
+            svc.send(step.batch)  # type: ignore[arg-type]
+        svc.barrier()
+        shard = svc.kill(2)
+        time.sleep(gap_s)
+        egress = svc.kill(0)
+        svc.wait_back(0, egress)
+        svc.wait_back(2, shard)
+        svc.barrier()
+        lost = [r.rid for r in reqs if not (svc.front.requests.get(r.rid) and
+                                            svc.front.requests[r.rid].finished)]
+        assert not lost, (len(lost), svc.logs())
+        wrong = [r.rid for r in reqs if not svc.front.requests[r.rid].last.error
+                 and verify(r, svc.front.requests[r.rid], INFO)]
+        assert not wrong and not svc.front.violations
+    finally:
+        svc.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -125,6 +126,7 @@ def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -
             assert not verify(r, out, INFO)
             ok += 1
     assert failed > 0 and ok > 0 and failed + ok == len(reqs)
+    assert not service.front.violations, service.front.violations[:5]
     # the new shard 0 serves new requests exactly
     reqs2 = run_plan(service, PlanSpec(requests=50, concurrency=50, seed=11))
     assert not [p for r in reqs2 for p in verify(r, service.front.requests[r.rid], INFO)]
@@ -246,3 +248,36 @@ def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service)
     reqs2 = run_plan(service, PlanSpec(requests=50, concurrency=50, seed=17))
     assert not [p for r in reqs2 for p in verify(r, service.front.requests[r.rid], INFO)]
     assert not service.front.violations, service.front.violations[:5]
+
+
+def test_shard_killed_while_the_frontend_lags_ends_each_rid_once(service: Service) -> None:
+    """The dead shard's deltas still in socket buffers race the egress's errors for its
+    rids (protocol section 5, rule 7): the frontend keeps the first terminal delta and
+    drops what follows; the egress holds its errors so that little follows (without the
+    hold this run dropped 700 stale deltas, with it 0)."""
+    reqs, steps = start_streams(service, 200, 21)
+    for step in steps[10:20]:  # the frontend reads nothing while these are decoded
+        service.send(step.batch)  # type: ignore[arg-type]
+    time.sleep(1.0)
+    victim = service.kill(1)
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:  # then it reads slowly, one message at a time
+        if service.front.sock.poll(3):
+            service.front.take(service.front.sock.recv())
+        time.sleep(0.003)
+    for step in steps[20:]:
+        service.send(step.batch)  # type: ignore[arg-type]
+    service.wait_back(1, victim)
+    service.barrier()
+    assert not service.front.violations, service.front.violations[:5]
+    outs = [service.front.requests[r.rid] for r in reqs]
+    assert all(o.finished for o in outs)
+    failed = [o for o in outs if o.last.error == protocol.SHARD_RESTARTED]
+    assert failed and service.front.stale < 200, (len(failed), service.front.stale)
+
+
+def test_each_shard_start_is_logged_once(service: Service) -> None:
+    service.barrier()
+    logs = service.log_path.read_text()
+    for k in range(service.shards):
+        assert len(re.findall(rf"shard {k} \(pid \d+\) started", logs)) == 1, logs[-3000:]

@@ -1,0 +1,256 @@
+"""The egress <-> shard link alone: its messages, the journal, and each end of the link
+run as a real process against a test standing at the other end (sockets only: the test
+plays a shard, a supervisor or a frontend, never patches the process it drives, except
+where a bug is injected on purpose)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from sglang_tok.egress.journal import Journal, replay
+from sglang_tok.ring import link
+from sglang_tok.ring.sockets import make_socket
+
+from sglang_tok import protocol
+from sglang_tok.client import Frontend
+from sglang_tok.config import Config
+from sglang_tok.process import Status, service_roles
+
+SPAWN = mp.get_context("spawn")
+
+
+# --------------------------------------------------------------------------- messages
+def test_every_link_message_parses_to_its_struct_without_copying_the_frame() -> None:
+    frame = protocol.encode_batch([{"rid": "a", "ids": [1, 2]}, {"rid": "b", "ids": [3]}])
+    msg = link.rows(12.5, bytes([0, 1]), frame)
+    got = link.parse(msg)
+    assert isinstance(got, link.Frame) and got.stamp == 12.5
+    assert bytes(got.frame) == frame and got.frame.obj is msg  # a view, not a copy
+    assert got.owners is not None and bytes(got.owners) == b"\x00\x01"
+    fwd = link.parse(link.forward(1.0, frame))
+    assert isinstance(fwd, link.Frame) and bytes(fwd.frame) == frame and fwd.owners is None
+    assert link.parse(link.drop("why", ["a", "b"])) == link.Drop("why", ["a", "b"])
+    assert link.parse(link.sync(2**40 + 3)) == link.Sync(2**40 + 3)
+    assert link.parse(link.START) == link.Start() and link.parse(link.EXIT) == link.Exit()
+    with pytest.raises(ValueError):
+        link.parse(b"?")
+
+
+def test_notices_round_trip_and_drain_carries_an_absolute_deadline() -> None:
+    for note in (link.Hello(1, 2, 3), link.Ended(0, ["a"]), link.Ack(1, 9, 3),
+                 link.ShardDown(2, 77), link.Drain(123.25)):
+        assert link.notice_decoder.decode(link.notice_encoder.encode(note)) == note
+
+
+# --------------------------------------------------------------------------- journal
+def test_journal_replays_open_rids_ignores_a_torn_tail_and_compacts(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    j = Journal(path)
+    j.write(opened=["a", "b", "c"])
+    j.write(ended=["b", "never-opened"])
+    j.write(opened=["d"], ended=["a"])
+    assert list(replay(path)) == ["c", "d"]
+    with open(path, "ab") as f:  # the writer died in the middle of a record
+        f.write(b"\x40\x00\x00\x00\x92\x91")
+    assert list(replay(path)) == ["c", "d"]
+    j = Journal(path, replay(path))  # a replacement starts from what was left open
+    for n in range(40000):
+        j.write(opened=[f"r{n}"])
+        j.write(ended=[f"r{n}"])
+    assert path.stat().st_size < 2 << 20 and list(replay(path)) == ["c", "d"]
+    j.close()
+    assert not path.exists() and replay(path) == {}
+
+
+# --------------------------------------------------------------------------- harness
+def config(tmp: Path, shards: int = 1, **kw: Any) -> Config:
+    rt = tmp / "rt"
+    rt.mkdir(mode=0o700)
+    return Config(shards=shards, runtime_dir=str(rt), input=f"ipc://{rt}/input.ipc",
+                  output=f"ipc://{rt}/output.ipc", pin=False, **kw)
+
+
+class Peer:
+    """The test's sockets at the far end of the link (ZeroMQ lets either side go first)."""
+
+    def __init__(self, cfg: Config, ctx: zmq.Context) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+        self.socks: list[zmq.Socket] = []
+
+    def sock(self, kind: int, endpoint: str, bind: bool, hwm: int = 1000) -> zmq.Socket:
+        s = make_socket(self.ctx, kind, endpoint, bind=bind, hwm=hwm, linger_ms=0)
+        self.socks.append(s)
+        return s
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close(linger=0)
+
+
+def recv_notice(sock: zmq.Socket, kind: type, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sock.poll(100):
+            note = link.notice_decoder.decode(sock.recv())
+            if isinstance(note, kind):
+                return note
+    raise TimeoutError(f"no {kind.__name__}")
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context]:
+    c = zmq.Context()
+    yield c
+    c.term()
+
+
+# --------------------------------------------------------------------------- shard
+def _shard_with_bug(cfg: Config, status: Any, method: str, parent: int) -> None:
+    from sglang_tok.shards import table
+    from sglang_tok.shards.main import main
+
+    def bug(*_: Any) -> None:
+        raise RuntimeError("injected bug")
+    setattr(table.RidTable, method, bug)
+    main(cfg, status, 0, None, parent)
+
+
+@pytest.mark.parametrize("method,frame", [
+    ("on_open", protocol.encode_control(protocol.Open("x", stop=["!"]))),
+    ("on_error", protocol.encode_control(protocol.Error("x", "scheduler failed it"))),
+    ("on_abort", protocol.encode_control(protocol.Abort(["x"]))),
+])
+def test_a_control_message_that_hits_a_bug_ends_its_rid(tmp_path: Path, ctx: zmq.Context,
+                                                        method: str, frame: bytes) -> None:
+    cfg = config(tmp_path)
+    peer = Peer(cfg, ctx)
+    inbox = peer.sock(zmq.PUSH, cfg.ipc("shard-0.ipc"), bind=True)
+    back = peer.sock(zmq.PULL, cfg.ipc("back.ipc"), bind=True)
+    front = Frontend(cfg.output, ctx)
+    proc = SPAWN.Process(target=_shard_with_bug, args=(cfg, Status(len(service_roles(cfg.shards))), method,
+                                                       os.getpid()))
+    proc.start()
+    try:
+        inbox.send(link.sync(5))
+        assert recv_notice(back, link.Hello).token == 5
+        inbox.send(link.START)
+        if method != "on_open":  # a live rid: one row, then the message that hits the bug
+            inbox.send(link.forward(0.0, protocol.encode_batch([{"rid": "x", "ids": [100]}])))
+        inbox.send(link.forward(0.0, frame))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (front.requests.get("x") and
+                                                   front.requests["x"].finished):
+            front.poll(0.1)
+        out = front.requests["x"]
+        assert out.finished and out.last.error == "internal detokenizer error"
+    finally:
+        proc.kill()
+        proc.join()
+        front.close()
+        peer.close()
+
+
+# --------------------------------------------------------------------------- egress
+def start_egress(cfg: Config) -> Any:
+    from sglang_tok.egress.main import main
+    proc = SPAWN.Process(target=main, args=(cfg, Status(len(service_roles(cfg.shards))),
+                                            None, False))
+    proc.start()
+    return proc
+
+
+def drain(peer: Peer, within_s: float) -> zmq.Socket:
+    ctl = peer.sock(zmq.PUSH, peer.cfg.ipc("egress-ctl.ipc"), bind=False)
+    ctl.send(link.notice_encoder.encode(link.Drain(time.monotonic() + within_s)))
+    return ctl
+
+
+def test_egress_with_a_shard_that_never_connects_still_drains(tmp_path: Path,
+                                                              ctx: zmq.Context) -> None:
+    """SYNC waits in the link's queue, not in a loop: the drain is served."""
+    cfg = config(tmp_path, drain_timeout=30.0)
+    peer = Peer(cfg, ctx)
+    proc = start_egress(cfg)
+    try:
+        sched = peer.sock(zmq.PUSH, cfg.input, bind=False)
+        sched.send(protocol.encode_batch([{"rid": "r", "ids": [1]}]))
+        time.sleep(0.5)
+        drain(peer, 1.0)
+        proc.join(10)
+        assert proc.exitcode == 0
+    finally:
+        proc.kill()
+        proc.join()
+        peer.close()
+
+
+def test_egress_drain_ends_by_the_deadline_in_the_drain_message(tmp_path: Path,
+                                                                ctx: zmq.Context) -> None:
+    """A shard that says hello and then reads nothing: the EXIT cannot go, and the egress
+    still exits by the supervisor's deadline, not by a clock of its own (30 s here)."""
+    cfg = config(tmp_path, drain_timeout=30.0, link_capacity=4)
+    peer = Peer(cfg, ctx)
+    proc = start_egress(cfg)
+    try:
+        inbox = peer.sock(zmq.PULL, cfg.ipc("shard-0.ipc"), bind=False, hwm=1)
+        back = peer.sock(zmq.PUSH, cfg.ipc("back.ipc"), bind=False)
+        token = link.parse(inbox.recv())
+        assert isinstance(token, link.Sync)
+        back.send(link.notice_encoder.encode(link.Hello(0, 4242, token.token)))
+        sched = peer.sock(zmq.PUSH, cfg.input, bind=False)
+        for n in range(50):  # fills the link and the egress's queue: the shard reads none
+            sched.send(protocol.encode_batch([{"rid": f"r{n}", "ids": [1]}]), zmq.NOBLOCK)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        drain(peer, 1.5)
+        proc.join(10)
+        assert proc.exitcode == 0 and time.monotonic() - t0 < 5
+    finally:
+        proc.kill()
+        proc.join()
+        peer.close()
+
+
+def test_egress_gives_up_on_a_frontend_that_reads_nothing(tmp_path: Path,
+                                                          ctx: zmq.Context) -> None:
+    """Its PONGs cannot go: past --heartbeat-timeout each is dropped and the loop goes on."""
+    cfg = config(tmp_path, drain_timeout=30.0, link_capacity=2, heartbeat_timeout=0.5)
+    peer = Peer(cfg, ctx)
+    peer.sock(zmq.PULL, cfg.output, bind=True, hwm=1)  # bound, never read
+    proc = start_egress(cfg)
+    try:
+        sched = peer.sock(zmq.PUSH, cfg.input, bind=False)
+        for n in range(40):
+            sched.send(protocol.encode_control(protocol.Ping(n + 1)))
+        time.sleep(0.5)
+        drain(peer, 1.0)
+        proc.join(40 * 0.5 + 10)
+        assert proc.exitcode == 0
+    finally:
+        proc.kill()
+        proc.join()
+        peer.close()
+
+
+# --------------------------------------------------------------------------- frontend
+def test_frontend_drops_and_counts_deltas_after_a_terminal_one(tmp_path: Path,
+                                                               ctx: zmq.Context) -> None:
+    """Protocol section 5, rule 7: the first terminal delta ends a rid."""
+    front = Frontend(f"ipc://{tmp_path}/f.ipc", ctx)
+    try:
+        front.add(-1, protocol.terminal("r", protocol.SHARD_RESTARTED,
+                                        protocol.Usage(0, 0, 0, 0, 0)))
+        front.add(0, protocol.Delta("r", text="stale"))
+        front.add(0, protocol.Delta("r", text="", finish={"type": "length"}))
+        assert front.late == 2 and not front.violations
+        assert front.requests["r"].last.error == protocol.SHARD_RESTARTED
+    finally:
+        front.close()
