@@ -320,14 +320,15 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
                 raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
         if len(present) != ending:
             raise FrameError("finish", "empty finish reason", rids)
-    if max_row_ids and n and max(h.tok_lens) > max_row_ids:
+    total_ids = sum(h.tok_lens)
+    # no row can exceed the limit when all of them together do not (the usual frame)
+    if max_row_ids and total_ids > max_row_ids and max(h.tok_lens) > max_row_ids:
         raise FrameError("limit_row_ids", f"row with more than --max-row-ids {max_row_ids} ids",
                          rids)
     for col in HEADER_FIELDS[TRAILING_FIRST:]:
         got = len(getattr(h, col))
         if got and got != n:
             raise FrameError("columns", f"column {col} has {got} entries, expected {n}", rids)
-    total_ids = sum(h.tok_lens)
     pos = total_ids * 8
     layout: list[tuple[str, int, str, int]] = []
     for name, idx, kind in FAMILIES:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 from itertools import chain, compress, repeat
-from operator import sub
+from operator import add, sub
 from typing import Any
 
 import msgspec
@@ -234,9 +234,10 @@ def _extra_rows(batch: Batch, readers: tuple[Any, ...]) -> list[Any] | repeat[bo
             if reader is not None]
     if not cols:
         return repeat(False)
-    if len(cols) == 1:
-        return cols[0]
-    return list(map(any, zip(*cols)))
+    flags = cols[0]
+    for col in cols[1:]:  # lengths are >= 0: a sum is nonzero where any is
+        flags = list(map(add, flags, col))
+    return flags
 
 
 def _hot_columns(out: ColumnsOut, batch: Batch, ids: list[int], hot: list[int],
