@@ -35,11 +35,12 @@ class Live:
     """A live rid as the egress sees it: owner, the frame of its first row, the usage
     fields of that row, and completion tokens already folded out of the frame log."""
 
-    __slots__ = ("shard", "first", "completion", "prompt", "cached", "reasoning")
+    __slots__ = ("shard", "first", "last", "completion", "prompt", "cached", "reasoning")
 
     def __init__(self, shard: int) -> None:
         self.shard = shard
         self.first = -1  # no row yet
+        self.last = NEVER  # the frame it ended in: later rows of its rid are late
         self.completion = self.prompt = self.cached = self.reasoning = 0
 
     def usage(self) -> Usage:
@@ -100,6 +101,7 @@ class Router:
                 del where[old]
         st = self.live.pop(rid, None)
         if st is not None:
+            st.last = self.frames
             self.firsts.pop(rid, None)
             st.completion += self.folded.pop(rid, 0)
         return st
@@ -128,7 +130,9 @@ class Router:
             for i in compress(range(n), fins):
                 self._last_row(rids, owner, i, finished)
         self.log.append((self.frames, rids, h.tok_lens))
-        self._trim_log()
+        # the rids this frame ends are not in the ledger until dispatched: keep their rows
+        self._trim_log(min((st.first for ended in finished.values() for _, st in ended),
+                           default=self.frames))
         return owner, batch.total_ids + prompt_computed, finished
 
     def _first_rows(self, batch: Batch, owner: list[int]) -> int:
@@ -171,13 +175,12 @@ class Router:
         if st is not None:
             finished.setdefault(k, []).append((rid, st))
 
-    def _trim_log(self) -> None:
-        """Forget frames older than every rid that may still be failed; fold the oldest
-        into counts when the log is too long."""
+    def _trim_log(self, oldest: int) -> None:
+        """Forget frames older than every rid that may still be failed (and `oldest`);
+        fold the oldest into counts when the log is too long."""
         log = self.log
-        oldest = self.frames
         for rid in self.firsts:  # insertion order: the first is the oldest live rid
-            oldest = self.firsts[rid]
+            oldest = min(oldest, self.firsts[rid])
             break
         for q in self.inflight:
             for _, _, first in q:
@@ -199,7 +202,7 @@ class Router:
         if ending:
             for i in compress(range(len(rids)), map(ending.__contains__, rids)):
                 st = ending[rids[i]]
-                if 0 <= st.first <= frame:
+                if 0 <= st.first <= frame <= st.last:
                     st.completion += lens[i]
 
     def _count(self, targets: dict[str, Live]) -> None:
@@ -214,7 +217,9 @@ class Router:
             if not counting:
                 continue
             for i in compress(range(len(rids)), map(counting.__contains__, rids)):
-                targets[rids[i]].completion += lens[i]
+                st = targets[rids[i]]
+                if frame <= st.last:
+                    st.completion += lens[i]
 
     def dispatched(self, shard: int, ended: Ended | None = None) -> None:
         """One more message went (or is queued) to a shard; `ended` rids end with it."""

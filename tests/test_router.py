@@ -107,3 +107,25 @@ def test_frame_log_keeps_only_what_a_failure_may_need_and_folds_beyond_its_bound
     r.acked(0, 2)
     r.route(batch(("req-4", 1, DONE)))
     assert [f for f, _, _ in r.log] == [r.frames]  # no live rid needs older frames
+
+
+def test_rows_after_a_rids_last_row_do_not_count_in_its_usage() -> None:
+    r = Router(1)
+    r.route(batch(("req-1", 2, None)))
+    _, _, fin = r.route(batch(("req-1", 1, DONE)))
+    r.dispatched(0, fin[0])
+    owner, _, _ = r.route(batch(("req-1", 5, None)))  # late: the scheduler sent it anyway
+    assert owner == [LATE]
+    [delta] = r.fail_shard(0, protocol.SHARD_RESTARTED)
+    assert delta.usage == protocol.Usage(10, 3, 13, 4, 0)
+
+
+def test_a_rid_ended_in_a_frame_keeps_its_rows_while_another_rid_is_live() -> None:
+    r = Router(1)
+    r.route(batch(("req-1", 2, None)))
+    r.route(batch(("req-2", 1, None), ("req-1", 1, None)))
+    _, _, fin = r.route(batch(("req-1", 1, DONE), ("req-2", 1, None)))
+    r.dispatched(0, fin[0])
+    deltas = {d.rid: d.usage for d in r.fail_shard(0, protocol.SHARD_RESTARTED)}
+    assert deltas == {"req-1": protocol.Usage(10, 4, 14, 4, 0),
+                      "req-2": protocol.Usage(10, 2, 12, 4, 0)}
