@@ -634,6 +634,8 @@ class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
     def rows(self) -> Iterator[tuple[str, str, list[int]]]:
         """(rid, text, ids) per row, built at C speed (no per-row Python frame)."""
+        if self.id_lens.count(1) == len(self.rids):  # one id per row: no slice objects
+            return zip(self.rids, self.texts, map(list, zip(self.ids)))
         st = self.starts()
         return zip(self.rids, self.texts, map(self.ids.__getitem__, map(slice, st, st[1:])))
 
