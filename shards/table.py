@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 from itertools import chain, compress, repeat
-from operator import add, sub
+from operator import add
 from typing import Any
 
 import msgspec
@@ -246,16 +246,21 @@ def _hot_columns(out: ColumnsOut, batch: Batch, ids: list[int], hot: list[int],
     rows that carry logprobs (picked by their header lengths) cost a Python step."""
     base = len(out.rids)
     h, starts = batch.header, batch.tokens.row_starts
-    out.rids += map(h.rids.__getitem__, hot)
     out.texts += texts
-    a_s = list(map(starts.__getitem__, hot))
-    b_s = list(map(starts[1:].__getitem__, hot))
-    lens = list(map(sub, b_s, a_s))
-    out.id_lens += lens
-    if sum(lens) == len(lens) and min(lens) == 1:  # one id per row: no slices at all
-        out.ids += map(ids.__getitem__, a_s)
+    if len(hot) == len(h.rids):  # every row of the frame, in order: whole columns
+        out.rids += h.rids
+        out.id_lens += h.tok_lens
+        out.ids += ids
     else:
-        out.ids += chain.from_iterable(map(ids.__getitem__, map(slice, a_s, b_s)))
+        out.rids += map(h.rids.__getitem__, hot)
+        lens = list(map(h.tok_lens.__getitem__, hot))
+        out.id_lens += lens
+        a_s = list(map(starts.__getitem__, hot))
+        if lens.count(1) == len(lens):  # one id per row: no slices at all
+            out.ids += map(ids.__getitem__, a_s)
+        else:
+            b_s = map(add, a_s, lens)
+            out.ids += chain.from_iterable(map(ids.__getitem__, map(slice, a_s, b_s)))
     for name, reader, col in zip(("logprobs", "top_logprobs", "token_ids_logprobs"), readers,
                                  _EXTRA_COLUMNS):
         if reader is None:
