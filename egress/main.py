@@ -246,9 +246,10 @@ class Egress:
             if owner:
                 self._forward(0, link.forward(stamp, frame), finished.get(0))
             return
-        msg = link.rows(stamp, bytes(owner), frame)
-        for k in set(owner):
-            if k != link.LATE:
+        owners = bytes(owner)
+        msg = link.rows(stamp, owners, frame)
+        for k in range(self.n):
+            if k in owners:  # memchr, not a pass over the rows
                 self._forward(k, msg, finished.get(k))
 
     def _fail_suspects(self) -> None:
@@ -344,7 +345,7 @@ class Egress:
         if not q or q[0][0] > count:
             return
         done: list[str] = []
-        for n, ended in q:
+        for n, ended, _first in q:
             if n > count:
                 break
             done.extend(rid for rid, _ in ended)

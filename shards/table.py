@@ -8,9 +8,8 @@ ended rids are remembered (bounded) so that late rows are ignored instead of reo
 from __future__ import annotations
 
 from codecs import utf_8_decode
-from collections.abc import Iterable
-from itertools import chain, compress
-from operator import sub
+from itertools import chain, compress, repeat
+from operator import add
 from typing import Any
 
 import msgspec
@@ -102,7 +101,6 @@ class RidTable:
         lp = _FlatReader.of(batch, "output_logprobs")
         top = _RaggedReader.of(batch, "output_top")
         tid_lp = _RaggedReader.of(batch, "output_token_ids")
-        extras = lp is not None or top is not None or tid_lp is not None
         live, ended, counters = self.live, self.ended, self.counters
         finishes, prompts, cached, reasoning = (h.finish_reasons, h.prompt_tokens,
                                                 h.cached_tokens, h.reasoning_tokens)
@@ -112,15 +110,22 @@ class RidTable:
         sink: Sink = [] if columnar else out  # columnar: other rows' deltas follow hot ones
         append, delta_of, decode, tail_max = sink.append, Delta, utf_8_decode, SENT_TAIL
         hot_append, text_append = hot.append, hot_texts.append
-        rids = h.rids
+        rids, lens = h.rids, h.tok_lens
+        # per row: (row, rid, finish, first id, end of ids, carries logprobs), our rows
+        # only, the columns picked at C speed
+        has_extras = _extra_rows(batch, (lp, top, tid_lp))
+        ends = starts[1:]
         if owners is None:
-            mine: Iterable[int] = range(len(rids))
             rows, tokens = len(rids), len(ids)
-        else:  # our rows of a shared frame, picked at C speed
-            mine = list(compress(range(len(rids)), map(self.shard.__eq__, owners)))
-            rows, tokens = len(mine), sum(starts[i + 1] - starts[i] for i in mine)
-        for i in mine:
-            rid, fin, a, b = rids[i], finishes[i], starts[i], starts[i + 1]
+            walk = zip(range(rows), rids, finishes, starts, ends, has_extras)
+        else:  # our rows of a shared frame
+            mask = list(map(self.shard.__eq__, owners))
+            mine = list(compress(range(len(rids)), mask))
+            rows, tokens = len(mine), sum(compress(lens, mask))
+            walk = zip(mine, compress(rids, mask), compress(finishes, mask),
+                       compress(starts, mask), compress(ends, mask),
+                       compress(has_extras, mask))
+        for i, rid, fin, a, b, xrow in walk:
             req = live.get(rid)
             if req is None:
                 if rid in ended:
@@ -148,7 +153,7 @@ class RidTable:
                 if columnar:
                     hot_append(i)
                     text_append(text)
-                elif extras:
+                elif xrow:
                     append(delta_of(rid, text, ids[a:b], lp.row(i) if lp else None,
                                     top.row(i) if top else None,
                                     tid_lp.row(i) if tid_lp else None))
@@ -221,22 +226,41 @@ class RidTable:
             self._finish(rid, True)
 
 
+def _extra_rows(batch: Batch, readers: tuple[Any, ...]) -> list[Any] | repeat[bool]:
+    """Per row, whether it carries any output logprobs (truthy), from the header's
+    length columns; every row is plain in a frame without them."""
+    h = batch.header
+    cols = [getattr(h, col) for reader, col in zip(readers, _EXTRA_COLUMNS)
+            if reader is not None]
+    if not cols:
+        return repeat(False)
+    flags = cols[0]
+    for col in cols[1:]:  # lengths are >= 0: a sum is nonzero where any is
+        flags = list(map(add, flags, col))
+    return flags
+
+
 def _hot_columns(out: ColumnsOut, batch: Batch, ids: list[int], hot: list[int],
                  texts: list[str], readers: tuple[Any, Any, Any]) -> None:
     """Append the hot rows to the dense columns with whole-column C operations; only
     rows that carry logprobs (picked by their header lengths) cost a Python step."""
     base = len(out.rids)
     h, starts = batch.header, batch.tokens.row_starts
-    out.rids += map(h.rids.__getitem__, hot)
     out.texts += texts
-    a_s = list(map(starts.__getitem__, hot))
-    b_s = list(map(starts[1:].__getitem__, hot))
-    lens = list(map(sub, b_s, a_s))
-    out.id_lens += lens
-    if sum(lens) == len(lens) and min(lens) == 1:  # one id per row: no slices at all
-        out.ids += map(ids.__getitem__, a_s)
+    if len(hot) == len(h.rids):  # every row of the frame, in order: whole columns
+        out.rids += h.rids
+        out.id_lens += h.tok_lens
+        out.ids += ids
     else:
-        out.ids += chain.from_iterable(map(ids.__getitem__, map(slice, a_s, b_s)))
+        out.rids += map(h.rids.__getitem__, hot)
+        lens = list(map(h.tok_lens.__getitem__, hot))
+        out.id_lens += lens
+        a_s = list(map(starts.__getitem__, hot))
+        if lens.count(1) == len(lens):  # one id per row: no slices at all
+            out.ids += map(ids.__getitem__, a_s)
+        else:
+            b_s = map(add, a_s, lens)
+            out.ids += chain.from_iterable(map(ids.__getitem__, map(slice, a_s, b_s)))
     for name, reader, col in zip(("logprobs", "top_logprobs", "token_ids_logprobs"), readers,
                                  _EXTRA_COLUMNS):
         if reader is None:

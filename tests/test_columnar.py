@@ -65,6 +65,9 @@ def test_layout_is_an_array_that_stops_after_the_last_non_empty_column() -> None
     raw = msgspec.msgpack.decode(protocol.encode_output("columnar", 0, 0, ended)[1:])
     assert raw[6:] == [[[2, {"type": "abort"}]], [], [[2, "boom"]]]
     assert protocol.SPARSE_COLUMNS[:4] == ("finish", "usage", "error", "result")
+    ones = protocol.decode_output(protocol.encode_output("columnar", 0, 0, plain[:1] * 3))
+    assert isinstance(ones, Columns)
+    assert list(ones.rows()) == [("a", "x", [5])] * 3  # the one-id-per-row path
     with pytest.raises(protocol.FrameError):
         protocol.decode_output(b"\x42\x90")
 

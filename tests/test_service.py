@@ -273,7 +273,7 @@ def test_shard_killed_while_the_frontend_lags_ends_each_rid_once(service: Servic
     outs = [service.front.requests[r.rid] for r in reqs]
     assert all(o.finished for o in outs)
     failed = [o for o in outs if o.last.error == protocol.SHARD_RESTARTED]
-    assert failed and service.front.stale < 200, (len(failed), service.front.stale)
+    assert failed and service.front.late < 200, (len(failed), service.front.late)
 
 
 def test_each_shard_start_is_logged_once(service: Service) -> None:
