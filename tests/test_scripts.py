@@ -73,13 +73,62 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
 
 
 def test_baselines_run_on_the_same_protocol(tmp_path: Path) -> None:
+    """The lean baselines' text, ids, finish and usage pass the verifier; --window works."""
     trace = tmp_path / "t.trace"
     assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "64", "--concurrency",
-               "32", "--max-tokens", "32", "--stop-share", "0", "--options-share", "0",
-               "--special-share", "0", "--prompt-share", "0", "--abort-share", "0").returncode == 0
+               "32", "--max-tokens", "32", "--ids-per-row", "1-3", "--stop-share", "0",
+               "--options-share", "0.3", "--special-share", "0.1", "--prompt-share", "0.3",
+               "--abort-share", "0.05").returncode == 0
     for kind in ("sglang", "vllm"):
         out = tmp_path / f"{kind}.json"
-        run(str(SCRIPTS / "replay.py"), str(trace), "--baseline", kind, "--max", "--json",
-            str(out))
+        r = run(str(SCRIPTS / "replay.py"), str(trace), "--baseline", kind, "--max",
+                "--window", "4", "--json", str(out))
+        assert r.returncode == 0, r.stdout + r.stderr
         summary = json.loads(out.read_text())
         assert summary["complete"] and summary["tokens"] > 0, kind
+        assert summary["verified_exact"] == summary["requests"] == 64, summary["problems"]
+        assert summary["window"] == 4 and summary["latency_frames"] > 0
+
+
+def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
+    """`stream: false` requests (one delta at the end) and requests a service stop string
+    ended (later rows give no delta) must not turn request lifetimes into frame latencies:
+    mapping a rid's k-th row to its k-th delta gave a p99.9 of whole lifetimes here."""
+    from sglang_tok import protocol
+    from sglang_tok.tokenizer import load
+    from sglang_tok.workload import expected
+
+    trace = tmp_path / "t.trace"
+    assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "120", "--concurrency",
+               "48", "--min-tokens", "40", "--max-tokens", "60", "--options-share", "1",
+               "--stop-share", "0.5", "--abort-share", "0").returncode == 0
+    t = read(trace)
+    info = load("deepseek-v4")
+    reqs = requests(t.frames)
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for when, frame in zip(t.times, t.frames):
+        if frame[0] == protocol.TAG_BATCH:
+            for rid in protocol.decode_batch(frame).rids:
+                first.setdefault(rid, when)
+                last[rid] = when
+    quiet = [last[r.rid] - first[r.rid] for r in reqs.values()
+             if r.opts is not None and not r.opts.stream and r.finish is not None]
+    stopped = [r for r in reqs.values() if r.finish is not None
+               and expected(r, info)[1] != r.finish]
+    assert len(quiet) >= 5 and min(quiet) > 0.5 and len(stopped) >= 5
+
+    out = tmp_path / "r.json"
+    r = run(str(SCRIPTS / "replay.py"), str(trace), "--start", "2", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads(out.read_text())
+    assert s["verified_exact"] == s["requests"] == 120 and s["complete"]
+    lat, ttft, gap = s["latency_ms"], s["ttft_ms"], s["gap_ms"]
+    # every sample is a frame's or a first row's own latency: far below any lifetime
+    bound_ms = 1000 * min(min(quiet) / 2, s["trace_s"] / 8)
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"] < bound_ms, lat
+    assert 0 < ttft["p50"] <= ttft["max"] < bound_ms, ttft
+    assert s["ttft_requests"] == sum(1 for q in reqs.values()
+                                     if q.opts is None or q.opts.stream)
+    # deltas of a streaming request come one trace step (20 ms) apart, give or take
+    assert 5 < gap["p50"] < 60, gap
