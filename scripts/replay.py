@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,22 @@ class _LeanDeltas(msgspec.Struct, gc=False):
     deltas: list[_LeanDelta]
 
 
+class _LeanColumns(msgspec.Struct, array_like=True, gc=False):
+    """A COLUMNS message (protocol 5.1, `--output-format columnar`): rids and the sparse
+    finish column; texts and ids stay raw bytes and later columns are skipped."""
+
+    shard: int
+    seq: int
+    rids: list[str]
+    texts: msgspec.Raw
+    id_lens: msgspec.Raw
+    ids: msgspec.Raw
+    finish: list[tuple[int, Any]] = []
+
+
 _LEAN = msgspec.msgpack.Decoder(_LeanDeltas)
+_LEAN_COLUMNS = msgspec.msgpack.Decoder(_LeanColumns)
+TAG_COLUMNS = 0x43
 
 
 class DeltaMap:
@@ -198,13 +214,20 @@ class DeltaMap:
 
     def feed(self, t: float, raw: bytes) -> None:
         """Account one output message that arrived at time t (PONGs are ignored)."""
-        if raw[0] != protocol.TAG_DELTAS:
+        if raw[0] == protocol.TAG_DELTAS:
+            msg = _LEAN.decode(memoryview(raw)[1:])
+            shard, n = msg.shard, len(msg.deltas)
+            rows: Any = ((d.rid, d.finish) for d in msg.deltas)
+        elif raw[0] == TAG_COLUMNS:
+            cols = _LEAN_COLUMNS.decode(memoryview(raw)[1:])
+            shard, n = cols.shard, len(cols.rids)
+            ends = dict(cols.finish)
+            rows = ((rid, ends.get(r)) for r, rid in enumerate(cols.rids))
+        else:
             return
-        msg = _LEAN.decode(memoryview(raw)[1:])
-        self.per_shard[msg.shard] = self.per_shard.get(msg.shard, 0) + len(msg.deltas)
+        self.per_shard[shard] = self.per_shard.get(shard, 0) + n
         got, expect, arrivals = self.got, self.expect, self.arrivals
-        for d in msg.deltas:
-            rid = d.rid
+        for rid, finish in rows:
             j = got.get(rid, 0)
             got[rid] = j + 1
             times = arrivals.get(rid)
@@ -219,7 +242,7 @@ class DeltaMap:
             if f >= 0:
                 self.last[f] = t
                 self._answered(f)
-            if d.finish is not None and j + 1 < len(exp):
+            if finish is not None and j + 1 < len(exp):
                 for f in exp[j + 1:]:
                     if f >= 0:
                         self._answered(f)
@@ -268,13 +291,16 @@ def _drain(sock: zmq.Socket, raw: list[tuple[float, bytes]], dmap: DeltaMap | No
 
 
 def replay(trace: Trace, target: Target, speed: float | None, progress: bool = True,
-           rate_fps: float | None = None, window: int = 0) -> dict[str, Any]:
+           rate_fps: float | None = None, window: int = 0,
+           probe: Callable[[], float] | None = None) -> dict[str, Any]:
     """Send every frame (paced by trace time / speed, by a fixed frame rate, or flat out;
     with `window`, never more than that many BATCH frames in flight), collect raw outputs
     with arrival times, then verify and measure.
 
     Without a window the client only stores raw outputs while it sends, so it stays cheap;
     a window needs to know when frames are answered, so outputs are mapped as they come.
+    `probe` (e.g. the system's CPU seconds) is read at the first send and at the last PONG;
+    the difference is the report's "probe".
     """
     ctx = zmq.Context()
     front = Frontend(target.output, ctx, hwm=0)
@@ -287,6 +313,7 @@ def replay(trace: Trace, target: Target, speed: float | None, progress: bool = T
     raw: list[tuple[float, bytes]] = []
     sock = front.sock
     frames, times = trace.frames, trace.times
+    p0 = probe() if probe is not None else 0.0
     t0 = time.monotonic()
     last_report = t0
     for i, frame in enumerate(frames):
@@ -325,6 +352,7 @@ def replay(trace: Trace, target: Target, speed: float | None, progress: bool = T
                 p = protocol.decode_output(r)
                 if p.nonce == nonce:  # type: ignore[union-attr]
                     want.discard(p.shard)  # type: ignore[union-attr]
+    p1 = probe() if probe is not None else 0.0
     if progress:
         print(file=sys.stderr)
     push.close(linger=0)
@@ -332,6 +360,7 @@ def replay(trace: Trace, target: Target, speed: float | None, progress: bool = T
         dmap.feed(t, r)
     report = analyse(trace, front, raw, dmap, t0, complete=not want)
     report["window"] = window
+    report["probe"] = p1 - p0
     front.close()
     ctx.term()
     return report
@@ -348,7 +377,7 @@ def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]], dmap:
     last = t0
     for t, r in raw:
         front.take(r)
-        if r[0] == protocol.TAG_DELTAS:
+        if r[0] != protocol.TAG_PONG:
             last = max(last, t)
     rows = tokens = 0
     for frame in trace.frames:
@@ -453,6 +482,7 @@ def main() -> int:
     pace.add_argument("--rate", type=float, default=0.0, help="a fixed rate, frames/s")
     ap.add_argument("--window", type=int, default=0,
                     help="at most N BATCH frames in flight (sent, not every delta back)")
+    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
     ap.add_argument("--json", default="", help="write the summary here")
     ap.add_argument("--chart", default="", help="write a PNG chart here")
     a = ap.parse_args()
@@ -462,7 +492,8 @@ def main() -> int:
     if a.baseline:
         target = start_baseline(a.baseline, tokenizer, work)
     elif a.start:
-        target = start_service(a.start, tokenizer, work)
+        extra = ["--output-format", a.output_format] if a.output_format else []
+        target = start_service(a.start, tokenizer, work, extra)
     else:
         target = Target(a.input, a.output, a.shards)
     try:
