@@ -218,7 +218,7 @@ class Vllm(Lean):
                 if fin is None:
                     continue
                 text, row = s.held
-            d = {"rid": rid, "text": text, "ids": row}
+            d: dict[str, Any] = {"rid": rid, "text": text, "ids": row}
             if fin is not None:
                 d["finish"] = fin
                 d["usage"] = self.usage(h, i, s.n)
@@ -308,7 +308,7 @@ class Sglang(Lean):
                 if fin is None:
                     continue
                 row = s.held
-            d = {"rid": rid, "text": text[s.sent:], "ids": row}
+            d: dict[str, Any] = {"rid": rid, "text": text[s.sent:], "ids": row}
             s.sent = len(text)
             if fin is not None:
                 d["finish"] = fin
