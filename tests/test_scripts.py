@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
@@ -132,3 +134,43 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
                                      if q.opts is None or q.opts.stream)
     # deltas of a streaming request come one trace step (20 ms) apart, give or take
     assert 5 < gap["p50"] < 60, gap
+
+
+def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
+    """The frame each delta answers, and frames in flight, on hand-made frames and outputs."""
+    from replay import DeltaMap
+
+    from sglang_tok import protocol
+    from sglang_tok.protocol import Delta, Deltas
+
+    def batch(*rows: tuple[str, dict | None]) -> bytes:
+        return protocol.encode_batch([{"rid": r, "ids": [100], "finish": f} for r, f in rows])
+
+    end = {"type": "length", "length": 3}
+    frames = [
+        protocol.encode_control(protocol.Open("quiet", stream=False)),  # 0
+        batch(("s", None), ("quiet", None), ("stop", None), ("ab", None)),  # 1
+        batch(("s", None), ("quiet", None), ("stop", None)),  # 2: "stop" ends here
+        protocol.encode_control(protocol.Abort(["ab"])),  # 3
+        batch(("s", end), ("quiet", end), ("stop", None)),  # 4: "stop" row gives nothing
+    ]
+    m = DeltaMap(frames)
+    assert m.pending == [0, 3, 2, 0, 3]
+
+    def out(t: float, *deltas: Delta) -> None:
+        m.feed(t, protocol.encode_deltas(Deltas(0, 0, list(deltas))))
+
+    for i, when in enumerate((0.9, 1.0, 1.1, 1.2, 5.0)):
+        m.mark_sent(i, when)
+    assert m.inflight == 3
+    out(1.5, Delta("s"), Delta("stop"), Delta("ab"))
+    assert m.inflight == 2  # frame 1 is back: its "quiet" row gives no delta
+    out(1.6, Delta("s"), Delta("stop", finish={"type": "stop", "matched": "x"}))
+    assert m.pending[2] == 0 and m.pending[4] == 2 and m.inflight == 1  # "stop" struck off
+    out(4.5, Delta("ab", finish={"type": "abort"}))  # answers the ABORT, not a BATCH
+    assert m.inflight == 1
+    out(5.25, Delta("s", finish=end), Delta("quiet", finish=end))
+    assert m.inflight == 0 and m.pending == [0] * 5
+    assert m.frame_latencies(0.0) == [(1.0, 0.5), (1.1, 0.5), (5.0, 0.25)]
+    assert m.first_delta(0.0) == [(1.0, 0.5)] * 3  # s, stop, ab: not the stream:false one
+    assert sorted(m.gaps()) == pytest.approx([0.1, 0.1, 3.0, 3.65])
