@@ -3,16 +3,28 @@
 The egress alone holds this table, so that when a shard dies it can fail exactly the
 rids that shard owned, with the usage they had reached (protocol rule 5). The shard of a
 rid is crc32 of its UTF-8 bytes modulo N: stable across runs and processes.
+
+Rids repeat every step, so routing a frame is whole-column work in the steady state: one
+`map(dict.get)` gives every row's owner, and Python runs per row only for a rid's first
+and last rows. Completion tokens are not counted per row: the egress keeps the headers of
+the frames its live rids' rows came in (a reference per frame) and counts a rid's ids
+from them only when a shard dies and the rid must be failed with its usage.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections import deque
+from collections import Counter, deque
+from itertools import chain, compress, repeat
 
 from sglang_tok.ring.link import LATE
 
 from sglang_tok.protocol import Batch, Delta, Usage, terminal
+
+NEVER = 1 << 62  # the first frame of a rid that is not live
+# frames of headers kept while some live rid is older; beyond, the oldest is folded into
+# per-rid counts (a per-row cost paid only while requests outlive this many frames)
+LOG_FRAMES = 2048
 
 
 def shard_of(rid: str, nshards: int) -> int:
@@ -20,13 +32,15 @@ def shard_of(rid: str, nshards: int) -> int:
 
 
 class Live:
-    """A live rid as the egress sees it: owner, whether rows came, usage so far."""
+    """A live rid as the egress sees it: owner, the frame of its first row, the usage
+    fields of that row, and completion tokens already folded out of the frame log."""
 
-    __slots__ = ("shard", "has_rows", "completion", "prompt", "cached", "reasoning")
+    __slots__ = ("shard", "first", "last", "completion", "prompt", "cached", "reasoning")
 
     def __init__(self, shard: int) -> None:
         self.shard = shard
-        self.has_rows = False
+        self.first = -1  # no row yet
+        self.last = NEVER  # the frame it ended in: later rows of its rid are late
         self.completion = self.prompt = self.cached = self.reasoning = 0
 
     def usage(self) -> Usage:
@@ -45,9 +59,13 @@ class Router:
     and a dead shard's unacknowledged endings are failed along with its live rids.
     """
 
-    def __init__(self, nshards: int, ended_memory: int = 1 << 20) -> None:
+    def __init__(self, nshards: int, ended_memory: int = 1 << 20,
+                 log_frames: int = LOG_FRAMES) -> None:
         self.nshards = nshards
         self.live: dict[str, Live] = {}
+        # every rid that has had rows -> its shard, and every remembered ended rid -> LATE:
+        # the one lookup a known rid's row costs
+        self.where: dict[str, int] = {}
         self.ended: dict[str, None] = {}
         self.ended_memory = ended_memory
         self.routed = [0] * nshards
@@ -55,7 +73,15 @@ class Router:
         # OPENed since) are not routed but collected here for Egress._fail_suspects
         self.quarantine = False
         self.suspects: list[str] = []
-        self.inflight: list[deque[tuple[int, Ended]]] = [deque() for _ in range(nshards)]
+        self.inflight: list[deque[tuple[int, Ended, int]]] = [deque() for _ in range(nshards)]
+        # the frame log: (frame number, rids, tok_lens) of every routed BATCH frame back to
+        # the first row of the oldest rid that may still need its usage counted
+        self.frames = 0
+        self.log: deque[tuple[int, list[str], list[int]]] = deque()
+        self.log_frames = log_frames
+        self.firsts: dict[str, int] = {}  # live rids with rows, in first-row order
+        self.folded: Counter[str] = Counter()  # ids of live rids' rows folded out of the log
+        self.ending: dict[str, Live] = {}  # ended rids whose last message is not acked
 
     def owner(self, rid: str) -> int:
         st = self.live.get(rid)
@@ -65,17 +91,27 @@ class Router:
         return rid in self.ended
 
     def end(self, rid: str) -> Live | None:
-        ended = self.ended
+        ended, where = self.ended, self.where
         ended[rid] = None
+        where[rid] = LATE
         if len(ended) > self.ended_memory:
-            del ended[next(iter(ended))]
-        return self.live.pop(rid, None)
+            old = next(iter(ended))
+            del ended[old]
+            if where.get(old) == LATE:
+                del where[old]
+        st = self.live.pop(rid, None)
+        if st is not None:
+            st.last = self.frames
+            self.firsts.pop(rid, None)
+            st.completion += self.folded.pop(rid, 0)
+        return st
 
     def open(self, rid: str) -> int:
         """OPEN: a live rid keeps its state; an ended one may be reused."""
         st = self.live.get(rid)
         if st is None:
             self.ended.pop(rid, None)
+            self.where.pop(rid, None)  # was LATE; its first row makes it routable again
             st = self.live[rid] = Live(shard_of(rid, self.nshards))
         return st.shard
 
@@ -84,57 +120,132 @@ class Router:
         tokens (new ids plus computed prompt tokens of first rows), and the rids each
         shard's part ends."""
         h = batch.header
-        live, ended, n = self.live, self.ended, self.nshards
-        owner: list[int] = []
+        rids, fins = h.rids, h.finish_reasons
+        n = len(rids)
+        self.frames += 1
+        owner: list[int] = list(map(self.where.get, rids, repeat(-1)))
+        prompt_computed = self._first_rows(batch, owner) if -1 in owner else 0
         finished: dict[int, Ended] = {}
+        if fins.count(None) != n:
+            for i in compress(range(n), fins):
+                self._last_row(rids, owner, i, finished)
+        self.log.append((self.frames, rids, h.tok_lens))
+        # the rids this frame ends are not in the ledger until dispatched: keep their rows
+        self._trim_log(min((st.first for ended in finished.values() for _, st in ended),
+                           default=self.frames))
+        return owner, batch.total_ids + prompt_computed, finished
+
+    def _first_rows(self, batch: Batch, owner: list[int]) -> int:
+        """Rows whose rid has no route yet: a new rid, an OPENed one, or a quarantined one."""
+        h = batch.header
+        rids, where, live, firsts = h.rids, self.where, self.live, self.firsts
         prompt_computed = 0
-        lens, fins = h.tok_lens, h.finish_reasons
-        for i, rid in enumerate(h.rids):
+        i = -1
+        while True:
+            try:
+                i = owner.index(-1, i + 1)  # C-speed scan to the next unrouted row
+            except ValueError:
+                return prompt_computed
+            rid = rids[i]
+            k = where.get(rid)  # a rid new to this frame may have had its first row already
+            if k is not None:
+                owner[i] = k
+                continue
             st = live.get(rid)
             if st is None:
-                if rid in ended:
-                    owner.append(LATE)
-                    continue
                 if self.quarantine:
-                    owner.append(LATE)
+                    owner[i] = LATE
                     self.suspects.append(rid)
                     continue
-                st = live[rid] = Live(zlib.crc32(rid.encode("utf-8")) % n)
-            if not st.has_rows:
-                st.has_rows = True
-                st.prompt, st.cached = h.prompt_tokens[i], h.cached_tokens[i]
-                prompt_computed += max(0, st.prompt - st.cached)
-            st.completion += lens[i]
-            owner.append(st.shard)
-            if fins[i] is not None:
-                self.end(rid)
-                finished.setdefault(st.shard, []).append((rid, st))
-        return owner, batch.tokens.row_starts[-1] + prompt_computed, finished
+                st = live[rid] = Live(zlib.crc32(rid.encode("utf-8")) % self.nshards)
+            st.prompt, st.cached = h.prompt_tokens[i], h.cached_tokens[i]
+            st.first = firsts[rid] = self.frames
+            prompt_computed += max(0, st.prompt - st.cached)
+            owner[i] = where[rid] = st.shard
+
+    def _last_row(self, rids: list[str], owner: list[int], i: int,
+                  finished: dict[int, Ended]) -> None:
+        """A row with a finish ends its rid here. A later row of the same rid in the same
+        frame (no scheduler sends one) still goes to the shard, which ignores it as late."""
+        k = owner[i]
+        if k == LATE:
+            return
+        rid = rids[i]
+        st = self.end(rid)
+        if st is not None:
+            finished.setdefault(k, []).append((rid, st))
+
+    def _trim_log(self, oldest: int) -> None:
+        """Forget frames older than every rid that may still be failed (and `oldest`);
+        fold the oldest into counts when the log is too long."""
+        log = self.log
+        for rid in self.firsts:  # insertion order: the first is the oldest live rid
+            oldest = min(oldest, self.firsts[rid])
+            break
+        for q in self.inflight:
+            for _, _, first in q:
+                oldest = min(oldest, first)
+        while log and log[0][0] < oldest:
+            log.popleft()
+        while len(log) > self.log_frames:
+            self._fold(*log.popleft())
+
+    def _fold(self, frame: int, rids: list[str], lens: list[int]) -> None:
+        """Count one frame's ids into the rids that may still need them, at C speed."""
+        mine = list(map(frame.__ge__, map(self.firsts.get, rids, repeat(NEVER))))
+        live_rids = compress(rids, mine)
+        if lens.count(1) == len(lens):
+            self.folded.update(live_rids)
+        else:
+            self.folded.update(chain.from_iterable(map(repeat, live_rids, compress(lens, mine))))
+        ending = self.ending
+        if ending:
+            for i in compress(range(len(rids)), map(ending.__contains__, rids)):
+                st = ending[rids[i]]
+                if 0 <= st.first <= frame <= st.last:
+                    st.completion += lens[i]
+
+    def _count(self, targets: dict[str, Live]) -> None:
+        """Completion tokens of these rids from the frame log (a shard died: rare)."""
+        order = sorted((st.first, rid) for rid, st in targets.items() if st.first >= 0)
+        counting: set[str] = set()
+        k = 0
+        for frame, rids, lens in self.log:
+            while k < len(order) and order[k][0] <= frame:
+                counting.add(order[k][1])
+                k += 1
+            if not counting:
+                continue
+            for i in compress(range(len(rids)), map(counting.__contains__, rids)):
+                st = targets[rids[i]]
+                if frame <= st.last:
+                    st.completion += lens[i]
 
     def dispatched(self, shard: int, ended: Ended | None = None) -> None:
         """One more message went (or is queued) to a shard; `ended` rids end with it."""
         self.routed[shard] += 1
         if ended:
-            self.inflight[shard].append((self.routed[shard], ended))
+            first = min((st.first for _, st in ended if st.first >= 0), default=NEVER)
+            self.inflight[shard].append((self.routed[shard], ended, first))
+            for rid, st in ended:
+                self.ending[rid] = st
 
     def acked(self, shard: int, count: int) -> None:
-        q = self.inflight[shard]
+        q, ending = self.inflight[shard], self.ending
         while q and q[0][0] <= count:
-            q.popleft()
+            for rid, st in q.popleft()[1]:
+                if ending.get(rid) is st:
+                    del ending[rid]
 
     def fail_shard(self, shard: int, message: str) -> list[Delta]:
         """Terminal error deltas for every rid a dead shard may not have finished."""
-        gone = [rid for rid, st in self.live.items() if st.shard == shard]
-        deltas = [self.terminal(rid, message) for rid in gone]
-        for _, ended in self.inflight[shard]:
+        targets: dict[str, Live] = {}
+        for rid in [rid for rid, st in self.live.items() if st.shard == shard]:
+            targets[rid] = self.end(rid)  # type: ignore[assignment]
+        for _, ended, _ in self.inflight[shard]:
             for rid, st in ended:
-                if rid not in self.live:
-                    deltas.append(terminal(rid, message, st.usage()))
-        self.inflight[shard].clear()
+                targets.setdefault(rid, st)  # a rid reused since keeps its live state
+        self._count(targets)
+        self.acked(shard, self.routed[shard])
         self.routed[shard] = 0
-        return deltas
-
-    def terminal(self, rid: str, message: str) -> Delta:
-        st = self.end(rid)
-        usage = st.usage() if st is not None else Usage(0, 0, 0, 0, 0)
-        return terminal(rid, message, usage)
+        return [terminal(rid, message, st.usage()) for rid, st in targets.items()]

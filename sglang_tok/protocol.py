@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Iterator
 from itertools import accumulate
 from typing import Annotated, Any
 
@@ -139,15 +140,30 @@ def _starts(counts: list[int]) -> list[int]:
 class Batch:
     """A validated BATCH frame: its header and typed views of its data buffer."""
 
-    __slots__ = ("header", "data", "ncols", "tokens", "families")
+    __slots__ = ("header", "data", "ncols", "total_ids", "layout", "_tokens", "_families")
 
-    def __init__(self, header: BatchHeader, data: memoryview, ncols: int,
-                 tokens: Section, families: list[Family]) -> None:
+    def __init__(self, header: BatchHeader, data: memoryview, ncols: int, total_ids: int,
+                 layout: list[tuple[str, int, str, int]]) -> None:
         self.header = header
         self.data = data
         self.ncols = ncols
-        self.tokens = tokens
-        self.families = families
+        self.total_ids = total_ids
+        self.layout = layout  # (family, first column, kind, byte offset) of each present one
+        self._tokens: Section | None = None
+        self._families: list[Family] | None = None
+
+    @property
+    def tokens(self) -> Section:
+        """Where each row's ids are; built on first use (the egress never asks)."""
+        if self._tokens is None:
+            self._tokens = Section(0, 8, "q", _starts(self.header.tok_lens))
+        return self._tokens
+
+    @property
+    def families(self) -> list[Family]:
+        if self._families is None:
+            self._families = [_family(self.header, *entry) for entry in self.layout]
+        return self._families
 
     @property
     def rids(self) -> list[str]:
@@ -227,8 +243,43 @@ def _readable_rids(raw: bytes | memoryview) -> list[str]:
     return [r for r in cols[0] if isinstance(r, str) and r]
 
 
+def _family(h: BatchHeader, name: str, idx: int, kind: str, pos: int) -> Family:
+    lens: list[int] = getattr(h, HEADER_FIELDS[idx])
+    if kind == "flat":
+        starts, poslens, pos_starts = _starts(lens), [], []
+    else:
+        poslens = getattr(h, HEADER_FIELDS[idx + 1])
+        pos_starts = _starts(lens)
+        value_starts = _starts(poslens)  # values before each position
+        starts = list(map(value_starts.__getitem__, pos_starts))
+    total = starts[-1]
+    ids_sec = Section(pos + 4 * total, 4, "i", starts) if kind != "hidden" else None
+    return Family(name, kind, Section(pos, 4, "f", starts), ids_sec, poslens, pos_starts)
+
+
+_limited_decoders: dict[int, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def _header_decoder_for(max_rid_len: int) -> msgspec.msgpack.Decoder[Any]:
+    """A header decoder that also checks every rid is non-empty and within the limit, so
+    that a good frame pays for those checks inside msgspec's own loop."""
+    dec = _limited_decoders.get(max_rid_len)
+    if dec is None:
+        meta = msgspec.Meta(min_length=1, max_length=max_rid_len) if max_rid_len else \
+            msgspec.Meta(min_length=1)
+        limited = msgspec.defstruct(
+            "LimitedBatchHeader", [("rids", list[Annotated[str, meta]])], bases=(BatchHeader,),
+            array_like=True, gc=False)
+        dec = _limited_decoders[max_rid_len] = msgspec.msgpack.Decoder(limited)
+    return dec
+
+
 def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: int = 0) -> Batch:
-    """Parse and fully validate a BATCH frame (tag byte included); raise FrameError."""
+    """Parse and fully validate a BATCH frame (tag byte included); raise FrameError.
+
+    Every check is a whole-column operation (msgspec's typed decode, `sum`, `max`,
+    `count`); row positions in the data buffer are computed only when a row is read.
+    """
     mv = memoryview(frame)
     if len(mv) < 5 or mv[0] != TAG_BATCH:
         raise FrameError("truncated", "BATCH frame shorter than its length prefix")
@@ -237,38 +288,49 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
         raise FrameError("truncated", f"header length {hlen} exceeds frame of {len(mv)} bytes")
     raw = mv[5:5 + hlen]
     try:
-        h = _header_decoder.decode(raw)
-    except (ValueError, RecursionError) as exc:  # msgspec errors, bad UTF-8
-        raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
+        h = _header_decoder_for(max_rid_len).decode(raw)
+        rids_checked = True
+    except (ValueError, RecursionError):  # msgspec errors, bad UTF-8: say which, below
+        rids_checked = False
+    if not rids_checked:
+        try:
+            h = _header_decoder.decode(raw)
+        except (ValueError, RecursionError) as exc:
+            raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
     rids = h.rids
     ncols = _column_count(raw)
     n = len(rids)
-    if not all(rids):
-        raise FrameError("header", "empty rid", [r for r in rids if r])
-    if max_rid_len and n and max(map(len, rids)) > max_rid_len:
-        raise FrameError("limit_rid_length", f"rid longer than --max-rid-length {max_rid_len}",
-                         [r for r in rids if len(r) <= max_rid_len])
+    if not rids_checked:
+        if not all(rids):
+            raise FrameError("header", "empty rid", [r for r in rids if r])
+        if max_rid_len and n and max(map(len, rids)) > max_rid_len:
+            raise FrameError("limit_rid_length",
+                             f"rid longer than --max-rid-length {max_rid_len}",
+                             [r for r in rids if len(r) <= max_rid_len])
     for col in HEADER_FIELDS[1:REQUIRED_COLUMNS]:
         if len(getattr(h, col)) != n:
             raise FrameError("columns", f"column {col} has {len(getattr(h, col))} entries, "
                              f"expected {n}", rids)
     fins = h.finish_reasons
-    if fins.count(None) != n:  # C-speed scans; most rows of most frames are still running
-        for fin in filter(None, fins):
+    ending = n - fins.count(None)  # C-speed scans; most rows of most frames are still running
+    if ending:
+        present = list(filter(None, fins))  # an empty map is falsy: left out here
+        for fin in present:
             if fin.get("type") not in FINISH_TYPES:
                 raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-        if {} in fins:
+        if len(present) != ending:
             raise FrameError("finish", "empty finish reason", rids)
-    if max_row_ids and n and max(h.tok_lens) > max_row_ids:
+    total_ids = sum(h.tok_lens)
+    # no row can exceed the limit when all of them together do not (the usual frame)
+    if max_row_ids and total_ids > max_row_ids and max(h.tok_lens) > max_row_ids:
         raise FrameError("limit_row_ids", f"row with more than --max-row-ids {max_row_ids} ids",
                          rids)
     for col in HEADER_FIELDS[TRAILING_FIRST:]:
         got = len(getattr(h, col))
         if got and got != n:
             raise FrameError("columns", f"column {col} has {got} entries, expected {n}", rids)
-    tokens = Section(0, 8, "q", _starts(h.tok_lens))
-    pos = tokens.row_starts[-1] * 8
-    families: list[Family] = []
+    pos = total_ids * 8
+    layout: list[tuple[str, int, str, int]] = []
     for name, idx, kind in FAMILIES:
         lens: list[int] = getattr(h, HEADER_FIELDS[idx])
         if kind == "flat":
@@ -277,7 +339,7 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
             if len(lens) != n:
                 raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has {len(lens)} "
                                  f"entries, expected {n}", rids)
-            starts, poslens, pos_starts = _starts(lens), [], []
+            count = sum(lens)
         else:
             poslens = getattr(h, HEADER_FIELDS[idx + 1])
             if not lens:
@@ -287,25 +349,18 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
             if len(lens) != n:
                 raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has {len(lens)} "
                                  f"entries, expected {n}", rids)
-            pos_starts = _starts(lens)
-            if pos_starts[-1] != len(poslens):
-                raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={pos_starts[-1]} but "
+            positions = sum(lens)
+            if positions != len(poslens):
+                raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={positions} but "
                                  f"{len(poslens)} poslens", rids)
-            value_starts = _starts(poslens)  # values before each position
-            starts = [value_starts[p] for p in pos_starts]
-        total = starts[-1]
-        values = Section(pos, 4, "f", starts)
-        pos += 4 * total
-        ids_sec = None
-        if kind != "hidden":
-            ids_sec = Section(pos, 4, "i", starts)
-            pos += 4 * total
-        families.append(Family(name, kind, values, ids_sec, poslens, pos_starts))
+            count = sum(poslens)
+        layout.append((name, idx, kind, pos))
+        pos += 4 * count * (1 if kind == "hidden" else 2)
     data = mv[5 + hlen:]
     if len(data) != pos:
         raise FrameError("data_length", f"data buffer is {len(data)} bytes, header implies {pos}",
                          rids)
-    return Batch(h, data, ncols, tokens, families)
+    return Batch(h, data, ncols, total_ids, layout)
 
 
 def _columns(h: BatchHeader, ncols: int) -> list[Any]:
@@ -537,14 +592,149 @@ def encode_pong(msg: Pong) -> bytes:
     return b"\x51" + _encoder.encode(msg)
 
 
+# --------------------------------------------------------------------------- COLUMNS
+# The columnar output frame (protocol section 5.1): one message of columns, laid out like
+# SGLang's own `BatchStrOutput`, so that neither the shard's encoder nor the frontend's
+# decoder builds a map per row. Rows are deltas; a sparse column holds (row, value) pairs
+# for the few rows that carry that field, in row order.
+TAG_COLUMNS = 0x43
+OUTPUT_FORMATS = ("deltas", "columnar")
+Attribution = tuple[int, int, int]
+
+
+class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One output message of many deltas; row r is the delta of `rids[r]`.
+
+    Row r's ids are `ids[s[r]:s[r + 1]]` with `s = starts()`. Trailing sparse columns that
+    are empty stay off the wire (`encode_columns`); decoding fills them with `[]`.
+    """
+
+    shard: int
+    seq: int
+    rids: list[str]
+    texts: list[str]
+    id_lens: list[int]
+    ids: list[int]
+    finish: list[tuple[int, FinishReason]] = []
+    usage: list[tuple[int, Usage]] = []
+    error: list[tuple[int, str]] = []
+    result: list[tuple[int, bytes]] = []
+    logprobs: list[tuple[int, list[Any]]] = []
+    top_logprobs: list[tuple[int, list[Any]]] = []
+    token_ids_logprobs: list[tuple[int, list[Any]]] = []
+    token_texts: list[tuple[int, list[str]]] = []
+    top_texts: list[tuple[int, list[Any]]] = []
+    attributions: list[tuple[int, list[Attribution]]] = []
+
+    def __len__(self) -> int:
+        return len(self.rids)
+
+    def starts(self) -> list[int]:
+        return [0, *accumulate(self.id_lens)]
+
+    def rows(self) -> Iterator[tuple[str, str, list[int]]]:
+        """(rid, text, ids) per row, built at C speed (no per-row Python frame)."""
+        if self.id_lens.count(1) == len(self.rids):  # one id per row: no slice objects
+            return zip(self.rids, self.texts, map(list, zip(self.ids)))
+        st = self.starts()
+        return zip(self.rids, self.texts, map(self.ids.__getitem__, map(slice, st, st[1:])))
+
+    def last_rows(self) -> list[int]:
+        """Rows that are their request's last delta (they carry a finish)."""
+        return [r for r, _ in self.finish]
+
+    @property
+    def deltas(self) -> list[Delta]:
+        """Every row as a Delta, equal to what a DELTAS frame would carry: a client written
+        for DELTAS reads COLUMNS unchanged (cold path: a struct per row)."""
+        out = [Delta(rid, text, ids) for rid, text, ids in self.rows()]
+        for name in SPARSE_COLUMNS:
+            for r, val in getattr(self, name):
+                setattr(out[r], name, val)
+        return out
+
+
+DENSE_COLUMNS = 6
+SPARSE_COLUMNS: tuple[str, ...] = Columns.__struct_fields__[DENSE_COLUMNS:]
+
+
+class ColumnsOut:
+    """A shard's output message under construction, column by column.
+
+    `append` takes a Delta (cold paths: ends, errors, features); the shard's hot loop
+    appends straight to the dense columns instead.
+    """
+
+    __slots__ = ("rids", "texts", "id_lens", "ids", "sparse")
+
+    def __init__(self) -> None:
+        self.rids: list[str] = []
+        self.texts: list[str] = []
+        self.id_lens: list[int] = []
+        self.ids: list[int] = []
+        self.sparse: dict[str, list[tuple[int, Any]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.rids)
+
+    def append(self, d: Delta) -> None:
+        row = len(self.rids)
+        self.rids.append(d.rid)
+        self.texts.append(d.text)
+        self.id_lens.append(len(d.ids))
+        self.ids += d.ids
+        for name in SPARSE_COLUMNS:
+            val = getattr(d, name)
+            if val is not None:
+                self.sparse.setdefault(name, []).append((row, val))
+
+    def add_sparse(self, name: str, row: int, val: Any) -> None:
+        self.sparse.setdefault(name, []).append((row, val))
+
+    def build(self, shard: int, seq: int) -> Columns:
+        return Columns(shard, seq, self.rids, self.texts, self.id_lens, self.ids,
+                       **self.sparse)
+
+
+Sink = list[Delta] | ColumnsOut  # where a shard's handlers put the deltas of one message
+
+
+def columns_of(shard: int, seq: int, deltas: list[Delta]) -> Columns:
+    out = ColumnsOut()
+    for d in deltas:
+        out.append(d)
+    return out.build(shard, seq)
+
+
+def encode_columns(msg: Columns) -> bytes:
+    cols = msgspec.structs.astuple(msg)
+    end = len(cols)
+    while end > DENSE_COLUMNS and not cols[end - 1]:
+        end -= 1
+    return b"\x43" + _encoder.encode(cols[:end])
+
+
+def encode_output(fmt: str, shard: int, seq: int, deltas: list[Delta] | ColumnsOut) -> bytes:
+    """One output message in the configured format (`--output-format`)."""
+    if isinstance(deltas, ColumnsOut):
+        return encode_columns(deltas.build(shard, seq))
+    if fmt == "columnar":
+        return encode_columns(columns_of(shard, seq, deltas))
+    return encode_deltas(Deltas(shard, seq, deltas))
+
+
 _deltas_decoder = msgspec.msgpack.Decoder(Deltas)
 _pong_decoder = msgspec.msgpack.Decoder(Pong)
+_columns_decoder = msgspec.msgpack.Decoder(Columns)
 
 
-def decode_output(frame: bytes | memoryview) -> Deltas | Pong:
-    """Decode a frame the service sends to the frontend."""
-    if frame[0] == TAG_DELTAS:
+def decode_output(frame: bytes | memoryview) -> Deltas | Pong | Columns:
+    """Decode a frame the service sends to the frontend: DELTAS, PONG or COLUMNS."""
+    tag = frame[0]
+    if tag == TAG_COLUMNS:
+        return _columns_decoder.decode(memoryview(frame)[1:])
+    if tag == TAG_DELTAS:
         return _deltas_decoder.decode(memoryview(frame)[1:])
-    if frame[0] == TAG_PONG:
+    if tag == TAG_PONG:
         return _pong_decoder.decode(memoryview(frame)[1:])
-    raise FrameError("unknown_tag", f"unknown output tag 0x{frame[0]:02x}")
+    raise FrameError("unknown_tag", f"unknown output tag 0x{tag:02x}")

@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Stage ceilings: the per-row cost of each stage of the pipeline alone, and what it implies.
+
+The service is a pipeline (egress -> N shards -> frontend); on 2 shared cores the end-to-end
+figures only say which stage is on the CPU. Measured here, one stage at a time, in this
+process, as CPU time of this thread (best of --repeat runs, since the machine is shared):
+
+- egress: `Egress.on_frame` on every frame of the trace, its links replaced by sinks that
+  only record what they are given (no ZeroMQ, no shard reading them);
+- shard: `Shard.on_forward` on the link messages the egress recorded for shard 0 (with 1
+  shard: every row; with 2: the shared frames, half of whose rows are another shard's),
+  its output socket replaced by a sink; decoding, bookkeeping and output encoding included;
+- frontend: `protocol.decode_output` on that shard's output messages, then every row handed
+  to its rid's list (the least a frontend does with a delta), for DELTAS and COLUMNS.
+
+From these, a model of the service on C cores (1 egress, C - 1 shards): a shard decodes
+the whole header of a shared frame and its own rows, so N shards give 1 / (h + r / N)
+rows/s (h: header decode + picking rows, per frame row; r: the rest, per own row), and the
+egress gives 1 / e. The smaller one saturates first.
+
+    python scripts/bench_stages.py --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+from prometheus_client import REGISTRY
+from sglang_tok.egress.main import Egress
+from sglang_tok.shards.main import Shard
+
+from sglang_tok import protocol
+from sglang_tok.config import Config, finalize
+from sglang_tok.process import status_size
+from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok.workload import PlanSpec, make_requests, schedule
+
+CORES = (2, 4, 8, 16, 64)
+
+
+@dataclass
+class Trace:
+    name: str
+    frames: list[bytes]
+    rows: int
+    ids: int
+
+
+def make_trace(info: TokenizerInfo, name: str, requests: int, concurrency: int,
+               ids_per_row: int, logprob_share: float) -> Trace:
+    spec = PlanSpec(requests=requests, concurrency=concurrency,
+                    ids_per_row=(ids_per_row, ids_per_row), min_tokens=32, max_tokens=256,
+                    logprob_share=logprob_share, top_k=5, seed=1)
+    frames: list[bytes] = []
+    rows = ids = 0
+    for step in schedule(make_requests(info, spec), concurrency, spec.seed, 5):
+        frames += step.opens
+        if step.batch is not None:
+            frames.append(step.batch)
+        frames += step.ends
+        rows += step.rows
+        ids += step.tokens
+    return Trace(name, frames, rows, ids)
+
+
+class Recorder:
+    """Stands in for a socket: keeps what is sent (or only counts it)."""
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+        self.sent: list[bytes] = []
+        self.count = 0
+
+    def send(self, msg: bytes, flags: int = 0) -> None:
+        self.count += 1
+        if self.keep:
+            self.sent.append(msg)
+
+    def close(self, linger: int | None = None) -> None:
+        pass
+
+
+def config(shards: int, fmt: str, runtime: str) -> Config:
+    return finalize(Config(shards=shards, runtime_dir=runtime, http="127.0.0.1:0", pin=False,
+                           output_format=fmt, log_level="WARNING"))
+
+
+def best(fn: Callable[[], None], repeat: int, setup: Callable[[], Any] = lambda: None) -> float:
+    times = []
+    for _ in range(repeat):
+        setup()
+        gc.collect()
+        t0 = time.thread_time()  # CPU time of this thread: the machine may be shared
+        fn()
+        times.append(time.thread_time() - t0)
+    return min(times)
+
+
+def fresh_metrics() -> None:
+    """Each process of the service makes its metrics once; here we make a stage many times."""
+    for c in list(REGISTRY._collector_to_names):
+        REGISTRY.unregister(c)
+
+
+class EgressStage:
+    def __init__(self, cfg: Config, frames: Sequence[bytes], keep: bool) -> None:
+        self.cfg, self.frames, self.keep = cfg, frames, keep
+        self.eg: Egress | None = None
+
+    def setup(self) -> None:
+        if self.eg is not None:
+            self.eg.ctx.destroy(linger=0)
+        fresh_metrics()
+        eg = self.eg = Egress(self.cfg, [0.0] * status_size(self.cfg.shards))
+        self.sinks = [Recorder(self.keep) for _ in range(self.cfg.shards)]
+        eg.links = self.sinks  # type: ignore[assignment]
+        eg.out = Recorder(False)  # type: ignore[assignment]
+        eg.up = [True] * self.cfg.shards
+
+    def run(self) -> None:
+        """Every frame, then every shard acknowledges what it was sent, as a shard keeping
+        up would (the ledger of endings in flight stays short)."""
+        assert self.eg is not None
+        on_frame, router = self.eg.on_frame, self.eg.router
+        acked, routed, shards = router.acked, router.routed, range(self.cfg.shards)
+        for f in self.frames:
+            on_frame(memoryview(f))
+            for k in shards:
+                acked(k, routed[k])
+
+
+def measure_egress(tr: Trace, shards: int, repeat: int, runtime: str) -> float:
+    st = EgressStage(config(shards, "deltas", runtime), tr.frames, False)
+    return best(st.run, repeat, st.setup) / tr.rows
+
+
+def shard_messages(tr: Trace, shards: int, runtime: str) -> list[bytes]:
+    st = EgressStage(config(shards, "deltas", runtime), tr.frames, True)
+    st.setup()
+    st.run()
+    return [m for m in st.sinks[0].sent if m[:1] in (b"F", b"R")]
+
+
+class ShardStage:
+    def __init__(self, cfg: Config, info: TokenizerInfo, msgs: list[bytes], keep: bool) -> None:
+        self.cfg, self.info, self.msgs, self.keep = cfg, info, msgs, keep
+        self.sh: Shard | None = None
+
+    def setup(self) -> None:
+        if self.sh is not None:
+            self.sh.ctx.destroy(linger=0)
+        fresh_metrics()
+        sh = self.sh = Shard(self.cfg, [0.0] * status_size(self.cfg.shards), 0, self.info,
+                             os.getpid())
+        self.out = Recorder(self.keep)
+        sh.out = self.out  # type: ignore[assignment]
+        sh.back = Recorder(False)  # type: ignore[assignment]
+
+    def run(self) -> None:
+        assert self.sh is not None
+        on_forward = self.sh.on_forward
+        for m in self.msgs:
+            on_forward(memoryview(m))
+
+
+def own_rows(msgs: list[bytes]) -> tuple[int, int]:
+    """(rows shard 0 owns, rows of every frame it read) in its link messages."""
+    own = seen = 0
+    for m in msgs:
+        if m[:1] == b"R":
+            n = int.from_bytes(m[9:13], "little")
+            own += m[13:13 + n].count(0)
+            seen += n
+        elif m[9] == protocol.TAG_BATCH:
+            n = len(protocol.decode_batch(m[9:]))
+            own += n
+            seen += n
+    return own, seen
+
+
+def measure_shard(info: TokenizerInfo, msgs: list[bytes], fmt: str, repeat: int,
+                  runtime: str) -> tuple[float, list[bytes]]:
+    st = ShardStage(config(1, fmt, runtime), info, msgs, False)
+    t = best(st.run, repeat, st.setup)
+    st.keep = True
+    st.setup()
+    st.run()
+    return t / own_rows(msgs)[0], st.out.sent
+
+
+def measure_header(msgs: list[bytes], repeat: int) -> float:
+    """What a shard pays per row of a frame before its own rows: decode + pick."""
+    from itertools import compress
+
+    def run() -> None:
+        for m in msgs:
+            if m[:1] == b"R":
+                n = int.from_bytes(m[9:13], "little")
+                b = protocol.decode_batch(memoryview(m)[13 + n:])
+                list(compress(range(n), map((0).__eq__, m[13:13 + n])))
+                b.token_ids()
+            elif m[9] == protocol.TAG_BATCH:
+                protocol.decode_batch(memoryview(m)[9:]).token_ids()
+    return best(run, repeat) / own_rows(msgs)[1]
+
+
+def demux_deltas(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
+    decode, get = protocol.decode_output, states.__getitem__
+    for raw in msgs:
+        for d in decode(raw).deltas:  # type: ignore[union-attr]
+            get(d.rid).append(d)
+
+
+def demux_deltas_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
+    """Each delta's text to its rid with `map`: the DELTAS counterpart of demux_columns_c."""
+    decode, get, append = protocol.decode_output, states.__getitem__, list.append
+    rid_of, text_of = attrgetter("rid"), attrgetter("text")
+    for raw in msgs:
+        deltas = decode(raw).deltas  # type: ignore[union-attr]
+        for _ in map(append, map(get, map(rid_of, deltas)), map(text_of, deltas)):
+            pass
+
+
+def demux_columns(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
+    decode, get = protocol.decode_output, states.__getitem__
+    for raw in msgs:
+        m = decode(raw)
+        assert isinstance(m, protocol.Columns)
+        for row in m.rows():
+            get(row[0]).append(row)
+
+
+def demux_columns_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
+    """Each row's text to its rid with `map` (no Python step per row); ids stay one flat
+    column per message, with `id_lens` (what a frontend that streams text needs)."""
+    decode, get, append = protocol.decode_output, states.__getitem__, list.append
+    for raw in msgs:
+        m = decode(raw)
+        assert isinstance(m, protocol.Columns)
+        for _ in map(append, map(get, m.rids), m.texts):
+            pass
+
+
+def measure_frontend(msgs: list[bytes], fn: Callable[[list[bytes], dict[str, list[Any]]], None],
+                     repeat: int) -> float:
+    rids: dict[str, list[Any]] = {}
+    rows = 0
+    for raw in msgs:
+        m = protocol.decode_output(raw)
+        if isinstance(m, protocol.Pong):
+            continue
+        for d in m.deltas:
+            rids[d.rid] = []
+            rows += 1
+
+    def run() -> None:
+        for v in rids.values():
+            v.clear()
+        fn(msgs, rids)
+    return best(run, repeat) / rows
+
+
+def decode_only(msgs: list[bytes], repeat: int) -> float:
+    rows = sum(len(protocol.decode_output(m).deltas) for m in msgs)  # type: ignore[union-attr]
+    decode = protocol.decode_output
+
+    def run() -> None:
+        for m in msgs:  # each message dropped after decoding, as a frontend would
+            decode(m)
+    return best(run, repeat) / rows
+
+
+def model(e: float, h: float, r: float, ids_per_row: float) -> list[str]:
+    lines = ["| cores | shards | egress Mrows/s | shards Mrows/s | saturates first | "
+             "M ids/s |", "|---|---|---|---|---|---|"]
+    for c in CORES:
+        n = max(1, c - 1)
+        eg, sh = 1 / e, 1 / (h + r / n)
+        first = "egress" if eg < sh else "shards"
+        lines.append(f"| {c} | {n} | {eg / 1e6:.2f} | {sh / 1e6:.2f} | {first} | "
+                     f"{min(eg, sh) * ids_per_row / 1e6:.2f} |")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokenizer", default="deepseek-v4")
+    ap.add_argument("--requests-a", type=int, default=2048)
+    ap.add_argument("--requests-b", type=int, default=768)
+    ap.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is kept")
+    ap.add_argument("--traces", default="a,b")
+    ap.add_argument("--only", choices=("egress", "shard"),
+                    help="run this stage on the first trace for --seconds (for py-spy)")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--shards", type=int, default=2, help="with --only")
+    a = ap.parse_args()
+    info = load(a.tokenizer)
+    runtime = tempfile.mkdtemp(prefix="bench-stages-")
+    specs = {"a": (a.requests_a, 1024, 1, 0.05), "b": (a.requests_b, 256, 4, 0.0)}
+    if a.only:
+        tr = make_trace(info, "a", *specs[a.traces.split(",")[0]])
+        stage: EgressStage | ShardStage = (
+            EgressStage(config(a.shards, "deltas", runtime), tr.frames, False)
+            if a.only == "egress" else
+            ShardStage(config(1, "deltas", runtime), info, shard_messages(tr, a.shards, runtime),
+                       False))
+        print(f"running {a.only} (pid {os.getpid()}) for {a.seconds}s", flush=True)
+        end = time.monotonic() + a.seconds
+        while time.monotonic() < end:
+            stage.setup()
+            stage.run()
+        return 0
+    print(f"best of {a.repeat} runs per figure, thread CPU time; us per row (a row: one rid's "
+          "ids of one frame)")
+    for name in a.traces.split(","):
+        tr = make_trace(info, name, *specs[name])
+        per_row = tr.ids / tr.rows
+        print(f"\n## trace {name}: {len(tr.frames)} frames, {tr.rows} rows, {tr.ids} ids "
+              f"({per_row:.2f} ids/row)")
+        e1 = measure_egress(tr, 1, a.repeat, runtime)
+        e2 = measure_egress(tr, 2, a.repeat, runtime)
+        m1, m2 = shard_messages(tr, 1, runtime), shard_messages(tr, 2, runtime)
+        h = measure_header(m1, a.repeat)
+        s1, out_d = measure_shard(info, m1, "deltas", a.repeat, runtime)
+        s1c, out_c = measure_shard(info, m1, "columnar", a.repeat, runtime)
+        s2, _ = measure_shard(info, m2, "deltas", a.repeat, runtime)
+        own2, seen2 = own_rows(m2)
+        fd = measure_frontend(out_d, demux_deltas, a.repeat)
+        fc = measure_frontend(out_c, demux_columns, a.repeat)
+        fcc = measure_frontend(out_c, demux_columns_c, a.repeat)
+        fdc = measure_frontend(out_d, demux_deltas_c, a.repeat)
+        dd, dc = decode_only(out_d, a.repeat), decode_only(out_c, a.repeat)
+        print("| stage | us/row |\n|---|---|")
+        print(f"| egress, 1 shard (decode_batch + route + link message) | {e1 * 1e6:.3f} |")
+        print(f"| egress, 2 shards | {e2 * 1e6:.3f} |")
+        print(f"| shard, 1 shard, DELTAS out (per row) | {s1 * 1e6:.3f} |")
+        print(f"| shard, 1 shard, COLUMNS out (per row) | {s1c * 1e6:.3f} |")
+        print(f"| shard 0 of 2, DELTAS out (per own row; {own2}/{seen2} rows its own) | "
+              f"{s2 * 1e6:.3f} |")
+        print(f"| shard: header decode + row pick (per frame row) | {h * 1e6:.3f} |")
+        print(f"| frontend: decode DELTAS only | {dd * 1e6:.3f} |")
+        print(f"| frontend: decode COLUMNS only | {dc * 1e6:.3f} |")
+        print(f"| frontend: DELTAS decode + each delta to its rid | {fd * 1e6:.3f} |")
+        print(f"| frontend: COLUMNS decode + each row to its rid (for loop) | {fc * 1e6:.3f} |")
+        print(f"| frontend: DELTAS decode + each text to its rid (map) | {fdc * 1e6:.3f} |")
+        print(f"| frontend: COLUMNS decode + each text to its rid (map) | {fcc * 1e6:.3f} |")
+        r = max(s1c - h, 1e-9)
+        print(f"\nmodel (shards: h={h * 1e6:.3f} + r={r * 1e6:.3f}/N us per row, COLUMNS out; "
+              f"check: 2 shards modelled {(h + r / 2) * 1e6:.3f}, measured DELTAS "
+              f"{s2 * own2 / seen2 * 1e6:.3f} us per frame row); the frontend is not on "
+              f"these cores: one frontend core takes {1 / fcc / 1e6:.2f} M deltas/s (COLUMNS) "
+              f"or {1 / fdc / 1e6:.2f} M (DELTAS), texts to rids by map")
+        print("\n".join(model(e2, h, r, per_row)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

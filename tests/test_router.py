@@ -1,0 +1,131 @@
+"""The egress's Router alone: owners, first and last rows, quarantine, failing a shard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglang_tok.egress.router import Router, shard_of
+from sglang_tok.ring.link import LATE
+
+from sglang_tok import protocol
+
+
+def test_shard_of_is_crc32_of_utf8_modulo_n() -> None:
+    # literals computed once by hand: crc32(b"abc") = 0x352441C2 (the standard check value)
+    assert shard_of("abc", 4) == 2
+    assert shard_of("abc", 3) == 0
+    assert shard_of("req-1", 4) == 1  # crc32 1829706545
+    assert shard_of("req-2", 4) == 3  # crc32 4094053003
+    assert shard_of("é-rid", 8) == 4  # crc32 2688847404, of the UTF-8 bytes
+    assert shard_of("req-1", 1) == 0
+
+
+def batch(*rows: tuple[str, int, dict[str, Any] | None], prompt: int = 10,
+          cached: int = 4) -> protocol.Batch:
+    """Rows of (rid, number of ids, finish)."""
+    return protocol.decode_batch(protocol.encode_batch([
+        {"rid": rid, "ids": list(range(k)), "finish": fin, "prompt_tokens": prompt,
+         "cached_tokens": cached} for rid, k, fin in rows]))
+
+
+DONE = {"type": "length", "length": 1}
+
+
+def test_route_owners_first_rows_and_last_rows() -> None:
+    r = Router(4)
+    owner, tokens, finished = r.route(batch(("req-1", 1, None), ("req-2", 2, None)))
+    assert owner == [1, 3]
+    assert tokens == 3 + 2 * (10 - 4)  # new ids plus computed prompt tokens of first rows
+    assert finished == {}
+    owner, tokens, finished = r.route(batch(("req-2", 3, DONE), ("req-1", 1, None)))
+    assert owner == [3, 1] and tokens == 4
+    [(rid, st)] = finished[3]
+    assert rid == "req-2" and st.first == 1  # its usage is counted only if its shard dies
+    assert r.is_ended("req-2") and "req-2" not in r.live
+    owner, _, _ = r.route(batch(("req-2", 1, None), ("req-1", 1, None)))
+    assert owner == [LATE, 1]  # an ended rid's rows reach no shard
+
+
+def test_open_reuses_an_ended_rid_and_counts_only_its_new_rows() -> None:
+    r = Router(2)
+    r.route(batch(("abc", 4, DONE)))
+    assert r.open("abc") == shard_of("abc", 2)
+    r.route(batch(("abc", 2, None)))
+    [delta] = r.fail_shard(shard_of("abc", 2), protocol.SHARD_RESTARTED)
+    assert delta.usage is not None and delta.usage.completion_tokens == 2
+
+
+def test_quarantine_holds_back_unknown_rids_but_not_opened_ones() -> None:
+    r = Router(2)
+    r.quarantine = True
+    r.open("req-1")
+    owner, _, _ = r.route(batch(("req-1", 1, None), ("req-2", 1, None)))
+    assert owner == [shard_of("req-1", 2), LATE]
+    assert r.suspects == ["req-2"]
+
+
+def test_fail_shard_fails_live_and_unacked_ended_rids_with_exact_usage() -> None:
+    r = Router(4)
+    # req-1 -> shard 1, req-2 -> shard 3, e0-1000-17 -> shard 1 (crc32 2367131253)
+    r.route(batch(("req-1", 2, None), ("req-2", 1, None), ("e0-1000-17", 1, None)))
+    r.dispatched(1)
+    _, _, fin = r.route(batch(("req-1", 3, None), ("e0-1000-17", 4, DONE)))
+    r.dispatched(1, fin[1])
+    r.route(batch(("req-1", 1, None), ("req-2", 1, None)))
+    r.dispatched(1)
+    deltas = {d.rid: d for d in r.fail_shard(1, protocol.SHARD_RESTARTED)}
+    assert set(deltas) == {"req-1", "e0-1000-17"}
+    assert deltas["req-1"].usage == protocol.Usage(10, 6, 16, 4, 0)
+    assert deltas["e0-1000-17"].usage == protocol.Usage(10, 5, 15, 4, 0)
+    assert all(d.error == protocol.SHARD_RESTARTED and d.finish == {"type": "abort"}
+               for d in deltas.values())
+    assert "req-2" in r.live and r.fail_shard(1, "again") == []
+
+
+def test_an_acked_ending_is_not_failed_again() -> None:
+    r = Router(1)
+    _, _, fin = r.route(batch(("req-1", 2, DONE)))
+    r.dispatched(0, fin[0])
+    r.acked(0, 1)
+    assert r.fail_shard(0, protocol.SHARD_RESTARTED) == []
+
+
+def test_frame_log_keeps_only_what_a_failure_may_need_and_folds_beyond_its_bound() -> None:
+    r = Router(1, log_frames=3)
+    r.route(batch(("req-1", 1, None)))
+    for _ in range(10):  # req-2 comes and goes; req-1 lives on across more frames than kept
+        r.route(batch(("req-1", 2, None), ("req-2", 1, None)))
+    assert len(r.log) == 3
+    _, _, fin = r.route(batch(("req-2", 1, DONE)))
+    r.dispatched(0, fin[0])
+    r.acked(0, 1)
+    [delta] = r.fail_shard(0, protocol.SHARD_RESTARTED)
+    assert delta.rid == "req-1" and delta.usage is not None
+    assert delta.usage.completion_tokens == 1 + 10 * 2
+    _, _, fin = r.route(batch(("req-3", 1, DONE)))
+    r.dispatched(0, fin[0])
+    r.acked(0, 2)
+    r.route(batch(("req-4", 1, DONE)))
+    assert [f for f, _, _ in r.log] == [r.frames]  # no live rid needs older frames
+
+
+def test_rows_after_a_rids_last_row_do_not_count_in_its_usage() -> None:
+    r = Router(1)
+    r.route(batch(("req-1", 2, None)))
+    _, _, fin = r.route(batch(("req-1", 1, DONE)))
+    r.dispatched(0, fin[0])
+    owner, _, _ = r.route(batch(("req-1", 5, None)))  # late: the scheduler sent it anyway
+    assert owner == [LATE]
+    [delta] = r.fail_shard(0, protocol.SHARD_RESTARTED)
+    assert delta.usage == protocol.Usage(10, 3, 13, 4, 0)
+
+
+def test_a_rid_ended_in_a_frame_keeps_its_rows_while_another_rid_is_live() -> None:
+    r = Router(1)
+    r.route(batch(("req-1", 2, None)))
+    r.route(batch(("req-2", 1, None), ("req-1", 1, None)))
+    _, _, fin = r.route(batch(("req-1", 1, DONE), ("req-2", 1, None)))
+    r.dispatched(0, fin[0])
+    deltas = {d.rid: d.usage for d in r.fail_shard(0, protocol.SHARD_RESTARTED)}
+    assert deltas == {"req-1": protocol.Usage(10, 4, 14, 4, 0),
+                      "req-2": protocol.Usage(10, 2, 12, 4, 0)}

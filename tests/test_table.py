@@ -1,0 +1,134 @@
+"""A shard's RidTable alone: fed BATCH frames and control messages in-process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglang_tok.shards.table import RidTable
+
+from sglang_tok import protocol
+from sglang_tok.protocol import Abort, ColumnsOut, Delta, Error, Open, Usage
+from sglang_tok.tokenizer import TokenizerInfo, load
+
+INFO: TokenizerInfo = load("deepseek-v4")
+TEXT = "Shards decode 多语言 text, emoji 👍🏽 too."
+IDS = INFO.tokenizer.encode(TEXT, add_special_tokens=False).ids
+
+
+def frame(rows: list[dict[str, Any]]) -> protocol.Batch:
+    return protocol.decode_batch(protocol.encode_batch(rows))
+
+
+def feed(table: RidTable, rows: list[dict[str, Any]], owners: bytes | None = None) -> list[Delta]:
+    out: list[Delta] = []
+    table.on_batch(frame(rows), out, owners)
+    return out
+
+
+def test_one_delta_per_row_exact_text_and_usage_on_the_last() -> None:
+    t = RidTable(INFO, 0)
+    deltas = []
+    for k, tid in enumerate(IDS):
+        last = k == len(IDS) - 1
+        deltas += feed(t, [{"rid": "r", "ids": [tid], "prompt_tokens": 7, "cached_tokens": 2,
+                            "finish": {"type": "length", "length": 1} if last else None}])
+    assert len(deltas) == len(IDS)
+    assert "".join(d.text for d in deltas) == TEXT
+    assert [i for d in deltas for i in d.ids] == IDS
+    assert all(d.usage is None for d in deltas[:-1])
+    assert deltas[-1].usage == Usage(7, len(IDS), 7 + len(IDS), 2, 0)
+    assert "r" not in t.live and "r" in t.ended and t.counters.finished == 1
+
+
+def test_a_shared_frame_decodes_only_the_rows_owned_by_this_shard() -> None:
+    t = RidTable(INFO, 1)
+    rows = [{"rid": f"r{k}", "ids": IDS[k:k + 2]} for k in range(4)]
+    out = feed(t, rows, owners=bytes([0, 1, 255, 1]))
+    assert [d.rid for d in out] == ["r1", "r3"]
+    assert set(t.live) == {"r1", "r3"}
+    assert (t.counters.rows, t.counters.tokens) == (2, 4)
+
+
+def test_rows_of_an_ended_rid_are_ignored_and_counted() -> None:
+    t = RidTable(INFO, 0)
+    feed(t, [{"rid": "r", "ids": IDS[:1], "finish": {"type": "length", "length": 1}}])
+    assert feed(t, [{"rid": "r", "ids": IDS[1:2]}]) == []
+    assert t.counters.late_rows == 1 and "r" not in t.live
+
+
+def test_open_options_reuse_and_duplicates() -> None:
+    t = RidTable(INFO, 0)
+    out: list[Delta] = []
+    t.on_open(Open("r", stream=False), out)
+    t.on_open(Open("r"), out)  # live already: ignored
+    assert out == [] and t.counters.ignored_opens == 1
+    assert feed(t, [{"rid": "r", "ids": IDS[:3]}]) == []  # stream=False: no delta yet
+    [last] = feed(t, [{"rid": "r", "ids": IDS[3:], "finish": {"type": "length", "length": 1}}])
+    assert last.text == TEXT and last.ids == IDS
+    t.on_open(Open("r"), out)  # an ended rid may be reused
+    assert len(feed(t, [{"rid": "r", "ids": IDS[:1]}])) == 1
+
+
+def test_max_requests_refuses_new_rids_with_a_terminal_error() -> None:
+    t = RidTable(INFO, 3, max_requests=1)
+    feed(t, [{"rid": "a", "ids": IDS[:1]}])
+    [refused] = feed(t, [{"rid": "b", "ids": IDS[:1]}])
+    assert refused.rid == "b" and refused.finish == {"type": "abort"}
+    assert refused.error is not None and "--max-requests 1" in refused.error
+    assert t.self_ended == ["b"] and t.counters.rejected == 1
+
+
+def test_error_abort_and_drop_end_rids_with_their_held_text_flushed() -> None:
+    t = RidTable(INFO, 0)
+    emoji = INFO.tokenizer.encode("🦩", add_special_tokens=False).ids
+    assert len(emoji) > 1  # one character over three ids: the first shows nothing yet
+    first = feed(t, [{"rid": "e", "ids": emoji[:1]}, {"rid": "a", "ids": IDS[:1]},
+                     {"rid": "d", "ids": IDS[:1]}])
+    assert first[0].text == ""
+    out: list[Delta] = []
+    t.on_error(Error("e", "boom"), out)
+    t.on_abort(Abort(["a", "never-seen"]), out)
+    t.on_drop(["d"], protocol.MALFORMED_FRAME, out)
+    by_rid = {d.rid: d for d in out}
+    assert by_rid["e"].error == "boom" and by_rid["e"].text == "\ufffd"
+    assert by_rid["a"].finish == {"type": "abort"} and by_rid["a"].error is None
+    assert by_rid["never-seen"].usage == Usage(0, 0, 0, 0, 0)
+    assert by_rid["d"].error == protocol.MALFORMED_FRAME
+    assert t.live == {}
+
+
+def test_out_of_vocabulary_ids_decode_to_nothing() -> None:
+    t = RidTable(INFO, 0)
+    [d] = feed(t, [{"rid": "r", "ids": [IDS[0], INFO.vocab_size + 5, -3, IDS[1]]}])
+    assert d.text == INFO.tokenizer.decode(IDS[:2])
+    assert d.ids == [IDS[0], INFO.vocab_size + 5, -3, IDS[1]]
+
+
+def test_logprobs_only_on_the_rows_that_carry_them_in_both_sinks() -> None:
+    rows = [{"rid": "p", "ids": IDS[:1], "output_logprobs": []},
+            {"rid": "q", "ids": IDS[:2], "output_logprobs": [[-0.5, IDS[0]], [-1.0, IDS[1]]]}]
+    plain = feed(RidTable(INFO, 0), rows)
+    assert plain[0].logprobs is None
+    assert plain[1].logprobs == [(-0.5, IDS[0]), (-1.0, IDS[1])]
+    cols = ColumnsOut()
+    RidTable(INFO, 0).on_batch(frame(rows), cols)
+    msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
+    assert isinstance(msg, protocol.Columns)
+    assert msg.logprobs == [(1, [[-0.5, IDS[0]], [-1.0, IDS[1]]])]
+    assert [d.text for d in msg.deltas] == [d.text for d in plain]
+
+
+def test_columns_put_hot_rows_first_but_keep_each_rids_order() -> None:
+    """A rid twice in one frame: its non-final row (hot) and its last row (not)."""
+    t = RidTable(INFO, 0)
+    cols = ColumnsOut()
+    t.on_batch(frame([{"rid": "x", "ids": IDS[:1]},
+                      {"rid": "y", "ids": IDS[:1], "finish": {"type": "length", "length": 1}},
+                      {"rid": "x", "ids": IDS[1:2], "finish": {"type": "length", "length": 2}},
+                      {"rid": "z", "ids": IDS[:1]}]), cols)
+    msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
+    assert isinstance(msg, protocol.Columns)
+    assert msg.rids == ["x", "z", "y", "x"]
+    assert [r for r, _ in msg.finish] == [2, 3]
+    assert "".join(t for r, t in zip(msg.rids, msg.texts) if r == "x") == \
+        INFO.tokenizer.decode(IDS[:2])
