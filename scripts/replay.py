@@ -130,7 +130,6 @@ class _LeanColumns(msgspec.Struct, array_like=True, gc=False):
 
 _LEAN = msgspec.msgpack.Decoder(_LeanDeltas)
 _LEAN_COLUMNS = msgspec.msgpack.Decoder(_LeanColumns)
-TAG_COLUMNS = 0x43
 
 
 class DeltaMap:
@@ -218,7 +217,7 @@ class DeltaMap:
             msg = _LEAN.decode(memoryview(raw)[1:])
             shard, n = msg.shard, len(msg.deltas)
             rows: Any = ((d.rid, d.finish) for d in msg.deltas)
-        elif raw[0] == TAG_COLUMNS:
+        elif raw[0] == protocol.TAG_COLUMNS:
             cols = _LEAN_COLUMNS.decode(memoryview(raw)[1:])
             shard, n = cols.shard, len(cols.rids)
             ends = dict(cols.finish)

@@ -137,7 +137,8 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
 
 
 def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
-    """The frame each delta answers, and frames in flight, on hand-made frames and outputs."""
+    """The frame each delta answers, and frames in flight, on hand-made frames and outputs
+    (DELTAS and COLUMNS messages)."""
     from replay import DeltaMap
 
     from sglang_tok import protocol
@@ -157,19 +158,21 @@ def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
     m = DeltaMap(frames)
     assert m.pending == [0, 3, 2, 0, 3]
 
-    def out(t: float, *deltas: Delta) -> None:
-        m.feed(t, protocol.encode_deltas(Deltas(0, 0, list(deltas))))
+    def out(t: float, *deltas: Delta, columnar: bool = False) -> None:
+        m.feed(t, protocol.encode_columns(protocol.columns_of(0, 0, list(deltas))) if columnar
+               else protocol.encode_deltas(Deltas(0, 0, list(deltas))))
 
     for i, when in enumerate((0.9, 1.0, 1.1, 1.2, 5.0)):
         m.mark_sent(i, when)
     assert m.inflight == 3
     out(1.5, Delta("s"), Delta("stop"), Delta("ab"))
     assert m.inflight == 2  # frame 1 is back: its "quiet" row gives no delta
-    out(1.6, Delta("s"), Delta("stop", finish={"type": "stop", "matched": "x"}))
+    out(1.6, Delta("s"), Delta("stop", finish={"type": "stop", "matched": "x"}),
+        columnar=True)
     assert m.pending[2] == 0 and m.pending[4] == 2 and m.inflight == 1  # "stop" struck off
     out(4.5, Delta("ab", finish={"type": "abort"}))  # answers the ABORT, not a BATCH
     assert m.inflight == 1
-    out(5.25, Delta("s", finish=end), Delta("quiet", finish=end))
+    out(5.25, Delta("s", finish=end), Delta("quiet", finish=end), columnar=True)
     assert m.inflight == 0 and m.pending == [0] * 5
     assert m.frame_latencies(0.0) == [(1.0, 0.5), (1.1, 0.5), (5.0, 0.25)]
     assert m.first_delta(0.0) == [(1.0, 0.5)] * 3  # s, stop, ab: not the stream:false one
