@@ -1,28 +1,63 @@
 #!/usr/bin/env python3
-"""Single-process baseline detokenizers on our wire protocol, from their published algorithms.
+"""Lean single-process baseline detokenizers on our wire protocol, from their published algorithms.
 
-    sglang  SGLang's DetokenizerManager: per frame, two `batch_decode` calls over every row
-            (the surrogate window ids[surr:read] and ids[surr:]); emit the suffix unless it
-            ends in U+FFFD, else its printable part (`find_printable_text`); advance offsets.
-    vllm    vLLM v1: one `tokenizers.decoders.DecodeStream` per request, stepped per id.
+    vllm    vLLM v1 (`v1/engine/detokenizer.py`, FastIncrementalDetokenizer): one
+            `tokenizers.decoders.DecodeStream` per request, primed with the prompt ids and
+            stepped once per new id; a stop token that ended the request is not decoded.
+    sglang  SGLang's DetokenizerManager (`handle_batch_token_id_out`): per frame, two
+            `batch_decode` calls over every row (the surrogate window ids[surr:read] and
+            ids[surr:], stop token trimmed on the last row); emit the new suffix unless it
+            ends in U+FFFD, else its printable part (`find_printable_text`); then advance
+            the offsets and send what was not sent yet.
 
-Both read the same input frames from the same kind of socket and answer PINGs as one shard
-(-1 and 0), so replay and bench drive them exactly like the service.
+Written the way a competent engineer writes a single-process detokenizer for this protocol,
+so that the service is compared with a lean peer rather than with its own overheads: BATCH
+headers are read with one msgspec decoder typed to the six columns a detokenizer needs (the
+rest of the array is skipped, not built), token ids with one `array('q')` copy per frame,
+and deltas go out as plain maps holding only `rid`, `text`, `ids` and, on the last delta,
+`finish` and `usage`. No validation layer (a frame that does not decode is dropped), no
+project structs, no logprobs. They honour OPEN's `skip_special_tokens`, `prompt_ids`,
+`stream` and `no_stop_trim`, which is what the verifier needs for the fields they produce.
+
+Both answer PINGs as one shard (-1 and 0), so replay and bench drive them like the service.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import zmq
+from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from sglang_tok import protocol
-from sglang_tok.protocol import Delta, Deltas, Pong, Usage
 from sglang_tok.tokenizer import load
+
+TAG_RESULT, TAG_BATCH, TAG_ERROR = 0x01, 0x02, 0x03
+TAG_OPEN, TAG_ABORT, TAG_PING = 0x4F, 0x41, 0x50
+ABORT = {"type": "abort"}
+SGLANG_PROMPT_WINDOW = 5  # SGLang's INIT_INCREMENTAL_DETOKENIZATION_OFFSET
+
+
+class Head(msgspec.Struct, array_like=True, gc=False):
+    """The six leading BATCH columns; the trailing ones are skipped by the decoder."""
+
+    rids: list[str]
+    finish: list[Any]
+    prompt: list[int]
+    tok_lens: list[int]
+    cached: list[int]
+    reasoning: list[int]
+
+
+HEAD = msgspec.msgpack.Decoder(Head)
+ANY = msgspec.msgpack.Decoder()
+ENC = msgspec.msgpack.Encoder()
 
 
 def find_printable_text(text: str) -> str:
@@ -42,51 +77,224 @@ def _is_cjk(cp: int) -> bool:
             or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
-class SglangState:
-    __slots__ = ("ids", "surr", "read", "decoded", "sent", "skip", "n")
-
-    def __init__(self, skip: bool) -> None:
-        self.ids: list[int] = []
-        self.surr = self.read = 0
-        self.decoded = ""
-        self.sent = 0
-        self.skip = skip
-        self.n = 0
+def stop_token_trimmed(fin: dict[str, Any], ids: list[int], no_trim: bool) -> bool:
+    """A scheduler-matched stop token is left out of the text (protocol rule 3)."""
+    if no_trim or fin.get("type") != "stop" or not ids:
+        return False
+    m = fin.get("matched")
+    return (isinstance(m, int) and not isinstance(m, bool) and m == ids[-1]) or (
+        isinstance(m, list) and ids[-1] in m)
 
 
-class Baseline:
-    def __init__(self, kind: str, tokenizer: str) -> None:
-        self.kind = kind
-        self.info = load(tokenizer)
-        self.tok = self.info.tokenizer
-        self.vocab = self.info.vocab_size
-        self.skip: dict[str, bool] = {}
+class Opts:
+    """What OPEN said about a request, kept only until its first row."""
+
+    __slots__ = ("skip", "prompt", "stream", "no_trim")
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.skip = bool(body.get("skip_special_tokens", True))
+        self.prompt = list(body.get("prompt_ids") or [])
+        self.stream = bool(body.get("stream", True))
+        self.no_trim = bool(body.get("no_stop_trim", False))
+
+
+DEFAULT_OPTS = Opts({})
+
+
+class Lean:
+    """Frame I/O and request bookkeeping shared by both algorithms."""
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self.tok = tok
+        self.opened: dict[str, Opts] = {}
         self.state: dict[str, Any] = {}
 
-    def on_batch(self, b: protocol.Batch) -> list[Delta]:
-        ids = b.token_ids()
-        st = b.tokens.row_starts
-        rows = [(rid, [i for i in ids[st[n]:st[n + 1]] if 0 <= i < self.vocab],
-                 ids[st[n]:st[n + 1]], b.header.finish_reasons[n], b.header.prompt_tokens[n])
-                for n, rid in enumerate(b.rids)]
-        return self._sglang(rows) if self.kind == "sglang" else self._vllm(rows)
+    def on_frame(self, frame: bytes) -> tuple[list[dict[str, Any]], list[int]]:
+        """Deltas to send and PING nonces to answer; a frame that does not decode is dropped."""
+        tag = frame[0]
+        try:
+            if tag == TAG_BATCH:
+                return self.on_batch(frame), []
+            body = ANY.decode(memoryview(frame)[1:])
+        except (msgspec.DecodeError, ValueError, IndexError):
+            return [], []
+        if tag == TAG_OPEN:
+            self.opened[body["rid"]] = Opts(body)
+        elif tag == TAG_PING:
+            return [], [body["nonce"]]
+        elif tag == TAG_ABORT:
+            return [self.end(rid, None) for rid in body["rids"]], []
+        elif tag == TAG_ERROR:
+            return [self.end(body[0], body[1])], []
+        elif tag == TAG_RESULT:
+            return [{"rid": body[0], "result": body[1]}], []
+        return [], []
 
-    def _sglang(self, rows: list[Any]) -> list[Delta]:
-        states = []
-        for rid, clean, _, _, _ in rows:
-            s = self.state.get(rid)
-            if s is None:
-                s = self.state[rid] = SglangState(self.skip.pop(rid, True))
-            s.ids.extend(clean)
-            s.n += len(clean)
-            states.append(s)
-        # two batch_decode calls over every row (split by skip flag, as HF would need)
-        surr = self.tok.decode_batch([s.ids[s.surr:s.read] for s in states],
-                                     skip_special_tokens=True)
-        full = self.tok.decode_batch([s.ids[s.surr:] for s in states], skip_special_tokens=True)
+    def end(self, rid: str, error: str | None) -> dict[str, Any]:
+        self.state.pop(rid, None)
+        self.opened.pop(rid, None)
+        d: dict[str, Any] = {"rid": rid, "finish": ABORT}
+        if error is not None:
+            d["error"] = error
+        return d
+
+    def on_batch(self, frame: bytes) -> list[dict[str, Any]]:
+        mv = memoryview(frame)
+        hlen = int.from_bytes(mv[1:5], "little")
+        h = HEAD.decode(mv[5:5 + hlen])
+        buf = array("q")
+        buf.frombytes(mv[5 + hlen:5 + hlen + 8 * sum(h.tok_lens)])
+        return self.rows(h, buf.tolist())
+
+    def rows(self, h: Head, ids: list[int]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def usage(self, h: Head, i: int, n: int) -> dict[str, int]:
+        p = h.prompt[i]
+        return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n,
+                "cached_tokens": h.cached[i], "reasoning_tokens": h.reasoning[i]}
+
+
+class VllmState:
+    __slots__ = ("ds", "n", "opts", "held", "tail")
+
+    def __init__(self, opts: Opts) -> None:
+        self.ds = DecodeStream(ids=opts.prompt, skip_special_tokens=opts.skip)
+        self.n = 0
+        self.opts = opts
+        # stream: false -> the text and ids gathered until the last row
+        self.held: list[Any] | None = None if opts.stream else ["", []]
+        # ids stepped since the stream last gave text: bytes it may still hold
+        self.tail: list[int] = []
+
+
+class Vllm(Lean):
+    """vLLM v1's FastIncrementalDetokenizer: DecodeStream.step per id, per request.
+
+    One addition to vLLM's algorithm, for the protocol's exactness rule: at a request's end,
+    the ids after the stream's last text (an incomplete UTF-8 sequence it still holds) are
+    decoded as a full decode would, U+FFFD included; vLLM drops them.
+    """
+
+    def rows(self, h: Head, ids: list[int]) -> list[dict[str, Any]]:
+        tok, state, step = self.tok, self.state, DecodeStream.step
         out = []
-        for (rid, _, raw, fin, prompt), s, a, b in zip(rows, states, surr, full):
-            new = b[len(a):]
+        pos = 0
+        for i, (rid, k, fin) in enumerate(zip(h.rids, h.tok_lens, h.finish)):
+            row = ids[pos:pos + k]
+            pos += k
+            s = state.get(rid)
+            if s is None:
+                s = state[rid] = VllmState(self.opened.pop(rid, DEFAULT_OPTS))
+            s.n += k
+            todo = row
+            if fin is not None and stop_token_trimmed(fin, row, s.opts.no_trim):
+                todo = row[:-1]
+            text = ""
+            quiet = 0  # ids of this row since the stream's last text
+            for t in todo:
+                try:
+                    piece = step(s.ds, tok, t)
+                except (OverflowError, TypeError):  # a negative id; vLLM logs and skips it
+                    piece = None
+                if piece:
+                    text += piece
+                    quiet = 0
+                else:
+                    quiet += 1
+            if quiet:
+                if quiet < len(todo):
+                    s.tail = todo[len(todo) - quiet:]
+                else:
+                    s.tail += todo
+            elif s.tail and todo:
+                s.tail = []
+            if fin is not None and s.tail:
+                text += tok.decode([t for t in s.tail if t >= 0],
+                                   skip_special_tokens=s.opts.skip)
+            if s.held is not None:
+                s.held[0] += text
+                s.held[1].extend(row)
+                if fin is None:
+                    continue
+                text, row = s.held
+            d: dict[str, Any] = {"rid": rid, "text": text, "ids": row}
+            if fin is not None:
+                d["finish"] = fin
+                d["usage"] = self.usage(h, i, s.n)
+                del state[rid]
+            out.append(d)
+        return out
+
+
+class SglangState:
+    __slots__ = ("ids", "surr", "read", "decoded", "sent", "n", "opts", "held")
+
+    def __init__(self, opts: Opts) -> None:
+        self.ids: list[int] = opts.prompt[-SGLANG_PROMPT_WINDOW:]
+        self.surr = 0
+        self.read = len(self.ids)
+        self.decoded = ""
+        self.sent = 0
+        self.n = 0
+        self.opts = opts
+        self.held: list[int] | None = None if opts.stream else []
+
+
+class Sglang(Lean):
+    """SGLang's DetokenizerManager: two batch_decode calls per frame, offsets per request."""
+
+    def decode_batch(self, seqs: list[list[int]], skip: bool) -> list[str]:
+        try:
+            return self.tok.decode_batch(seqs, skip_special_tokens=skip)
+        except OverflowError:  # a negative id: decode as if it were not there
+            return self.tok.decode_batch([[t for t in q if t >= 0] for q in seqs],
+                                         skip_special_tokens=skip)
+
+    def grouped(self, seqs: list[list[int]], states: list[SglangState]) -> list[str]:
+        """One batch_decode per skip_special_tokens value, as SGLang's grouped decode."""
+        out = [""] * len(seqs)
+        for skip in (True, False):
+            idx = [i for i, s in enumerate(states) if s.opts.skip is skip]
+            if idx:
+                for i, text in zip(idx, self.decode_batch([seqs[i] for i in idx], skip)):
+                    out[i] = text
+        return out
+
+    def rows(self, h: Head, ids: list[int]) -> list[dict[str, Any]]:
+        state = self.state
+        states: list[SglangState] = []
+        surr_ids: list[list[int]] = []
+        read_ids: list[list[int]] = []
+        rows: list[list[int]] = []
+        pos = 0
+        for rid, k, fin in zip(h.rids, h.tok_lens, h.finish):
+            row = ids[pos:pos + k]
+            pos += k
+            s = state.get(rid)
+            if s is None:
+                s = state[rid] = SglangState(self.opened.pop(rid, DEFAULT_OPTS))
+            s.ids.extend(row)
+            s.n += k
+            states.append(s)
+            rows.append(row)
+            surr_ids.append(s.ids[s.surr:s.read])
+            read = s.ids[s.surr:]
+            if fin is not None and stop_token_trimmed(fin, row, s.opts.no_trim):
+                read = read[:-1]
+            read_ids.append(read)
+        if not states:
+            return []
+        if all(s.opts.skip for s in states):
+            surr_texts = self.decode_batch(surr_ids, True)
+            read_texts = self.decode_batch(read_ids, True)
+        else:
+            surr_texts = self.grouped(surr_ids, states)
+            read_texts = self.grouped(read_ids, states)
+        out = []
+        for i, (rid, fin) in enumerate(zip(h.rids, h.finish)):
+            s, row = states[i], rows[i]
+            new = read_texts[i][len(surr_texts[i]):]
             if fin is None:
                 if new and not new.endswith("\ufffd"):
                     s.decoded += new
@@ -95,51 +303,40 @@ class Baseline:
                 else:
                     new = find_printable_text(new)
             text = s.decoded + new
-            delta = Delta(rid, text[s.sent:], raw)
+            if s.held is not None:
+                s.held.extend(row)
+                if fin is None:
+                    continue
+                row = s.held
+            d: dict[str, Any] = {"rid": rid, "text": text[s.sent:], "ids": row}
             s.sent = len(text)
             if fin is not None:
-                delta.finish = fin
-                delta.usage = Usage(prompt, s.n, prompt + s.n, 0, 0)
-                del self.state[rid]
-            out.append(delta)
+                d["finish"] = fin
+                d["usage"] = self.usage(h, i, s.n)
+                del state[rid]
+            out.append(d)
         return out
 
-    def _vllm(self, rows: list[Any]) -> list[Delta]:
-        out = []
-        for rid, clean, raw, fin, prompt in rows:
-            s = self.state.get(rid)
-            if s is None:
-                skip = self.skip.pop(rid, True)
-                s = self.state[rid] = [DecodeStream(skip_special_tokens=skip), 0]
-            ds = s[0]
-            parts = []
-            for i in clean:
-                t = ds.step(self.tok, i)
-                if t:
-                    parts.append(t)
-            s[1] += len(clean)
-            delta = Delta(rid, "".join(parts), raw)
-            if fin is not None:
-                delta.finish = fin
-                delta.usage = Usage(prompt, s[1], prompt + s[1], 0, 0)
-                del self.state[rid]
-            out.append(delta)
-        return out
 
-    def on_control(self, msg: Any) -> tuple[list[Delta], list[Pong]]:
-        if isinstance(msg, protocol.Open):
-            self.skip[msg.rid] = msg.skip_special_tokens
-        elif isinstance(msg, protocol.Ping):
-            return [], [Pong(msg.nonce, -1), Pong(msg.nonce, 0)]
-        elif isinstance(msg, (protocol.Abort, protocol.Error)):
-            rids = msg.rids if isinstance(msg, protocol.Abort) else [msg.rid]
-            out = []
-            for rid in rids:
-                self.state.pop(rid, None)
-                out.append(Delta(rid, finish={"type": "abort"},
-                                 error=getattr(msg, "message", None)))
-            return out, []
-        return [], []
+def serve(base: Lean, input_ep: str, output_ep: str, ready: str) -> None:
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, 1000)
+    pull.bind(input_ep)
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 1000)
+    push.connect(output_ep)
+    if ready:
+        Path(ready).touch()
+    seq = 0
+    while True:
+        deltas, nonces = base.on_frame(pull.recv())
+        if deltas:
+            push.send(b"D" + ENC.encode({"shard": 0, "seq": seq, "deltas": deltas}))
+            seq += 1
+        for nonce in nonces:
+            push.send(b"Q" + ENC.encode({"nonce": nonce, "shard": -1}))
+            push.send(b"Q" + ENC.encode({"nonce": nonce, "shard": 0}))
 
 
 def main() -> int:
@@ -150,34 +347,11 @@ def main() -> int:
     ap.add_argument("--tokenizer", default="deepseek-v4")
     ap.add_argument("--ready", default="")
     a = ap.parse_args()
-    base = Baseline(a.kind, a.tokenizer)
-    ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL)
-    pull.setsockopt(zmq.RCVHWM, 1000)
-    pull.bind(a.input)
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.SNDHWM, 1000)
-    push.connect(a.output)
-    if a.ready:
-        Path(a.ready).touch()
-    seq = 0
-    import signal
+    info = load(a.tokenizer)
+    base = (Vllm if a.kind == "vllm" else Sglang)(info.tokenizer)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    while True:
-        frame = pull.recv()
-        pongs: list[Pong] = []
-        try:
-            if frame[0] == protocol.TAG_BATCH:
-                deltas = base.on_batch(protocol.decode_batch(frame))
-            else:
-                deltas, pongs = base.on_control(protocol.decode_control(frame))
-        except protocol.FrameError:
-            continue
-        if deltas:
-            push.send(protocol.encode_deltas(Deltas(0, seq, deltas)))
-            seq += 1
-        for p in pongs:
-            push.send(protocol.encode_pong(p))
+    serve(base, a.input, a.output, a.ready)
+    return 0
 
 
 if __name__ == "__main__":

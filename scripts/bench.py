@@ -1,14 +1,23 @@
 #!/usr/bin/env python3
-"""The benchmark: sglang-tok (1 and 2 shards) against the SGLang and vLLM baselines.
+"""The benchmark: issue 10's targets, sglang-tok (1 and 2 shards) against the lean peers.
 
-One run, same traces, same sockets, same client. For each system and trace: saturated
-throughput (replay as fast as backpressure allows), then a replay paced at 50% of that
-system's own saturated frame rate for latency. CPU seconds per million tokens count every
-process of the system (service: supervisor, egress, shards, http). Figures are printed with
-their ratio to the best baseline of the same trace: ratios, because the machine is shared.
+One run, same traces, same sockets, same client, systems side by side (ratios, because
+the machine is shared and noisy). The peer is `baselines.py vllm`: one process stepping a
+`tokenizers` DecodeStream per request, reading frames with raw msgpack and `array` and
+writing plain maps; `baselines.py sglang` (SGLang's DetokenizerManager, same lean I/O) is
+shown beside it. For every system and trace:
 
-    python scripts/bench.py                   # both standard traces
-    python scripts/bench.py --quick           # small traces, for a smoke run
+  flat out     replay as fast as backpressure allows: ids/s, and CPU seconds per million
+               ids summed over every process of the system (psutil; the client excluded)
+  window       replay with at most --window (64) BATCH frames in flight: ids/s
+  50% load     replay at half the peer's flat-out frame rate: frame latency p50/p99 (send
+               to the last delta its rows produced), time to first delta, inter-delta gap
+
+Then each target of the issue, with its ratio and whether it was reached.
+
+    python scripts/bench.py                   # both standard traces (a, b)
+    python scripts/bench.py --quick           # quarter-size traces, for a smoke run
+    python scripts/bench.py --repeat 3        # three interleaved rounds, medians
 """
 
 from __future__ import annotations
@@ -16,8 +25,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +42,8 @@ from tracefile import read
 
 from sglang_tok.workload import PlanSpec
 
-SYSTEMS = ["sglang-tok x1", "sglang-tok x2", "baseline sglang", "baseline vllm"]
+PEER = "peer vllm"
+SYSTEMS = ["sglang-tok x1", "sglang-tok x2", PEER, "peer sglang"]
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -45,46 +57,156 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def start(system: str, tokenizer: str, work: Path) -> Target:
+def start(system: str, tokenizer: str, work: Path, extra: list[str]) -> Target:
     if system.startswith("sglang-tok"):
-        return start_service(int(system[-1]), tokenizer, work)
+        return start_service(int(system[-1]), tokenizer, work, extra)
     return start_baseline(system.split()[-1], tokenizer, work)
 
 
-def measure(system: str, trace_path: str, work: Path) -> dict[str, Any]:
+def run_once(system: str, trace_path: str, work: Path, extra: list[str],
+             **kw: Any) -> dict[str, Any]:
+    """One fresh start of the system, one replay; CPU counted from the first frame sent
+    to the last PONG received, so start-up and verification are not in it."""
     trace = read(trace_path)
-    tokenizer = trace.meta.get("tokenizer", "deepseek-v4")
-    out: dict[str, Any] = {}
-    target = start(system, tokenizer, work)
+    target = start(system, trace.meta.get("tokenizer", "deepseek-v4"), work, extra)
     try:
         pids = target.pids()
-        c0 = cpu_seconds(pids)
-        sat = replay(trace, target, None, progress=False)
-        c1 = cpu_seconds(pids)
+        probe: Callable[[], float] = lambda: cpu_seconds(pids)  # noqa: E731
+        r = replay(trace, target, None, progress=False, probe=probe, **kw)
     finally:
         target.stop()
-    out["saturated"] = sat
-    out["cpu_s_per_mtok"] = (c1 - c0) / max(1, sat["tokens"]) * 1e6
-    fps = len(trace.frames) / sat["elapsed_s"]
-    target = start(system, tokenizer, work)
-    try:
-        half = replay(trace, target, None, progress=False, rate_fps=fps * 0.5)
-    finally:
-        target.stop()
-    out["half"] = half
+    r["cpu_s_per_mid"] = r["probe"] / max(1, r["tokens"]) * 1e6
+    return r
+
+
+def measure(systems: list[str], path: str, work: Path, window: int, repeat: int,
+            extra: list[str]) -> dict[str, Any]:
+    """Rounds of every system, interleaved, so that each round sees the same machine."""
+    per: dict[str, dict[str, list[dict[str, Any]]]] = {
+        s: {"flat": [], "window": [], "half": []} for s in systems}
+    for n in range(repeat):
+        for system in systems:
+            flat = run_once(system, path, work, extra)
+            win = run_once(system, path, work, extra, window=window)
+            per[system]["flat"].append(flat)
+            per[system]["window"].append(win)
+            print(f"  round {n + 1} {system:<14} flat {flat['tokens_per_s']:>10,.0f} ids/s  "
+                  f"cpu {flat['cpu_s_per_mid']:.2f} s/M ids  window {window}: "
+                  f"{win['tokens_per_s']:>10,.0f} ids/s  exact {flat['verified_exact']}/"
+                  f"{flat['requests']}", flush=True)
+    peer = per[PEER if PEER in per else systems[-1]]["flat"]
+    rate = 0.5 * median([r["frames"] / r["elapsed_s"] for r in peer])
+    for n in range(repeat):
+        for system in systems:
+            half = run_once(system, path, work, extra, rate_fps=rate)
+            per[system]["half"].append(half)
+            print(f"  round {n + 1} {system:<14} at {rate:,.0f} frames/s: frame p99 "
+                  f"{half['latency_ms']['p99']:.2f} ms", flush=True)
+    return {"systems": per, "half_rate_fps": rate}
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fig(res: dict[str, Any], system: str, kind: str, *path: str) -> float:
+    """The median over rounds of one figure, e.g. fig(res, PEER, "half", "latency_ms", "p99")."""
+    vals = []
+    for r in res["systems"][system][kind]:
+        for key in path:
+            r = r[key]
+        vals.append(float(r))
+    return median(vals)
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+COLUMNS: list[tuple[str, str, tuple[str, ...], str, bool]] = [
+    # heading, run kind, figure path, format, with a ratio to the peer
+    ("flat ids/s", "flat", ("tokens_per_s",), ",.0f", True),
+    ("w{w} ids/s", "window", ("tokens_per_s",), ",.0f", True),
+    ("CPU s/Mid", "flat", ("cpu_s_per_mid",), ".2f", True),
+    ("p50@50%", "half", ("latency_ms", "p50"), ".2f", False),
+    ("p99@50%", "half", ("latency_ms", "p99"), ".2f", True),
+    ("TTFT p99", "half", ("ttft_ms", "p99"), ".2f", False),
+    ("gap p99", "half", ("gap_ms", "p99"), ".2f", False),
+]
+
+
+def print_systems(name: str, res: dict[str, Any], window: int) -> None:
+    per = res["systems"]
+    peer = PEER if PEER in per else None
+    print(f"\ntrace {name}; 50% load = {res['half_rate_fps']:,.0f} frames/s (half the "
+          f"peer's flat-out rate); medians of {len(per[next(iter(per))]['flat'])} rounds; "
+          "latencies in ms")
+    head = f"{'system':<14}"
+    for title, _, _, _, rel in COLUMNS:
+        head += f" {title.format(w=window):>11}" + (f" {'x peer':>6}" if rel else "")
+    head += f" {'exact':>11}"
+    print(head)
+    print("-" * len(head))
+    for system, runs in per.items():
+        line = f"{system:<14}"
+        for _, kind, path, fmt, rel in COLUMNS:
+            x = fig(res, system, kind, *path)
+            line += f" {x:>11{fmt}}"
+            if rel:
+                line += f" {ratio(x, fig(res, peer, kind, *path)) if peer else 1:>5.2f}x"
+        exact = min(r["verified_exact"] for rs in runs.values() for r in rs)
+        line += f" {exact:>5}/{runs['flat'][0]['requests']:<5}"
+        print(line)
+
+
+def targets(results: dict[str, Any], window: int) -> list[tuple[str, str, float, bool]]:
+    """(target, trace, figure, reached) for every target this benchmark measures."""
+    out = []
+    x1, x2 = "sglang-tok x1", "sglang-tok x2"
+    for name, res in results.items():
+        per = res["systems"]
+        t = name.split(":")[0]
+
+        def rel(a: str, b: str, kind: str, *path: str) -> float:
+            return ratio(fig(res, a, kind, *path), fig(res, b, kind, *path))  # noqa: B023
+
+        if x1 in per and PEER in per:
+            x = rel(x1, PEER, "flat", "cpu_s_per_mid")
+            out.append(("CPU per id, 1 shard <= 0.50x peer", t, x, x <= 0.5))
+        if x1 in per and x2 in per:
+            x = rel(x2, x1, "flat", "cpu_s_per_mid")
+            out.append(("CPU per id, 2 shards <= 1.10x 1 shard", t, x, x <= 1.1))
+        if x1 in per and PEER in per:
+            x = rel(x1, PEER, "window", "tokens_per_s")
+            out.append((f"ids/s, 1 shard >= 1.50x peer, {window} in flight", t, x, x >= 1.5))
+            x = rel(x1, PEER, "flat", "tokens_per_s")
+            out.append(("ids/s, 1 shard >= 1.50x peer, flat out", t, x, x >= 1.5))
+        for system in (x1, x2):
+            if system in per and PEER in per:
+                x = rel(system, PEER, "half", "latency_ms", "p99")
+                shards = "1 shard" if system == x1 else "2 shards"
+                out.append((f"p99 frame latency at 50%, {shards} <= 1.00x peer", t, x,
+                            x <= 1.0))
+        for system, runs in per.items():
+            if system.startswith("sglang-tok"):
+                bad = sum(r["requests"] - r["verified_exact"] for rs in runs.values()
+                          for r in rs)
+                out.append((f"every request verified, {system}", t, float(bad), bad == 0))
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
-    ap.add_argument("--traces", default="a,b", help="which standard traces: a, b or a,b")
-    ap.add_argument("--json", default="bench-out/bench.json")
-    a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="sglang-tok-bench-"))
-    scale = 4 if a.quick else 1
-    traces = {
+def print_targets(rows: list[tuple[str, str, float, bool]]) -> None:
+    print(f"\n{'target':<52} {'trace':<5} {'figure':>8}  result")
+    print("-" * 78)
+    for target, trace, x, ok in rows:
+        fig = f"{x:.0f} bad" if target.startswith("every") else f"{x:.2f}x"
+        print(f"{target:<52} {trace:<5} {fig:>8}  {'reached' if ok else 'NOT reached'}")
+    print(f"{'egress alone >= 5M rows/s on trace a':<52} {'a':<5} {'-':>8}  "
+          "measured by scripts/bench_stages.py")
+
+
+def standard_traces(scale: int) -> dict[str, PlanSpec]:
+    return {
         "a: 1024 conc, 1 id/row, 5% top-5": PlanSpec(
             requests=4096 // scale, concurrency=1024 // scale, ids_per_row=(1, 1),
             min_tokens=32, max_tokens=160, logprob_share=0.05, top_k=5, engines=2, seed=1),
@@ -92,45 +214,43 @@ def main() -> int:
             requests=1024 // scale, concurrency=256 // scale, ids_per_row=(4, 4),
             min_tokens=64, max_tokens=512, engines=2, seed=2),
     }
-    results: dict[str, dict[str, Any]] = {}
+
+
+def strip(obj: Any) -> Any:
+    """The JSON summary without the per-frame series."""
+    if isinstance(obj, dict):
+        return {k: strip(v) for k, v in obj.items() if not str(k).startswith("_")}
+    return obj
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="quarter-size traces")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--traces", default="a,b", help="which standard traces: a, b or a,b")
+    ap.add_argument("--window", type=int, default=64, help="frames in flight")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; figures are medians")
+    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
+    ap.add_argument("--json", default="bench-out/bench.json")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sglang-tok-bench-"))
     systems = a.systems.split(",")
-    for name, spec in traces.items():
+    results: dict[str, Any] = {}
+    for name, spec in standard_traces(4 if a.quick else 1).items():
         if name[0] not in a.traces.split(","):
             continue
         path = str(work / f"{name[0]}.trace")
         stats = synthesise(path, spec, "deepseek-v4", 20.0, spec.top_k)
         print(f"trace {name}: {stats}", flush=True)
-        results[name] = {}
-        for system in systems:
-            r = measure(system, path, work)
-            results[name][system] = r
-            s, h = r["saturated"], r["half"]
-            print(f"  {system:<16} {s['tokens_per_s']:>10,.0f} tok/s  exact "
-                  f"{s['verified_exact']}/{s['requests']}  p99@50% "
-                  f"{h['latency_ms']['p99']:.2f} ms  cpu {r['cpu_s_per_mtok']:.2f} s/Mtok",
-                  flush=True)
-    print()
-    header = (f"{'trace':<34} {'system':<16} {'tok/s':>10} {'x best':>7} {'p50@50%':>8} "
-              f"{'p99@50%':>8} {'x best':>7} {'cpu s/Mtok':>10} {'tok/cpu-s x':>11} {'exact':>10}")
-    print(header)
-    print("-" * len(header))
-    for name, per in results.items():
-        bases = {k: v for k, v in per.items() if k.startswith("baseline")}
-        best_tps = max((v["saturated"]["tokens_per_s"] for v in bases.values()), default=1)
-        best_p99 = min((v["half"]["latency_ms"]["p99"] for v in bases.values()), default=1)
-        best_cpu = min((v["cpu_s_per_mtok"] for v in bases.values()), default=1)
-        for system, r in per.items():
-            s, h = r["saturated"], r["half"]
-            print(f"{name:<34} {system:<16} {s['tokens_per_s']:>10,.0f} "
-                  f"{s['tokens_per_s'] / best_tps:>6.2f}x {h['latency_ms']['p50']:>8.2f} "
-                  f"{h['latency_ms']['p99']:>8.2f} {h['latency_ms']['p99'] / best_p99:>6.2f}x "
-                  f"{r['cpu_s_per_mtok']:>10.2f} {best_cpu / r['cpu_s_per_mtok']:>10.2f}x "
-                  f"{s['verified_exact']:>5}/{s['requests']:<4}")
+        extra = ["--output-format", a.output_format] if a.output_format else []
+        results[name] = measure(systems, path, work, a.window, a.repeat, extra)
+    for name, res in results.items():
+        print_systems(name, res, a.window)
+    rows = targets(results, a.window)
+    print_targets(rows)
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(
-        {n: {s: {k: ({kk: vv for kk, vv in v.items() if not kk.startswith("_")}
-                     if isinstance(v, dict) else v) for k, v in r.items()}
-             for s, r in per.items()} for n, per in results.items()}, indent=1))
+        {"results": strip(results), "targets": rows, "window": a.window}, indent=1))
     print(f"\nJSON: {a.json}")
     return 0
 

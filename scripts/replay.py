@@ -5,10 +5,13 @@
     python scripts/replay.py trace --input ipc://... --output ipc://... --shards 2
     python scripts/replay.py trace --start 2 --speed 2  # twice the recorded pace
     python scripts/replay.py trace --start 2 --max      # as fast as backpressure allows
+    python scripts/replay.py trace --start 2 --max --window 64  # at most 64 frames in flight
 
 The client stays cheap on a small machine: frames are pre-encoded, outputs are stored raw
-with their arrival time, and decoding and verification happen after the run. Reports
-rows/s, tokens/s, frame latency (send to the last delta of that frame) percentiles,
+with their arrival time, and decoding and verification happen after the run (with
+--window, outputs are mapped to frames as they arrive, which the window needs). Reports
+rows/s, tokens/s, frame latency (send to the last delta that the frame's rows produced,
+see `DeltaMap`), time to first delta and inter-delta gaps of streaming requests,
 per-shard load and errors, as a table, a JSON summary (--json) and a PNG chart (--chart).
 """
 
@@ -22,9 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import zmq
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -97,20 +102,217 @@ def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:
     return Target(inp, out, 1, proc)
 
 
+class _LeanDelta(msgspec.Struct, gc=False):
+    """The two keys the latency map needs; msgspec skips the rest of each map unbuilt."""
+
+    rid: str
+    finish: Any = None
+
+
+class _LeanDeltas(msgspec.Struct, gc=False):
+    shard: int
+    seq: int
+    deltas: list[_LeanDelta]
+
+
+class _LeanColumns(msgspec.Struct, array_like=True, gc=False):
+    """A COLUMNS message (protocol 5.1, `--output-format columnar`): rids and the sparse
+    finish column; texts and ids stay raw bytes and later columns are skipped."""
+
+    shard: int
+    seq: int
+    rids: list[str]
+    texts: msgspec.Raw
+    id_lens: msgspec.Raw
+    ids: msgspec.Raw
+    finish: list[tuple[int, Any]] = []
+
+
+_LEAN = msgspec.msgpack.Decoder(_LeanDeltas)
+_LEAN_COLUMNS = msgspec.msgpack.Decoder(_LeanColumns)
+
+
+class DeltaMap:
+    """Which input frame each delta answers, so that latency is measured per frame.
+
+    Protocol rule 1 says which rows produce a delta of their own: every accepted row of a
+    streaming request, only the last row of a `stream: false` request; rule 6 says rows
+    after a request's end produce none. So a rid's j-th delta answers its j-th producing
+    row, read from the trace before the run. A service stop string (or a terminal error)
+    ends a request early: its last delta arrives with a finish while producing rows remain,
+    and those rows are struck off when it arrives. ABORT and ERROR deltas hold their place
+    in a rid's sequence but answer a control frame, which is not a frame-latency sample.
+
+    A frame's latency is the time from its send to the arrival of the last delta that its
+    rows produced; a frame is in flight from its send until every row of it that produces a
+    delta has one (or is struck off), which is what `--window` counts.
+    """
+
+    def __init__(self, frames: list[bytes]) -> None:
+        n = len(frames)
+        self.expect: dict[str, list[int]] = {}
+        self.first_row: dict[str, int] = {}
+        self.pending = [0] * n
+        self.sent = [0.0] * n
+        self.is_sent = bytearray(n)
+        self.last = [0.0] * n
+        self.got: dict[str, int] = {}
+        self.arrivals: dict[str, list[float]] = {}
+        self.inflight = 0
+        self.per_shard: dict[int, int] = {}
+        self._build(frames)
+
+    def _build(self, frames: list[bytes]) -> None:
+        stream: dict[str, bool] = {}
+        live: dict[str, bool] = {}
+        ended: set[str] = set()
+        for i, frame in enumerate(frames):
+            tag = frame[0] if frame else -1
+            try:
+                if tag == protocol.TAG_BATCH:
+                    b = protocol.decode_batch(frame)
+                    for rid, fin in zip(b.rids, b.header.finish_reasons):
+                        if rid in ended:
+                            continue
+                        if rid not in live:
+                            live[rid] = stream.pop(rid, True)
+                            self.first_row[rid] = i
+                        if live[rid] or fin is not None:
+                            self._expect(rid, i)
+                        if fin is not None:
+                            del live[rid]
+                            ended.add(rid)
+                    continue
+                msg = protocol.decode_control(frame)
+            except protocol.FrameError as exc:
+                for rid in exc.rids if tag == protocol.TAG_BATCH else []:
+                    if rid not in ended:  # its terminal error delta answers this frame
+                        self._expect(rid, i)
+                        live.pop(rid, None)
+                        ended.add(rid)
+                continue
+            if isinstance(msg, protocol.Open):
+                if msg.rid not in live:
+                    stream[msg.rid] = msg.stream
+            elif isinstance(msg, (protocol.Abort, protocol.Error)):
+                for rid in msg.rids if isinstance(msg, protocol.Abort) else [msg.rid]:
+                    if rid in live:
+                        self.expect.setdefault(rid, []).append(-1)
+                        del live[rid]
+                        ended.add(rid)
+
+    def _expect(self, rid: str, frame: int) -> None:
+        self.expect.setdefault(rid, []).append(frame)
+        self.pending[frame] += 1
+
+    def mark_sent(self, frame: int, t: float) -> None:
+        self.sent[frame] = t
+        self.is_sent[frame] = 1
+        if self.pending[frame]:
+            self.inflight += 1
+
+    def feed(self, t: float, raw: bytes) -> None:
+        """Account one output message that arrived at time t (PONGs are ignored)."""
+        if raw[0] == protocol.TAG_DELTAS:
+            msg = _LEAN.decode(memoryview(raw)[1:])
+            shard, n = msg.shard, len(msg.deltas)
+            rows: Any = ((d.rid, d.finish) for d in msg.deltas)
+        elif raw[0] == protocol.TAG_COLUMNS:
+            cols = _LEAN_COLUMNS.decode(memoryview(raw)[1:])
+            shard, n = cols.shard, len(cols.rids)
+            ends = dict(cols.finish)
+            rows = ((rid, ends.get(r)) for r, rid in enumerate(cols.rids))
+        else:
+            return
+        self.per_shard[shard] = self.per_shard.get(shard, 0) + n
+        got, expect, arrivals = self.got, self.expect, self.arrivals
+        for rid, finish in rows:
+            j = got.get(rid, 0)
+            got[rid] = j + 1
+            times = arrivals.get(rid)
+            if times is None:
+                arrivals[rid] = [t]
+            else:
+                times.append(t)
+            exp = expect.get(rid)
+            if exp is None or j >= len(exp):
+                continue
+            f = exp[j]
+            if f >= 0:
+                self.last[f] = t
+                self._answered(f)
+            if finish is not None and j + 1 < len(exp):
+                for f in exp[j + 1:]:
+                    if f >= 0:
+                        self._answered(f)
+                del exp[j + 1:]
+
+    def _answered(self, f: int) -> None:
+        self.pending[f] -= 1
+        if not self.pending[f] and self.is_sent[f]:
+            self.inflight -= 1
+
+    def frame_latencies(self, t0: float) -> list[tuple[float, float]]:
+        """(send time since t0, latency) of every frame whose rows produced a delta."""
+        return [(self.sent[i] - t0, self.last[i] - self.sent[i])
+                for i in range(len(self.last)) if self.last[i] and self.is_sent[i]]
+
+    def first_delta(self, t0: float) -> list[tuple[float, float]]:
+        """(first row's send since t0, time to first delta) of every request whose first
+        row produces a delta; a `stream: false` request's first delta is its last."""
+        out = []
+        for rid, fr in self.first_row.items():
+            exp, times = self.expect.get(rid), self.arrivals.get(rid)
+            if exp and times and exp[0] == fr and self.is_sent[fr]:
+                out.append((self.sent[fr] - t0, times[0] - self.sent[fr]))
+        return out
+
+    def gaps(self) -> list[float]:
+        """Inter-delta gaps of every request whose every row produces a delta."""
+        out: list[float] = []
+        for rid, times in self.arrivals.items():
+            exp = self.expect.get(rid)
+            if exp and exp[0] == self.first_row.get(rid) and len(times) > 1:
+                out.extend(b - a for a, b in zip(times, times[1:]))
+        return out
+
+
+def _drain(sock: zmq.Socket, raw: list[tuple[float, bytes]], dmap: DeltaMap | None) -> None:
+    while True:
+        try:
+            r = sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return
+        t = time.monotonic()
+        raw.append((t, r))
+        if dmap is not None:
+            dmap.feed(t, r)
+
+
 def replay(trace: Trace, target: Target, speed: float | None, progress: bool = True,
-           rate_fps: float | None = None) -> dict[str, Any]:
-    """Send every frame (paced by trace time / speed, by a fixed frame rate, or flat out),
-    collect raw outputs with arrival times, then verify and measure."""
+           rate_fps: float | None = None, window: int = 0,
+           probe: Callable[[], float] | None = None) -> dict[str, Any]:
+    """Send every frame (paced by trace time / speed, by a fixed frame rate, or flat out;
+    with `window`, never more than that many BATCH frames in flight), collect raw outputs
+    with arrival times, then verify and measure.
+
+    Without a window the client only stores raw outputs while it sends, so it stays cheap;
+    a window needs to know when frames are answered, so outputs are mapped as they come.
+    `probe` (e.g. the system's CPU seconds) is read at the first send and at the last PONG;
+    the difference is the report's "probe".
+    """
     ctx = zmq.Context()
     front = Frontend(target.output, ctx, hwm=0)
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.SNDHWM, 64)
     push.connect(target.input)
+    dmap = DeltaMap(trace.frames)
+    live = dmap if window else None
     time.sleep(0.2)  # let the connection come up before the clock starts
     raw: list[tuple[float, bytes]] = []
     sock = front.sock
     frames, times = trace.frames, trace.times
-    sent_at = [0.0] * len(frames)
+    p0 = probe() if probe is not None else 0.0
     t0 = time.monotonic()
     last_report = t0
     for i, frame in enumerate(frames):
@@ -121,24 +323,22 @@ def replay(trace: Trace, target: Target, speed: float | None, progress: bool = T
                 if left <= 0:
                     break
                 if sock.poll(int(left * 1000) + 1):
-                    while True:
-                        try:
-                            raw.append((time.monotonic(), sock.recv(zmq.NOBLOCK)))
-                        except zmq.Again:
-                            break
+                    _drain(sock, raw, live)
+        if window and dmap.pending[i]:
+            stall = time.monotonic() + 60
+            while dmap.inflight >= window and time.monotonic() < stall:
+                if sock.poll(100):
+                    _drain(sock, raw, live)
         push.send(frame, copy=False)
-        sent_at[i] = time.monotonic()
-        while True:
-            try:
-                raw.append((time.monotonic(), sock.recv(zmq.NOBLOCK)))
-            except zmq.Again:
-                break
-        if progress and sent_at[i] - last_report > 0.5:
-            last_report = sent_at[i]
+        dmap.mark_sent(i, time.monotonic())
+        _drain(sock, raw, live)
+        if progress and dmap.sent[i] - last_report > 0.5:
+            last_report = dmap.sent[i]
             pct = 100 * (i + 1) / len(frames)
             bar = "#" * int(pct / 4)
             print(f"\r[{bar:<25}] {pct:5.1f}% {i + 1}/{len(frames)} frames "
-                  f"{(i + 1) / (sent_at[i] - t0):,.0f} frames/s", end="", file=sys.stderr)
+                  f"{(i + 1) / (dmap.sent[i] - t0):,.0f} frames/s", end="", file=sys.stderr)
+    fed = len(raw) if window else 0
     nonce = 1 << 40
     push.send(protocol.encode_control(protocol.Ping(nonce)))
     want = set(range(-1, target.shards))
@@ -151,48 +351,41 @@ def replay(trace: Trace, target: Target, speed: float | None, progress: bool = T
                 p = protocol.decode_output(r)
                 if p.nonce == nonce:  # type: ignore[union-attr]
                     want.discard(p.shard)  # type: ignore[union-attr]
+    p1 = probe() if probe is not None else 0.0
     if progress:
         print(file=sys.stderr)
     push.close(linger=0)
-    report = analyse(trace, front, raw, sent_at, t0, complete=not want)
+    for t, r in raw[fed:]:
+        dmap.feed(t, r)
+    report = analyse(trace, front, raw, dmap, t0, complete=not want)
+    report["window"] = window
+    report["probe"] = p1 - p0
     front.close()
     ctx.term()
     return report
 
 
-def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]],
-            sent_at: list[float], t0: float, complete: bool) -> dict[str, Any]:
-    arrivals: dict[str, list[float]] = {}
-    per_shard: dict[int, int] = {}
+def _ms(xs: list[float], qs: tuple[float, ...]) -> dict[str, float]:
+    out = {f"p{q:g}": 1000 * percentile(xs, q) for q in qs}
+    out["max"] = 1000 * max(xs) if xs else float("nan")
+    return out
+
+
+def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]], dmap: DeltaMap,
+            t0: float, complete: bool) -> dict[str, Any]:
     last = t0
     for t, r in raw:
-        msg = protocol.decode_output(r)
         front.take(r)
-        if isinstance(msg, protocol.Deltas):
+        if r[0] != protocol.TAG_PONG:
             last = max(last, t)
-            per_shard[msg.shard] = per_shard.get(msg.shard, 0) + len(msg.deltas)
-            for d in msg.deltas:
-                arrivals.setdefault(d.rid, []).append(t)
-    seen: dict[str, int] = {}
-    lat: list[float] = []
-    lat_t: list[tuple[float, float]] = []
     rows = tokens = 0
-    for i, frame in enumerate(trace.frames):
-        if not frame or frame[0] != protocol.TAG_BATCH:
-            continue
-        b = protocol.decode_batch(frame)
-        rows += len(b)
-        tokens += b.tokens.row_starts[-1]
-        worst = None
-        for rid in b.rids:
-            k = seen.get(rid, 0)
-            seen[rid] = k + 1
-            arr = arrivals.get(rid)
-            if arr is not None and k < len(arr):
-                worst = arr[k] if worst is None else max(worst, arr[k])
-        if worst is not None:
-            lat.append(worst - sent_at[i])
-            lat_t.append((sent_at[i] - t0, worst - sent_at[i]))
+    for frame in trace.frames:
+        if frame and frame[0] == protocol.TAG_BATCH:
+            b = protocol.decode_batch(frame)
+            rows += len(b)
+            tokens += b.tokens.row_starts[-1]
+    lat_t = dmap.frame_latencies(t0)
+    ttft_t = dmap.first_delta(t0)
     info = load(trace.meta.get("tokenizer", "deepseek-v4"))
     reqs = requests(trace.frames)
     problems = [p for r in reqs.values() for p in verify(r, front.requests.get(r.rid), info)]
@@ -201,15 +394,27 @@ def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]],
     return {
         "frames": len(trace.frames), "rows": rows, "tokens": tokens, "requests": len(reqs),
         "elapsed_s": elapsed, "rows_per_s": rows / elapsed, "tokens_per_s": tokens / elapsed,
-        "latency_ms": {f"p{q}": 1000 * percentile(lat, q) for q in (50, 90, 99, 99.9)},
-        "per_shard_deltas": {str(k): v for k, v in sorted(per_shard.items())},
+        "trace_s": trace.times[-1] if trace.times else 0.0,
+        "latency_ms": _ms([v for _, v in lat_t], (50, 90, 99, 99.9)),
+        "latency_frames": len(lat_t),
+        "ttft_ms": _ms([v for _, v in ttft_t], (50, 99)), "ttft_requests": len(ttft_t),
+        "gap_ms": _ms(dmap.gaps(), (50, 99)),
+        "per_shard_deltas": {str(k): v for k, v in sorted(dmap.per_shard.items())},
         "errors": errors, "verified_exact": len(reqs) - len({p.split(":")[0] for p in problems}),
         "problems": problems[:20], "violations": front.violations[:20],
-        "complete": complete, "_latency_series": lat_t,
+        "complete": complete, "_latency_series": lat_t, "_ttft_series": ttft_t,
     }
 
 
+def _buckets(series: list[tuple[float, float]], width: float) -> dict[int, list[float]]:
+    buckets: dict[int, list[float]] = {}
+    for t, v in series:
+        buckets.setdefault(int(t / width), []).append(v)
+    return buckets
+
+
 def chart(report: dict[str, Any], path: str) -> None:
+    """Frames/s, frame latency p50/p99 and time to first delta p50/p99 over the run."""
     try:
         import matplotlib
     except ImportError:
@@ -222,19 +427,25 @@ def chart(report: dict[str, Any], path: str) -> None:
     if not series:
         return
     width = 0.5
-    buckets: dict[int, list[float]] = {}
-    for t, v in series:
-        buckets.setdefault(int(t / width), []).append(v)
-    xs = sorted(buckets)
-    fig, (a1, a2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    a1.plot([x * width for x in xs], [len(buckets[x]) / width for x in xs])
+    fig, (a1, a2, a3) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    lat = _buckets(series, width)
+    xs = sorted(lat)
+    a1.plot([x * width for x in xs], [len(lat[x]) / width for x in xs])
     a1.set_ylabel("frames/s")
     a1.set_title(f"{report.get('label', 'replay')}: {report['tokens_per_s']:,.0f} tokens/s")
-    a2.plot([x * width for x in xs], [1000 * percentile(buckets[x], 50) for x in xs], label="p50")
-    a2.plot([x * width for x in xs], [1000 * percentile(buckets[x], 99) for x in xs], label="p99")
+    for q in (50, 99):
+        a2.plot([x * width for x in xs], [1000 * percentile(lat[x], q) for x in xs],
+                label=f"p{q}")
     a2.set_ylabel("frame latency (ms)")
-    a2.set_xlabel("seconds")
     a2.legend()
+    ttft = _buckets(report["_ttft_series"], width)
+    ts = sorted(ttft)
+    for q in (50, 99):
+        a3.plot([x * width for x in ts], [1000 * percentile(ttft[x], q) for x in ts],
+                label=f"p{q}")
+    a3.set_ylabel("time to first delta (ms)")
+    a3.set_xlabel("seconds (frame send / request start)")
+    a3.legend()
     fig.tight_layout()
     fig.savefig(path)
 
@@ -244,7 +455,11 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"{r['requests']} requests, {r['frames']} frames, {r['rows']} rows, {r['tokens']} "
           f"tokens in {r['elapsed_s']:.2f}s")
     print(f"throughput: {r['rows_per_s']:,.0f} rows/s, {r['tokens_per_s']:,.0f} tokens/s")
-    print("frame latency ms: " + ", ".join(f"{k} {v:.2f}" for k, v in lat.items()))
+    print(f"frame latency ms ({r['latency_frames']} frames): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in lat.items()))
+    print(f"time to first delta ms ({r['ttft_requests']} streaming requests): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in r["ttft_ms"].items()))
+    print("inter-delta gap ms: " + ", ".join(f"{k} {v:.2f}" for k, v in r["gap_ms"].items()))
     print(f"per-shard deltas: {r['per_shard_deltas']}; terminal errors: {r['errors']}")
     print(f"verified exact: {r['verified_exact']}/{r['requests']}; "
           f"violations: {len(r['violations'])}; complete: {r['complete']}")
@@ -263,6 +478,10 @@ def main() -> int:
     pace = ap.add_mutually_exclusive_group()
     pace.add_argument("--speed", type=float, default=1.0, help="multiple of the recorded pace")
     pace.add_argument("--max", action="store_true", help="as fast as backpressure allows")
+    pace.add_argument("--rate", type=float, default=0.0, help="a fixed rate, frames/s")
+    ap.add_argument("--window", type=int, default=0,
+                    help="at most N BATCH frames in flight (sent, not every delta back)")
+    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
     ap.add_argument("--json", default="", help="write the summary here")
     ap.add_argument("--chart", default="", help="write a PNG chart here")
     a = ap.parse_args()
@@ -272,11 +491,13 @@ def main() -> int:
     if a.baseline:
         target = start_baseline(a.baseline, tokenizer, work)
     elif a.start:
-        target = start_service(a.start, tokenizer, work)
+        extra = ["--output-format", a.output_format] if a.output_format else []
+        target = start_service(a.start, tokenizer, work, extra)
     else:
         target = Target(a.input, a.output, a.shards)
     try:
-        report = replay(trace, target, None if a.max else a.speed)
+        report = replay(trace, target, None if a.max or a.rate else a.speed,
+                        rate_fps=a.rate or None, window=a.window)
     finally:
         target.stop()
     print_report(report)

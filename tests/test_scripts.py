@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
@@ -73,13 +75,105 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
 
 
 def test_baselines_run_on_the_same_protocol(tmp_path: Path) -> None:
+    """The lean baselines' text, ids, finish and usage pass the verifier; --window works."""
     trace = tmp_path / "t.trace"
     assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "64", "--concurrency",
-               "32", "--max-tokens", "32", "--stop-share", "0", "--options-share", "0",
-               "--special-share", "0", "--prompt-share", "0", "--abort-share", "0").returncode == 0
+               "32", "--max-tokens", "32", "--ids-per-row", "1-3", "--stop-share", "0",
+               "--options-share", "0.3", "--special-share", "0.1", "--prompt-share", "0.3",
+               "--abort-share", "0.05").returncode == 0
     for kind in ("sglang", "vllm"):
         out = tmp_path / f"{kind}.json"
-        run(str(SCRIPTS / "replay.py"), str(trace), "--baseline", kind, "--max", "--json",
-            str(out))
+        r = run(str(SCRIPTS / "replay.py"), str(trace), "--baseline", kind, "--max",
+                "--window", "4", "--json", str(out))
+        assert r.returncode == 0, r.stdout + r.stderr
         summary = json.loads(out.read_text())
         assert summary["complete"] and summary["tokens"] > 0, kind
+        assert summary["verified_exact"] == summary["requests"] == 64, summary["problems"]
+        assert summary["window"] == 4 and summary["latency_frames"] > 0
+
+
+def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
+    """`stream: false` requests (one delta at the end) and requests a service stop string
+    ended (later rows give no delta) must not turn request lifetimes into frame latencies:
+    mapping a rid's k-th row to its k-th delta gave a p99.9 of whole lifetimes here."""
+    from sglang_tok import protocol
+    from sglang_tok.tokenizer import load
+    from sglang_tok.workload import expected
+
+    trace = tmp_path / "t.trace"
+    assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "120", "--concurrency",
+               "48", "--min-tokens", "40", "--max-tokens", "60", "--options-share", "1",
+               "--stop-share", "0.5", "--abort-share", "0").returncode == 0
+    t = read(trace)
+    info = load("deepseek-v4")
+    reqs = requests(t.frames)
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for when, frame in zip(t.times, t.frames):
+        if frame[0] == protocol.TAG_BATCH:
+            for rid in protocol.decode_batch(frame).rids:
+                first.setdefault(rid, when)
+                last[rid] = when
+    quiet = [last[r.rid] - first[r.rid] for r in reqs.values()
+             if r.opts is not None and not r.opts.stream and r.finish is not None]
+    stopped = [r for r in reqs.values() if r.finish is not None
+               and expected(r, info)[1] != r.finish]
+    assert len(quiet) >= 5 and min(quiet) > 0.5 and len(stopped) >= 5
+
+    out = tmp_path / "r.json"
+    r = run(str(SCRIPTS / "replay.py"), str(trace), "--start", "2", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = json.loads(out.read_text())
+    assert s["verified_exact"] == s["requests"] == 120 and s["complete"]
+    lat, ttft, gap = s["latency_ms"], s["ttft_ms"], s["gap_ms"]
+    # every sample is a frame's or a first row's own latency: far below any lifetime
+    bound_ms = 1000 * min(min(quiet) / 2, s["trace_s"] / 8)
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"] < bound_ms, lat
+    assert 0 < ttft["p50"] <= ttft["max"] < bound_ms, ttft
+    assert s["ttft_requests"] == sum(1 for q in reqs.values()
+                                     if q.opts is None or q.opts.stream)
+    # deltas of a streaming request come one trace step (20 ms) apart, give or take
+    assert 5 < gap["p50"] < 60, gap
+
+
+def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
+    """The frame each delta answers, and frames in flight, on hand-made frames and outputs
+    (DELTAS and COLUMNS messages)."""
+    from replay import DeltaMap
+
+    from sglang_tok import protocol
+    from sglang_tok.protocol import Delta, Deltas
+
+    def batch(*rows: tuple[str, dict | None]) -> bytes:
+        return protocol.encode_batch([{"rid": r, "ids": [100], "finish": f} for r, f in rows])
+
+    end = {"type": "length", "length": 3}
+    frames = [
+        protocol.encode_control(protocol.Open("quiet", stream=False)),  # 0
+        batch(("s", None), ("quiet", None), ("stop", None), ("ab", None)),  # 1
+        batch(("s", None), ("quiet", None), ("stop", None)),  # 2: "stop" ends here
+        protocol.encode_control(protocol.Abort(["ab"])),  # 3
+        batch(("s", end), ("quiet", end), ("stop", None)),  # 4: "stop" row gives nothing
+    ]
+    m = DeltaMap(frames)
+    assert m.pending == [0, 3, 2, 0, 3]
+
+    def out(t: float, *deltas: Delta, columnar: bool = False) -> None:
+        m.feed(t, protocol.encode_columns(protocol.columns_of(0, 0, list(deltas))) if columnar
+               else protocol.encode_deltas(Deltas(0, 0, list(deltas))))
+
+    for i, when in enumerate((0.9, 1.0, 1.1, 1.2, 5.0)):
+        m.mark_sent(i, when)
+    assert m.inflight == 3
+    out(1.5, Delta("s"), Delta("stop"), Delta("ab"))
+    assert m.inflight == 2  # frame 1 is back: its "quiet" row gives no delta
+    out(1.6, Delta("s"), Delta("stop", finish={"type": "stop", "matched": "x"}),
+        columnar=True)
+    assert m.pending[2] == 0 and m.pending[4] == 2 and m.inflight == 1  # "stop" struck off
+    out(4.5, Delta("ab", finish={"type": "abort"}))  # answers the ABORT, not a BATCH
+    assert m.inflight == 1
+    out(5.25, Delta("s", finish=end), Delta("quiet", finish=end), columnar=True)
+    assert m.inflight == 0 and m.pending == [0] * 5
+    assert m.frame_latencies(0.0) == [(1.0, 0.5), (1.1, 0.5), (5.0, 0.25)]
+    assert m.first_delta(0.0) == [(1.0, 0.5)] * 3  # s, stop, ab: not the stream:false one
+    assert sorted(m.gaps()) == pytest.approx([0.1, 0.1, 3.0, 3.65])
