@@ -38,8 +38,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from replay import Target, replay, start_baseline, start_service
 from synth import synthesise
-from tracefile import read
 
+from sglang_tok.tracefile import read
 from sglang_tok.workload import PlanSpec
 
 PEER = "peer vllm"

@@ -26,11 +26,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 
-from service import Service  # noqa: E402
-
+from sglang_tok.testing import Service  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402
 from sglang_tok.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
 

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from service import Service  # noqa: E402
-from test_fuzz import dropped, fuzz_round, tracebacks  # noqa: E402
+
+from sglang_tok.fuzzing import dropped, fuzz_round, tracebacks  # noqa: E402
+from sglang_tok.testing import Service  # noqa: E402
 
 
 def main() -> int:

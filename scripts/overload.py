@@ -24,13 +24,12 @@ import time
 from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import psutil  # noqa: E402
-from service import Service  # noqa: E402
 
 from sglang_tok import protocol  # noqa: E402
 from sglang_tok.client import Frontend, Scheduler  # noqa: E402
+from sglang_tok.testing import Service  # noqa: E402
 from sglang_tok.tokenizer import TokenizerInfo, load  # noqa: E402
 from sglang_tok.workload import (  # noqa: E402
     PlannedRequest,

@@ -22,9 +22,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # a sibling script module, when imported from elsewhere
 
 from sglang_tok.ring.sockets import make_socket  # noqa: E402
-from tracefile import TraceWriter  # noqa: E402
 
 from sglang_tok.scheduler import Scheduler  # noqa: E402
+from sglang_tok.tracefile import TraceWriter  # noqa: E402
 
 
 def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepseek-v4",
@@ -71,11 +71,13 @@ def main() -> int:
     ap.add_argument("--tokenizer", default="deepseek-v4")
     ap.add_argument("--seconds", type=float, default=0)
     ap.add_argument("--frames", type=int, default=0)
+    ap.add_argument("--ready", default="", help="a file to create once the input is bound")
     a = ap.parse_args()
     stop: list[int] = []
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    n = record(a.out, a.input, a.forward, a.tokenizer, a.seconds, a.frames, stop=stop)
+    n = record(a.out, a.input, a.forward, a.tokenizer, a.seconds, a.frames, stop=stop,
+               ready=a.ready)
     print(f"recorded {n} frames to {a.out}")
     return 0
 

@@ -6,16 +6,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
-sys.path.insert(0, str(SCRIPTS))
+from sglang_tok.tracefile import read, requests
 
-from tracefile import read, requests  # noqa: E402
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -42,23 +40,24 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     assert read(again).frames == t.frames
 
     # record: a scheduler pushes into the recorder as it would into the service
-    from record import record
-
     from sglang_tok.client import Scheduler
     rec = tmp_path / "rec.trace"
     ep = f"ipc://{tmp_path}/rec.ipc"
     ready = tmp_path / "rec.ready"
-    th = threading.Thread(target=record, args=(str(rec), ep), kwargs={
-        "frames": len(t.frames), "ready": str(ready), "seconds": 60})
-    th.start()
-    deadline = time.monotonic() + 30
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    s = Scheduler(ep)
-    for f in t.frames:
-        s.send(f)
-    th.join(60)
-    s.close()
+    recorder = subprocess.Popen([sys.executable, str(SCRIPTS / "record.py"), str(rec), "--input",
+                                 ep, "--frames", str(len(t.frames)), "--seconds", "60",
+                                 "--ready", str(ready)])
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        s = Scheduler(ep)
+        for f in t.frames:
+            s.send(f)
+        assert recorder.wait(60) == 0
+        s.close()
+    finally:
+        recorder.kill()
     assert read(rec).frames == t.frames
 
     out = tmp_path / "r.json"
@@ -139,9 +138,8 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
 def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
     """The frame each delta answers, and frames in flight, on hand-made frames and outputs
     (DELTAS and COLUMNS messages)."""
-    from replay import DeltaMap
-
     from sglang_tok import protocol
+    from sglang_tok.frame_latency import DeltaMap
     from sglang_tok.protocol import Delta, Deltas
 
     def batch(*rows: tuple[str, dict | None]) -> bytes:

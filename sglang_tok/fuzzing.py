@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import struct
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -11,6 +14,9 @@ from hypothesis import strategies as st
 
 from sglang_tok import protocol
 from sglang_tok.protocol import FrameError
+from sglang_tok.testing import Service
+from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 TAGS = [protocol.TAG_RESULT, protocol.TAG_BATCH, protocol.TAG_ERROR, protocol.TAG_OPEN,
         protocol.TAG_ABORT, protocol.TAG_PING]
@@ -112,3 +118,82 @@ def classify(frame: bytes) -> tuple[str | None, list[str], list[str]]:
     if isinstance(msg, protocol.Ping):
         return None, [], []
     return None, [], [msg.rid]
+
+
+_round = itertools.count()
+
+
+@functools.cache
+def _info() -> TokenizerInfo:
+    return load("deepseek-v4")
+
+
+def dropped(svc: Service) -> Counter[str]:
+    """Frames dropped by reason."""
+    return Counter({k.split('"')[1]: int(v) for k, v in svc.metrics().items()
+                    if k.startswith("sglang_tok_frames_dropped_total{")})
+
+
+def tracebacks(svc: Service) -> int:
+    """Tracebacks in the service log: an input that reaches one found a bug."""
+    return svc.log_path.read_text(errors="replace").count("Traceback (most recent call last)")
+
+
+def fuzz_round(svc: Service, data: st.DataObject) -> None:
+    """One hypothesis example: valid requests with fuzzed frames among them, then every
+    promise checked (exact, counted by reason, named rids ended, no internal error)."""
+    info = _info()
+    front = svc.front
+    assert front is not None, "the fuzz round reads the service's output"
+    n = next(_round)  # fresh rids for every run of an example, replays included
+    seed = data.draw(st.integers(0, 2**16), label="plan seed")
+    reqs = make_requests(info, PlanSpec(requests=6, concurrency=6, min_tokens=2, max_tokens=12,
+                                        ids_per_row=(1, 3), stop_share=0.3, seed=seed),
+                         prefix=f"ok{n:07d}")  # fixed width: frame sizes depend on draws only
+    fz = [f"fz{n:07d}-{i}" for i in range(4)]
+    svc.barrier(timeout=60)  # a round that failed half-way must not leak into this one
+    before = dropped(svc)
+    front.violations.clear()
+    want: Counter[str] = Counter()
+    tainted: set[str] = set()
+    named_by_drops: set[str] = set()
+    for step in schedule(reqs, 6, seed):
+        frames = [*step.opens, *([step.batch] if step.batch else []), *step.ends]
+        for f in frames:
+            svc.send(f)
+        for _ in range(data.draw(st.integers(0, 3), label="fuzz frames")):
+            source = data.draw(st.sampled_from(["junk", "mutant", "control", "bytes"]))
+            if source == "junk":
+                bad = data.draw(fuzz_batch(fz, info.vocab_size))
+            elif source == "mutant":
+                bad = mutate(data.draw(st.sampled_from(frames or [step.batch or b"\x02"])), data)
+            elif source == "control":
+                bad = bad_control(data, data.draw(st.sampled_from(fz + [r.rid for r in reqs])))
+            else:
+                bad = data.draw(st.binary(max_size=64))
+            reason, failed, names = classify(bad)
+            if reason is not None:
+                want[reason] += 1
+                named_by_drops.update(failed)
+            tainted.update(failed)
+            tainted.update(names)
+            svc.send(bad)
+        front.poll(0)
+    svc.barrier(timeout=60)
+    assert svc.health()[0] == 200, svc.logs()
+    got = dropped(svc) - before
+    assert got == want, (got, want)
+    assert got["internal"] == 0 and not tracebacks(svc), svc.logs()
+    for r in reqs:
+        out = front.requests.get(r.rid)
+        if r.rid in tainted:
+            assert out is None or out.finished or r.rid not in named_by_drops, r.rid
+        else:
+            assert not verify(r, out, info), verify(r, out, info)
+    for rid in named_by_drops:
+        out = front.requests.get(rid)
+        assert out is not None and out.finished, rid
+    # a fuzzed OPEN may legally reopen (reuse) a rid it names: judge only the others
+    unexpected = [v for v in front.violations if v.split(":")[0] not in tainted
+           and not v.startswith("fz")]
+    assert not unexpected, unexpected[:5]
