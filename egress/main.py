@@ -28,7 +28,6 @@ from sglang_tok.protocol import (
     SHARD_RESTARTED,
     Abort,
     Delta,
-    Deltas,
     Error,
     FrameError,
     Open,
@@ -338,7 +337,7 @@ class Egress:
                     self._serve_notices()
 
     def _send_deltas(self, deltas: list[Delta]) -> None:
-        msg = protocol.encode_deltas(Deltas(EGRESS, self.seq, deltas))
+        msg = protocol.encode_output(self.cfg.output_format, EGRESS, self.seq, deltas)
         self.seq += 1
         self._send_out(msg)
 

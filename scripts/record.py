@@ -19,10 +19,12 @@ import time
 import zmq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, HERE)  # a sibling script module, when imported from elsewhere
 
 from sglang_tok.ring.sockets import make_socket  # noqa: E402
 from tracefile import TraceWriter  # noqa: E402
+
+from sglang_tok.scheduler import Scheduler  # noqa: E402
 
 
 def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepseek-v4",
@@ -32,7 +34,8 @@ def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepsee
     stop = [] if stop is None else stop
     ctx = zmq.Context()
     pull = make_socket(ctx, zmq.PULL, input_ep, bind=True, hwm=10000, linger_ms=0)
-    push = make_socket(ctx, zmq.PUSH, forward, bind=False, hwm=10000) if forward else None
+    # forwarding is a scheduler's PUSH: the kit's writer socket, frames passed through as is
+    push = Scheduler(forward, ctx=ctx, hwm=10000) if forward else None
     writer = TraceWriter(out, {"tokenizer": tokenizer, "created": time.time(),
                                "recorded_from": input_ep})
     if ready:

@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import argparse
 import glob
-import os
+import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+import psutil
 
-import psutil  # noqa: E402
-from service import Service  # noqa: E402
-
-from sglang_tok.tokenizer import load  # noqa: E402
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify  # noqa: E402
+from sglang_tok.testing import Service
+from sglang_tok.tokenizer import load
+from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 
 def shard_stats(svc: Service) -> list[tuple[int, int]]:
@@ -58,10 +55,7 @@ def soak(minutes: float, rate: float = 200.0, sample_every: float = 5.0,
                                                 max_tokens=48, stop_share=0.1,
                                                 options_share=0.2, logprob_share=0.05,
                                                 abort_share=0.02, seed=seed), prefix="soak")
-            for step in schedule(reqs, 64, seed):
-                for f in (*step.opens, *([step.batch] if step.batch else []), *step.ends):
-                    svc.send(f)
-                svc.front.poll(1 / rate)
+            svc.send_steps(schedule(reqs, 64, seed), interval=1 / rate)
             svc.barrier()
             total += len(reqs)
             for r in reqs:
@@ -90,8 +84,14 @@ def soak(minutes: float, rate: float = 200.0, sample_every: float = 5.0,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10)
+    ap.add_argument("--sample-every", type=float, default=5.0, help="seconds")
+    ap.add_argument("--warmup-fraction", type=float, default=0.2,
+                    help="share of the run before RSS is taken as warm")
+    ap.add_argument("--json", default="", help="write the full result here")
     a = ap.parse_args()
-    r = soak(a.minutes)
+    r = soak(a.minutes, sample_every=a.sample_every, warmup_fraction=a.warmup_fraction)
+    if a.json:
+        Path(a.json).write_text(json.dumps(r))
     for t, s in r["samples"]:
         print(f"t={t:7.1f}s  " + "  ".join(f"shard{i}: {rss} MiB {fds} fds"
                                            for i, (rss, fds) in enumerate(s)))

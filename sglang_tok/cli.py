@@ -48,6 +48,8 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--curve-keys", default="", help="directory from `sglang-tok keygen`: "
                    "CURVE authentication and encryption on tcp:// endpoints")
     p.add_argument("--log-level", default=d.log_level)
+    p.add_argument("--output-format", choices=("deltas", "columnar"), default=d.output_format,
+                   help="frames to the frontend: DELTAS maps or COLUMNS (protocol 5.1)")
 
 
 def main(argv: list[str] | None = None) -> int:

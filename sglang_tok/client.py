@@ -1,22 +1,59 @@
-"""Both ends of the service as a scheduler and a frontend see it: for tests, replay, demo.
+"""The frontend side of the integration kit: receive deltas, one stream per request.
 
-`Frontend` binds the output PULL and gathers deltas per rid, checking the protocol's
-ordering promises as they arrive (one shard per rid, per-process `seq` without gaps,
-nothing after a request's last delta). `Scheduler` PUSHes frames into the input ring.
+`Client` is the asyncio client (zmq.asyncio; runs on uvloop): it binds (or connects) the
+output endpoint, decodes every output frame, and hands each request's deltas to that
+request's async iterator, which ends with the request's first terminal delta (protocol
+section 5: a later delta for that rid is dropped and counted until the rid is registered
+again). One slow consumer cannot stall the others: past `queue_limit` undelivered deltas
+its request is ended with an error delta (and `on_abandon` is called, so the caller can
+send ABORT). No request waits forever: past `idle_timeout` seconds without a delta, the
+same. `barrier()` is the PING/PONG barrier.
+
+`Frontend` is the synchronous variant for scripts and tests: it gathers every delta of
+every rid and checks the protocol's ordering promises as they arrive (one shard per rid,
+per-process `seq` without gaps). `Scheduler` (re-exported from `sglang_tok.scheduler`)
+is the other half.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
+import zmq.asyncio
 
 from . import protocol
-from .protocol import Delta, Pong
+from .protocol import Columns, Delta, Deltas, Pong
 from .ring.sockets import Curve, make_socket
+from .scheduler import Scheduler
+
+__all__ = ["Client", "ClientStats", "Frontend", "RequestOutput", "RequestStream",
+           "Scheduler", "barrier", "decode_frame"]
+
+QUEUE_LIMIT_ERROR = "frontend queue limit exceeded"
+IDLE_TIMEOUT_ERROR = "frontend idle timeout"
+ENDED_MEMORY = 65536  # ended rids remembered, as the shards do (--ended-memory)
+
+
+def decode_frame(raw: bytes | memoryview) -> tuple[int, int, list[Delta]] | Pong:
+    """One output frame as (process, seq, deltas), or a PONG.
+
+    The one place that knows the output frame kinds: DELTAS (`D`), the columnar COLUMNS
+    (`C`, `--output-format columnar`; its rows become the same Deltas) and PONG (`Q`).
+    """
+    msg = protocol.decode_output(raw)
+    if isinstance(msg, Pong):
+        return msg
+    if isinstance(msg, Deltas):
+        return msg.shard, msg.seq, msg.deltas
+    if isinstance(msg, Columns):
+        return msg.shard, msg.seq, msg.deltas
+    raise protocol.FrameError("unknown_kind", f"unknown output message {type(msg).__name__}")
 
 
 @dataclass
@@ -40,15 +77,18 @@ class RequestOutput:
 
 
 class Frontend:
+    """Synchronous: binds the output PULL, keeps every delta of every rid (tests, scripts)."""
+
     def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 100000,
-                 curve: Curve | None = None) -> None:
+                 curve: Curve | None = None, bind: bool = True) -> None:
         self.ctx = ctx or zmq.Context.instance()
-        self.sock = make_socket(self.ctx, zmq.PULL, endpoint, bind=True, hwm=hwm, linger_ms=0,
+        self.sock = make_socket(self.ctx, zmq.PULL, endpoint, bind=bind, hwm=hwm, linger_ms=0,
                                 curve=curve)
         self.requests: dict[str, RequestOutput] = {}
         self.pongs: list[Pong] = []
         self.seqs: dict[int, int] = {}
         self.violations: list[str] = []
+        self.late = 0  # deltas after a rid's last one: dropped (protocol section 5)
         self.messages = 0
 
     def poll(self, timeout_s: float) -> bool:
@@ -63,23 +103,25 @@ class Frontend:
             got = True
 
     def take(self, raw: bytes) -> None:
-        msg = protocol.decode_output(raw)
+        msg = decode_frame(raw)
         self.messages += 1
         if isinstance(msg, Pong):
             self.pongs.append(msg)
             return
-        want = self.seqs.get(msg.shard, 0)
-        if msg.seq != want:
-            self.violations.append(f"process {msg.shard}: seq {msg.seq}, expected {want}")
-        self.seqs[msg.shard] = msg.seq + 1
-        for d in msg.deltas:
-            self.add(msg.shard, d)
+        shard, seq, deltas = msg
+        want = self.seqs.get(shard, 0)
+        if seq != want:
+            self.violations.append(f"process {shard}: seq {seq}, expected {want}")
+        self.seqs[shard] = seq + 1
+        for d in deltas:
+            self.add(shard, d)
 
     def add(self, shard: int, d: Delta) -> None:
         req = self.requests.get(d.rid)
         if req is None:
             req = self.requests[d.rid] = RequestOutput(d.rid, shard)
         elif req.finished:
+            self.late += 1
             self.violations.append(f"{d.rid}: delta after the last one (from {shard})")
             return
         elif -1 not in (shard, req.shard) and shard != req.shard:
@@ -93,6 +135,7 @@ class Frontend:
         while True:
             got = {p.shard for p in self.pongs if p.nonce == nonce}
             if processes <= got:
+                self.pongs = [p for p in self.pongs if p.nonce != nonce]
                 return True
             left = deadline - time.monotonic()
             if left <= 0:
@@ -103,33 +146,243 @@ class Frontend:
         self.sock.close(linger=0)
 
 
-# one sequence for every Scheduler of this process: a frontend may hear several of them
-_NONCES = itertools.count(1)
-
-
-class Scheduler:
-    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 1000,
-                 sndtimeo_ms: int = -1, curve: Curve | None = None) -> None:
-        self.ctx = ctx or zmq.Context.instance()
-        self.sock = make_socket(self.ctx, zmq.PUSH, endpoint, bind=False, hwm=hwm,
-                                sndtimeo_ms=sndtimeo_ms, curve=curve)
-
-    def send(self, frame: bytes) -> None:
-        self.sock.send(frame)
-
-    def open(self, rid: str, **opts: Any) -> None:
-        self.send(protocol.encode_control(protocol.Open(rid, **opts)))
-
-    def ping(self) -> int:
-        nonce = next(_NONCES)
-        self.send(protocol.encode_control(protocol.Ping(nonce)))
-        return nonce
-
-    def close(self) -> None:
-        self.sock.close(linger=1000)
-
-
 def barrier(sched: Scheduler, front: Frontend, shards: int, timeout_s: float = 30.0) -> bool:
     """Wait until every delta of every frame sent so far has arrived (protocol PING)."""
     nonce = sched.ping()
     return front.wait_pongs(nonce, set(range(-1, shards)), timeout_s)
+
+
+# --------------------------------------------------------------------------- asyncio
+@dataclass
+class ClientStats:
+    messages: int = 0
+    deltas: int = 0
+    late: int = 0  # deltas for a rid after its terminal delta: dropped
+    unknown: int = 0  # deltas for a rid nobody registered: dropped
+    overflowed: int = 0  # requests ended by the queue limit
+    timed_out: int = 0  # requests ended by the idle timeout
+    bad_frames: int = 0
+    seq_gaps: int = 0
+
+
+class RequestStream:
+    """One request's deltas, in order, ending with its first terminal delta."""
+
+    __slots__ = ("rid", "_client", "_queue", "_waiter", "_done", "_ended")
+
+    def __init__(self, rid: str, client: Client) -> None:
+        self.rid = rid
+        self._client = client
+        self._queue: deque[Delta] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._done = False  # the terminal delta is queued: nothing more is accepted
+        self._ended = False  # the iterator has returned the terminal delta
+
+    def _put(self, d: Delta) -> bool:
+        """Queue a delta; False once the stream takes no more (the caller counts it)."""
+        if self._done:
+            return False
+        if len(self._queue) >= self._client.queue_limit and d.finish is None:
+            self._client.stats.overflowed += 1
+            self._fail(QUEUE_LIMIT_ERROR)
+            return False
+        self._queue.append(d)
+        if d.finish is not None:
+            self._done = True
+        self._wake()
+        return True
+
+    def _fail(self, error: str) -> None:
+        """End the request here, ahead of anything still queued (the consumer is behind)."""
+        self._queue.clear()
+        self._queue.append(protocol.terminal(self.rid, error, protocol.Usage(0, 0, 0, 0, 0)))
+        self._done = True
+        self._wake()
+        self._client._abandon(self.rid)
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> Delta:
+        if self._ended:
+            raise StopAsyncIteration
+        q = self._queue
+        if not q:
+            loop = asyncio.get_running_loop()
+            self._waiter = loop.create_future()
+            try:
+                async with asyncio.timeout(self._client.idle_timeout):
+                    await self._waiter
+            except TimeoutError:
+                if not q:
+                    self._client.stats.timed_out += 1
+                    self._fail(IDLE_TIMEOUT_ERROR)
+            finally:
+                self._waiter = None
+        d = q.popleft()
+        if d.finish is not None:
+            self._ended = True
+            self._client._release(self)
+        return d
+
+    def ready(self) -> list[Delta]:
+        """Every delta already queued, without waiting (a consumer that writes them out in
+        one go); the stream ends here if its terminal delta is among them."""
+        out: list[Delta] = []
+        q = self._queue
+        while q and not self._ended:
+            d = q.popleft()
+            out.append(d)
+            if d.finish is not None:
+                self._ended = True
+                self._client._release(self)
+        return out
+
+    async def collect(self) -> list[Delta]:
+        return [d async for d in self]
+
+    def close(self) -> None:
+        """Stop listening (the caller went away): later deltas for the rid are dropped."""
+        if not self._ended:
+            self._done = self._ended = True
+            self._queue.clear()
+            self._client._release(self)
+
+
+class Client:
+    """The asyncio frontend: one socket, one reader task, one `RequestStream` per rid.
+
+    Register a rid with `stream(rid)` before its OPEN or first row reaches the service;
+    deltas for a rid that is not registered are dropped and counted (`stats.unknown`).
+    """
+
+    def __init__(self, endpoint: str, shards: int, *, bind: bool = True,
+                 queue_limit: int = 4096, idle_timeout: float | None = 60.0,
+                 on_abandon: Callable[[str], None] | None = None, hwm: int = 100000,
+                 curve: Curve | None = None, ctx: zmq.asyncio.Context | None = None) -> None:
+        self.shards = shards
+        self.queue_limit = queue_limit
+        self.idle_timeout = idle_timeout
+        self.on_abandon = on_abandon
+        self.stats = ClientStats()
+        self.ctx = ctx or zmq.asyncio.Context.instance()
+        self.sock: Any = make_socket(self.ctx, zmq.PULL, endpoint, bind=bind, hwm=hwm,
+                                     linger_ms=0, curve=curve)
+        self.streams: dict[str, RequestStream] = {}
+        self._ended: dict[str, None] = {}  # insertion-ordered: the oldest goes first
+        self._pongs: dict[int, tuple[set[int], asyncio.Future[None]]] = {}
+        self._seqs: dict[int, int] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Client:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def start(self) -> None:
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    def stream(self, rid: str) -> RequestStream:
+        """Register a rid (again, after its last delta: a new OPEN) and get its iterator."""
+        old = self.streams.get(rid)
+        if old is not None and not old._ended:
+            raise ValueError(f"rid {rid!r} is already streaming")
+        self._ended.pop(rid, None)
+        s = self.streams[rid] = RequestStream(rid, self)
+        return s
+
+    def _release(self, s: RequestStream) -> None:
+        """Forget an ended stream, but remember its rid (bounded) so later deltas count late."""
+        if self.streams.get(s.rid) is s:
+            del self.streams[s.rid]
+            ended = self._ended
+            ended[s.rid] = None
+            if len(ended) > ENDED_MEMORY:
+                del ended[next(iter(ended))]
+
+    def _abandon(self, rid: str) -> None:
+        if self.on_abandon is not None:
+            self.on_abandon(rid)
+
+    async def _read(self) -> None:
+        recv, pause = self.sock.recv, asyncio.sleep
+        while True:
+            raw = await recv(copy=True)
+            self.dispatch(raw)
+            # A recv that finds a message queued returns without yielding: after a backlog
+            # the consumers must get their turn between messages, or a burst of a shard
+            # catching up would count against their queue limit.
+            await pause(0)
+
+    def dispatch(self, raw: bytes) -> None:
+        """Route one output frame (the reader task calls this; public for tests)."""
+        stats = self.stats
+        stats.messages += 1
+        try:
+            msg = decode_frame(raw)
+        except (ValueError, protocol.FrameError):
+            stats.bad_frames += 1
+            return
+        if isinstance(msg, Pong):
+            self._pong(msg)
+            return
+        shard, seq, deltas = msg
+        if self._seqs.get(shard, seq) != seq:
+            stats.seq_gaps += 1
+        self._seqs[shard] = seq + 1
+        stats.deltas += len(deltas)
+        streams = self.streams
+        for d in deltas:
+            s = streams.get(d.rid)
+            if s is None:
+                if d.rid in self._ended:
+                    stats.late += 1
+                else:
+                    stats.unknown += 1
+            elif not s._put(d):
+                stats.late += 1
+
+    def _pong(self, p: Pong) -> None:
+        entry = self._pongs.get(p.nonce)
+        if entry is None:
+            return
+        got, fut = entry
+        got.add(p.shard)
+        if len(got) >= self.shards + 1 and not fut.done():
+            fut.set_result(None)
+
+    async def barrier(self, ping: Callable[[], int], timeout: float = 30.0) -> bool:
+        """Send a PING with `ping` (e.g. `Scheduler.ping`); wait for every process's PONG.
+
+        When it returns True, every delta of every frame sent before the PING has been
+        dispatched to its stream.
+        """
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        nonce = ping()
+        self._pongs[nonce] = (set(), fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._pongs.pop(nonce, None)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except asyncio.CancelledError:
+                pass
+            self._reader = None
+        self.sock.close(linger=0)
+

@@ -49,6 +49,9 @@ class Config(msgspec.Struct, frozen=True):
     restart_window: float = 60.0
     curve_keys: str = ""  # directory of CURVE keys for tcp:// endpoints; empty = off
     log_level: str = "INFO"
+    # output frames to the frontend: "deltas" (DELTAS, a map per delta) or "columnar"
+    # (COLUMNS, one set of columns per message; protocol section 5.1)
+    output_format: str = "deltas"
 
     def ipc(self, name: str) -> str:
         return f"ipc://{self.runtime_dir}/{name}"
@@ -80,6 +83,8 @@ def finalize(cfg: Config) -> Config:
     for name in ("ring_capacity", "link_capacity", "max_frame_bytes", "max_requests"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1")
+    if cfg.output_format not in ("deltas", "columnar"):
+        raise ConfigError(f"--output-format must be deltas or columnar, got {cfg.output_format!r}")
     runtime = cfg.runtime_dir or tempfile.mkdtemp(prefix="sglang-tok-")
     Path(runtime).mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(runtime, 0o700)  # ipc sockets live here: only the service's user may connect

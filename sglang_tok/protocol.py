@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from collections.abc import Iterator
 from itertools import accumulate
 from typing import Annotated, Any
 
@@ -537,14 +538,147 @@ def encode_pong(msg: Pong) -> bytes:
     return b"\x51" + _encoder.encode(msg)
 
 
+# --------------------------------------------------------------------------- COLUMNS
+# The columnar output frame (protocol section 5.1): one message of columns, laid out like
+# SGLang's own `BatchStrOutput`, so that neither the shard's encoder nor the frontend's
+# decoder builds a map per row. Rows are deltas; a sparse column holds (row, value) pairs
+# for the few rows that carry that field, in row order.
+TAG_COLUMNS = 0x43
+OUTPUT_FORMATS = ("deltas", "columnar")
+Attribution = tuple[int, int, int]
+
+
+class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One output message of many deltas; row r is the delta of `rids[r]`.
+
+    Row r's ids are `ids[s[r]:s[r + 1]]` with `s = starts()`. Trailing sparse columns that
+    are empty stay off the wire (`encode_columns`); decoding fills them with `[]`.
+    """
+
+    shard: int
+    seq: int
+    rids: list[str]
+    texts: list[str]
+    id_lens: list[int]
+    ids: list[int]
+    finish: list[tuple[int, FinishReason]] = []
+    usage: list[tuple[int, Usage]] = []
+    error: list[tuple[int, str]] = []
+    result: list[tuple[int, bytes]] = []
+    logprobs: list[tuple[int, list[Any]]] = []
+    top_logprobs: list[tuple[int, list[Any]]] = []
+    token_ids_logprobs: list[tuple[int, list[Any]]] = []
+    token_texts: list[tuple[int, list[str]]] = []
+    top_texts: list[tuple[int, list[Any]]] = []
+    attributions: list[tuple[int, list[Attribution]]] = []
+
+    def __len__(self) -> int:
+        return len(self.rids)
+
+    def starts(self) -> list[int]:
+        return [0, *accumulate(self.id_lens)]
+
+    def rows(self) -> Iterator[tuple[str, str, list[int]]]:
+        """(rid, text, ids) per row, built at C speed (no per-row Python frame)."""
+        st = self.starts()
+        return zip(self.rids, self.texts, map(self.ids.__getitem__, map(slice, st, st[1:])))
+
+    def last_rows(self) -> list[int]:
+        """Rows that are their request's last delta (they carry a finish)."""
+        return [r for r, _ in self.finish]
+
+    @property
+    def deltas(self) -> list[Delta]:
+        """Every row as a Delta, equal to what a DELTAS frame would carry: a client written
+        for DELTAS reads COLUMNS unchanged (cold path: a struct per row)."""
+        out = [Delta(rid, text, ids) for rid, text, ids in self.rows()]
+        for name in SPARSE_COLUMNS:
+            for r, val in getattr(self, name):
+                setattr(out[r], name, val)
+        return out
+
+
+DENSE_COLUMNS = 6
+SPARSE_COLUMNS: tuple[str, ...] = Columns.__struct_fields__[DENSE_COLUMNS:]
+
+
+class ColumnsOut:
+    """A shard's output message under construction, column by column.
+
+    `append` takes a Delta (cold paths: ends, errors, features); the shard's hot loop
+    appends straight to the dense columns instead.
+    """
+
+    __slots__ = ("rids", "texts", "id_lens", "ids", "sparse")
+
+    def __init__(self) -> None:
+        self.rids: list[str] = []
+        self.texts: list[str] = []
+        self.id_lens: list[int] = []
+        self.ids: list[int] = []
+        self.sparse: dict[str, list[tuple[int, Any]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.rids)
+
+    def append(self, d: Delta) -> None:
+        row = len(self.rids)
+        self.rids.append(d.rid)
+        self.texts.append(d.text)
+        self.id_lens.append(len(d.ids))
+        self.ids += d.ids
+        for name in SPARSE_COLUMNS:
+            val = getattr(d, name)
+            if val is not None:
+                self.sparse.setdefault(name, []).append((row, val))
+
+    def add_sparse(self, name: str, row: int, val: Any) -> None:
+        self.sparse.setdefault(name, []).append((row, val))
+
+    def build(self, shard: int, seq: int) -> Columns:
+        return Columns(shard, seq, self.rids, self.texts, self.id_lens, self.ids,
+                       **self.sparse)
+
+
+Sink = list[Delta] | ColumnsOut  # where a shard's handlers put the deltas of one message
+
+
+def columns_of(shard: int, seq: int, deltas: list[Delta]) -> Columns:
+    out = ColumnsOut()
+    for d in deltas:
+        out.append(d)
+    return out.build(shard, seq)
+
+
+def encode_columns(msg: Columns) -> bytes:
+    cols = msgspec.structs.astuple(msg)
+    end = len(cols)
+    while end > DENSE_COLUMNS and not cols[end - 1]:
+        end -= 1
+    return b"\x43" + _encoder.encode(cols[:end])
+
+
+def encode_output(fmt: str, shard: int, seq: int, deltas: list[Delta] | ColumnsOut) -> bytes:
+    """One output message in the configured format (`--output-format`)."""
+    if isinstance(deltas, ColumnsOut):
+        return encode_columns(deltas.build(shard, seq))
+    if fmt == "columnar":
+        return encode_columns(columns_of(shard, seq, deltas))
+    return encode_deltas(Deltas(shard, seq, deltas))
+
+
 _deltas_decoder = msgspec.msgpack.Decoder(Deltas)
 _pong_decoder = msgspec.msgpack.Decoder(Pong)
+_columns_decoder = msgspec.msgpack.Decoder(Columns)
 
 
-def decode_output(frame: bytes | memoryview) -> Deltas | Pong:
-    """Decode a frame the service sends to the frontend."""
-    if frame[0] == TAG_DELTAS:
+def decode_output(frame: bytes | memoryview) -> Deltas | Pong | Columns:
+    """Decode a frame the service sends to the frontend: DELTAS, PONG or COLUMNS."""
+    tag = frame[0]
+    if tag == TAG_COLUMNS:
+        return _columns_decoder.decode(memoryview(frame)[1:])
+    if tag == TAG_DELTAS:
         return _deltas_decoder.decode(memoryview(frame)[1:])
-    if frame[0] == TAG_PONG:
+    if tag == TAG_PONG:
         return _pong_decoder.decode(memoryview(frame)[1:])
-    raise FrameError("unknown_tag", f"unknown output tag 0x{frame[0]:02x}")
+    raise FrameError("unknown_tag", f"unknown output tag 0x{tag:02x}")

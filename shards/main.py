@@ -16,7 +16,7 @@ from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import Metrics
 from sglang_tok.process import Beat, parent_alive, pin, setup_child
-from sglang_tok.protocol import Abort, Delta, Deltas, Error, Open, Ping, Pong, Result
+from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
 from sglang_tok.tokenizer import load
 
 from .table import RidTable
@@ -58,6 +58,7 @@ class Shard:
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
         self.seq = 0
+        self.columnar = cfg.output_format == "columnar"
         self.started = False
         self.processed = 0  # FORWARD messages since START, acknowledged to the egress
         self._next_report = 0.0
@@ -140,7 +141,7 @@ class Shard:
             owners, frame = msg[13:13 + n], msg[13 + n:]
         else:
             frame = msg[9:]
-        out: list[Delta] = []
+        out: protocol.Sink = protocol.ColumnsOut() if self.columnar else []
         table = self.table
         tag = frame[0]
         if tag == protocol.TAG_BATCH:
@@ -185,8 +186,8 @@ class Shard:
         if out:
             self._send(out)
 
-    def _send(self, out: list[Delta]) -> None:
-        self.out.send(protocol.encode_deltas(Deltas(self.shard, self.seq, out)))
+    def _send(self, out: protocol.Sink) -> None:
+        self.out.send(protocol.encode_output(self.cfg.output_format, self.shard, self.seq, out))
         self.seq += 1
         if self.table.self_ended:
             ended = link.Ended(self.shard, self.table.self_ended)

@@ -9,12 +9,25 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 from collections.abc import Iterable
-from itertools import compress
+from itertools import chain, compress
+from operator import sub
 from typing import Any
 
 import msgspec
 
-from sglang_tok.protocol import Abort, Batch, Delta, Error, Family, Open, Result, Usage, terminal
+from sglang_tok.protocol import (
+    Abort,
+    Batch,
+    ColumnsOut,
+    Delta,
+    Error,
+    Family,
+    Open,
+    Result,
+    Sink,
+    Usage,
+    terminal,
+)
 from sglang_tok.request import SENT_TAIL, Request
 from sglang_tok.tokenizer import TokenizerInfo
 
@@ -59,7 +72,7 @@ class RidTable:
         if by_service:
             self.self_ended.append(rid)
 
-    def _open(self, rid: str, opts: Open | None, out: list[Delta]) -> Request | None:
+    def _open(self, rid: str, opts: Open | None, out: Sink) -> Request | None:
         if len(self.live) >= self.max_requests:
             self.counters.rejected += 1
             out.append(_terminal(rid, f"shard {self.shard} is at --max-requests "
@@ -70,9 +83,14 @@ class RidTable:
         return req
 
     # ------------------------------------------------------------------ messages
-    def on_batch(self, batch: Batch, out: list[Delta],
-                  owners: bytes | memoryview | None = None) -> None:
-        """Decode the rows of a frame; with `owners`, only those whose byte is ours."""
+    def on_batch(self, batch: Batch, out: Sink,
+                 owners: bytes | memoryview | None = None) -> None:
+        """Decode the rows of a frame; with `owners`, only those whose byte is ours.
+
+        Into a ColumnsOut, the hot rows only note their row and text; their columns are
+        built after the loop at C speed, ahead of the other rows' deltas. That keeps each
+        rid's order: a fast rid's rows are hot up to its last, which is not.
+        """
         h = batch.header
         ids = batch.token_ids()
         vocab = self.info.vocab_size
@@ -88,7 +106,12 @@ class RidTable:
         live, ended, counters = self.live, self.ended, self.counters
         finishes, prompts, cached, reasoning = (h.finish_reasons, h.prompt_tokens,
                                                 h.cached_tokens, h.reasoning_tokens)
-        append, delta_of, decode, tail_max = out.append, Delta, utf_8_decode, SENT_TAIL
+        columnar = isinstance(out, ColumnsOut)
+        hot: list[int] = []
+        hot_texts: list[str] = []
+        sink: Sink = [] if columnar else out  # columnar: other rows' deltas follow hot ones
+        append, delta_of, decode, tail_max = sink.append, Delta, utf_8_decode, SENT_TAIL
+        hot_append, text_append = hot.append, hot_texts.append
         rids = h.rids
         if owners is None:
             mine: Iterable[int] = range(len(rids))
@@ -103,7 +126,7 @@ class RidTable:
                 if rid in ended:
                     counters.late_rows += 1
                     continue
-                req = self._open(rid, None, out)
+                req = self._open(rid, None, sink)
                 if req is None:
                     continue
             if req.fast and fin is None:
@@ -122,7 +145,10 @@ class RidTable:
                 if text:
                     t = req.tail + text
                     req.tail = t if len(t) <= tail_max else t[-tail_max:]
-                if extras:
+                if columnar:
+                    hot_append(i)
+                    text_append(text)
+                elif extras:
                     append(delta_of(rid, text, ids[a:b], lp.row(i) if lp else None,
                                     top.row(i) if top else None,
                                     tid_lp.row(i) if tid_lp else None))
@@ -134,13 +160,19 @@ class RidTable:
                             tid_lp.row(i) if tid_lp else None,
                             None if safe is None else safe[a:b])
             if delta is not None:
-                out.append(delta)
+                append(delta)
                 if delta.finish is not None:
                     self._finish(rid, fin is None)
         counters.rows += rows
         counters.tokens += tokens
+        if columnar:
+            assert isinstance(out, ColumnsOut) and isinstance(sink, list)
+            if hot:
+                _hot_columns(out, batch, ids, hot, hot_texts, (lp, top, tid_lp))
+            for d in sink:
+                out.append(d)
 
-    def on_open(self, msg: Open, out: list[Delta]) -> None:
+    def on_open(self, msg: Open, out: Sink) -> None:
         rid = msg.rid
         if rid in self.live:
             self.counters.ignored_opens += 1
@@ -153,14 +185,14 @@ class RidTable:
             return
         self._open(rid, msg, out)
 
-    def on_error(self, msg: Error, out: list[Delta]) -> None:
+    def on_error(self, msg: Error, out: Sink) -> None:
         self._end(msg.rid, msg.message, out)
 
-    def on_abort(self, msg: Abort, out: list[Delta]) -> None:
+    def on_abort(self, msg: Abort, out: Sink) -> None:
         for rid in msg.rids:
             self._end(rid, None, out)
 
-    def _end(self, rid: str, error: str | None, out: list[Delta]) -> None:
+    def _end(self, rid: str, error: str | None, out: Sink) -> None:
         req = self.live.get(rid)
         if req is not None:
             out.append(req.end({"type": "abort"}, error))
@@ -171,10 +203,10 @@ class RidTable:
             out.append(_terminal(rid, error))
         self._finish(rid, False)
 
-    def on_result(self, msg: Result, out: list[Delta]) -> None:
+    def on_result(self, msg: Result, out: Sink) -> None:
         out.append(Delta(msg.rid, result=msg.payload))
 
-    def on_drop(self, rids: list[str], message: str, out: list[Delta]) -> None:
+    def on_drop(self, rids: list[str], message: str, out: Sink) -> None:
         """The egress dropped a frame naming these rids: end each with a terminal error.
 
         The error leaves from this shard, after the rid's earlier deltas, so a frontend
@@ -183,10 +215,42 @@ class RidTable:
         for rid in rids:
             self._end(rid, message, out)
 
-    def fail_all(self, message: str, out: list[Delta]) -> None:
+    def fail_all(self, message: str, out: Sink) -> None:
         for rid in list(self.live):
             out.append(self.live[rid].end({"type": "abort"}, message))
             self._finish(rid, True)
+
+
+def _hot_columns(out: ColumnsOut, batch: Batch, ids: list[int], hot: list[int],
+                 texts: list[str], readers: tuple[Any, Any, Any]) -> None:
+    """Append the hot rows to the dense columns with whole-column C operations; only
+    rows that carry logprobs (picked by their header lengths) cost a Python step."""
+    base = len(out.rids)
+    h, starts = batch.header, batch.tokens.row_starts
+    out.rids += map(h.rids.__getitem__, hot)
+    out.texts += texts
+    a_s = list(map(starts.__getitem__, hot))
+    b_s = list(map(starts[1:].__getitem__, hot))
+    lens = list(map(sub, b_s, a_s))
+    out.id_lens += lens
+    if sum(lens) == len(lens) and min(lens) == 1:  # one id per row: no slices at all
+        out.ids += map(ids.__getitem__, a_s)
+    else:
+        out.ids += chain.from_iterable(map(ids.__getitem__, map(slice, a_s, b_s)))
+    for name, reader, col in zip(("logprobs", "top_logprobs", "token_ids_logprobs"), readers,
+                                 _EXTRA_COLUMNS):
+        if reader is None:
+            continue
+        have = getattr(h, col)
+        for j in compress(range(len(hot)), map(have.__getitem__, hot)):
+            val = reader.row(hot[j])
+            if val is not None:
+                out.add_sparse(name, base + j, val)
+
+
+# the header column whose nonzero entries mark a row carrying that family
+_EXTRA_COLUMNS = ("output_token_logprobs_lens", "output_top_logprobs_reqlens",
+                  "output_token_ids_logprobs_reqlens")
 
 
 def _terminal(rid: str, error: str | None) -> Delta:

@@ -1,20 +1,25 @@
-"""The short soak: the same checks as `scripts/soak.py --minutes 10`, for ~15 seconds."""
+"""The short soak: `scripts/soak.py`'s checks for ~15 seconds, run as the program it is."""
 
 from __future__ import annotations
 
-import os
+import json
+import subprocess
 import sys
+from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
-
-from soak import soak
+SOAK = Path(__file__).resolve().parent.parent / "scripts" / "soak.py"
 
 
-def test_short_soak_leaks_nothing() -> None:
-    r = soak(minutes=0.25, sample_every=3.0, warmup_fraction=0.4)
+def test_short_soak_leaks_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    p = subprocess.run([sys.executable, str(SOAK), "--minutes", "0.25", "--sample-every", "3",
+                        "--warmup-fraction", "0.4", "--json", str(out)],
+                       capture_output=True, text=True, timeout=180)
+    r = json.loads(out.read_text())
     assert not r["problems"], r["problems"]
     assert r["live_at_end"] == 0
     assert r["rss_growth"] <= 0.10, r["samples"]
     assert r["fd_growth"] <= 0, r["samples"]
     assert not r["shm_leftovers"] and not r["ipc_leftovers"]
     assert r["exit_code"] == 0
+    assert p.returncode == 0, p.stdout + p.stderr

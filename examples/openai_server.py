@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""An OpenAI-compatible server on the integration kit, with a simulated scheduler.
+
+    python examples/openai_server.py --port 8000 [--shards N] [--tokenizer NAME_OR_PATH]
+
+Starts the sglang-tok service (through `sglang_tok.testing.Service`), a simulated scheduler
+that pushes one BATCH per step through the kit's writer (`sim_scheduler.py`), and the kit's
+asyncio client on the service's output. Serves `POST /v1/completions` and
+`POST /v1/chat/completions` (SSE streaming with `data: [DONE]`, or one JSON response), with
+`stop`, `max_tokens`, `logprobs`/`top_logprobs` (token texts from the service),
+`stream_options.include_usage` / `continuous_usage_stats`, `n=1`; `GET /v1/models`,
+`GET /health`, and `GET /debug/requests/{id}` (what the scheduler generated for a
+completion id, and its full decode: the reference a load test checks streams against).
+A client that disconnects mid-stream gets its rid aborted (ABORT to the service).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import random
+import shutil
+import sys
+import tempfile
+import time
+import zlib
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import uvicorn
+from sim_scheduler import Generation, Generator, SimScheduler, now
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from sglang_tok.client import Client, RequestStream
+from sglang_tok.protocol import Delta
+from sglang_tok.testing import Service
+from sglang_tok.tokenizer import TokenizerInfo, load
+
+_json = msgspec.json.Encoder().encode
+DONE = b"data: [DONE]\n\n"
+RECORDS = 50000  # completions kept for /debug/requests
+
+
+class BadRequest(Exception):
+    pass
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + _json(obj) + b"\n\n"
+
+
+def openai_usage(u: Any) -> dict[str, int]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens}
+
+
+def finish_reason(d: Delta, saw_tool_calls: bool) -> str:
+    kind = (d.finish or {}).get("type")
+    if kind == "length":
+        return "length"
+    if kind == "abort":
+        return "abort"
+    return "tool_calls" if saw_tool_calls else "stop"
+
+
+def chat_delta(d: Delta) -> dict[str, Any]:
+    """A Delta as an OpenAI chat `delta`. The parsers' output (Delta fields `reasoning`,
+    `tool_calls`, from the reasoning/tool-call parser work) maps across here."""
+    out: dict[str, Any] = {}
+    if d.text:
+        out["content"] = d.text
+    reasoning = getattr(d, "reasoning", None)
+    if reasoning:
+        out["reasoning_content"] = reasoning
+    calls = getattr(d, "tool_calls", None)
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def chat_logprobs(d: Delta) -> dict[str, Any] | None:
+    if d.logprobs is None:
+        return None
+    texts = d.token_texts or [""] * len(d.logprobs)
+    tops = d.top_logprobs or [None] * len(d.logprobs)
+    top_texts = d.top_texts or [None] * len(d.logprobs)
+    content = []
+    for (value, _), text, top, ttexts in zip(d.logprobs, texts, tops, top_texts):
+        alts = [{"token": t, "logprob": lp, "bytes": list(t.encode())}
+                for (_, lp), t in zip(top or [], ttexts or [])]
+        content.append({"token": text, "logprob": value, "bytes": list(text.encode()),
+                        "top_logprobs": alts})
+    return {"content": content}
+
+
+def completion_logprobs(d: Delta, offset: int) -> dict[str, Any] | None:
+    if d.logprobs is None:
+        return None
+    texts = d.token_texts or [""] * len(d.logprobs)
+    tops = d.top_logprobs or [None] * len(d.logprobs)
+    top_texts = d.top_texts or [None] * len(d.logprobs)
+    offsets = list(itertools.accumulate((len(t) for t in texts[:-1]), initial=offset))
+    return {"tokens": texts, "token_logprobs": [v for v, _ in d.logprobs],
+            "top_logprobs": [{t: lp for (_, lp), t in zip(top or [], tt or [])}
+                             for top, tt in zip(tops, top_texts)],
+            "text_offset": offsets}
+
+
+class Parsed(msgspec.Struct):
+    """The fields of a request this server acts on."""
+
+    chat: bool
+    prompt: str
+    stream: bool
+    max_tokens: int | None
+    stop: list[str]
+    top_k: int  # 0: no logprobs
+    include_usage: bool
+    continuous_usage: bool
+    seed: int | None
+    model: str
+
+
+def parse(body: Any, chat: bool, model: str) -> Parsed:
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    if body.get("n", 1) != 1:
+        raise BadRequest("only n=1 is supported")
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRequest("messages must be a non-empty list")
+        prompt = "\n".join(str(m.get("content") or "") for m in msgs if isinstance(m, dict))
+        top_k = (max(1, int(body.get("top_logprobs") or 0)) if body.get("logprobs") else 0)
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            raise BadRequest("prompt must be a string")
+        lp = body.get("logprobs")
+        top_k = max(1, int(lp)) if lp is not None and lp is not False else 0
+        max_tokens = body.get("max_tokens", 16)
+    stop = body.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    opts = body.get("stream_options") or {}
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise BadRequest("max_tokens must be a positive integer")
+    return Parsed(chat, prompt, bool(body.get("stream")), max_tokens, stop, top_k,
+                  bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
+                  body.get("seed"), str(body.get("model") or model))
+
+
+class App:
+    """The service, the simulated scheduler and the client, behind the HTTP routes."""
+
+    def __init__(self, svc: Service, info: TokenizerInfo, model: str, step_s: float,
+                 idle_timeout: float) -> None:
+        self.svc, self.info, self.model = svc, info, model
+        assert svc.sched is not None
+        self.writer = svc.sched
+        self.gen = Generator(info)
+        self.sim = SimScheduler(self.writer, step_s)
+        self.idle_timeout = idle_timeout
+        self.client: Client | None = None
+        self.records: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.ids = itertools.count()
+        self.aborted = 0
+        # server-side latencies (ms), as the server writes chunks: what a load test sees
+        # minus its own client's delays
+        self.ttfc_ms: deque[float] = deque(maxlen=100_000)
+        self.gap_ms: deque[float] = deque(maxlen=1_000_000)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        self.client = Client(self.svc.output, self.svc.shards, idle_timeout=self.idle_timeout,
+                             on_abandon=self.abort)
+        self.client.start()
+        self._tasks.append(asyncio.create_task(self.sim.run()))
+        try:
+            yield
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            await self.client.close()
+            # here, not after uvicorn.run returns: uvicorn re-raises the SIGTERM it caught
+            # once it has shut down, which would skip the caller's cleanup
+            await asyncio.to_thread(self.svc.stop)
+            shutil.rmtree(self.svc.tmp, ignore_errors=True)
+
+    def abort(self, rid: str) -> None:
+        """The consumer went away (or fell behind): the service and the scheduler stop."""
+        self.sim.drop(rid)
+        self.writer.abort(rid)
+        self.aborted += 1
+        rec = self.records.get(rid)
+        if rec is not None and rec["state"] == "running":
+            rec["state"] = "aborted"
+
+    def start(self, p: Parsed) -> tuple[str, Generation, RequestStream]:
+        """Register the rid's stream, then OPEN it, then schedule it (in that order)."""
+        assert self.client is not None
+        rid = f"{'chatcmpl' if p.chat else 'cmpl'}-{next(self.ids)}-{random.getrandbits(32):08x}"
+        rs = self.client.stream(rid)
+        prompt_tokens = len(self.info.tokenizer.encode(p.prompt, add_special_tokens=False).ids)
+        seed = p.seed if p.seed is not None else zlib.crc32(rid.encode())
+        gen = self.gen.generate(seed, p.max_tokens, prompt_tokens, p.top_k, p.stop)
+        self.records[rid] = {"state": "running", "gen": gen, "finish": None}
+        while len(self.records) > RECORDS:
+            self.records.popitem(last=False)
+        self.writer.open(rid, stop=p.stop, stream=p.stream, continuous_usage=p.continuous_usage,
+                         logprob_text=p.top_k > 0)
+        self.sim.add(rid, gen)
+        return rid, gen, rs
+
+    async def _confirm(self, rid: str, rs: RequestStream) -> None:
+        """Read an aborted rid's stream to its end: the service's own last delta (an abort
+        finish) is recorded, so /debug/requests shows the ABORT took effect."""
+        async for d in rs:
+            if d.finish is not None:
+                rec = self.records.get(rid)
+                if rec is not None:
+                    rec["finish"] = d.finish
+        self._tasks = [t for t in self._tasks if not t.done()]
+
+    def ended(self, rid: str, d: Delta) -> None:
+        self.sim.drop(rid)  # e.g. a stop string: the service ended it before the scheduler
+        rec = self.records.get(rid)
+        if rec is not None:
+            rec["state"] = "error" if d.error else "finished"
+            rec["finish"] = d.finish
+
+    # ------------------------------------------------------------------ routes
+    async def completions(self, request: Request) -> Response:
+        return await self._serve(request, chat=False)
+
+    async def chat(self, request: Request) -> Response:
+        return await self._serve(request, chat=True)
+
+    async def _serve(self, request: Request, chat: bool) -> Response:
+        try:
+            p = parse(msgspec.json.decode(await request.body()), chat, self.model)
+        except (BadRequest, msgspec.DecodeError, ValueError, TypeError) as exc:
+            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
+                                           "code": 400}}, status_code=400)
+        rid, gen, rs = self.start(p)
+        if p.stream:
+            return StreamingResponse(self._sse(p, rid, gen, rs), media_type="text/event-stream")
+        return await self._whole(p, rid, gen, rs)
+
+    async def _whole(self, p: Parsed, rid: str, gen: Generation, rs: RequestStream) -> Response:
+        try:
+            out = await rs.collect()
+        except asyncio.CancelledError:
+            rs.close()
+            self.abort(rid)
+            raise
+        d = out[-1]
+        self.ended(rid, d)
+        if d.error:
+            return JSONResponse({"error": {"message": d.error, "type": "server_error"}},
+                                status_code=500)
+        text = "".join(x.text for x in out)
+        fin = finish_reason(d, bool(getattr(d, "tool_calls", None)))
+        usage = openai_usage(d.usage) if d.usage else None
+        if p.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            message.update({k: v for k, v in chat_delta(d).items() if k != "content"})
+            choice = {"index": 0, "message": message, "logprobs": chat_logprobs(d),
+                      "finish_reason": fin}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": completion_logprobs(d, 0),
+                      "finish_reason": fin}
+            obj = "text_completion"
+        return Response(_json({"id": rid, "object": obj, "created": now(), "model": p.model,
+                               "choices": [choice], "usage": usage}),
+                        media_type="application/json")
+
+    async def _sse(self, p: Parsed, rid: str, gen: Generation,
+                   rs: RequestStream) -> AsyncIterator[bytes]:
+        created, model = now(), p.model
+        clock = time.perf_counter
+        t_start = last_write = clock()
+        first_write = True
+        obj = "chat.completion.chunk" if p.chat else "text_completion"
+        usage: dict[str, int] = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": 0,
+                                 "total_tokens": gen.prompt_tokens}
+        cont = p.continuous_usage and p.include_usage
+
+        def chunk(choice: dict[str, Any]) -> bytes:
+            body: dict[str, Any] = {"id": rid, "object": obj, "created": created,
+                                    "model": model, "choices": [choice]}
+            if cont:
+                body["usage"] = usage
+            return sse(body)
+
+        done = False
+        try:
+            if p.chat:
+                yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
+                             "logprobs": None, "finish_reason": None})
+            offset, tools = 0, False
+            async for first in rs:
+                out: list[bytes] = []  # deltas already queued go out in one write
+                for d in (first, *rs.ready()):
+                    if d.usage is not None:
+                        usage = openai_usage(d.usage)
+                    if d.error:
+                        done = True
+                        self.ended(rid, d)
+                        out.append(sse({"error": {"message": d.error, "type": "server_error"}}))
+                        break
+                    if p.chat:
+                        delta = chat_delta(d)
+                        tools = tools or "tool_calls" in delta
+                        lp = chat_logprobs(d)
+                        if delta or lp:
+                            out.append(chunk({"index": 0, "delta": delta, "logprobs": lp,
+                                              "finish_reason": None}))
+                    elif d.text or d.logprobs:
+                        out.append(chunk({"index": 0, "text": d.text,
+                                          "logprobs": completion_logprobs(d, offset),
+                                          "finish_reason": None}))
+                    offset += len(d.text)
+                    if d.finish is not None:
+                        done = True
+                        self.ended(rid, d)
+                        fin = finish_reason(d, tools)
+                        out.append(chunk({"index": 0, "delta": {}, "logprobs": None,
+                                          "finish_reason": fin} if p.chat else
+                                         {"index": 0, "text": "", "logprobs": None,
+                                          "finish_reason": fin}))
+                if out:
+                    t = clock()
+                    if first_write:
+                        self.ttfc_ms.append(1000 * (t - t_start))
+                        first_write = False
+                    else:
+                        self.gap_ms.append(1000 * (t - last_write))
+                    last_write = t
+                    yield b"".join(out)
+            if p.include_usage:
+                yield sse({"id": rid, "object": obj, "created": created, "model": model,
+                           "choices": [], "usage": usage})
+            yield DONE
+        finally:
+            if not done:  # the client went away mid-stream
+                self.abort(rid)
+                self._tasks.append(asyncio.create_task(self._confirm(rid, rs)))
+
+    async def models(self, _request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": self.model, "object": "model", "created": 0, "owned_by": "sglang-tok"}]})
+
+    async def health(self, _request: Request) -> Response:
+        code, body = await asyncio.to_thread(self.svc.health)
+        return JSONResponse({"status": "ok" if code == 200 else "unhealthy",
+                             "service": body.get("status"), "live": len(self.sim.live),
+                             "aborted": self.aborted, "steps": self.sim.steps,
+                             "late_steps": self.sim.late_steps},
+                            status_code=200 if code == 200 else 503)
+
+    async def debug_stats(self, _request: Request) -> Response:
+        """Server-side time to first content chunk and inter-chunk gaps, p50/p99 (ms)."""
+        def pct(xs: deque[float], q: float) -> float | None:
+            if not xs:
+                return None
+            ys = sorted(xs)
+            return round(ys[min(len(ys) - 1, int(q * len(ys)))], 2)
+
+        return JSONResponse({"streams": len(self.ttfc_ms), "ttfc_ms_p50": pct(self.ttfc_ms, .5),
+                             "ttfc_ms_p99": pct(self.ttfc_ms, .99),
+                             "inter_chunk_ms_p50": pct(self.gap_ms, .5),
+                             "inter_chunk_ms_p99": pct(self.gap_ms, .99),
+                             "steps": self.sim.steps, "late_steps": self.sim.late_steps})
+
+    async def debug_request(self, request: Request) -> Response:
+        rec = self.records.get(request.path_params["rid"])
+        if rec is None:
+            return JSONResponse({"error": "unknown id"}, status_code=404)
+        gen: Generation = rec["gen"]
+        return JSONResponse({"state": rec["state"], "finish": rec["finish"], "ids": gen.ids,
+                             "scheduler_finish": gen.finish,
+                             "text": gen.expected_text(self.info)})
+
+    def routes(self) -> list[Route]:
+        return [Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/models", self.models), Route("/health", self.health),
+                Route("/debug/requests/{rid}", self.debug_request),
+                Route("/debug/stats", self.debug_stats)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--tokenizer", default="deepseek-v4")
+    ap.add_argument("--model", default="sglang-tok-sim")
+    ap.add_argument("--step-ms", type=float, default=25.0, help="simulated decode step")
+    ap.add_argument("--idle-timeout", type=float, default=60.0)
+    ap.add_argument("--output-format", choices=("deltas", "columnar"), default="columnar")
+    a = ap.parse_args()
+    info = load(a.tokenizer)
+    tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-openai-"))
+    svc = Service(tmp, shards=a.shards, tokenizer=a.tokenizer, frontend=False,
+                  args=["--output-format", a.output_format])
+    try:
+        svc.start(timeout=180)
+        app = App(svc, info, a.model, a.step_ms / 1000, a.idle_timeout)
+        web = Starlette(routes=app.routes(), lifespan=app.lifespan)
+        print(f"serving on http://{a.host}:{a.port} (service: {a.shards} shards, "
+              f"{a.tokenizer})", flush=True)
+        # httptools (the `examples` extra) when installed: h11 costs more per chunk
+        uvicorn.run(web, host=a.host, port=a.port, loop="uvloop", http="auto",
+                    log_level="warning", backlog=4096, timeout_keep_alive=30)
+    finally:
+        svc.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The one harness: start the real service, stand in for its scheduler, drive it.
+
+Tests, scripts, `sglang-tok demo` and the example OpenAI server all start the service the
+same way (a subprocess of `sglang-tok serve` on a fresh runtime directory, ready once its
+`http.port` file exists and `/health` answers 200), barrier the same way (PING/PONG), and
+send synthetic steps the same way (`send_steps`). Nothing here is mocked: it is the
+installed service, as a deployment runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from .client import Frontend, barrier
+from .scheduler import Scheduler
+from .workload import Step
+
+
+class Service:
+    """`sglang-tok serve` as a child process, with a `Frontend` on its output (optional).
+
+    With `frontend=False` nothing binds the output endpoint: the caller binds it (e.g.
+    with the asyncio `Client`) before or after `start()`; the service's PUSH connects
+    either way.
+    """
+
+    def __init__(self, tmp: Path, shards: int = 2, args: list[str] | None = None,
+                 ring_capacity: int = 1000, tokenizer: str | None = None,
+                 frontend: bool = True) -> None:
+        self.tmp = Path(tmp)
+        self.runtime = self.tmp / "rt"
+        self.runtime.mkdir(parents=True, exist_ok=True)
+        self.shards = shards
+        self.log_path = self.tmp / "service.log"
+        self.input = f"ipc://{self.runtime}/input.ipc"
+        self.output = f"ipc://{self.tmp}/frontend.ipc"
+        self.front: Frontend | None = Frontend(self.output) if frontend else None
+        self.cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
+                    "--runtime-dir", str(self.runtime), "--http", "127.0.0.1:0",
+                    "--input", self.input, "--output", self.output,
+                    "--ring-capacity", str(ring_capacity),
+                    *(["--tokenizer", tokenizer] if tokenizer else []), *(args or [])]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sched: Scheduler | None = None
+        self.log: IO[bytes] | None = None
+
+    def __enter__(self) -> Service:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 60.0) -> Service:
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=self.log,
+                                     start_new_session=True)
+        self.wait_ready(timeout)
+        self.sched = Scheduler(self.input)
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Return once the HTTP port is published and /health says every process is up."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        port_file = self.runtime / "http.port"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"service exited {self.proc.returncode}:\n{self.logs()}")
+            if port_file.exists() and self.health()[0] == 200:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"service not ready in {timeout}s:\n{self.logs()}")
+
+    @property
+    def port(self) -> int:
+        return int((self.runtime / "http.port").read_text())
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except (urllib.error.URLError, OSError) as exc:
+            return 0, str(exc)
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        code, body = self.get("/health")
+        try:
+            return code, json.loads(body)
+        except ValueError:
+            return code, {}
+
+    def metrics(self) -> dict[str, float]:
+        code, body = self.get("/metrics")
+        if code != 200:
+            raise RuntimeError(f"/metrics answered {code}: {body[:200]}")
+        out = {}
+        for line in body.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def send(self, frame: bytes) -> None:
+        assert self.sched is not None
+        self.sched.send(frame)
+
+    def barrier(self, timeout: float = 60.0) -> None:
+        """Every delta of every frame sent so far is in `front` (needs the sync Frontend)."""
+        assert self.sched is not None and self.front is not None
+        if not barrier(self.sched, self.front, self.shards, timeout):
+            raise TimeoutError(f"barrier timed out:\n{self.logs()}")
+
+    def send_steps(self, steps: Iterable[Step], interval: float = 0.0,
+                   before: Callable[[int], None] | None = None) -> int:
+        """Send each step (OPENs, BATCH, ends), reading the output between steps.
+
+        `interval` paces the steps (seconds from one step's start to the next; 0: flat
+        out); `before(n)` runs before step n (fault injection). Returns the tokens sent.
+        """
+        assert self.sched is not None
+        return send_steps(self.sched, steps, self.front, interval, before)
+
+    def children(self) -> list[psutil.Process]:
+        assert self.proc is not None
+        return psutil.Process(self.proc.pid).children()
+
+    def child_pid(self, role_slot: int) -> int:
+        """pid of the egress (0) or shard k (k + 1), from the health report."""
+        pid: int = self.health()[1]["processes"][role_slot]["pid"]
+        return pid
+
+    def kill(self, slot: int) -> int:
+        """kill -9 the egress (slot 0) or shard k (slot k + 1); return its pid."""
+        victim = self.child_pid(slot)
+        os.kill(victim, signal.SIGKILL)
+        return victim
+
+    def wait_back(self, slot: int, victim: int, timeout: float = 30.0) -> None:
+        """Return once a new process holds the slot and the service is healthy."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.front is not None:
+                self.front.poll(0.2)
+            else:
+                time.sleep(0.2)
+            code, h = self.health()
+            if code == 200 and h["processes"][slot]["pid"] != victim:
+                return
+        raise TimeoutError(f"process {slot} did not come back:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, wait for the drain, then kill whatever is left of the process group."""
+        if self.sched is not None:
+            self.sched.close()
+            self.sched = None
+        rc = -1
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        elif self.proc is not None:
+            rc = self.proc.returncode
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.front is not None:
+            self.front.close()
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+        return rc
+
+
+def send_steps(sched: Scheduler, steps: Iterable[Step], front: Frontend | None = None,
+               interval: float = 0.0, before: Callable[[int], None] | None = None) -> int:
+    """The scheduler loop of a synthetic workload: one step's frames, then the output."""
+    tokens = 0
+    t0 = time.monotonic()
+    for n, step in enumerate(steps):
+        if before is not None:
+            before(n)
+        for f in step.opens:
+            sched.send(f)
+        if step.batch is not None:
+            sched.send(step.batch)
+            tokens += step.tokens
+        for f in step.ends:
+            sched.send(f)
+        delay = t0 + (n + 1) * interval - time.monotonic() if interval else 0.0
+        if front is not None:
+            front.poll(max(0.0, delay))
+        elif delay > 0:
+            time.sleep(delay)
+    return tokens

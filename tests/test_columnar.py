@@ -1,0 +1,138 @@
+"""The COLUMNS output frame (protocol section 5.1): same deltas as DELTAS, as columns."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from service import Service
+from sglang_tok.shards.table import RidTable
+
+from sglang_tok import protocol
+from sglang_tok.protocol import Columns, ColumnsOut, Delta, Deltas, Usage
+from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
+
+INFO: TokenizerInfo = load("deepseek-v4")
+
+pairs = st.lists(st.tuples(st.floats(-50, 0, width=32), st.integers(0, 1 << 20)), max_size=3)
+deltas_st = st.builds(
+    Delta,
+    rid=st.text(min_size=1, max_size=8),
+    text=st.text(max_size=8),
+    ids=st.lists(st.integers(-5, 1 << 40), max_size=4),
+    logprobs=st.none() | pairs.map(lambda p: [list(x) for x in p]),
+    top_logprobs=st.none() | st.lists(st.none() | pairs.map(lambda p: [[i, v] for v, i in p]),
+                                      max_size=2),
+    token_texts=st.none() | st.lists(st.text(max_size=3), max_size=3),
+    attributions=st.none() | st.lists(st.tuples(st.integers(0, 9), st.integers(0, 1),
+                                                st.integers(0, 99)), max_size=3),
+    finish=st.none() | st.sampled_from([{"type": "length", "length": 3},
+                                        {"type": "stop", "matched": "x"},
+                                        {"type": "abort"}]),
+    usage=st.none() | st.builds(Usage, *[st.integers(0, 99)] * 5),
+    error=st.none() | st.text(max_size=5),
+    result=st.none() | st.binary(max_size=5),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(deltas_st, max_size=12), st.integers(-1, 3), st.integers(0, 1 << 33))
+def test_columns_round_trip_to_the_same_deltas(deltas: list[Delta], shard: int, seq: int) -> None:
+    frame = protocol.encode_output("columnar", shard, seq, deltas)
+    assert frame[0] == protocol.TAG_COLUMNS
+    msg = protocol.decode_output(frame)
+    assert isinstance(msg, Columns)
+    assert (msg.shard, msg.seq, len(msg)) == (shard, seq, len(deltas))
+    assert msg.deltas == deltas
+    assert list(msg.rows()) == [(d.rid, d.text, d.ids) for d in deltas]
+    assert msg.last_rows() == [r for r, d in enumerate(deltas) if d.finish is not None]
+    # DELTAS stays the default, byte for byte what it was
+    assert protocol.encode_output("deltas", shard, seq, deltas) == \
+        protocol.encode_deltas(Deltas(shard, seq, deltas))
+
+
+def test_layout_is_an_array_that_stops_after_the_last_non_empty_column() -> None:
+    plain = [Delta("a", "x", [5]), Delta("b", "", [6, 7])]
+    raw = msgspec.msgpack.decode(protocol.encode_output("columnar", 1, 9, plain)[1:])
+    assert raw == [1, 9, ["a", "b"], ["x", ""], [1, 2], [5, 6, 7]]
+    ended = plain + [Delta("c", "!", [], finish={"type": "abort"}, error="boom")]
+    raw = msgspec.msgpack.decode(protocol.encode_output("columnar", 0, 0, ended)[1:])
+    assert raw[6:] == [[[2, {"type": "abort"}]], [], [[2, "boom"]]]
+    assert protocol.SPARSE_COLUMNS[:4] == ("finish", "usage", "error", "result")
+    with pytest.raises(protocol.FrameError):
+        protocol.decode_output(b"\x42\x90")
+
+
+def by_rid(deltas: list[Delta]) -> dict[str, list[Delta]]:
+    out: dict[str, list[Delta]] = defaultdict(list)
+    for d in deltas:
+        out[d.rid].append(d)
+    return dict(out)
+
+
+@pytest.mark.parametrize("ids_per_row,shared", [((1, 1), False), ((1, 4), True)])
+def test_shard_columns_hold_exactly_the_deltas_of_the_deltas_path(
+        ids_per_row: tuple[int, int], shared: bool) -> None:
+    """Two tables fed the same frames: per rid, the same deltas in the same order."""
+    spec = PlanSpec(requests=150, concurrency=40, ids_per_row=ids_per_row, min_tokens=2,
+                    max_tokens=30, logprob_share=0.3, stop_share=0.2, options_share=0.3,
+                    special_share=0.2, abort_share=0.05, error_share=0.05, prompt_share=0.2,
+                    seed=3)
+    tables = [RidTable(INFO, 1), RidTable(INFO, 1)]
+    got: list[list[Delta]] = [[], []]
+    for step in schedule(make_requests(INFO, spec), spec.concurrency, spec.seed):
+        frames = [*step.opens, *([step.batch] if step.batch else []), *step.ends]
+        for f in frames:
+            for k, table in enumerate(tables):
+                sink: protocol.Sink = ColumnsOut() if k else []
+                if f[0] == protocol.TAG_BATCH:
+                    batch = protocol.decode_batch(f)
+                    owners = bytes(i % 2 for i in range(len(batch))) if shared else None
+                    table.on_batch(batch, sink, owners)
+                else:
+                    _control(table, protocol.decode_control(f), sink)
+                msg = protocol.decode_output(protocol.encode_output("deltas", 1, 0, sink))
+                assert isinstance(msg, Columns if k else Deltas)
+                got[k] += msg.deltas
+    assert len(got[0]) > 300
+    assert by_rid(got[1]) == by_rid(got[0])
+
+
+def _control(table: RidTable, msg: Any, sink: protocol.Sink) -> None:
+    handler = {protocol.Open: table.on_open, protocol.Error: table.on_error,
+               protocol.Abort: table.on_abort, protocol.Result: table.on_result}[type(msg)]
+    handler(msg, sink)
+
+
+def test_service_with_columnar_output_is_exact(tmp_path: Path) -> None:
+    svc = Service(tmp_path, shards=2, args=["--output-format", "columnar"]).start()
+    tags: set[int] = set()
+    take = svc.front.take
+
+    def record(raw: bytes) -> None:  # which frame kinds arrived, then the usual checks
+        tags.add(raw[0])
+        take(raw)
+
+    svc.front.take = record  # type: ignore[method-assign]
+    try:
+        spec = PlanSpec(requests=300, concurrency=64, ids_per_row=(1, 3), min_tokens=4,
+                        max_tokens=30, logprob_share=0.2, stop_share=0.1, options_share=0.2,
+                        abort_share=0.03, error_share=0.02, seed=11)
+        reqs = make_requests(INFO, spec)
+        for step in schedule(reqs, spec.concurrency, spec.seed):
+            for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
+                svc.send(f)
+            svc.front.poll(0)
+        svc.barrier()
+        problems = [p for r in reqs for p in verify(r, svc.front.requests.get(r.rid), INFO)]
+        assert not problems, problems[:10]
+        assert not svc.front.violations, svc.front.violations[:10]
+        assert tags == {protocol.TAG_COLUMNS, protocol.TAG_PONG}
+    finally:
+        svc.stop()

@@ -1,0 +1,169 @@
+"""The integration kit against the real service: the writer's steps in, the asyncio client out."""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sglang_tok.client import IDLE_TIMEOUT_ERROR, QUEUE_LIMIT_ERROR, Client, RequestStream
+from sglang_tok.protocol import Delta
+from sglang_tok.scheduler import Scheduler
+from sglang_tok.testing import Service
+from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok.workload import PlannedRequest, PlanSpec, expected, make_requests
+
+
+@pytest.fixture(scope="module")
+def info() -> TokenizerInfo:
+    return load("deepseek-v4")
+
+
+@pytest.fixture(scope="module", params=["deltas", "columnar"])
+def svc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[Service]:
+    s = Service(tmp_path_factory.mktemp(f"kit-{request.param}"), shards=2, frontend=False,
+                args=["--output-format", request.param]).start()
+    yield s
+    s.stop()
+
+
+def run(coro) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(asyncio.wait_for(coro, 120))
+
+
+def scheduler_loop(sched: Scheduler, reqs: list[PlannedRequest]) -> None:
+    """A scheduler's steps: every live request's next chunk, as array('q'), in one BATCH."""
+    for r in reqs:
+        if r.opts is not None:
+            sched.open(r.rid, **{f: getattr(r.opts, f) for f in r.opts.__struct_fields__[1:]})
+    steps = max(len(r.chunks) for r in reqs)
+    for k in range(steps):
+        live = [r for r in reqs if k < len(r.chunks)]
+        sched.step([r.rid for r in live], [array("q", r.chunks[k]) for r in live],
+                   finish_reasons=[r.finish if k == len(r.chunks) - 1 else None for r in live],
+                   prompt_tokens=[r.prompt_tokens for r in live],
+                   cached_tokens=[r.cached_tokens for r in live])
+
+
+async def consume(stream: RequestStream) -> list[Delta]:
+    return [d async for d in stream]
+
+
+def test_each_stream_is_exact_and_ends_at_its_terminal_delta(svc: Service,
+                                                              info: TokenizerInfo) -> None:
+    reqs = make_requests(info, PlanSpec(requests=120, min_tokens=4, max_tokens=40,
+                                        ids_per_row=(1, 3), stop_share=0.2, prompt_share=0.2,
+                                        seed=11), prefix="exact")
+
+    async def main() -> None:
+        async with Client(svc.output, svc.shards) as client:
+            streams = [client.stream(r.rid) for r in reqs]
+            tasks = [asyncio.create_task(consume(s)) for s in streams]
+            assert svc.sched is not None
+            scheduler_loop(svc.sched, reqs)
+            assert await client.barrier(svc.sched.ping, 30)
+            outs = await asyncio.gather(*tasks)
+            for r, out in zip(reqs, outs):
+                text, fin = expected(r, info)
+                assert "".join(d.text for d in out) == text, r.rid
+                assert out[-1].finish == fin and all(d.finish is None for d in out[:-1])
+            assert client.stats.unknown == 0 and client.stats.seq_gaps == 0
+            assert not client.streams  # every ended stream released
+
+    run(main())
+
+
+def test_later_deltas_for_an_ended_rid_are_dropped_and_counted(svc: Service) -> None:
+    async def main() -> None:
+        async with Client(svc.output, svc.shards) as client:
+            sched = svc.sched
+            assert sched is not None
+            s = client.stream("late-1")
+            sched.step(["late-1"], [[100, 200]], finish_reasons=[{"type": "length", "length": 2}])
+            # the scheduler reuses the rid (an OPEN, protocol rule 6) but the frontend never
+            # registered it again: those deltas are late for it, dropped and counted
+            sched.open("late-1")
+            sched.step(["late-1"], [[300]])
+            sched.step(["late-1"], [[400]], finish_reasons=[{"type": "length", "length": 2}])
+            assert await client.barrier(sched.ping, 30)
+            got = await consume(s)
+            assert [d.ids for d in got] == [[100, 200]] and got[-1].finish is not None
+            assert client.stats.late == 2
+            # a new registration (a new OPEN) takes the rid again
+            again = client.stream("late-1")
+            sched.open("late-1")
+            sched.step(["late-1"], [[500]], finish_reasons=[{"type": "length", "length": 1}])
+            assert [d.ids for d in await consume(again)] == [[500]]
+
+    run(main())
+
+
+def test_a_slow_consumer_ends_its_own_request_not_the_others(svc: Service) -> None:
+    abandoned: list[str] = []
+
+    async def main() -> None:
+        sched = svc.sched
+        assert sched is not None
+
+        def abort(rid: str) -> None:
+            abandoned.append(rid)
+            sched.abort(rid)  # what the service sees: an ABORT, then the rid is freed
+
+        async with Client(svc.output, svc.shards, queue_limit=8, on_abandon=abort) as client:
+            slow, fast = client.stream("slow-1"), client.stream("fast-1")
+            fast_task = asyncio.create_task(consume(fast))
+            for k in range(30):
+                last = k == 29
+                fin = {"type": "length", "length": 30} if last else None
+                sched.step(["slow-1", "fast-1"], [[1000 + k], [2000 + k]],
+                           finish_reasons=[None, fin])
+                await asyncio.sleep(0.005)
+            assert await client.barrier(sched.ping, 30)
+            fast_out = await fast_task
+            assert [i for d in fast_out for i in d.ids] == list(range(2000, 2030)), fast_out[:3]
+            slow_out = await consume(slow)  # the consumer wakes up late: its request ended
+            assert len(slow_out) == 1 and slow_out[0].error == QUEUE_LIMIT_ERROR
+            assert slow_out[0].finish == {"type": "abort"}
+            assert client.stats.overflowed == 1 and abandoned == ["slow-1"]
+            assert await client.barrier(sched.ping, 30)
+            assert client.stats.late >= 1  # the rest of its rows, and the ABORT's last delta
+
+    run(main())
+
+
+def test_a_silent_request_times_out_and_the_barrier_still_works(svc: Service) -> None:
+    async def main() -> None:
+        async with Client(svc.output, svc.shards, idle_timeout=0.3) as client:
+            got = await consume(client.stream("silent-1"))
+            assert len(got) == 1 and got[0].error == IDLE_TIMEOUT_ERROR
+            assert client.stats.timed_out == 1
+            assert svc.sched is not None
+            assert await client.barrier(svc.sched.ping, 30)
+            assert not await client.barrier(lambda: 10**9, 0.3)  # nobody answers that nonce
+
+    run(main())
+
+
+def test_the_client_connects_when_it_is_not_the_binding_side(tmp_path: Path) -> None:
+    """bind=False: something else binds (a proxy); the client connects to it."""
+    import zmq
+
+    from sglang_tok.protocol import Deltas, encode_deltas
+
+    async def main() -> None:
+        ep = f"ipc://{tmp_path}/proxy.ipc"
+        ctx = zmq.Context.instance()
+        push = ctx.socket(zmq.PUSH)
+        push.bind(ep)
+        async with Client(ep, shards=0, bind=False) as client:
+            s = client.stream("p-1")
+            push.send(encode_deltas(Deltas(0, 0, [Delta("p-1", "hi", [1]),
+                                                  Delta("p-1", "!", [2], finish={"type": "stop"})])))
+            assert "".join(d.text for d in await consume(s)) == "hi!"
+        push.close(0)
+
+    run(main())
