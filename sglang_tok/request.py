@@ -7,6 +7,7 @@ is paid only by the requests that asked for it.
 
 from __future__ import annotations
 
+from codecs import utf_8_decode
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -288,7 +289,7 @@ class ParsedRequest(Request):
     parts; the last row, ERROR and ABORT always run `finish()`; ids are never held.
     """
 
-    __slots__ = ("parsed", "min_left")
+    __slots__ = ("parsed", "min_left", "hot", "bytes")
 
     def __init__(self, rid: str, info: TokenizerInfo, opts: Open) -> None:
         self.rid = rid
@@ -299,6 +300,8 @@ class ParsedRequest(Request):
                                          opts.include_stop_str_in_output, opts.min_tokens)
         keep = _marker_ids(info, self.parsed) if opts.skip_special_tokens else frozenset()
         self.stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
+        # byte-level: the hot branch inlines ByteStream.push (as the shard's fast path does)
+        self.bytes = self.stream if isinstance(self.stream, ByteStream) else None
         self.stops = None  # the ParsedStream matches the OPEN's stop strings, in content
         self.attr = None  # refused with a parser (`refusal`)
         self.completion = 0
@@ -308,12 +311,60 @@ class ParsedRequest(Request):
         self.acc = None if opts.stream else Delta(rid, "", [])
         self.fast = False
         self.min_left = max(0, opts.min_tokens)  # ids until stop strings apply
+        # a streaming row that does not end the request, with no per-row extras: one
+        # push, one feed, one Delta (`row`'s first branch)
+        self.hot = (opts.stream and not opts.logprob_text and not opts.continuous_usage
+                    and not self.min_left)
 
     def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
             cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None = None,
             top: list[Any] | None = None, tid_lp: list[Any] | None = None,
             safe_ids: list[int] | None = None) -> Delta | None:
         self.completion += len(ids)
+        if finish is None and self.hot:
+            s = self.bytes
+            if s is None:
+                piece = self.stream.push(ids if safe_ids is None else safe_ids)
+            else:  # ByteStream.push, inlined
+                src = ids if safe_ids is None else safe_ids
+                table = s.table
+                data = table[src[0]] if len(src) == 1 else b"".join([table[x] for x in src])
+                if s.pending:
+                    data = s.pending + data
+                piece, used = utf_8_decode(data, "replace", False)
+                s.pending = data[used:] if used != len(data) else b""
+                if s.skip and piece:
+                    piece = piece[1:]
+                    s.skip = 0
+            parsed = self.parsed
+            first = parsed.tool_first
+            if parsed.plain and (first is None or first not in piece):
+                # what `feed` returns for a piece with nothing to parse, without building it
+                delta = Delta(self.rid, piece, ids, logprobs, top, tid_lp)
+                if piece:
+                    self.sent += len(piece)
+                    t = self.tail + piece
+                    self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                return delta
+            pd = parsed.feed(piece)
+            if pd.stop is None:
+                text = pd.text
+                delta = Delta(self.rid, text, ids, logprobs, top, tid_lp)
+                if pd.reasoning:
+                    delta.reasoning = pd.reasoning
+                if pd.tool_calls:
+                    delta.tool_calls = pd.tool_calls
+                if text:  # for a scheduler-matched stop string's cut (`_trim_matched`)
+                    self.sent += len(text)
+                    t = self.tail + text
+                    self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                return delta
+            # a service stop string: the request's last delta, with its usage
+            self.prompt_tokens = prompt_tokens
+            self.cached_tokens = cached_tokens
+            self.reasoning_tokens = reasoning_tokens
+            return self._emit_parsed(pd, pd.text, ids, {"type": "stop", "matched": pd.stop},
+                                     logprobs, top, tid_lp)
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
@@ -357,6 +408,8 @@ class ParsedRequest(Request):
             self.min_left = left - len(ids)
             return [parsed.feed(stream.push(ids))]
         self.min_left = 0
+        opts = self.opts
+        self.hot = opts.stream and not opts.logprob_text and not opts.continuous_usage
         first = parsed.feed(stream.push(ids[:left]))
         parsed.exempt_end()
         if first.stop is not None:

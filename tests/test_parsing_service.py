@@ -51,7 +51,7 @@ def drive(svc: Service, reqs: dict[str, tuple[dict[str, Any], list[list[int]]]],
                 rids.append(rid)
                 ids.append(rows[n])
                 fins.append((finish or {"type": "length"}) if n == len(rows) - 1 else None)
-        svc.sched.step(rids, ids, finish_reasons=fins)
+        svc.sched.step(rids, ids, finish_reasons=fins, prompt_tokens=[7] * len(rids))
         svc.front.poll(0)
     svc.barrier()
     out = {}
@@ -92,6 +92,7 @@ def test_stop_strings_cut_content_never_reasoning(ds: Service) -> None:
     text, reasoning, calls, _ = channels(out)
     assert "東京" in reasoning and text == "\n\nChecking " and not calls
     assert out[-1].finish == {"type": "stop", "matched": "now"}
+    assert out[-1].usage is not None and out[-1].usage.prompt_tokens == 7
     assert channels(out) == expect(DS, "st", opts, ids)
 
 
