@@ -93,16 +93,21 @@ def ref_channels(pd: ParsedDelta) -> tuple[str, str, list[tuple[int, str | None,
 
 
 # ------------------------------------------------------------------ Request level
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(sizes=chunk_sizes, stream=st.booleans(), min_tokens=st.integers(0, 40),
-       stop=st.sampled_from([[], ["now"], ["東京"], ["weather", "ing"]]))
-def test_deepseek_v4_any_rows_equal_parse_full(sizes: list[int], stream: bool, min_tokens: int,
-                                               stop: list[str]) -> None:
-    ids = enc(DS, DS_OUTPUT)
-    opts = Open("r", reasoning_parser="deepseek-r1", tool_parser="deepseekv4", stream=stream,
-                stop=stop, min_tokens=min_tokens)
-    deltas = run(DS, opts, chunk(ids, sizes))
-    want = reference(DS, opts, ids)
+       stop=st.sampled_from([[], ["now"], ["東京"], ["weather", "ing"], ["call", "Sure"]]),
+       qwen=st.booleans(), skip=st.booleans())
+def test_any_rows_equal_parse_full(sizes: list[int], stream: bool, min_tokens: int,
+                                   stop: list[str], qwen: bool, skip: bool) -> None:
+    """DeepSeek-V4 ids (DSML calls, markers are ordinary tokens) and Qwen-style ids (markers
+    are special tokens), rows of any sizes, with stop strings, min_tokens, stream=false."""
+    info = qwen_style() if qwen else DS
+    ids = enc(info, QWEN_OUTPUT if qwen else DS_OUTPUT)
+    names = ("qwen3", "hermes") if qwen else ("deepseek-r1", "deepseekv4")
+    opts = Open("r", reasoning_parser=names[0], tool_parser=names[1], stream=stream,
+                stop=stop, min_tokens=min_tokens, skip_special_tokens=skip)
+    deltas = run(info, opts, chunk(ids, sizes))
+    want = reference(info, opts, ids)
     assert channels(deltas) == ref_channels(want)
     if want.stop is not None:
         assert deltas[-1].finish == {"type": "stop", "matched": want.stop,
