@@ -266,6 +266,7 @@ class Client:
                  on_abandon: Callable[[str], None] | None = None, hwm: int = 100000,
                  curve: Curve | None = None, ctx: zmq.asyncio.Context | None = None) -> None:
         self.shards = shards
+        self._processes = set(range(-1, shards))
         self.queue_limit = queue_limit
         self.idle_timeout = idle_timeout
         self.on_abandon = on_abandon
@@ -356,7 +357,7 @@ class Client:
             return
         got, fut = entry
         got.add(p.shard)
-        if len(got) >= self.shards + 1 and not fut.done():
+        if got >= self._processes and not fut.done():  # the egress (-1) and every shard
             fut.set_result(None)
 
     async def barrier(self, ping: Callable[[], int], timeout: float = 30.0) -> bool:
