@@ -266,13 +266,13 @@ def make_request(rid: str, info: TokenizerInfo, opts: Open | None = None) -> Req
     return Request(rid, info, opts)
 
 
-_KEEP: dict[tuple[int, bool, tuple[str, ...]], frozenset[int]] = {}
+_KEEP: dict[tuple[int, tuple[str, ...]], frozenset[int]] = {}
 
 
 def _marker_ids(info: TokenizerInfo, stream: ParsedStream) -> frozenset[int]:
     """The specials a pipeline's markers need, once per tokenizer and marker set."""
     markers = stream.markers
-    key = (id(info), True, markers)
+    key = (id(info), markers)
     keep = _KEEP.get(key)
     if keep is None:
         keep = _KEEP[key] = marker_token_ids(info, markers)
