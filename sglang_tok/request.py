@@ -346,6 +346,11 @@ class ParsedRequest(Request):
                     t = self.tail + piece
                     self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
                 return delta
+            if parsed.thinking and parsed.close_first not in piece:  # type: ignore[operator]
+                # all reasoning (what `feed` returns for it, without building it)
+                delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
+                delta.reasoning = piece
+                return delta
             pd = parsed.feed(piece)
             if pd.stop is None:
                 text = pd.text

@@ -24,7 +24,7 @@ class ParsedStream:
     # `plain` and `tool_first` are public for the shard's hot branch (request.py), which
     # tests them inline to skip `feed` for a piece that passes through unchanged
     __slots__ = (
-        "_close_first",
+        "close_first",
         "called",
         "exempt",
         "include_stop",
@@ -32,6 +32,7 @@ class ParsedStream:
         "stopped",
         "stops",
         "plain",
+        "thinking",
         "tool_first",
         "tools",
     )
@@ -49,7 +50,7 @@ class ParsedStream:
         # the hot path: a piece holding no character that starts a marker, while nothing is
         # held anywhere, passes through with one `in` test per channel
         self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
-        self._close_first = _first_chars(reasoning.close_markers if reasoning else ())
+        self.close_first = _first_chars(reasoning.close_markers if reasoning else ())
         self.plain = False
         self._update()
 
@@ -69,9 +70,7 @@ class ParsedStream:
             first = self.tool_first
             if first is None or first not in text:
                 return ParsedDelta(text)
-        elif (self.reasoning is not None and self.reasoning.state == REASONING
-              and not self.reasoning.held and self._close_first is not None
-              and self._close_first not in text):
+        elif self.thinking and self.close_first not in text:  # type: ignore[operator]
             return ParsedDelta("", text)
         if self.stopped is not None:
             return ParsedDelta()
@@ -87,6 +86,10 @@ class ParsedStream:
 
     def _update(self) -> None:
         r, t = self.reasoning, self.tools
+        # inside the reasoning block with nothing held: a piece without the close marker's
+        # first character is all reasoning
+        self.thinking = (r is not None and r.state == REASONING and not r.held
+                         and self.close_first is not None)
         self.plain = ((r is None or r.state == CONTENT)
                       and (t is None or (t.idle and self.tool_first is not None))
                       and (self.stops is None or self.exempt) and self.stopped is None)
