@@ -16,8 +16,7 @@ def _serve_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     p = sub.add_parser("serve", help="run the detokenizer service")
     d = Config()
     p.add_argument("--tokenizer", default=DEFAULT_TOKENIZER,
-                   help="built-in name (deepseek-v4), a tokenizer.json, a directory, or "
-                        "none (ids only, no text: protocol section 7)")
+                   help="built-in name (deepseek-v4), a tokenizer.json, or a directory")
     p.add_argument("--shards", type=int, default=default_shards(),
                    help="decoder processes (default: usable cores minus one, at least 1)")
     p.add_argument("--input", default="", help="input ring endpoint the service binds "
