@@ -8,7 +8,10 @@ that pushes one BATCH per step through the kit's writer (`sim_scheduler.py`), an
 asyncio client on the service's output. Serves `POST /v1/completions` and
 `POST /v1/chat/completions` (SSE streaming with `data: [DONE]`, or one JSON response), with
 `stop`, `max_tokens`, `logprobs`/`top_logprobs` (token texts from the service),
-`stream_options.include_usage` / `continuous_usage_stats`, `n=1`; `GET /v1/models`,
+`stream_options.include_usage` / `continuous_usage_stats`, `n=1`, reasoning and tool
+calls parsed in the service (`--reasoning-parser`, `--tool-call-parser`, or the body's
+`reasoning_parser` / `tool_parser`: `delta.reasoning_content`, `delta.tool_calls`,
+`finish_reason: "tool_calls"`); `GET /v1/models`,
 `GET /health`, and `GET /debug/requests/{id}` (what the scheduler generated for a
 completion id, and its full decode: the reference a load test checks streams against).
 A client that disconnects mid-stream gets its rid aborted (ABORT to the service).
@@ -33,7 +36,7 @@ from typing import Any
 
 import msgspec
 import uvicorn
-from sim_scheduler import Generation, Generator, SimScheduler, now
+from sim_scheduler import Generation, Generator, SimScheduler, now, tool_call_text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -63,25 +66,33 @@ def openai_usage(u: Any) -> dict[str, int]:
 
 
 def finish_reason(d: Delta, saw_tool_calls: bool) -> str:
-    kind = (d.finish or {}).get("type")
+    fin = d.finish or {}
+    kind = fin.get("type")
     if kind == "length":
         return "length"
     if kind == "abort":
         return "abort"
-    return "tool_calls" if saw_tool_calls else "stop"
+    # the service marks a request that ended with tool calls (protocol section 8)
+    return "tool_calls" if saw_tool_calls or fin.get("tool_calls") else "stop"
 
 
-def chat_delta(d: Delta) -> dict[str, Any]:
-    """A Delta as an OpenAI chat `delta`. The parsers' output (Delta fields `reasoning`,
-    `tool_calls`, from the reasoning/tool-call parser work) maps across here."""
+def chat_delta(d: Delta, rid: str) -> dict[str, Any]:
+    """A Delta as an OpenAI chat `delta`: `content`, `reasoning_content` (the service's
+    `reasoning`), and `tool_calls` in OpenAI's shape (an id and type on a call's first
+    fragment, the one that carries its name)."""
     out: dict[str, Any] = {}
     if d.text:
         out["content"] = d.text
-    reasoning = getattr(d, "reasoning", None)
-    if reasoning:
-        out["reasoning_content"] = reasoning
-    calls = getattr(d, "tool_calls", None)
-    if calls:
+    if d.reasoning:
+        out["reasoning_content"] = d.reasoning
+    if d.tool_calls:
+        calls = []
+        for c in d.tool_calls:
+            call: dict[str, Any] = {"index": c.index, "function": {"arguments": c.arguments}}
+            if c.name is not None:
+                call.update(id=f"call_{rid}_{c.index}", type="function")
+                call["function"]["name"] = c.name
+            calls.append(call)
         out["tool_calls"] = calls
     return out
 
@@ -127,9 +138,13 @@ class Parsed(msgspec.Struct):
     continuous_usage: bool
     seed: int | None
     model: str
+    reasoning_parser: str = ""  # chat only: --reasoning-parser, or the body's override
+    tool_parser: str = ""  # chat only: --tool-call-parser, or the body's override
+    tools: list[str] = []  # names of the functions offered (`tools`)
 
 
-def parse(body: Any, chat: bool, model: str) -> Parsed:
+def parse(body: Any, chat: bool, model: str, reasoning_parser: str = "",
+          tool_parser: str = "") -> Parsed:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     if body.get("n", 1) != 1:
@@ -155,17 +170,23 @@ def parse(body: Any, chat: bool, model: str) -> Parsed:
     opts = body.get("stream_options") or {}
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise BadRequest("max_tokens must be a positive integer")
+    tools = [str((t.get("function") or {}).get("name") or "") for t in body.get("tools") or []
+             if isinstance(t, dict)] if chat else []
     return Parsed(chat, prompt, bool(body.get("stream")), max_tokens, stop, top_k,
                   bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  body.get("seed"), str(body.get("model") or model))
+                  body.get("seed"), str(body.get("model") or model),
+                  str(body.get("reasoning_parser", reasoning_parser)) if chat else "",
+                  str(body.get("tool_parser", tool_parser)) if chat else "",
+                  [t for t in tools if t])
 
 
 class App:
     """The service, the simulated scheduler and the client, behind the HTTP routes."""
 
     def __init__(self, svc: Service, info: TokenizerInfo, model: str, step_s: float,
-                 idle_timeout: float) -> None:
+                 idle_timeout: float, reasoning_parser: str = "", tool_parser: str = "") -> None:
         self.svc, self.info, self.model = svc, info, model
+        self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
         assert svc.sched is not None
         self.writer = svc.sched
         self.gen = Generator(info)
@@ -214,12 +235,17 @@ class App:
         rs = self.client.stream(rid)
         prompt_tokens = len(self.info.tokenizer.encode(p.prompt, add_special_tokens=False).ids)
         seed = p.seed if p.seed is not None else zlib.crc32(rid.encode())
-        gen = self.gen.generate(seed, p.max_tokens, prompt_tokens, p.top_k, p.stop)
+        # with parsers on, the simulated model thinks first and calls the first tool offered
+        call = tool_call_text(p.tool_parser, p.tools[0], {"query": p.prompt[:40], "n": 3}) \
+            if p.tool_parser and p.tools else ""
+        gen = self.gen.generate(seed, p.max_tokens, prompt_tokens, p.top_k, p.stop,
+                                think=bool(p.reasoning_parser), call=call)
         self.records[rid] = {"state": "running", "gen": gen, "finish": None}
         while len(self.records) > RECORDS:
             self.records.popitem(last=False)
         self.writer.open(rid, stop=p.stop, stream=p.stream, continuous_usage=p.continuous_usage,
-                         logprob_text=p.top_k > 0)
+                         logprob_text=p.top_k > 0, reasoning_parser=p.reasoning_parser,
+                         tool_parser=p.tool_parser)
         self.sim.add(rid, gen)
         return rid, gen, rs
 
@@ -249,7 +275,8 @@ class App:
 
     async def _serve(self, request: Request, chat: bool) -> Response:
         try:
-            p = parse(msgspec.json.decode(await request.body()), chat, self.model)
+            p = parse(msgspec.json.decode(await request.body()), chat, self.model,
+                      self.reasoning_parser, self.tool_parser)
         except (BadRequest, msgspec.DecodeError, ValueError, TypeError) as exc:
             return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
                                            "code": 400}}, status_code=400)
@@ -271,11 +298,13 @@ class App:
             return JSONResponse({"error": {"message": d.error, "type": "server_error"}},
                                 status_code=500)
         text = "".join(x.text for x in out)
-        fin = finish_reason(d, bool(getattr(d, "tool_calls", None)))
+        fin = finish_reason(d, bool(d.tool_calls))
         usage = openai_usage(d.usage) if d.usage else None
         if p.chat:
             message: dict[str, Any] = {"role": "assistant", "content": text}
-            message.update({k: v for k, v in chat_delta(d).items() if k != "content"})
+            message.update({k: v for k, v in chat_delta(d, rid).items() if k != "content"})
+            for call in message.get("tool_calls", ()):
+                del call["index"]  # a message's calls are a list, not fragments
             choice = {"index": 0, "message": message, "logprobs": chat_logprobs(d),
                       "finish_reason": fin}
             obj = "chat.completion"
@@ -322,7 +351,7 @@ class App:
                         out.append(sse({"error": {"message": d.error, "type": "server_error"}}))
                         break
                     if p.chat:
-                        delta = chat_delta(d)
+                        delta = chat_delta(d, rid)
                         tools = tools or "tool_calls" in delta
                         lp = chat_logprobs(d)
                         if delta or lp:
@@ -412,6 +441,11 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=25.0, help="simulated decode step")
     ap.add_argument("--idle-timeout", type=float, default=60.0)
     ap.add_argument("--output-format", choices=("deltas", "columnar"), default="columnar")
+    # SGLang's flags: the default parsers of chat requests (a body may name others:
+    # `reasoning_parser` / `tool_parser`, e.g. through the openai package's extra_body)
+    ap.add_argument("--reasoning-parser", default="", help="e.g. deepseek-r1, qwen3")
+    ap.add_argument("--tool-call-parser", default="",
+                    help="e.g. deepseekv4, deepseekv3, hermes, mistral")
     a = ap.parse_args()
     info = load(a.tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-openai-"))
@@ -419,7 +453,8 @@ def main() -> int:
                   args=["--output-format", a.output_format])
     try:
         svc.start(timeout=180)
-        app = App(svc, info, a.model, a.step_ms / 1000, a.idle_timeout)
+        app = App(svc, info, a.model, a.step_ms / 1000, a.idle_timeout, a.reasoning_parser,
+                  a.tool_call_parser)
         web = Starlette(routes=app.routes(), lifespan=app.lifespan)
         print(f"serving on http://{a.host}:{a.port} (service: {a.shards} shards, "
               f"{a.tokenizer})", flush=True)

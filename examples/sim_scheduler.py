@@ -11,6 +11,7 @@ against the full decode of exactly those ids (`Generation.expected_text`).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from array import array
@@ -74,13 +75,24 @@ class Generator:
         self.min_tokens, self.max_tokens = min_tokens, max_tokens
 
     def generate(self, seed: int, max_tokens: int | None, prompt_tokens: int, top_k: int = 0,
-                 stop: list[str] | None = None) -> Generation:
+                 stop: list[str] | None = None, think: bool = False,
+                 call: str = "") -> Generation:
+        """`think`: a `<think>` block first; `call`: text of a tool call last (the model
+        output a reasoning / tool-call parser splits; see `tool_call_text`)."""
         rng = random.Random(seed)
         natural = rng.randint(self.min_tokens, self.max_tokens)
         ids: list[int] = []
         while len(ids) < natural:
             ids.extend(rng.choice(self.corpus))
         ids = ids[rng.randrange(0, 3):][:natural]
+        if think or call:
+            enc = self.info.tokenizer.encode
+            if think:
+                reason = rng.choice(self.corpus)[:24]
+                ids = [*enc("<think>\n", add_special_tokens=False).ids, *reason,
+                       *enc("\n</think>\n\n", add_special_tokens=False).ids, *ids]
+            if call:
+                ids += enc(call, add_special_tokens=False).ids
         if max_tokens is not None and max_tokens <= len(ids):
             ids = ids[:max_tokens]
             finish: dict[str, Any] = {"type": "length", "length": len(ids)}
@@ -175,6 +187,23 @@ class SimScheduler:
             tvals.append([[v - 0.5 * q for q in range(k)] for v in lp])
             tidx.append([[t + q for q in range(k)] for t in row])
         return {"output_logprobs": (vals, idx), "output_top": (tvals, tidx)}
+
+
+def tool_call_text(fmt: str, name: str, args: dict[str, Any]) -> str:
+    """A tool call as a model in that format writes it ("" for a format not simulated)."""
+    if fmt in ("deepseekv4", "deepseekv32"):
+        block = "tool_calls" if fmt == "deepseekv4" else "function_calls"
+        params = "".join(
+            f'<｜DSML｜parameter name="{k}" string="true">{v}</｜DSML｜parameter>\n'
+            if isinstance(v, str) else
+            f'<｜DSML｜parameter name="{k}" string="false">{json.dumps(v)}</｜DSML｜parameter>\n'
+            for k, v in args.items())
+        return (f'\n\n<｜DSML｜{block}>\n<｜DSML｜invoke name="{name}">\n{params}'
+                f"</｜DSML｜invoke>\n</｜DSML｜{block}>")
+    if fmt == "hermes":
+        call = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+        return f"\n<tool_call>\n{call}\n</tool_call>"
+    return ""
 
 
 def now() -> int:

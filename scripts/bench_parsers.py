@@ -13,6 +13,7 @@ result is checked against `parse_full` of the full decode. Prints ns/id and the 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -24,8 +25,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from sglang_tok.shards.table import RidTable
+
 from sglang_tok.decoder import ByteStream
-from sglang_tok.parsers import make_parsed_stream, marker_token_ids, merge, skip_table
+from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
+from sglang_tok.protocol import Batch, Delta, Open, decode_batch
+from sglang_tok.scheduler import encode_step
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import TokenizerInfo, load
 from sglang_tok.workload import BUILTIN_TEXTS
@@ -141,6 +146,84 @@ def run(info: TokenizerInfo, reqs: list[list[int]], order: list[tuple[int, list[
     return time.process_time() - t0, outs
 
 
+def frames_of(reqs: list[list[int]], order: list[tuple[int, list[int]]]) -> list[Batch]:
+    """The trace as the BATCH frames a scheduler sends: one per step, a request at most once
+    per frame, its last row with a length finish. Decoded (validated) before timing."""
+    left = [len(ids) for ids in reqs]
+    frames: list[Batch] = []
+    rids: list[str] = []
+    rows: list[list[int]] = []
+    fins: list[dict[str, Any] | None] = []
+    seen: set[int] = set()
+    for r, ids in order + [(-1, [])]:
+        if r in seen or r < 0:
+            frames.append(decode_batch(encode_step(rids, rows, finish_reasons=fins)))
+            rids, rows, fins, seen = [], [], [], set()
+        if r < 0:
+            break
+        seen.add(r)
+        left[r] -= len(ids)
+        rids.append(f"r{r}")
+        rows.append(ids)
+        fins.append(None if left[r] else {"type": "length"})
+    return frames
+
+
+def run_table(info: TokenizerInfo, n: int, frames: list[Batch],
+              opts: dict[str, Any]) -> tuple[float, dict[str, list[Delta]]]:
+    """Seconds in the shard's `RidTable.on_batch` for the whole trace (OPENs not timed)."""
+    table = RidTable(info, 0, max_requests=n + 1, ended_memory=n + 1)
+    for r in range(n):
+        sink: list[Delta] = []
+        table.on_open(Open(f"r{r}", **opts), sink)
+        assert not sink, sink
+    out: list[Delta] = []
+    gc.collect()  # every run starts from the same heap: a collection is not charged to one
+    t0 = time.process_time()
+    for batch in frames:
+        table.on_batch(batch, out)
+    dt = time.process_time() - t0
+    per: dict[str, list[Delta]] = {}
+    for d in out:
+        per.setdefault(d.rid, []).append(d)
+    return dt, per
+
+
+def table_mode(info: TokenizerInfo, args: argparse.Namespace) -> int:
+    """--table: the same traces through the shard's table, parser on vs off, side by side."""
+    bad = 0
+    for max_row in (1, 4):
+        reqs, order = rows_of(info, args.requests, args.concurrency, max_row, args.seed)
+        frames = frames_of(reqs, order)
+        total = sum(map(len, reqs))
+        print(f"\nshard table: {len(reqs)} requests, {total} ids, rows of 1..{max_row} ids, "
+              f"{len(frames)} frames")
+        print(f"{'parser':<16} {'off ns/id':>10} {'on ns/id':>10} {'ratio':>7}")
+        for name, config in CONFIGS.items():
+            off_opts = {"stop": config["stop"]} if "stop" in config else {}
+            base = best = float("inf")
+            per: dict[str, list[Delta]] = {}
+            for _ in range(args.repeat):  # alternate, so both see the same machine state
+                base = min(base, run_table(info, len(reqs), frames, off_opts)[0])
+                dt, per = run_table(info, len(reqs), frames, config)
+                best = min(best, dt)
+            ref = make_parsed_stream(**config)
+            keep = marker_token_ids(info, ref.markers)
+            for r, ids in enumerate(reqs):
+                kept = [i for i in ids if i not in info.special_ids or i in keep]
+                want = ref.parse_full(info.tokenizer.decode(kept, skip_special_tokens=False))
+                ds = per.get(f"r{r}", [])
+                got = merge([ParsedDelta(d.text, d.reasoning, d.tool_calls) for d in ds])
+                ended = bool(ds and (ds[-1].finish or {}).get("tool_calls"))
+                if (got.text, got.reasoning, got.tool_calls, ended) != (
+                        want.text, want.reasoning, want.tool_calls, want.ended_with_tool_calls):
+                    bad += 1
+            print(f"{name:<16} {base / total * 1e9:>10.0f} {best / total * 1e9:>10.0f} "
+                  f"{best / base:>6.2f}x")
+    print(f"\nexactness: {'all requests equal parse_full' if not bad else f'{bad} differ'}")
+    return 1 if bad else 0
+
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "deepseek-r1": {"reasoning_parser": "deepseek-r1"},
     "deepseekv4": {"tool_parser": "deepseekv4"},
@@ -159,8 +242,13 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--table", action="store_true",
+                    help="through the shard's RidTable.on_batch (BATCH frames, OPEN options, "
+                         "Deltas), parser on vs the same requests without it")
     args = ap.parse_args()
     info = load("deepseek-v4")
+    if args.table:
+        return table_mode(info, args)
     bad = 0
     for max_row in (1, 4):
         reqs, order = rows_of(info, args.requests, args.concurrency, max_row, args.seed)

@@ -89,12 +89,15 @@ class WindowStream:
     __slots__ = ("_decode", "_ids", "_emitted", "_drop", "_vocab", "_bytes", "_hold_fffd",
                  "_tok", "_nb", "_carry", "_marks")
 
-    def __init__(self, info: TokenizerInfo, skip_special: bool, prompt_ids: list[int] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, info: TokenizerInfo, skip_special: bool, prompt_ids: list[int] = (),  # type: ignore[assignment]
+                 keep: frozenset[int] = frozenset()) -> None:
         tok = info.tokenizer
         self._tok = tok
         self._decode = lambda ids: tok.decode(ids, skip_special_tokens=False)
         self._vocab = info.vocab_size
-        self._drop = info.special_ids if skip_special else frozenset()
+        # `keep`: specials a parser must see (parsers.marker_token_ids), never dropped
+        self._drop = (info.special_ids - keep if keep else info.special_ids) if skip_special \
+            else frozenset()
         self._bytes = info.byte_fallback_ids
         self._hold_fffd = not self._bytes
         ids = self._ids = self._keep(prompt_ids)
@@ -296,12 +299,52 @@ def _run_offsets(full: str, done: list[int], run_text: str, marks: list[int]) ->
     return [min(size, max(0, done[m] - shift)) for m in marks]
 
 
-def make_stream(info: TokenizerInfo, skip_special: bool, prompt_ids: list[int] = ()) -> Stream:  # type: ignore[assignment]
-    """The fastest exact stream for this tokenizer; prompt ids may be any int64."""
+class NullStream:
+    """`--tokenizer none`: ids pass through, no text (SGLang's `Skip` backend)."""
+
+    __slots__ = ()
+
+    def push(self, ids: list[int]) -> str:
+        return ""
+
+    def push_one(self, tid: int) -> str:
+        return ""
+
+    def flush(self) -> str:
+        return ""
+
+
+def make_stream(info: TokenizerInfo, skip_special: bool, prompt_ids: list[int] = (),  # type: ignore[assignment]
+                keep: frozenset[int] = frozenset()) -> Stream:
+    """The fastest exact stream for this tokenizer; prompt ids may be any int64.
+
+    `keep`: special ids that stay visible under `skip_special` (a parser's markers).
+    """
+    if not info.has_text:
+        return NullStream()
     if info.byte_table is not None:
         table = info.byte_table_skip if skip_special else info.byte_table
+        if skip_special and keep:
+            table = keep_table(info, keep)
         assert table is not None
         vocab = info.vocab_size
         prompt = [i if 0 <= i < vocab else vocab for i in prompt_ids]
         return ByteStream(table, prompt)
-    return WindowStream(info, skip_special, prompt_ids)
+    return WindowStream(info, skip_special, prompt_ids, keep)
+
+
+_KEEP_TABLES: dict[tuple[int, frozenset[int]], list[bytes]] = {}
+
+
+def keep_table(info: TokenizerInfo, keep: frozenset[int]) -> list[bytes]:
+    """The `skip_special_tokens` byte table with `keep` visible, once per tokenizer and set."""
+    key = (id(info), keep)
+    table = _KEEP_TABLES.get(key)
+    if table is None:
+        assert info.byte_table is not None and info.byte_table_skip is not None
+        table = info.byte_table_skip[:]
+        for tid in keep:
+            if 0 <= tid < info.vocab_size:
+                table[tid] = info.byte_table[tid]
+        _KEEP_TABLES[key] = table
+    return table

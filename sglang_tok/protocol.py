@@ -418,6 +418,11 @@ class Open(msgspec.Struct, gc=False):
     continuous_usage: bool = False
     logprob_text: bool = False
     attribution: bool = False
+    # issue 11 (section 8): per-request parsers and min_tokens
+    reasoning_parser: str = ""
+    reasoning_started: bool = False
+    tool_parser: str = ""
+    min_tokens: int = 0
 
 
 DEFAULT_OPEN_FIELDS = Open("")
@@ -444,6 +449,15 @@ class Usage(msgspec.Struct, gc=False):
     reasoning_tokens: int
 
 
+class ToolCallDelta(msgspec.Struct, omit_defaults=True, gc=False):
+    """One fragment of one tool call (protocol section 8): `name` on a call's first
+    fragment; a frontend concatenates `arguments` per `index`."""
+
+    index: int
+    name: str | None = None
+    arguments: str = ""
+
+
 class Delta(msgspec.Struct, omit_defaults=True, gc=False):
     """One output event of one request; default-valued keys stay off the wire."""
 
@@ -460,6 +474,12 @@ class Delta(msgspec.Struct, omit_defaults=True, gc=False):
     usage: Usage | None = None
     error: str | None = None
     result: bytes | None = None
+    # section 8 (a parser on): reasoning text and tool-call fragments. Whether the request
+    # ended with tool calls is a key of the last delta's `finish` (`"tool_calls": true`):
+    # a 16th field would turn this map's fixmap header into map16 and change the bytes of
+    # every existing delta, so Delta stays at 15 fields.
+    reasoning: str = ""
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 def terminal(rid: str, error: str | None, usage: Usage) -> Delta:
@@ -566,6 +586,8 @@ class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     token_texts: list[tuple[int, list[str]]] = []
     top_texts: list[tuple[int, list[Any]]] = []
     attributions: list[tuple[int, list[Attribution]]] = []
+    reasoning: list[tuple[int, str]] = []
+    tool_calls: list[tuple[int, list[ToolCallDelta]]] = []
 
     def __len__(self) -> int:
         return len(self.rids)
@@ -597,6 +619,11 @@ class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
 DENSE_COLUMNS = 6
 SPARSE_COLUMNS: tuple[str, ...] = Columns.__struct_fields__[DENSE_COLUMNS:]
+# Delta fields whose default is None (a row has the key iff the value is not None), and
+# the parser fields (section 8), whose defaults are "" and None: a row has the key iff the
+# value is truthy, as with omit_defaults in DELTAS
+_SPARSE_NONE = SPARSE_COLUMNS[:10]
+_SPARSE_TRUTHY = SPARSE_COLUMNS[10:]
 
 
 class ColumnsOut:
@@ -624,9 +651,13 @@ class ColumnsOut:
         self.texts.append(d.text)
         self.id_lens.append(len(d.ids))
         self.ids += d.ids
-        for name in SPARSE_COLUMNS:
+        for name in _SPARSE_NONE:
             val = getattr(d, name)
             if val is not None:
+                self.sparse.setdefault(name, []).append((row, val))
+        for name in _SPARSE_TRUTHY:
+            val = getattr(d, name)
+            if val:
                 self.sparse.setdefault(name, []).append((row, val))
 
     def add_sparse(self, name: str, row: int, val: Any) -> None:

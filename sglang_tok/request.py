@@ -7,15 +7,25 @@ is paid only by the requests that asked for it.
 
 from __future__ import annotations
 
+from codecs import utf_8_decode
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
 from .attribution import Attributor
 from .decoder import ByteStream, Stream, WindowStream, make_stream
+from .parsers import (
+    REASONING_PARSERS,
+    TOOL_PARSERS,
+    ParsedDelta,
+    ParsedStream,
+    ToolCallDelta,
+    make_parsed_stream,
+    marker_token_ids,
+)
 from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from .stops import StopMatcher
-from .tokenizer import TokenizerInfo
+from .tokenizer import NO_TOKENIZER, TokenizerInfo
 
 # how much already-sent text is remembered to find a scheduler-matched stop string that
 # began in an earlier delta (protocol rule 3: cut at its last occurrence)
@@ -217,3 +227,244 @@ def _is_stop_token(matched: Any, last: int) -> bool:
     if isinstance(matched, list):
         return last in matched
     return False
+
+
+# ====================================================================== parsers (section 8)
+def refusal(opts: Open, info: TokenizerInfo) -> str | None:
+    """Why an OPEN cannot be served (the shard ends it with this terminal error), or None.
+
+    Checked once per OPEN, before any row, so a bad option never costs a row's work.
+    """
+    parsed = opts.reasoning_parser or opts.tool_parser or opts.min_tokens > 0
+    if not (parsed or opts.attribution or opts.stop or opts.logprob_text) or \
+            (info.has_text and not parsed):
+        return None
+    if not info.has_text:
+        wants = [name for name in ("stop", "logprob_text", "attribution", "reasoning_parser",
+                                   "tool_parser") if getattr(opts, name)]
+        if wants:
+            return (f"--tokenizer {NO_TOKENIZER} sends no text: OPEN "
+                    f"{', '.join(wants)} cannot be honoured")
+        return None
+    if opts.reasoning_parser and opts.reasoning_parser not in REASONING_PARSERS:
+        return (f"unknown reasoning_parser {opts.reasoning_parser!r}; known: "
+                f"{', '.join(sorted(REASONING_PARSERS))}")
+    if opts.tool_parser and opts.tool_parser not in TOOL_PARSERS:
+        return (f"unknown tool_parser {opts.tool_parser!r}; known: "
+                f"{', '.join(sorted(TOOL_PARSERS))}")
+    if opts.attribution:
+        return "attribution is not available with reasoning_parser, tool_parser or min_tokens"
+    return None
+
+
+def make_request(rid: str, info: TokenizerInfo, opts: Open | None = None) -> Request:
+    """A plain Request, or a ParsedRequest when the OPEN asks for a parser or min_tokens
+    (options already passed `refusal`)."""
+    if opts is not None and (opts.reasoning_parser or opts.tool_parser or opts.min_tokens > 0) \
+            and info.has_text:
+        return ParsedRequest(rid, info, opts)
+    return Request(rid, info, opts)
+
+
+_KEEP: dict[tuple[int, tuple[str, ...]], frozenset[int]] = {}
+
+
+def _marker_ids(info: TokenizerInfo, stream: ParsedStream) -> frozenset[int]:
+    """The specials a pipeline's markers need, once per tokenizer and marker set."""
+    markers = stream.markers
+    key = (id(info), markers)
+    keep = _KEEP.get(key)
+    if keep is None:
+        keep = _KEEP[key] = marker_token_ids(info, markers)
+    return keep
+
+
+class ParsedRequest(Request):
+    """A request whose decoded text goes through a ParsedStream (protocol section 8).
+
+    Its own `row`/`end`, so the plain path pays nothing for it. Rules held here (see
+    parsers/__init__.py): markers that are special tokens are decoded even with
+    skip_special_tokens (a keep set, by id); OPEN `stop` strings go to the stream (content
+    only) and never to `Request.stops`; the row holding the min_tokens-th id is fed in two
+    parts; the last row, ERROR and ABORT always run `finish()`; ids are never held.
+    """
+
+    __slots__ = ("parsed", "min_left", "hot", "bytes")
+
+    def __init__(self, rid: str, info: TokenizerInfo, opts: Open) -> None:
+        self.rid = rid
+        self.opts = opts
+        self.info = info
+        self.parsed = make_parsed_stream(opts.reasoning_parser, opts.reasoning_started,
+                                         opts.tool_parser, opts.stop,
+                                         opts.include_stop_str_in_output, opts.min_tokens)
+        keep = _marker_ids(info, self.parsed) if opts.skip_special_tokens else frozenset()
+        self.stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
+        # byte-level: the hot branch inlines ByteStream.push (as the shard's fast path does)
+        self.bytes = self.stream if isinstance(self.stream, ByteStream) else None
+        self.stops = None  # the ParsedStream matches the OPEN's stop strings, in content
+        self.attr = None  # refused with a parser (`refusal`)
+        self.completion = 0
+        self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
+        self.sent = 0
+        self.tail = ""
+        self.acc = None if opts.stream else Delta(rid, "", [])
+        self.fast = False
+        self.min_left = max(0, opts.min_tokens)  # ids until stop strings apply
+        # a streaming row that does not end the request, with no per-row extras: one
+        # push, one feed, one Delta (`row`'s first branch)
+        self.hot = (opts.stream and not opts.logprob_text and not opts.continuous_usage
+                    and not self.min_left)
+
+    def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
+            cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None = None,
+            top: list[Any] | None = None, tid_lp: list[Any] | None = None,
+            safe_ids: list[int] | None = None) -> Delta | None:
+        self.completion += len(ids)
+        if finish is None and self.hot:
+            s = self.bytes
+            if s is None:
+                piece = self.stream.push(ids if safe_ids is None else safe_ids)
+            else:  # ByteStream.push, inlined
+                src = ids if safe_ids is None else safe_ids
+                table = s.table
+                data = table[src[0]] if len(src) == 1 else b"".join([table[x] for x in src])
+                if s.pending:
+                    data = s.pending + data
+                piece, used = utf_8_decode(data, "replace", False)
+                s.pending = data[used:] if used != len(data) else b""
+                if s.skip and piece:
+                    piece = piece[1:]
+                    s.skip = 0
+            parsed = self.parsed
+            first = parsed.tool_first
+            if parsed.plain and (first is None or first not in piece):
+                # what `feed` returns for a piece with nothing to parse, without building it
+                delta = Delta(self.rid, piece, ids, logprobs, top, tid_lp)
+                if piece:
+                    self.sent += len(piece)
+                    t = self.tail + piece
+                    self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                return delta
+            if parsed.thinking and parsed.close_first not in piece:  # type: ignore[operator]
+                # all reasoning (what `feed` returns for it, without building it)
+                delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
+                delta.reasoning = piece
+                return delta
+            pd = parsed.feed(piece)
+            if pd.stop is None:
+                text = pd.text
+                delta = Delta(self.rid, text, ids, logprobs, top, tid_lp)
+                if pd.reasoning:
+                    delta.reasoning = pd.reasoning
+                if pd.tool_calls:
+                    delta.tool_calls = pd.tool_calls
+                if text:  # for a scheduler-matched stop string's cut (`_trim_matched`)
+                    self.sent += len(text)
+                    t = self.tail + text
+                    self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                return delta
+            # a service stop string: the request's last delta, with its usage
+            self.prompt_tokens = prompt_tokens
+            self.cached_tokens = cached_tokens
+            self.reasoning_tokens = reasoning_tokens
+            return self._emit_parsed(pd, pd.text, ids, {"type": "stop", "matched": pd.stop},
+                                     logprobs, top, tid_lp)
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = cached_tokens
+        self.reasoning_tokens = reasoning_tokens
+        decode_ids = ids if safe_ids is None else safe_ids
+        if finish is not None and ids and not self.opts.no_stop_trim and \
+                finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1]):
+            decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
+        parts = self._feed(decode_ids)
+        if finish is not None and self.parsed.stopped is None:
+            parts.append(self.parsed.feed(self.stream.flush()))
+            parts.append(self.parsed.finish())
+        pd = parts[0] if len(parts) == 1 else _merge(parts)
+        text = pd.text
+        if pd.stop is not None:
+            finish = {"type": "stop", "matched": pd.stop}
+        elif finish is not None and not self.opts.no_stop_trim and finish.get("type") == "stop":
+            matched = finish.get("matched")
+            if isinstance(matched, str) and matched:
+                text = self._trim_matched(text, matched)
+        return self._emit_parsed(pd, text, ids, finish, logprobs, top, tid_lp)
+
+    def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
+        parsed = self.parsed
+        parts = [] if parsed.stopped is not None else [parsed.feed(self.stream.flush())]
+        parts.append(parsed.finish())
+        pd = _merge(parts)
+        delta = self._emit_parsed(pd, pd.text, [], finish, None, None, None)
+        assert delta is not None
+        delta.error = error
+        return delta
+
+    def _feed(self, ids: list[int]) -> list[ParsedDelta]:
+        """Decode and parse one row's ids; split at the min_tokens-th id."""
+        parsed, stream = self.parsed, self.stream
+        if parsed.stopped is not None:
+            return [ParsedDelta()]
+        left = self.min_left
+        if not left:
+            return [parsed.feed(stream.push(ids))]
+        if len(ids) < left:
+            self.min_left = left - len(ids)
+            return [parsed.feed(stream.push(ids))]
+        self.min_left = 0
+        opts = self.opts
+        self.hot = opts.stream and not opts.logprob_text and not opts.continuous_usage
+        first = parsed.feed(stream.push(ids[:left]))
+        parsed.exempt_end()
+        if first.stop is not None:
+            return [first]
+        return [first, parsed.feed(stream.push(ids[left:]))]
+
+    def _emit_parsed(self, pd: ParsedDelta, text: str, ids: list[int],
+                     finish: dict[str, Any] | None, logprobs: list[Any] | None,
+                     top: list[Any] | None, tid_lp: list[Any] | None) -> Delta | None:
+        acc = self.acc
+        if acc is not None:  # stream=false: the parser channels accumulate too
+            acc.reasoning += pd.reasoning
+            if pd.tool_calls:
+                acc.tool_calls = _merge_calls(acc.tool_calls, pd.tool_calls)
+        if finish is not None and self.parsed.called:
+            # the request ended with tool calls: a frontend reports finish_reason "tool_calls"
+            finish = {**finish, "tool_calls": True}
+        delta = self._emit(text, ids, finish, logprobs, top, tid_lp)
+        if delta is not None and acc is None:
+            delta.reasoning = pd.reasoning
+            delta.tool_calls = pd.tool_calls
+        return delta
+
+
+def _merge(parts: list[ParsedDelta]) -> ParsedDelta:
+    """One row's pieces as one delta; a call's fragments stay fragments (per index, in order)."""
+    parts = [p for p in parts if p.text or p.reasoning or p.tool_calls or p.stop is not None]
+    if len(parts) == 1:
+        return parts[0]
+    calls: list[ToolCallDelta] | None = None
+    for p in parts:
+        if p.tool_calls:
+            calls = _merge_calls(calls, p.tool_calls)
+    stop = next((p.stop for p in parts if p.stop is not None), None)
+    return ParsedDelta("".join(p.text for p in parts), "".join(p.reasoning for p in parts),
+                       calls, stop)
+
+
+def _merge_calls(have: list[ToolCallDelta] | None,
+                 new: list[ToolCallDelta]) -> list[ToolCallDelta]:
+    """Fragments of the same call (same index) concatenated; a frontend concatenates too."""
+    out = list(have or ())
+    last = {c.index: i for i, c in enumerate(out)}
+    for c in new:
+        i = last.get(c.index)
+        if i is None:
+            last[c.index] = len(out)
+            out.append(ToolCallDelta(c.index, c.name, c.arguments))
+        else:
+            old = out[i]
+            out[i] = ToolCallDelta(c.index, old.name if c.name is None else c.name,
+                                   old.arguments + c.arguments)
+    return out

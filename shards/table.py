@@ -27,7 +27,7 @@ from sglang_tok.protocol import (
     Usage,
     terminal,
 )
-from sglang_tok.request import SENT_TAIL, Request
+from sglang_tok.request import SENT_TAIL, Request, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
 
@@ -78,7 +78,7 @@ class RidTable:
                                  f"{self.max_requests} live requests"))
             self._finish(rid, True)
             return None
-        req = self.live[rid] = Request(rid, self.info, opts)
+        req = self.live[rid] = make_request(rid, self.info, opts)
         return req
 
     # ------------------------------------------------------------------ messages
@@ -186,6 +186,11 @@ class RidTable:
         if len(msg.stop) > self.max_stops or any(len(s) > self.max_stop_len for s in msg.stop):
             out.append(_terminal(rid, f"stop strings exceed --max-stops {self.max_stops} or "
                                  f"--max-stop-length {self.max_stop_len}"))
+            self._finish(rid, True)
+            return
+        why = refusal(msg, self.info)  # a parser option, or text wanted without a tokenizer
+        if why is not None:
+            out.append(_terminal(rid, why))
             self._finish(rid, True)
             return
         self._open(rid, msg, out)

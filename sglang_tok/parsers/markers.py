@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..decoder import keep_table
 from ..tokenizer import TokenizerInfo
 
 
@@ -70,9 +71,6 @@ def marker_token_ids(info: TokenizerInfo, markers: Iterable[str]) -> frozenset[i
     return frozenset(keep)
 
 
-_TABLES: dict[tuple[int, frozenset[int]], list[bytes]] = {}
-
-
 def skip_table(info: TokenizerInfo, keep: frozenset[int]) -> list[bytes] | None:
     """The byte table of `skip_special_tokens` with the `keep` ids visible (byte-level only).
 
@@ -82,13 +80,4 @@ def skip_table(info: TokenizerInfo, keep: frozenset[int]) -> list[bytes] | None:
     """
     if info.byte_table is None:
         return None
-    key = (id(info), keep)
-    table = _TABLES.get(key)
-    if table is None:
-        assert info.byte_table_skip is not None
-        table = info.byte_table_skip[:]
-        for tid in keep:
-            if 0 <= tid < info.vocab_size:
-                table[tid] = info.byte_table[tid]
-        _TABLES[key] = table
-    return table
+    return keep_table(info, keep)

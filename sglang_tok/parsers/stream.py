@@ -21,16 +21,19 @@ from .types import ParsedDelta, ToolCallDelta, merge
 
 
 class ParsedStream:
+    # `plain` and `tool_first` are public for the shard's hot branch (request.py), which
+    # tests them inline to skip `feed` for a piece that passes through unchanged
     __slots__ = (
-        "_close_first",
-        "_pass",
-        "_tool_first",
+        "close_first",
         "called",
         "exempt",
         "include_stop",
         "reasoning",
         "stopped",
         "stops",
+        "plain",
+        "thinking",
+        "tool_first",
         "tools",
     )
 
@@ -46,9 +49,9 @@ class ParsedStream:
         self.called = False
         # the hot path: a piece holding no character that starts a marker, while nothing is
         # held anywhere, passes through with one `in` test per channel
-        self._tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
-        self._close_first = _first_chars(reasoning.close_markers if reasoning else ())
-        self._pass = False
+        self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
+        self.close_first = _first_chars(reasoning.close_markers if reasoning else ())
+        self.plain = False
         self._update()
 
     @property
@@ -63,13 +66,11 @@ class ParsedStream:
         self._update()
 
     def feed(self, text: str) -> ParsedDelta:
-        if self._pass:
-            first = self._tool_first
+        if self.plain:
+            first = self.tool_first
             if first is None or first not in text:
                 return ParsedDelta(text)
-        elif (self.reasoning is not None and self.reasoning.state == REASONING
-              and not self.reasoning.held and self._close_first is not None
-              and self._close_first not in text):
+        elif self.thinking and self.close_first not in text:  # type: ignore[operator]
             return ParsedDelta("", text)
         if self.stopped is not None:
             return ParsedDelta()
@@ -85,8 +86,12 @@ class ParsedStream:
 
     def _update(self) -> None:
         r, t = self.reasoning, self.tools
-        self._pass = ((r is None or r.state == CONTENT)
-                      and (t is None or (t.idle and self._tool_first is not None))
+        # inside the reasoning block with nothing held: a piece without the close marker's
+        # first character is all reasoning
+        self.thinking = (r is not None and r.state == REASONING and not r.held
+                         and self.close_first is not None)
+        self.plain = ((r is None or r.state == CONTENT)
+                      and (t is None or (t.idle and self.tool_first is not None))
                       and (self.stops is None or self.exempt) and self.stopped is None)
 
     def finish(self) -> ParsedDelta:
@@ -117,8 +122,8 @@ class ParsedStream:
         tools = self.tools
         if tools is None:
             items: list[str | ToolCallDelta] = [text] if text else []
-        elif (not final and tools.idle and self._tool_first is not None
-              and self._tool_first not in text):
+        elif (not final and tools.idle and self.tool_first is not None
+              and self.tool_first not in text):
             items = [text] if text else []  # the common case: no marker in sight
         else:
             items = tools.step(text)

@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import msgspec
 
+# on the wire as is (Delta.tool_calls): defined with the other frames
+from ..protocol import ToolCallDelta
+
+__all__ = ["ParsedDelta", "ParserError", "ToolCallDelta", "merge"]
+
 
 class ParserError(ValueError):
     """An OPEN names a parser that does not exist; the shard turns it into a terminal error."""
-
-
-class ToolCallDelta(msgspec.Struct, omit_defaults=True, gc=False):
-    """One fragment of one tool call: `name` on a call's first fragment, then argument text.
-
-    A frontend concatenates `arguments` per `index`. The parsers here deliver a call in one
-    fragment (name and the whole arguments JSON), because a call is released only once it is
-    complete and valid: a malformed call must become text, and sent fragments cannot be
-    taken back. Consumers must still concatenate, so a format that can stream arguments
-    safely can do so later without a protocol change.
-    """
-
-    index: int
-    name: str | None = None
-    arguments: str = ""
 
 
 class ParsedDelta(msgspec.Struct, omit_defaults=True, gc=False):

@@ -1,0 +1,134 @@
+"""The example OpenAI server with parsers on (issue 11, point 6), through the `openai` package.
+
+The server runs with SGLang's flags `--reasoning-parser deepseek-r1 --tool-call-parser
+deepseekv4`; its simulated model thinks first and calls the first tool offered. Each
+response must equal `parse_full` of the full decode of the ids the scheduler generated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from test_openai_server import SERVER, free_port, generated, oai
+
+from sglang_tok.parsers import ParsedDelta, make_parsed_stream
+from sglang_tok.tokenizer import load
+
+MSG = [{"role": "user", "content": "What is the weather in 東京?"}]
+TOOLS: Any = [{"type": "function", "function": {
+    "name": "search", "description": "web search",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"},
+                                                    "n": {"type": "integer"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("oai-parsers") / "server.log", "wb+")
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--shards", "1",
+                             "--step-ms", "5", "--reasoning-parser", "deepseek-r1",
+                             "--tool-call-parser", "deepseekv4"], stdout=log, stderr=log,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"server did not start:\n{log.read().decode()[-4000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        log.close()
+
+
+def reference(base: str, cid: str) -> ParsedDelta:
+    gen = generated(base, cid)
+    ids = gen["ids"]
+    if gen["scheduler_finish"]["type"] == "stop":
+        ids = ids[:-1]  # the EOS the scheduler matched is no text
+    text = load("deepseek-v4").tokenizer.decode(ids, skip_special_tokens=True)
+    return make_parsed_stream("deepseek-r1", False, "deepseekv4").parse_full(text)
+
+
+def test_streamed_reasoning_content_tool_calls_and_finish_reason(base: str) -> None:
+    stream = oai(base).chat.completions.create(model="m", messages=MSG, tools=TOOLS, seed=4,
+                                               stream=True, max_tokens=1000)
+    reasoning = content = ""
+    calls: dict[int, dict[str, Any]] = {}
+    finish = None
+    cid = ""
+    for c in stream:
+        cid = c.id
+        if not c.choices:
+            continue
+        delta = c.choices[0].delta
+        reasoning += getattr(delta, "reasoning_content", None) or ""
+        content += delta.content or ""
+        for tc in delta.tool_calls or ():
+            have = calls.setdefault(tc.index, {"name": None, "arguments": "", "id": None})
+            if tc.function is not None:
+                have["name"] = tc.function.name or have["name"]
+                have["arguments"] += tc.function.arguments or ""
+            have["id"] = tc.id or have["id"]
+        finish = c.choices[0].finish_reason or finish
+    want = reference(base, cid)
+    assert want.reasoning and want.tool_calls  # the simulated model thought, then called
+    assert (reasoning, content) == (want.reasoning, want.text)
+    assert [(c["name"], c["arguments"]) for _, c in sorted(calls.items())] == [
+        (w.name, w.arguments) for w in want.tool_calls]
+    assert calls[0]["id"] and calls[0]["name"] == "search"
+    assert json.loads(calls[0]["arguments"]) == {"query": MSG[0]["content"], "n": 3}
+    assert finish == "tool_calls"
+
+
+def test_non_streamed_message_equals_the_stream(base: str) -> None:
+    res = oai(base).chat.completions.create(model="m", messages=MSG, tools=TOOLS, seed=4,
+                                            max_tokens=1000)
+    msg = res.choices[0].message
+    want = reference(base, res.id)
+    assert getattr(msg, "reasoning_content", None) == want.reasoning
+    assert msg.content == want.text
+    assert [(t.function.name, t.function.arguments) for t in msg.tool_calls or ()] == [
+        (w.name, w.arguments) for w in want.tool_calls or ()]
+    assert res.choices[0].finish_reason == "tool_calls"
+
+
+def test_the_body_selects_or_disables_parsers(base: str) -> None:
+    client = oai(base)
+    res = client.chat.completions.create(model="m", messages=MSG, seed=8, max_tokens=1000,
+                                         extra_body={"reasoning_parser": "", "tool_parser": ""})
+    assert getattr(res.choices[0].message, "reasoning_content", None) is None
+    assert res.choices[0].message.content == generated(base, res.id)["text"]
+    assert res.choices[0].finish_reason == "stop"
+    r = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+        "model": "m", "messages": MSG, "tool_parser": "nope"})
+    assert r.status_code == 500 and "tool_parser 'nope'" in r.text
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="m", messages=MSG,
+                                       extra_body={"reasoning_parser": "r9"})
