@@ -34,7 +34,8 @@ def _doc(description: str, **constraints: Any) -> Meta:
 
 class Config(msgspec.Struct, frozen=True):
     tokenizer: Annotated[str, _doc(
-        "built-in name (deepseek-v4), a tokenizer.json, or a directory holding one")
+        "built-in name (deepseek-v4), a tokenizer.json, a directory holding one, or none "
+        "(ids, usage and logprobs only, no text)")
     ] = DEFAULT_TOKENIZER
     shards: Annotated[int, _doc(
         "decoder processes (default: usable cores minus one, at least 1)", ge=1, le=256)] = 1
