@@ -18,6 +18,7 @@ laid out as SGLang 0.5.23's `push_generation` lays them out (the golden frames u
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from array import array
 from collections.abc import Mapping, Sequence
@@ -31,9 +32,8 @@ from . import protocol
 from .protocol import FAMILIES, HEADER_FIELDS, REQUIRED_COLUMNS, TRAILING_FIRST
 from .ring.sockets import Curve, make_socket
 
-_np: Any
 try:  # optional: numpy widens int32 id rows without a Python-level pass
-    import numpy as _np
+    _np: Any = importlib.import_module("numpy")
 except ImportError:  # pragma: no cover - numpy is not a dependency
     _np = None
 
