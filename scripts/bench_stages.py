@@ -36,11 +36,12 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 from sglang_tok.egress.main import Egress
+from sglang_tok.ring import link
 from sglang_tok.shards.main import Shard
 
 from sglang_tok import protocol
 from sglang_tok.config import Config, finalize
-from sglang_tok.process import status_size
+from sglang_tok.process import Status, service_roles
 from sglang_tok.tokenizer import TokenizerInfo, load
 from sglang_tok.workload import PlanSpec, make_requests, schedule
 
@@ -120,7 +121,7 @@ class EgressStage:
         if self.eg is not None:
             self.eg.ctx.destroy(linger=0)
         fresh_metrics()
-        eg = self.eg = Egress(self.cfg, [0.0] * status_size(self.cfg.shards))
+        eg = self.eg = Egress(self.cfg, Status(len(service_roles(self.cfg.shards))))
         self.sinks = [Recorder(self.keep) for _ in range(self.cfg.shards)]
         eg.links = self.sinks  # type: ignore[assignment]
         eg.out = Recorder(False)  # type: ignore[assignment]
@@ -159,7 +160,7 @@ class ShardStage:
         if self.sh is not None:
             self.sh.ctx.destroy(linger=0)
         fresh_metrics()
-        sh = self.sh = Shard(self.cfg, [0.0] * status_size(self.cfg.shards), 0, self.info,
+        sh = self.sh = Shard(self.cfg, Status(len(service_roles(self.cfg.shards))), 0, self.info,
                              os.getpid())
         self.out = Recorder(self.keep)
         sh.out = self.out  # type: ignore[assignment]
@@ -167,9 +168,11 @@ class ShardStage:
 
     def run(self) -> None:
         assert self.sh is not None
-        on_forward = self.sh.on_forward
+        on_frame, parse = self.sh.on_frame, link.parse
         for m in self.msgs:
-            on_forward(memoryview(m))
+            msg = parse(m)
+            assert isinstance(msg, link.Frame)
+            on_frame(msg)
 
 
 def own_rows(msgs: list[bytes]) -> tuple[int, int]:

@@ -175,3 +175,12 @@ def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
     assert m.frame_latencies(0.0) == [(1.0, 0.5), (1.1, 0.5), (5.0, 0.25)]
     assert m.first_delta(0.0) == [(1.0, 0.5)] * 3  # s, stop, ab: not the stream:false one
     assert sorted(m.gaps()) == pytest.approx([0.1, 0.1, 3.0, 3.65])
+
+
+def test_bench_stages_runs_every_stage_on_a_small_trace() -> None:
+    """The stage ceilings drive the egress and the shard in-process: keep them in step with
+    those classes (a renamed method must fail here, not in a benchmark run)."""
+    r = run(str(SCRIPTS / "bench_stages.py"), "--requests-a", "48", "--requests-b", "24",
+            "--repeat", "1", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert r.stdout.count("| egress, 1 shard") == 2 and "saturates first" in r.stdout
