@@ -8,18 +8,13 @@ response must equal `parse_full` of the full decode of the ids the scheduler gen
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from test_openai_server import SERVER, free_port, generated, oai
+from test_openai_server import generated, oai, running_server
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream
 from sglang_tok.tokenizer import load
@@ -33,38 +28,10 @@ TOOLS: Any = [{"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("oai-parsers") / "server.log", "wb+")
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--shards", "1",
-                             "--step-ms", "5", "--reasoning-parser", "deepseek-r1",
-                             "--tool-call-parser", "deepseekv4"], stdout=log, stderr=log,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                pytest.fail(f"server did not start:\n{log.read().decode()[-4000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+    with running_server(tmp_path_factory.mktemp("oai-parsers"), "--shards", "1", "--step-ms",
+                        "5", "--reasoning-parser", "deepseek-r1",
+                        "--tool-call-parser", "deepseekv4") as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-        log.close()
 
 
 def reference(base: str, cid: str) -> ParsedDelta:

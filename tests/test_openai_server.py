@@ -8,6 +8,7 @@ read back from `/debug/requests/{id}`: its ids and their full `tokenizer.decode`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -35,13 +36,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def running_server(log_dir: Path, *args: str) -> Iterator[str]:
+    """`python examples/openai_server.py --port PORT ARGS...` until /health answers; its
+    base URL; SIGTERM (then SIGKILL of its group) on the way out."""
     port = free_port()
-    log = open(tmp_path_factory.mktemp("oai") / "server.log", "wb+")
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--shards", "2",
-                             "--step-ms", "10"], stdout=log, stderr=log,
-                            start_new_session=True)
+    log = open(log_dir / "server.log", "wb+")
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), *args],
+                            stdout=log, stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 240
@@ -68,6 +70,12 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pass
         proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_server(tmp_path_factory.mktemp("oai"), "--shards", "2", "--step-ms", "10") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
