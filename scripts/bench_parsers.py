@@ -207,11 +207,7 @@ def table_mode(info: TokenizerInfo, args: argparse.Namespace) -> int:
                 base = min(base, run_table(info, len(reqs), frames, off_opts)[0])
                 dt, per = run_table(info, len(reqs), frames, config)
                 best = min(best, dt)
-            ref = make_parsed_stream(**config)
-            keep = marker_token_ids(info, ref.markers)
-            for r, ids in enumerate(reqs):
-                kept = [i for i in ids if i not in info.special_ids or i in keep]
-                want = ref.parse_full(info.tokenizer.decode(kept, skip_special_tokens=False))
+            for r, want in enumerate(references(info, reqs, config)):
                 ds = per.get(f"r{r}", [])
                 got = merge([ParsedDelta(d.text, d.reasoning, d.tool_calls) for d in ds])
                 ended = bool(ds and (ds[-1].finish or {}).get("tool_calls"))
@@ -222,6 +218,15 @@ def table_mode(info: TokenizerInfo, args: argparse.Namespace) -> int:
                   f"{best / base:>6.2f}x")
     print(f"\nexactness: {'all requests equal parse_full' if not bad else f'{bad} differ'}")
     return 1 if bad else 0
+
+
+def references(info: Any, reqs: list[list[int]], config: dict[str, Any]) -> list[ParsedDelta]:
+    """What each request must come to: the parser on the whole decode, markers kept."""
+    ref = make_parsed_stream(**config)
+    keep = marker_token_ids(info, ref.markers)
+    return [ref.parse_full(info.tokenizer.decode(
+        [i for i in ids if i not in info.special_ids or i in keep], skip_special_tokens=False))
+        for ids in reqs]
 
 
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -262,11 +267,7 @@ def main() -> int:
                 base = min(base, run(info, reqs, order, None, config.get("stop"))[0])
                 dt, outs = run(info, reqs, order, config)
                 best = min(best, dt)
-            ref = make_parsed_stream(**config)
-            keep = marker_token_ids(info, ref.markers)
-            for r, ids in enumerate(reqs):
-                kept = [i for i in ids if i not in info.special_ids or i in keep]
-                want = ref.parse_full(info.tokenizer.decode(kept, skip_special_tokens=False))
+            for r, want in enumerate(references(info, reqs, config)):
                 if merge(outs[r]) != want:
                     bad += 1
             print(f"{name:<16} {base / total * 1e9:>14.0f} {best / total * 1e9:>14.0f} "
