@@ -34,6 +34,7 @@ from sglang_tok.protocol import (
     Open,
     Ping,
     Pong,
+    Restarted,
     Result,
     Usage,
     terminal,
@@ -123,6 +124,10 @@ class Egress:
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
         log.info("egress routing to %d shards; input ring %s", self.n, self.cfg.input)
+        if self.restarted:
+            # the frontend ends every request in flight: rows of some may have died unread
+            # in the old egress's sockets, and only the frontend knows those rids
+            self._send_out(protocol.encode_restarted(Restarted(EGRESS, os.getpid())))
         poller = zmq.Poller()
         poller.register(self.back, zmq.POLLIN)
         poller.register(self.notices, zmq.POLLIN)

@@ -8,8 +8,10 @@ random process kind at random moments, then waits for everything to settle and p
 faults injected by kind; requests completed exact, failed with a terminal error, lost
 (no last delta: must be 0), wrong (a last delta without error whose text is not exact);
 deltas the frontend dropped because they came after their rid's terminal one (protocol
-section 5, rule 7); and frames dropped by reason. Kind `double` kills a shard and then the
-egress 40 ms later. Exit 0 when nothing was lost and nothing was wrong.
+section 5, rule 7); requests the frontend ended on an egress's RESTARTED (section 5.3), and
+how many of those the service itself never ended; and frames dropped by reason. Kind
+`double` kills a shard and then the egress 40 ms later. Exit 0 when nothing was lost and
+nothing was wrong.
 """
 
 from __future__ import annotations
@@ -140,6 +142,8 @@ def main() -> int:
                 if pid:
                     injected[kind] += 1
                     print(f"step {n}: killed {kind} (pid {pid})", flush=True)
+            for rid in step.starts:  # in flight from now: a RESTARTED ends it (section 5.3)
+                svc.front.register(rid)
             for f in (*step.opens, *([step.batch] if step.batch else []), *step.ends):
                 svc.send(f)
             svc.front.poll(0)
@@ -157,6 +161,12 @@ def main() -> int:
     print(f"{'in == done + failed':<22} "
           f"{len(reqs) == outcome['completed exact'] + outcome['failed with error']}")
     print(f"{'stale deltas dropped':<22} {svc.front.late}")
+    front = svc.front
+    alone = sum(1 for o in front.requests.values() if o.by_frontend and o.late_finish is None)
+    print(f"{'ended by RESTARTED':<22} {front.ended_by_restart} "
+          f"({sum(m.shard == -1 for m in front.restarts)} egress and "
+          f"{sum(m.shard >= 0 for m in front.restarts)} shard RESTARTED notices); "
+          f"{alone} of them never ended by the service (lost without protocol section 5.3)")
     print(f"{'frontend violations':<22} {len(svc.front.violations)} "
           f"{svc.front.violations[:3] if svc.front.violations else ''}")
     print(f"frames dropped by reason: {dropped or 'none'}; service exit code {rc}")

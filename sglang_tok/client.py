@@ -7,7 +7,9 @@ section 5: a later delta for that rid is dropped and counted until the rid is re
 again). One slow consumer cannot stall the others: past `queue_limit` undelivered deltas
 its request is ended with an error delta (and `on_abandon` is called, so the caller can
 send ABORT). No request waits forever: past `idle_timeout` seconds without a delta, the
-same. `barrier()` is the PING/PONG barrier.
+same. `barrier()` is the PING/PONG barrier. When the egress is replaced (RESTARTED, protocol
+section 5.3), every request in flight ends with the egress-restarted error: rows of some
+of them may have died with the old egress unseen, so only the frontend can end them.
 
 `Frontend` is the synchronous variant for scripts and tests: it gathers every delta of
 every rid and checks the protocol's ordering promises as they arrive (one shard per rid,
@@ -28,7 +30,7 @@ import zmq
 import zmq.asyncio
 
 from . import protocol
-from .protocol import Columns, Delta, Deltas, Pong
+from .protocol import Columns, Delta, Deltas, Pong, Restarted
 from .ring.sockets import Curve, make_socket
 from .scheduler import Scheduler
 
@@ -38,16 +40,19 @@ __all__ = ["Client", "ClientStats", "Frontend", "RequestOutput", "RequestStream"
 QUEUE_LIMIT_ERROR = "frontend queue limit exceeded"
 IDLE_TIMEOUT_ERROR = "frontend idle timeout"
 ENDED_MEMORY = 65536  # ended rids remembered, as the shards do (--ended-memory)
+EGRESS = -1
+NO_SHARD = -2  # a registered request no process has answered yet
 
 
-def decode_frame(raw: bytes | memoryview) -> tuple[int, int, list[Delta]] | Pong:
-    """One output frame as (process, seq, deltas), or a PONG.
+def decode_frame(raw: bytes | memoryview) -> tuple[int, int, list[Delta]] | Pong | Restarted:
+    """One output frame as (process, seq, deltas), or a PONG, or a RESTARTED notice.
 
     The one place that knows the output frame kinds: DELTAS (`D`), the columnar COLUMNS
-    (`C`, `--output-format columnar`; its rows become the same Deltas) and PONG (`Q`).
+    (`C`, `--output-format columnar`; its rows become the same Deltas), PONG (`Q`) and
+    RESTARTED (`R`).
     """
     msg = protocol.decode_output(raw)
-    if isinstance(msg, Pong):
+    if isinstance(msg, Pong | Restarted):
         return msg
     if isinstance(msg, Deltas):
         return msg.shard, msg.seq, msg.deltas
@@ -62,6 +67,8 @@ class RequestOutput:
     shard: int
     deltas: list[Delta] = field(default_factory=list)
     finished: bool = False
+    by_frontend: bool = False  # its terminal delta is the frontend's (an egress RESTARTED)
+    late_finish: Delta | None = None  # the first terminal delta that came after that
 
     @property
     def text(self) -> str:
@@ -75,9 +82,21 @@ class RequestOutput:
     def last(self) -> Delta:
         return self.deltas[-1]
 
+    @property
+    def service_end(self) -> Delta | None:
+        """The service's own terminal delta, also when the frontend had ended the request
+        first (tests check what the service does apart from the frontend's rule)."""
+        if self.by_frontend:
+            return self.late_finish
+        return self.deltas[-1] if self.finished else None
+
 
 class Frontend:
-    """Synchronous: binds the output PULL, keeps every delta of every rid (tests, scripts)."""
+    """Synchronous: binds the output PULL, keeps every delta of every rid (tests, scripts).
+
+    `register(rid)` a request before its first frame is sent, so that an egress restart
+    can end it even if the service never saw it (protocol section 5.3).
+    """
 
     def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 100000,
                  curve: Curve | None = None, bind: bool = True) -> None:
@@ -90,6 +109,8 @@ class Frontend:
         self.violations: list[str] = []
         self.late = 0  # deltas after a rid's last one: dropped (protocol section 5)
         self.messages = 0
+        self.restarts: list[Restarted] = []
+        self.ended_by_restart = 0  # requests this frontend ended on the egress's RESTARTED
 
     def poll(self, timeout_s: float) -> bool:
         """Take every message that arrives within timeout; True if any came."""
@@ -108,6 +129,8 @@ class Frontend:
         if isinstance(msg, Pong):
             self.pongs.append(msg)
             return
+        if isinstance(msg, Restarted):
+            return self.restarted(msg)
         shard, seq, deltas = msg
         want = self.seqs.get(shard, 0)
         if seq != want:
@@ -116,12 +139,35 @@ class Frontend:
         for d in deltas:
             self.add(shard, d)
 
+    def register(self, rid: str) -> RequestOutput:
+        """A request about to be sent (again, for a reused rid): it is now in flight."""
+        req = self.requests[rid] = RequestOutput(rid, NO_SHARD)
+        return req
+
+    def restarted(self, msg: Restarted) -> None:
+        """A replaced process counts its `seq` from 0; a replaced egress ends every
+        request in flight, including those whose every row died unseen in the old one."""
+        self.restarts.append(msg)
+        self.seqs[msg.shard] = 0
+        if msg.shard != EGRESS:
+            return
+        zero = protocol.Usage(0, 0, 0, 0, 0)
+        for req in self.requests.values():
+            if not req.finished:
+                self.ended_by_restart += 1
+                self.add(EGRESS, protocol.terminal(req.rid, protocol.EGRESS_RESTARTED, zero))
+                req.by_frontend = True
+
     def add(self, shard: int, d: Delta) -> None:
         req = self.requests.get(d.rid)
         if req is None:
             req = self.requests[d.rid] = RequestOutput(d.rid, shard)
+        elif req.shard == NO_SHARD:
+            req.shard = shard
         elif req.finished:
             self.late += 1
+            if d.finish is not None and req.late_finish is None:
+                req.late_finish = d
             return
         elif -1 not in (shard, req.shard) and shard != req.shard:
             self.violations.append(f"{d.rid}: deltas from shards {req.shard} and {shard}")
@@ -162,6 +208,8 @@ class ClientStats:
     timed_out: int = 0  # requests ended by the idle timeout
     bad_frames: int = 0
     seq_gaps: int = 0
+    restarts: int = 0  # RESTARTED notices (any process)
+    ended_by_restart: int = 0  # requests ended because the egress was replaced
 
 
 class RequestStream:
@@ -191,9 +239,11 @@ class RequestStream:
         self._wake()
         return True
 
-    def _fail(self, error: str) -> None:
-        """End the request here, ahead of anything still queued (the consumer is behind)."""
-        self._queue.clear()
+    def _fail(self, error: str, keep_queued: bool = False) -> None:
+        """End the request here: ahead of anything still queued when the consumer is
+        behind, after it when what came is good (the egress was replaced)."""
+        if not keep_queued:
+            self._queue.clear()
         self._queue.append(protocol.terminal(self.rid, error, protocol.Usage(0, 0, 0, 0, 0)))
         self._done = True
         self._wake()
@@ -334,6 +384,9 @@ class Client:
         if isinstance(msg, Pong):
             self._pong(msg)
             return
+        if isinstance(msg, Restarted):
+            self._restarted(msg)
+            return
         shard, seq, deltas = msg
         if self._seqs.get(shard, seq) != seq:
             stats.seq_gaps += 1
@@ -349,6 +402,19 @@ class Client:
                     stats.unknown += 1
             elif not s._put(d):
                 stats.late += 1
+
+    def _restarted(self, msg: Restarted) -> None:
+        """Protocol section 5.3: after the egress's RESTARTED no request in flight can be
+        trusted to get its last delta, so each ends here (and `on_abandon` is called, so
+        the caller can ABORT it in the scheduler)."""
+        self.stats.restarts += 1
+        self._seqs.pop(msg.shard, None)
+        if msg.shard != EGRESS:
+            return
+        for s in list(self.streams.values()):
+            if not s._done:
+                self.stats.ended_by_restart += 1
+                s._fail(protocol.EGRESS_RESTARTED, keep_queued=True)
 
     def _pong(self, p: Pong) -> None:
         entry = self._pongs.get(p.nonce)

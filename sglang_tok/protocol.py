@@ -27,6 +27,7 @@ TAG_ABORT = 0x41
 TAG_PING = 0x50
 TAG_DELTAS = 0x44
 TAG_PONG = 0x51
+TAG_RESTARTED = 0x52
 INPUT_TAGS = {TAG_RESULT: "result", TAG_BATCH: "batch", TAG_ERROR: "error",
               TAG_OPEN: "open", TAG_ABORT: "abort", TAG_PING: "ping"}
 
@@ -493,6 +494,14 @@ class Deltas(msgspec.Struct, gc=False):
     deltas: list[Delta]
 
 
+class Restarted(msgspec.Struct, gc=False):
+    """A replaced process's first output message (protocol section 5.3): its `seq` starts
+    again from 0, and after the egress's, a frontend ends every request in flight."""
+
+    shard: int  # as in DELTAS: -1 for the egress
+    pid: int
+
+
 _decoders: dict[int, msgspec.msgpack.Decoder[Any]] = {
     TAG_RESULT: msgspec.msgpack.Decoder(Result),
     TAG_ERROR: msgspec.msgpack.Decoder(Error),
@@ -551,6 +560,10 @@ def encode_deltas(msg: Deltas) -> bytes:
 
 def encode_pong(msg: Pong) -> bytes:
     return b"\x51" + _encoder.encode(msg)
+
+
+def encode_restarted(msg: Restarted) -> bytes:
+    return b"\x52" + _encoder.encode(msg)
 
 
 # --------------------------------------------------------------------------- COLUMNS
@@ -698,10 +711,12 @@ def encode_output(fmt: str, shard: int, seq: int, deltas: list[Delta] | ColumnsO
 _deltas_decoder = msgspec.msgpack.Decoder(Deltas)
 _pong_decoder = msgspec.msgpack.Decoder(Pong)
 _columns_decoder = msgspec.msgpack.Decoder(Columns)
+_restarted_decoder = msgspec.msgpack.Decoder(Restarted)
 
 
-def decode_output(frame: bytes | memoryview) -> Deltas | Pong | Columns:
-    """Decode a frame the service sends to the frontend: DELTAS, PONG or COLUMNS."""
+def decode_output(frame: bytes | memoryview) -> Deltas | Pong | Columns | Restarted:
+    """Decode a frame the service sends to the frontend: DELTAS, PONG, COLUMNS or
+    RESTARTED."""
     tag = frame[0]
     if tag == TAG_COLUMNS:
         return _columns_decoder.decode(memoryview(frame)[1:])
@@ -709,4 +724,6 @@ def decode_output(frame: bytes | memoryview) -> Deltas | Pong | Columns:
         return _deltas_decoder.decode(memoryview(frame)[1:])
     if tag == TAG_PONG:
         return _pong_decoder.decode(memoryview(frame)[1:])
+    if tag == TAG_RESTARTED:
+        return _restarted_decoder.decode(memoryview(frame)[1:])
     raise FrameError("unknown_tag", f"unknown output tag 0x{tag:02x}")

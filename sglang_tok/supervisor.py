@@ -329,7 +329,8 @@ class Service:
                        restart=again, args_on_restart=(cfg, st, egress_core, True),
                        on_death=_mark_dead)
         shards = [Child(roles[1 + k], 1 + k, shard_main, (cfg, st, k, shard_cores[k], me),
-                        holds_data=True, restart=again, on_death=self._shard_death(k))
+                        holds_data=True, restart=again, on_death=self._shard_death(k),
+                        args_on_restart=(cfg, st, k, shard_cores[k], me, True))
                   for k in range(cfg.shards)]
         http = Child(roles[cfg.shards + 1], cfg.shards + 1, http_main, (cfg, st, me),
                      holds_data=False, restart=again, on_death=_mark_dead)

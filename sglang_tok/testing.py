@@ -201,6 +201,9 @@ def send_steps(sched: Scheduler, steps: Iterable[Step], front: Frontend | None =
     for n, step in enumerate(steps):
         if before is not None:
             before(n)
+        if front is not None:
+            for rid in step.starts:
+                front.register(rid)
         for f in step.opens:
             sched.send(f)
         if step.batch is not None:

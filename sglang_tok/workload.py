@@ -126,6 +126,7 @@ class Step:
     ends: list[bytes]
     rows: int
     tokens: int
+    starts: list[str]  # rids whose first frame is in this step (a frontend registers them)
 
 
 def schedule(reqs: list[PlannedRequest], concurrency: int, rng_seed: int = 0,
@@ -135,9 +136,10 @@ def schedule(reqs: list[PlannedRequest], concurrency: int, rng_seed: int = 0,
     waiting = list(reversed(reqs))
     active: list[tuple[PlannedRequest, int]] = []
     while waiting or active:
-        opens = []
+        opens, starts = [], []
         while waiting and len(active) < concurrency:
             req = waiting.pop()
+            starts.append(req.rid)
             if req.opts is not None:
                 opens.append(protocol.encode_control(req.opts))
             active.append((req, 0))
@@ -163,7 +165,7 @@ def schedule(reqs: list[PlannedRequest], concurrency: int, rng_seed: int = 0,
                 still.append((req, pos + 1))
         active = still
         batch = protocol.encode_batch(_fill_families(rows)) if rows else None
-        yield Step(opens, batch, ends, len(rows), sum(len(r["ids"]) for r in rows))
+        yield Step(opens, batch, ends, len(rows), sum(len(r["ids"]) for r in rows), starts)
 
 
 def _fill_families(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

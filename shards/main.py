@@ -16,7 +16,7 @@ from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import Metrics
 from sglang_tok.process import Beat, Status, parent_alive, pin, setup_child
-from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
+from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Restarted, Result
 from sglang_tok.tokenizer import load
 
 from .table import RidTable
@@ -27,7 +27,8 @@ POLL_MS = 100
 REPORT_EVERY_S = 0.005
 
 
-def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: int) -> None:
+def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: int,
+         restarted: bool = False) -> None:
     title = f"sglang-tok shard {shard}"
     setup_child(title, cfg.log_level)
     pin(core, title)
@@ -37,12 +38,12 @@ def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: 
     info = load(cfg.tokenizer)
     log.info("%s loaded tokenizer %s (%s path)", title, cfg.tokenizer,
              "byte-table" if info.byte_table is not None else "window")
-    Shard(cfg, status, shard, info, parent_pid).run()
+    Shard(cfg, status, shard, info, parent_pid, restarted).run()
 
 
 class Shard:
     def __init__(self, cfg: Config, status: Status, shard: int, info: Any,
-                 parent_pid: int) -> None:
+                 parent_pid: int, restarted: bool = False) -> None:
         self.output_format = cfg.output_format
         self.shard = shard
         self.parent_pid = parent_pid
@@ -59,6 +60,8 @@ class Shard:
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
         self.seq = 0
+        if restarted:  # our seq starts again from 0 (protocol section 5.3)
+            self.out.send(protocol.encode_restarted(Restarted(shard, os.getpid())))
         self.started = False
         self.token = 0  # of the egress whose SYNC we answered last
         self.processed = 0  # FORWARD and DROP messages since START, acked to the egress

@@ -167,3 +167,38 @@ def test_the_client_connects_when_it_is_not_the_binding_side(tmp_path: Path) -> 
         push.close(0)
 
     run(main())
+
+
+def test_an_egress_restart_ends_every_stream_in_flight(tmp_path: Path) -> None:
+    """Protocol section 5.3, frames as the service sends them: after the egress's
+    RESTARTED each open stream gets what already came, then the egress-restarted error;
+    a shard's RESTARTED only starts its seq again."""
+    from sglang_tok import protocol
+    from sglang_tok.protocol import Deltas, Restarted, encode_deltas, encode_restarted
+
+    abandoned: list[str] = []
+
+    async def main() -> None:
+        client = Client(f"ipc://{tmp_path}/out.ipc", 2, on_abandon=abandoned.append)
+        try:
+            said, silent, done = (client.stream(r) for r in ("said", "silent", "done"))
+            client.dispatch(encode_deltas(Deltas(0, 0, [
+                Delta("said", text="hi"),
+                Delta("done", text="ok", finish={"type": "length", "length": 1})])))
+            client.dispatch(encode_restarted(Restarted(0, 99)))  # shard 0 replaced
+            client.dispatch(encode_deltas(Deltas(0, 0, [Delta("said", text=" there")])))
+            assert client.stats.seq_gaps == 0 and client.stats.ended_by_restart == 0
+            client.dispatch(encode_restarted(Restarted(-1, 100)))  # the egress replaced
+            client.dispatch(encode_deltas(Deltas(1, 0, [Delta("silent", text="stale")])))
+            got = await consume(said)
+            assert [d.text for d in got] == ["hi", " there", ""]
+            assert got[-1].error == protocol.EGRESS_RESTARTED
+            quiet = await consume(silent)
+            assert len(quiet) == 1 and quiet[0].error == protocol.EGRESS_RESTARTED
+            assert [d.text for d in await consume(done)] == ["ok"]
+            assert client.stats.ended_by_restart == 2 and client.stats.restarts == 2
+            assert client.stats.late == 1 and sorted(abandoned) == ["said", "silent"]
+        finally:
+            await client.close()
+
+    run(main())

@@ -147,8 +147,48 @@ def test_double_fault_shard_then_egress_leaves_no_request_waiting(tmp_path: Path
         lost = [r.rid for r in reqs if not (svc.front.requests.get(r.rid) and
                                             svc.front.requests[r.rid].finished)]
         assert not lost, (len(lost), svc.logs())
+        # the service saw every one of them: it ends each itself, not only the frontend's
+        # rule on the new egress's RESTARTED (protocol section 5.3)
+        assert svc.front.ended_by_restart > 0
+        unended = [r.rid for r in reqs if svc.front.requests[r.rid].service_end is None]
+        assert not unended, (len(unended), svc.logs())
         wrong = [r.rid for r in reqs if not svc.front.requests[r.rid].last.error
                  and verify(r, svc.front.requests[r.rid], INFO)]
         assert not wrong and not svc.front.violations
+    finally:
+        svc.stop()
+
+
+def test_requests_whose_every_frame_died_unread_in_the_egress_end(tmp_path: Path) -> None:
+    """Frames the scheduler handed to an egress that died before reading them die with it,
+    and no process ever learns their rids. The replacement's RESTARTED makes the frontend
+    end every request in flight (protocol section 5.3); before it, these never ended."""
+    svc = Service(tmp_path, shards=2).start()
+    try:
+        svc.barrier()
+        egress = svc.child_pid(0)
+        os.kill(egress, signal.SIGSTOP)  # it reads nothing more: frames wait in its socket
+        rids = ["unseen-a", "unseen-b", "unseen-c"]
+        for rid in rids:
+            svc.front.register(rid)
+            svc.send(protocol.encode_batch([{"rid": rid, "ids": IDS, "finish": FIN}]))
+        time.sleep(0.3)
+        os.kill(egress, signal.SIGKILL)
+        svc.wait_back(0, egress)
+        svc.barrier()
+        for rid in rids:
+            out = svc.front.requests[rid]
+            assert out.finished and out.last.error == protocol.EGRESS_RESTARTED, rid
+            # the service never saw it: nothing but the frontend's rule could end it
+            assert out.by_frontend and out.late_finish is None and out.service_end is None
+        assert [m.shard for m in svc.front.restarts] == [-1]
+        assert svc.front.ended_by_restart == len(rids) and not svc.front.violations
+        # registered after the notice: served as usual (OPENed, so not quarantined)
+        svc.front.register("after")
+        svc.send(protocol.encode_control(protocol.Open("after")))
+        svc.send(protocol.encode_batch([{"rid": "after", "ids": IDS, "finish": FIN}]))
+        svc.barrier()
+        after = svc.front.requests["after"]
+        assert after.finished and after.text == "limits hold" and not after.by_frontend
     finally:
         svc.stop()

@@ -235,6 +235,8 @@ def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service)
     for r in reqs:
         out = service.front.requests[r.rid]
         assert out.finished and out.last.error == protocol.EGRESS_RESTARTED, r.rid
+        end = out.service_end  # the service's own, not only the frontend's (section 5.3)
+        assert end is not None and end.error == protocol.EGRESS_RESTARTED, r.rid
     # late rows of those requests are ignored; a rid first seen right after the restart
     # may have lost its first rows with the old egress: it fails instead of going on
     for step in steps[10:12]:
