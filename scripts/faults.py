@@ -36,20 +36,12 @@ from sglang_tok.workload import PlanSpec, expected, make_requests, schedule  # n
 
 
 def pick_victim(svc: Service, kind: str) -> int | None:
-    code, h = svc.health()
-    procs = h.get("processes", [])
-    if not procs:  # the HTTP process is down: we cannot tell the children apart now
-        return None
-    if kind == "egress":
-        return procs[0]["pid"] or None
-    if kind == "shard" and len(procs) > 1:
-        return random.choice(procs[1:])["pid"] or None
-    if kind == "http":
-        known = {p["pid"] for p in procs}
-        for child in svc.children():
-            if child.pid not in known and "resource_tracker" not in " ".join(child.cmdline()):
-                return child.pid
-    return None
+    """A live process of this kind, by the role /health gives it (none while the HTTP
+    process is down: the children cannot be told apart then)."""
+    _, h = svc.health()
+    pids = [p["pid"] for p in h.get("processes", [])
+            if p["pid"] and (p["role"] == kind or p["role"].startswith(kind + " "))]
+    return random.choice(pids) if pids else None
 
 
 DOUBLE_GAP_S = 0.04
@@ -118,10 +110,14 @@ def main() -> int:
     a = ap.parse_args()
     random.seed(a.seed)
     info = load("deepseek-v4")
-    steps_needed = int(a.seconds * a.frames_per_s)
-    spec = PlanSpec(requests=max(64, steps_needed // 4), concurrency=128, min_tokens=8,
-                    max_tokens=64, stop_share=0.1, options_share=0.1, logprob_share=0.05,
-                    abort_share=0.02, seed=a.seed)
+    # enough requests for --seconds of steps at 128 concurrent, 36 rows each on average
+    concurrency, min_tokens, max_tokens = 128, 8, 64
+    steps_needed = a.seconds * a.frames_per_s
+    spec = PlanSpec(requests=max(64, int(steps_needed * concurrency * 2 /
+                                         (min_tokens + max_tokens))),
+                    concurrency=concurrency, min_tokens=min_tokens, max_tokens=max_tokens,
+                    stop_share=0.1, options_share=0.1, logprob_share=0.05, abort_share=0.02,
+                    seed=a.seed)
     reqs = make_requests(info, spec)
     steps = list(schedule(reqs, spec.concurrency, a.seed))
     svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-faults-")), shards=2,
@@ -170,6 +166,7 @@ def main() -> int:
     print(f"{'frontend violations':<22} {len(svc.front.violations)} "
           f"{svc.front.violations[:3] if svc.front.violations else ''}")
     print(f"frames dropped by reason: {dropped or 'none'}; service exit code {rc}")
+    print(f"service log: {svc.tmp / 'service.log'}")
     return 0 if not outcome["lost"] and not outcome["wrong"] else 1
 
 

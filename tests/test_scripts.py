@@ -184,3 +184,20 @@ def test_bench_stages_runs_every_stage_on_a_small_trace() -> None:
             "--repeat", "1", timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert r.stdout.count("| egress, 1 shard") == 2 and "saturates first" in r.stdout
+
+
+def test_fault_injection_kills_each_kind_and_loses_nothing() -> None:
+    """A short `scripts/faults.py`: each kill hits the role it names (by /health's roles),
+    and no request is lost or wrong (protocol section 5, rules 5, 7 and 8)."""
+    r = run(str(SCRIPTS / "faults.py"), "--seconds", "4", "--kills", "3", "--kinds",
+            "shard,egress,http", "--seed", "1", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "lost                   0" in out and "wrong                  0" in out, out
+    log = Path(out.rsplit("service log: ", 1)[1].strip()).read_text()
+    kills = [line.split("killed ", 1)[1] for line in out.splitlines() if " killed " in line]
+    assert kills, out
+    for kill in kills:  # "shard (pid 123)" -> the supervisor saw that role's process die
+        kind, pid = kill.split(" (pid ")
+        assert any(kind in line and f"(pid {pid.rstrip(')')}) exited" in line
+                   for line in log.splitlines()), (kill, log[-3000:])
