@@ -69,7 +69,8 @@ class Egress:
         self.status = status
         self.beat = Beat(status, 0)
         self.n = cfg.shards
-        self.router = Router(cfg.shards, cfg.ended_memory * cfg.shards)
+        self.router = Router(cfg.shards, cfg.ended_memory * cfg.shards,
+                             output_queue=cfg.link_capacity)
         # a replacement egress starts in quarantine: until --restart-grace after every
         # shard is back, rids it has never seen may be missing rows the old one lost
         self.router.quarantine = restarted and cfg.restart_grace > 0
@@ -324,11 +325,11 @@ class Egress:
 
     def on_notice(self, note: link.Notice) -> None:
         match note:
-            case link.Ack(shard=k, count=count, token=token) if token == self.token:
-                self._acked(k, count)
-            case link.Ended(rids=rids):
+            case link.Ack(token=token) if token == self.token:
+                self._acked(note)
+            case link.Ended(shard=k, rids=rids):
+                self.router.self_ended(k, rids)
                 for rid in rids:
-                    self.router.end(rid)
                     self.replayed.pop(rid, None)
                 self.journal.write(ended=(r for r in rids if r not in self.router.live))
             case link.Hello(token=token) if token == self.token:
@@ -344,19 +345,12 @@ class Egress:
                 self.draining = True
                 self.drain_deadline = deadline
 
-    def _acked(self, k: int, count: int) -> None:
+    def _acked(self, ack: link.Ack) -> None:
         """The shard processed messages up to `count`: the rids they ended are done."""
-        q = self.router.inflight[k]
-        if not q or q[0][0] > count:
-            return
-        done: list[str] = []
-        for n, ended, _first in q:
-            if n > count:
-                break
-            done.extend(rid for rid, _ in ended)
-        self.router.acked(k, count)
-        live = self.router.live
-        self.journal.write(ended=(rid for rid in done if rid not in live))
+        done = self.router.acked(ack.shard, ack.count, ack.sent, ack.usage)
+        if done:
+            live = self.router.live
+            self.journal.write(ended=(rid for rid in done if rid not in live))
 
     def _on_hello(self, note: link.Hello) -> None:
         """A shard answered our SYNC: START it ahead of what waits for it."""

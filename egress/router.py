@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter, deque
+from collections.abc import Iterable
 from itertools import chain, compress, repeat
 
 from sglang_tok.ring.link import LATE
@@ -49,18 +50,81 @@ class Live:
 
 
 Ended = list[tuple[str, Live]]
+# outputs a dead shard may have taken with it unsent: its socket queue (--link-capacity
+# messages) plus what libzmq's engine holds in its 8 KiB batch (small messages: < 512)
+ENGINE_BATCH_MESSAGES = 512
+
+
+class Ledger:
+    """One shard's endings that its death could still undo, oldest first.
+
+    A shard acknowledges the messages it has processed, but their deltas may still wait
+    in its output socket's queue (the frontend is behind), and die with it. So an ending
+    stays here after its acknowledgement until the shard has sent `keep` more output
+    messages than it had then: only then can its last delta no longer be in the queue.
+    The acknowledgement carries the usage the shard counted for the rids it ended, so
+    only unacknowledged endings keep frames in the router's log.
+    """
+
+    __slots__ = ("entries", "unacked", "acks", "mins", "keep")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        # (message number, ended, oldest first frame), by message number
+        self.entries: deque[tuple[int, Ended, int]] = deque()
+        self.unacked: deque[tuple[int, Ended, int]] = deque()
+        self.acks: deque[tuple[int, int]] = deque()  # (count, outputs sent then)
+        self.mins: deque[tuple[int, int]] = deque()  # (number, first): unacked's minimum
+
+    def add(self, entry: tuple[int, Ended, int]) -> None:
+        self.entries.append(entry)
+        self.unacked.append(entry)
+        n, _, first = entry
+        mins = self.mins
+        while mins and mins[-1][1] >= first:
+            mins.pop()
+        mins.append((n, first))
+
+    def oldest(self) -> int:
+        return self.mins[0][1] if self.mins else NEVER
+
+    def ack(self, count: int, sent: int) -> Ended:
+        """The endings newly acknowledged; those now past the window are forgotten."""
+        done: Ended = []
+        q, mins = self.unacked, self.mins
+        while q and q[0][0] <= count:
+            n, ended, _ = q.popleft()
+            done.extend(ended)
+            while mins and mins[0][0] <= n:
+                mins.popleft()
+        acks = self.acks
+        acks.append((count, sent))
+        safe = -1
+        while acks and acks[0][1] <= sent - self.keep:
+            safe = acks.popleft()[0]
+        entries = self.entries
+        while entries and entries[0][0] <= safe:
+            entries.popleft()
+        return done
+
+    def clear(self) -> None:
+        for q in (self.entries, self.unacked, self.acks, self.mins):
+            q.clear()
 
 
 class Router:
-    """Live rids per shard, plus a ledger of rids whose last row is still in flight.
+    """Live rids per shard, plus a ledger of rids whose last delta may not have left.
 
     A rid's last row ends it here when routed, but the shard may die before processing
-    it: messages to each shard are numbered, the shard acknowledges what it processed,
-    and a dead shard's unacknowledged endings are failed along with its live rids.
+    it, or before its deltas leave its socket queue: messages to each shard are numbered,
+    the shard acknowledges what it processed and how many output messages it has sent,
+    and a dead shard's endings that are unacknowledged, or acknowledged too recently to
+    have left it, are failed along with its live rids (a frontend drops the error if the
+    last delta did arrive: protocol section 5, rule 7).
     """
 
     def __init__(self, nshards: int, ended_memory: int = 1 << 20,
-                 log_frames: int = LOG_FRAMES) -> None:
+                 log_frames: int = LOG_FRAMES, output_queue: int = 1000) -> None:
         self.nshards = nshards
         self.live: dict[str, Live] = {}
         # every rid that has had rows -> its shard, and every remembered ended rid -> LATE:
@@ -73,7 +137,7 @@ class Router:
         # OPENed since) are not routed but collected here for Egress._fail_suspects
         self.quarantine = False
         self.suspects: list[str] = []
-        self.inflight: list[deque[tuple[int, Ended, int]]] = [deque() for _ in range(nshards)]
+        self.ledgers = [Ledger(output_queue + ENGINE_BATCH_MESSAGES) for _ in range(nshards)]
         # the frame log: (frame number, rids, tok_lens) of every routed BATCH frame back to
         # the first row of the oldest rid that may still need its usage counted
         self.frames = 0
@@ -81,7 +145,7 @@ class Router:
         self.log_frames = log_frames
         self.firsts: dict[str, int] = {}  # live rids with rows, in first-row order
         self.folded: Counter[str] = Counter()  # ids of live rids' rows folded out of the log
-        self.ending: dict[str, Live] = {}  # ended rids whose last message is not acked
+        self.ending: dict[str, Live] = {}  # ended rids whose ending is not acknowledged
         self.opened: list[str] = []  # rids `route` saw first; the egress empties it
 
     def owner(self, rid: str) -> int:
@@ -184,9 +248,8 @@ class Router:
         for rid in self.firsts:  # insertion order: the first is the oldest live rid
             oldest = min(oldest, self.firsts[rid])
             break
-        for q in self.inflight:
-            for _, _, first in q:
-                oldest = min(oldest, first)
+        for ledger in self.ledgers:
+            oldest = min(oldest, ledger.oldest())
         while log and log[0][0] < oldest:
             log.popleft()
         while len(log) > self.log_frames:
@@ -227,27 +290,48 @@ class Router:
         """One more message went (or is queued) to a shard; `ended` rids end with it."""
         self.routed[shard] += 1
         if ended:
-            first = min((st.first for _, st in ended if st.first >= 0), default=NEVER)
-            self.inflight[shard].append((self.routed[shard], ended, first))
-            for rid, st in ended:
-                self.ending[rid] = st
+            self._ledger(shard, ended)
 
-    def acked(self, shard: int, count: int) -> None:
-        q, ending = self.inflight[shard], self.ending
-        while q and q[0][0] <= count:
-            for rid, st in q.popleft()[1]:
-                if ending.get(rid) is st:
-                    del ending[rid]
+    def self_ended(self, shard: int, rids: list[str]) -> None:
+        """Rids the shard ended on its own: their last delta is in its output already."""
+        ended = [(rid, st) for rid in rids if (st := self.end(rid)) is not None]
+        if ended:
+            self._ledger(shard, ended)
+
+    def _ledger(self, shard: int, ended: Ended) -> None:
+        first = min((st.first for _, st in ended if st.first >= 0), default=NEVER)
+        self.ledgers[shard].add((self.routed[shard], ended, first))
+        for rid, st in ended:
+            self.ending[rid] = st
+
+    def acked(self, shard: int, count: int, sent: int,
+              usage: Iterable[tuple[str, int, int]] = ()) -> list[str]:
+        """The shard processed `count` messages, has sent `sent` output messages, and
+        counted this (completion, reasoning) usage for the rids it ended meanwhile: the
+        rids whose ending it has now acknowledged (for the journal)."""
+        ending = self.ending
+        for rid, completion, reasoning in usage:
+            st = ending.get(rid)
+            if st is not None:  # final: nothing left to count from the log
+                st.completion, st.reasoning, st.first = completion, reasoning, -1
+        done = self.ledgers[shard].ack(count, sent)
+        for rid, st in done:  # the frame log's folds need count them no more
+            if ending.get(rid) is st:
+                del ending[rid]
+        return [rid for rid, _ in done]
 
     def fail_shard(self, shard: int, message: str) -> list[Delta]:
         """Terminal error deltas for every rid a dead shard may not have finished."""
         targets: dict[str, Live] = {}
         for rid in [rid for rid, st in self.live.items() if st.shard == shard]:
             targets[rid] = self.end(rid)  # type: ignore[assignment]
-        for _, ended, _ in self.inflight[shard]:
+        ledger = self.ledgers[shard]
+        for _, ended, _ in ledger.entries:
             for rid, st in ended:
                 targets.setdefault(rid, st)  # a rid reused since keeps its live state
+                if self.ending.get(rid) is st:
+                    del self.ending[rid]
         self._count(targets)
-        self.acked(shard, self.routed[shard])
+        ledger.clear()
         self.routed[shard] = 0
         return [terminal(rid, message, st.usage()) for rid, st in targets.items()]

@@ -123,11 +123,15 @@ class Ended(msgspec.Struct, tag="ended", array_like=True, gc=False):
 
 class Ack(msgspec.Struct, tag="ack", array_like=True, gc=False):
     """A shard has processed this many FORWARD and DROP messages since the START that
-    followed the SYNC carrying `token`."""
+    followed the SYNC carrying `token`, and sent `sent` output messages since it began
+    (some may still be in its socket queue: `egress.router.Ledger`); `usage` is
+    (rid, completion tokens, reasoning tokens) of each rid it ended since its last Ack."""
 
     shard: int
     count: int
+    sent: int
     token: int
+    usage: list[tuple[str, int, int]]
 
 
 class ShardDown(msgspec.Struct, tag="down", array_like=True, gc=False):

@@ -136,7 +136,7 @@ class EgressStage:
         for f in self.frames:
             on_frame(memoryview(f))
             for k in shards:
-                acked(k, routed[k])
+                acked(k, routed[k], routed[k])  # one output message per message
 
 
 def measure_egress(tr: Trace, shards: int, repeat: int, runtime: str) -> float:

@@ -156,7 +156,8 @@ def main() -> int:
         print(f"{k:<22} {outcome[k]}")
     print(f"{'in == done + failed':<22} "
           f"{len(reqs) == outcome['completed exact'] + outcome['failed with error']}")
-    print(f"{'stale deltas dropped':<22} {svc.front.late}")
+    print(f"{'stale deltas dropped':<22} {svc.front.late} ({svc.front.late_terminal} of them "
+          "a second terminal delta)")
     front = svc.front
     alone = sum(1 for o in front.requests.values() if o.by_frontend and o.late_finish is None)
     print(f"{'ended by RESTARTED':<22} {front.ended_by_restart} "

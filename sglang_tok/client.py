@@ -108,6 +108,7 @@ class Frontend:
         self.seqs: dict[int, int] = {}
         self.violations: list[str] = []
         self.late = 0  # deltas after a rid's last one: dropped (protocol section 5)
+        self.late_terminal = 0  # of them, second terminal deltas (section 5, rule 7)
         self.messages = 0
         self.restarts: list[Restarted] = []
         self.ended_by_restart = 0  # requests this frontend ended on the egress's RESTARTED
@@ -166,8 +167,10 @@ class Frontend:
             req.shard = shard
         elif req.finished:
             self.late += 1
-            if d.finish is not None and req.late_finish is None:
-                req.late_finish = d
+            if d.finish is not None:
+                self.late_terminal += 1
+                if req.late_finish is None:
+                    req.late_finish = d
             return
         elif -1 not in (shard, req.shard) and shard != req.shard:
             self.violations.append(f"{d.rid}: deltas from shards {req.shard} and {shard}")

@@ -133,7 +133,9 @@ class Shard:
             self._next_report = now + REPORT_EVERY_S
 
     def _ack(self) -> None:
-        ack = link.Ack(self.shard, self.processed, self.token)
+        table = self.table
+        ack = link.Ack(self.shard, self.processed, self.seq, self.token, table.final_usage)
+        table.final_usage = []
         self.back.send(link.notice_encoder.encode(ack))
 
     def _sync(self, token: int) -> None:
@@ -142,6 +144,7 @@ class Shard:
         out: list[Delta] = []
         self.table.fail_all(protocol.EGRESS_RESTARTED, out)
         self._send(out)
+        self.table.final_usage = []  # a new egress has no endings of ours to settle
         self.started = False
         self.token = token
         hello = link.Hello(self.shard, os.getpid(), token)

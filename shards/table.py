@@ -56,6 +56,9 @@ class RidTable:
         # rids this shard ended on its own (stop strings, refusals) since the last report,
         # so the egress stops counting them as live
         self.self_ended: list[str] = []
+        # (rid, completion, reasoning) of every rid ended since the last Ack: the egress
+        # keeps a shard's endings while their last delta may still be in its socket queue
+        self.final_usage: list[tuple[str, int, int]] = []
 
     # ------------------------------------------------------------------ bookkeeping
     def _mark_ended(self, rid: str) -> None:
@@ -65,7 +68,9 @@ class RidTable:
             del ended[next(iter(ended))]
 
     def _finish(self, rid: str, by_service: bool) -> None:
-        self.live.pop(rid, None)
+        req = self.live.pop(rid, None)
+        if req is not None:
+            self.final_usage.append((rid, req.completion, req.reasoning_tokens))
         self._mark_ended(rid)
         self.counters.finished += 1
         if by_service:

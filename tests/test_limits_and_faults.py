@@ -192,3 +192,32 @@ def test_requests_whose_every_frame_died_unread_in_the_egress_end(tmp_path: Path
         assert after.finished and after.text == "limits hold" and not after.by_frontend
     finally:
         svc.stop()
+
+
+def test_a_shard_killed_before_its_queued_deltas_left_it_ends_those_requests(
+        tmp_path: Path) -> None:
+    """A shard acknowledges what it has processed, not what has left it: with the frontend
+    behind, requests' last deltas can still sit in the shard's socket queue, after the egress
+    has been told those requests ended, when the shard dies. They must end all the same."""
+    svc = Service(tmp_path, shards=1, frontend=False)
+    front = svc.front = Frontend(svc.output, hwm=1)  # once it stops reading, little is taken
+    svc.start()
+    try:
+        svc.barrier()
+        ids = IDS * 400  # ~10 KB per delta: the kernel's socket buffers fill first
+        rids = [f"queued-{n}" for n in range(100)]
+        for rid in rids:
+            front.register(rid)
+            svc.send(protocol.encode_batch([{"rid": rid, "ids": ids, "finish": FIN}]))
+        time.sleep(1.5)  # every frame processed and acknowledged; deltas wait in the shard
+        victim = svc.kill(1)
+        svc.wait_back(1, victim)
+        svc.barrier()
+        lost = [rid for rid in rids if not front.requests[rid].finished]
+        assert not lost, (len(lost), svc.logs()[-3000:])
+        failed = [rid for rid in rids if front.requests[rid].last.error]
+        assert failed and all(front.requests[r].last.error == protocol.SHARD_RESTARTED
+                              for r in failed)
+        assert not front.violations, front.violations[:5]
+    finally:
+        svc.stop()

@@ -44,7 +44,7 @@ def test_every_link_message_parses_to_its_struct_without_copying_the_frame() -> 
 
 
 def test_notices_round_trip_and_drain_carries_an_absolute_deadline() -> None:
-    for note in (link.Hello(1, 2, 3), link.Ended(0, ["a"]), link.Ack(1, 9, 3),
+    for note in (link.Hello(1, 2, 3), link.Ended(0, ["a"]), link.Ack(1, 9, 4, 3, [("a", 2, 0)]),
                  link.ShardDown(2, 77), link.Drain(123.25)):
         assert link.notice_decoder.decode(link.notice_encoder.encode(note)) == note
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_tok.egress.router import Router, shard_of
+from sglang_tok.egress.router import ENGINE_BATCH_MESSAGES, Router, shard_of
 from sglang_tok.ring.link import LATE
 
 from sglang_tok import protocol
@@ -82,11 +82,56 @@ def test_fail_shard_fails_live_and_unacked_ended_rids_with_exact_usage() -> None
     assert "req-2" in r.live and r.fail_shard(1, "again") == []
 
 
-def test_an_acked_ending_is_not_failed_again() -> None:
-    r = Router(1)
+def settled(r: Router, shard: int, count: int) -> None:
+    """Acks of `count` messages, then enough outputs for their deltas to have left."""
+    r.acked(shard, count, 0)
+    r.acked(shard, count, r.ledgers[shard].keep)
+
+
+def test_an_acked_ending_is_failed_until_its_delta_cannot_be_queued_any_more() -> None:
+    """The shard's ack says processed, not sent: its last delta may still be in the shard's
+    output queue (--link-capacity messages and libzmq's batch) when the shard dies."""
+    r = Router(1, output_queue=10)
+    keep = r.ledgers[0].keep
+    assert keep == 10 + ENGINE_BATCH_MESSAGES
     _, _, fin = r.route(batch(("req-1", 2, DONE)))
     r.dispatched(0, fin[0])
-    r.acked(0, 1)
+    assert r.acked(0, 1, 5) == ["req-1"]  # for the journal: acknowledged once
+    assert r.acked(0, 1, 5 + keep - 1) == []
+    [d] = r.fail_shard(0, protocol.SHARD_RESTARTED)
+    assert d.rid == "req-1" and d.usage == protocol.Usage(10, 2, 12, 4, 0)
+    _, _, fin = r.route(batch(("req-2", 3, DONE)))
+    r.dispatched(0, fin[0])
+    r.acked(0, 1, 0)
+    r.acked(0, 1, keep)  # `keep` outputs later: its last delta has left the shard
+    assert r.fail_shard(0, protocol.SHARD_RESTARTED) == [] and not r.ending
+
+
+def test_the_usage_an_ack_carries_is_final_and_frees_the_frame_log() -> None:
+    r = Router(1, output_queue=0)
+    r.route(batch(("req-1", 2, None)))
+    _, _, fin = r.route(batch(("req-1", 3, DONE)))
+    r.dispatched(0, fin[0])
+    assert r.acked(0, 1, 1, [("req-1", 5, 2)]) == ["req-1"]
+    for _ in range(5):
+        r.route(batch(("next", 1, None)))
+    assert r.log[0][0] == 3  # req-1's frames are gone: its usage no longer needs them
+    [d] = [d for d in r.fail_shard(0, protocol.SHARD_RESTARTED) if d.rid == "req-1"]
+    assert d.usage == protocol.Usage(10, 5, 15, 4, 2)  # the shard's count
+
+
+def test_rids_a_shard_ended_itself_are_failed_while_their_delta_may_be_queued() -> None:
+    r = Router(1, output_queue=0)
+    r.route(batch(("req-1", 2, None)))
+    r.dispatched(0)
+    r.self_ended(0, ["req-1"])  # a stop string: the shard sent its last delta
+    assert "req-1" not in r.live
+    [d] = r.fail_shard(0, protocol.SHARD_RESTARTED)
+    assert d.rid == "req-1" and d.usage is not None and d.usage.completion_tokens == 2
+    r.route(batch(("req-2", 2, None)))
+    r.dispatched(0)
+    r.self_ended(0, ["req-2"])
+    settled(r, 0, 1)
     assert r.fail_shard(0, protocol.SHARD_RESTARTED) == []
 
 
@@ -98,13 +143,13 @@ def test_frame_log_keeps_only_what_a_failure_may_need_and_folds_beyond_its_bound
     assert len(r.log) == 3
     _, _, fin = r.route(batch(("req-2", 1, DONE)))
     r.dispatched(0, fin[0])
-    r.acked(0, 1)
+    settled(r, 0, 1)
     [delta] = r.fail_shard(0, protocol.SHARD_RESTARTED)
     assert delta.rid == "req-1" and delta.usage is not None
     assert delta.usage.completion_tokens == 1 + 10 * 2
     _, _, fin = r.route(batch(("req-3", 1, DONE)))
     r.dispatched(0, fin[0])
-    r.acked(0, 2)
+    settled(r, 0, 2)
     r.route(batch(("req-4", 1, DONE)))
     assert [f for f, _, _ in r.log] == [r.frames]  # no live rid needs older frames
 
