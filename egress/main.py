@@ -325,8 +325,9 @@ class Egress:
 
     def on_notice(self, note: link.Notice) -> None:
         match note:
-            case link.Ack(token=token) if token == self.token:
-                self._acked(note)
+            case link.Ack(shard=k, token=token, pid=pid) if (token == self.token
+                                                             and pid == self.pids[k]):
+                self._acked(note)  # else from before our SYNC, or a dead incarnation's
             case link.Ended(shard=k, rids=rids):
                 self.router.self_ended(k, rids)
                 for rid in rids:

@@ -98,7 +98,10 @@ class Ledger:
             while mins and mins[0][0] <= n:
                 mins.popleft()
         acks = self.acks
-        acks.append((count, sent))
+        if acks and acks[-1][1] == sent:  # no output since (PINGs): the later count covers
+            acks[-1] = (count, sent)
+        else:
+            acks.append((count, sent))
         safe = -1
         while acks and acks[0][1] <= sent - self.keep:
             safe = acks.popleft()[0]
@@ -315,9 +318,10 @@ class Router:
             if st is not None:  # final: nothing left to count from the log
                 st.completion, st.reasoning, st.first = completion, reasoning, -1
         done = self.ledgers[shard].ack(count, sent)
-        for rid, st in done:  # the frame log's folds need count them no more
+        for rid, st in done:  # the frame log keeps and folds their frames no more
             if ending.get(rid) is st:
                 del ending[rid]
+            st.first = -1  # without the shard's usage (a rid it held no state for): as is
         return [rid for rid, _ in done]
 
     def fail_shard(self, shard: int, message: str) -> list[Delta]:
@@ -326,7 +330,7 @@ class Router:
         for rid in [rid for rid, st in self.live.items() if st.shard == shard]:
             targets[rid] = self.end(rid)  # type: ignore[assignment]
         ledger = self.ledgers[shard]
-        for _, ended, _ in ledger.entries:
+        for _, ended, _ in reversed(ledger.entries):  # a rid's newest ending, if several
             for rid, st in ended:
                 targets.setdefault(rid, st)  # a rid reused since keeps its live state
                 if self.ending.get(rid) is st:

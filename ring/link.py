@@ -125,12 +125,15 @@ class Ack(msgspec.Struct, tag="ack", array_like=True, gc=False):
     """A shard has processed this many FORWARD and DROP messages since the START that
     followed the SYNC carrying `token`, and sent `sent` output messages since it began
     (some may still be in its socket queue: `egress.router.Ledger`); `usage` is
-    (rid, completion tokens, reasoning tokens) of each rid it ended since its last Ack."""
+    (rid, completion tokens, reasoning tokens) of each rid it ended since its last Ack.
+    `pid` tells a dead incarnation's last Acks (read after its death) from its
+    replacement's."""
 
     shard: int
     count: int
     sent: int
     token: int
+    pid: int
     usage: list[tuple[str, int, int]]
 
 

@@ -60,6 +60,7 @@ class Shard:
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
         self.seq = 0
+        self.pid = os.getpid()
         if restarted:  # our seq starts again from 0 (protocol section 5.3)
             self.out.send(protocol.encode_restarted(Restarted(shard, os.getpid())))
         self.started = False
@@ -134,7 +135,8 @@ class Shard:
 
     def _ack(self) -> None:
         table = self.table
-        ack = link.Ack(self.shard, self.processed, self.seq, self.token, table.final_usage)
+        ack = link.Ack(self.shard, self.processed, self.seq, self.token, self.pid,
+                       table.final_usage)
         table.final_usage = []
         self.back.send(link.notice_encoder.encode(ack))
 

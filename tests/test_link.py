@@ -44,7 +44,7 @@ def test_every_link_message_parses_to_its_struct_without_copying_the_frame() -> 
 
 
 def test_notices_round_trip_and_drain_carries_an_absolute_deadline() -> None:
-    for note in (link.Hello(1, 2, 3), link.Ended(0, ["a"]), link.Ack(1, 9, 4, 3, [("a", 2, 0)]),
+    for note in (link.Hello(1, 2, 3), link.Ended(0, ["a"]), link.Ack(1, 9, 4, 3, 77, [("a", 2, 0)]),
                  link.ShardDown(2, 77), link.Drain(123.25)):
         assert link.notice_decoder.decode(link.notice_encoder.encode(note)) == note
 
@@ -254,3 +254,38 @@ def test_frontend_drops_and_counts_deltas_after_a_terminal_one(tmp_path: Path,
         assert front.requests["r"].last.error == protocol.SHARD_RESTARTED
     finally:
         front.close()
+
+
+def test_a_dead_shards_late_ack_settles_nothing_of_its_replacement(tmp_path: Path) -> None:
+    """A killed shard's last Acks can be read after the supervisor's ShardDown (two
+    sockets, no common order): they must not acknowledge its replacement's endings, nor
+    hold the ledger's window open with an output count the replacement will not reach."""
+    from prometheus_client import REGISTRY
+    from sglang_tok.egress.main import Egress
+
+    def fresh_metrics() -> None:
+        for c in list(REGISTRY._collector_to_names):
+            REGISTRY.unregister(c)
+
+    fin = {"type": "length", "length": 2}
+    fresh_metrics()
+    eg = Egress(config(tmp_path), Status(len(service_roles(1))))
+    try:
+        ledger = eg.router.ledgers[0]
+        eg.pids[0], eg.up[0], eg.synced[0] = 111, True, True
+        eg.on_frame(memoryview(protocol.encode_batch([{"rid": "a", "ids": [1, 2],
+                                                         "finish": fin}])))
+        eg.on_notice(link.ShardDown(0, 111))  # "a" is failed with the shard
+        eg.pids[0], eg.up[0], eg.synced[0] = 222, True, True  # its replacement said Hello
+        eg.on_frame(memoryview(protocol.encode_batch([{"rid": "b", "ids": [3, 4],
+                                                         "finish": fin}])))
+        eg.on_notice(link.Ack(0, 999, 10**6, eg.token, 111, []))  # the dead one's, late
+        assert len(ledger.unacked) == 1 and not ledger.acks
+        eg.on_notice(link.Ack(0, 1, 1, eg.token, 222, [("b", 2, 0)]))
+        assert not ledger.unacked and list(ledger.acks) == [(1, 1)]
+        for n in range(5):  # PINGs: acks with no output in between are kept as one
+            eg.on_notice(link.Ack(0, 2 + n, 1, eg.token, 222, []))
+        assert list(ledger.acks) == [(6, 1)]
+    finally:
+        eg.ctx.destroy(linger=0)
+        fresh_metrics()

@@ -96,7 +96,8 @@ def test_an_acked_ending_is_failed_until_its_delta_cannot_be_queued_any_more() -
     assert keep == 10 + ENGINE_BATCH_MESSAGES
     _, _, fin = r.route(batch(("req-1", 2, DONE)))
     r.dispatched(0, fin[0])
-    assert r.acked(0, 1, 5) == ["req-1"]  # for the journal: acknowledged once
+    # acknowledged once (for the journal), with the usage the shard counted
+    assert r.acked(0, 1, 5, [("req-1", 2, 0)]) == ["req-1"]
     assert r.acked(0, 1, 5 + keep - 1) == []
     [d] = r.fail_shard(0, protocol.SHARD_RESTARTED)
     assert d.rid == "req-1" and d.usage == protocol.Usage(10, 2, 12, 4, 0)
