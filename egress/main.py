@@ -24,6 +24,7 @@ from sglang_tok.config import Config
 from sglang_tok.metrics import DROP_REASONS, Metrics
 from sglang_tok.process import Beat, Status, pin, setup_child
 from sglang_tok.protocol import (
+    EGRESS,
     EGRESS_RESTARTED,
     MALFORMED_FRAME,
     SHARD_RESTARTED,
@@ -45,7 +46,6 @@ from .router import Ended, Live, Router, shard_of
 
 log = logging.getLogger("sglang_tok.egress")
 POLL_MS = 100
-EGRESS = -1
 SYNC_RETRY_S = 1.0  # a SYNC can vanish into the pipe of a shard that just died
 # a dead shard's deltas already in the frontend's socket buffers may still be read after
 # the egress's errors for its rids (two sockets have no common order); holding the errors

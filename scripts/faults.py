@@ -30,6 +30,7 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+from sglang_tok.protocol import EGRESS  # noqa: E402
 from sglang_tok.testing import Service  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402
 from sglang_tok.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
@@ -161,7 +162,7 @@ def main() -> int:
     front = svc.front
     alone = sum(1 for o in front.requests.values() if o.by_frontend and o.late_finish is None)
     print(f"{'ended by RESTARTED':<22} {front.ended_by_restart} "
-          f"({sum(m.shard == -1 for m in front.restarts)} egress and "
+          f"({sum(m.shard == EGRESS for m in front.restarts)} egress and "
           f"{sum(m.shard >= 0 for m in front.restarts)} shard RESTARTED notices); "
           f"{alone} of them never ended by the service (lost without protocol section 5.3)")
     print(f"{'frontend violations':<22} {len(svc.front.violations)} "

@@ -30,7 +30,7 @@ import zmq
 import zmq.asyncio
 
 from . import protocol
-from .protocol import Columns, Delta, Deltas, Pong, Restarted
+from .protocol import EGRESS, Columns, Delta, Deltas, Pong, Restarted
 from .ring.sockets import Curve, make_socket
 from .scheduler import Scheduler
 
@@ -40,7 +40,6 @@ __all__ = ["Client", "ClientStats", "Frontend", "RequestOutput", "RequestStream"
 QUEUE_LIMIT_ERROR = "frontend queue limit exceeded"
 IDLE_TIMEOUT_ERROR = "frontend idle timeout"
 ENDED_MEMORY = 65536  # ended rids remembered, as the shards do (--ended-memory)
-EGRESS = -1
 NO_SHARD = -2  # a registered request no process has answered yet
 
 

@@ -34,6 +34,7 @@ INPUT_TAGS = {TAG_RESULT: "result", TAG_BATCH: "batch", TAG_ERROR: "error",
 MALFORMED_FRAME = "malformed scheduler output frame"
 SHARD_RESTARTED = "detokenizer shard restarted"
 EGRESS_RESTARTED = "detokenizer egress restarted"
+EGRESS = -1  # the egress's `shard` in DELTAS, COLUMNS, PONG and RESTARTED
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 FinishReason = dict[str, Any]
