@@ -43,6 +43,7 @@ from sglang_tok.protocol import (
 
 from .journal import Journal, replay
 from .router import Ended, Live, Router, shard_of
+from .split import split_frame
 
 log = logging.getLogger("sglang_tok.egress")
 POLL_MS = 100
@@ -248,15 +249,11 @@ class Egress:
         late = owner.count(link.LATE)
         if late:
             self.late.inc(late)
-        if self.n == 1 and not late:
-            if owner:
-                self._forward(0, link.forward(stamp, frame), finished.get(0))
+        new_rows, router.new_rows = router.new_rows, []
+        if late == len(owner):
             return
-        owners = bytes(owner)
-        msg = link.rows(stamp, owners, frame)
-        for k in range(self.n):
-            if k in owners:  # memchr, not a pass over the rows
-                self._forward(k, msg, finished.get(k))
+        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows):
+            self._forward(k, msg, finished.get(k))
 
     def _fail_suspects(self) -> None:
         """Rids first seen just after this egress replaced a dead one: their earlier rows

@@ -18,10 +18,11 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from itertools import chain, compress, repeat
 
-from sglang_tok.ring.link import LATE
+from sglang_tok.ring.link import LATE, SLOT_BITS
 
 from sglang_tok.protocol import Batch, Delta, Usage, terminal
 
+SHARD_MASK = (1 << SLOT_BITS) - 1
 NEVER = 1 << 62  # the first frame of a rid that is not live
 # frames of headers kept while some live rid is older; beyond, the oldest is folded into
 # per-rid counts (a per-row cost paid only while requests outlive this many frames)
@@ -36,10 +37,12 @@ class Live:
     """A live rid as the egress sees it: owner, the frame of its first row, the usage
     fields of that row, and completion tokens already folded out of the frame log."""
 
-    __slots__ = ("shard", "first", "last", "completion", "prompt", "cached", "reasoning")
+    __slots__ = ("shard", "slot", "first", "last", "completion", "prompt", "cached",
+                 "reasoning")
 
     def __init__(self, shard: int) -> None:
         self.shard = shard
+        self.slot = -1  # its index in the shard's arrays, from its first row to its end
         self.first = -1  # no row yet
         self.last = NEVER  # the frame it ended in: later rows of its rid are late
         self.completion = self.prompt = self.cached = self.reasoning = 0
@@ -115,6 +118,31 @@ class Ledger:
             q.clear()
 
 
+class SlotPool:
+    """One shard's slots: the lowest free ones are reused first, so a shard's arrays stay
+    as small as its peak of live requests."""
+
+    __slots__ = ("free", "next")
+
+    def __init__(self) -> None:
+        self.free: list[int] = []
+        self.next = 0
+
+    def take(self) -> int:
+        if self.free:
+            return self.free.pop()
+        slot = self.next
+        self.next += 1
+        return slot
+
+    def give(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def clear(self) -> None:
+        self.free.clear()
+        self.next = 0
+
+
 class Router:
     """Live rids per shard, plus a ledger of rids whose last delta may not have left.
 
@@ -150,6 +178,12 @@ class Router:
         self.folded: Counter[str] = Counter()  # ids of live rids' rows folded out of the log
         self.ending: dict[str, Live] = {}  # ended rids whose ending is not acknowledged
         self.opened: list[str] = []  # rids `route` saw first; the egress empties it
+        # a rid's route code (`where`) is slot << SLOT_BITS | shard: the slot is taken on
+        # its first row and given back when it ends. A shard reads a slot's end before any
+        # later message can name the slot again (one link, in order), and within a frame
+        # slots are taken (first rows) before any is given back (last rows).
+        self.pools = [SlotPool() for _ in range(nshards)]
+        self.new_rows: list[tuple[int, str]] = []  # (row, rid) given a slot by `route`
 
     def owner(self, rid: str) -> int:
         st = self.live.get(rid)
@@ -169,6 +203,9 @@ class Router:
                 del where[old]
         st = self.live.pop(rid, None)
         if st is not None:
+            if st.slot >= 0:
+                self.pools[st.shard].give(st.slot)
+                st.slot = -1
             st.last = self.frames
             self.firsts.pop(rid, None)
             st.completion += self.folded.pop(rid, 0)
@@ -184,9 +221,10 @@ class Router:
         return st.shard
 
     def route(self, batch: Batch) -> tuple[list[int], int, dict[int, Ended]]:
-        """Owner shard per row (LATE: its rid has ended, no shard sees it), the frame's iteration
-        tokens (new ids plus computed prompt tokens of first rows), and the rids each
-        shard's part ends."""
+        """Route code per row (slot << SLOT_BITS | shard; LATE: its rid has ended, no shard
+        sees it), the frame's iteration tokens (new ids plus computed prompt tokens of
+        first rows), and the rids each shard's part ends. `new_rows` then lists the rows
+        whose rid took a slot in this frame."""
         h = batch.header
         rids, fins = h.rids, h.finish_reasons
         n = len(rids)
@@ -230,15 +268,18 @@ class Router:
             st.prompt, st.cached = h.prompt_tokens[i], h.cached_tokens[i]
             st.first = firsts[rid] = self.frames
             prompt_computed += max(0, st.prompt - st.cached)
-            owner[i] = where[rid] = st.shard
+            st.slot = self.pools[st.shard].take()
+            owner[i] = where[rid] = st.slot << SLOT_BITS | st.shard
+            self.new_rows.append((i, rid))
 
     def _last_row(self, rids: list[str], owner: list[int], i: int,
                   finished: dict[int, Ended]) -> None:
         """A row with a finish ends its rid here. A later row of the same rid in the same
         frame (no scheduler sends one) still goes to the shard, which ignores it as late."""
-        k = owner[i]
-        if k == LATE:
+        code = owner[i]
+        if code == LATE:
             return
+        k = code & SHARD_MASK
         rid = rids[i]
         st = self.end(rid)
         if st is not None:
@@ -338,4 +379,5 @@ class Router:
         self._count(targets)
         ledger.clear()
         self.routed[shard] = 0
+        self.pools[shard].clear()  # its replacement starts with empty arrays
         return [terminal(rid, message, st.usage()) for rid, st in targets.items()]

@@ -1,12 +1,13 @@
 """Every message on the service's internal links, built and parsed here; none leaves the service.
 
 egress -> shard (`parse` gives one of the structs below; byte 0 is the kind):
-  FORWARD `F`: f64 ring-receive time (time.monotonic, system-wide on Linux) + an input frame
-           (a BATCH whose rows are all this shard's, or OPEN/ERROR/ABORT/RESULT/PING)
-  ROWS `R`:    f64 ring-receive time + u32 n + n owner bytes + a whole BATCH frame: the
-           shard decodes only the rows whose owner byte is its index. With N > 1 shards
-           this hands each shard its bucket with one message per shard per frame, without
-           re-encoding the frame per shard (a shard skips another's row in ~0.1 us)
+  FORWARD `F`: f64 ring-receive time (time.monotonic, system-wide on Linux) + a control
+           frame (OPEN/ERROR/ABORT/RESULT/PING) as the scheduler sent it
+  ARRAYS `A`:  f64 ring-receive time + u32 n + u32 m + n u32 slots + m i64 ids + msgpack
+           `Sparse`: a BATCH frame's rows of this shard as numeric columns. The egress has
+           read the header; each rid has a slot in its shard (given with the rid in
+           `Sparse.new` on its first row, free again once it ends), so a shard's steady
+           state decodes no string and no map per row (shards/table.py)
   DROP `D`:    msgpack `Drop`: rids of a dropped frame; end each with that error
   SYNC `S`:    u64 egress token: fail every live rid, say Hello with the token, wait for
            START. A shard speaks only when asked: its first Hello answers a SYNC, so an
@@ -16,31 +17,67 @@ egress -> shard (`parse` gives one of the structs below; byte 0 is the kind):
   EXIT `X`:    shutdown: everything before this was sent; flush deltas and exit
 shard -> egress (back channel) and supervisor -> egress: the tagged `Notice` structs.
 
-FORWARD and ROWS carry the scheduler's frame as it came: the prefix is joined in front of
-it once, and `parse` hands the shard a view of it, never a copy.
+FORWARD carries the scheduler's frame as it came: the prefix is joined in front of it once,
+and `parse` hands the shard a view of it, never a copy.
 """
 
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 LATE = 255  # owner byte of a row no shard decodes (its rid has ended)
-_FORWARD, _ROWS, _DROP, _SYNC = b"F", b"R", b"D", b"S"
+_FORWARD, _ARRAYS, _DROP, _SYNC = b"F", b"A", b"D", b"S"
 START, EXIT = b"G", b"X"
 _STAMP = struct.Struct("<d")
 _TOKEN = struct.Struct("<Q")
-_ROWS_HEAD = struct.Struct("<dI")
+_ARRAYS_HEAD = struct.Struct("<dII")
+SLOT_BITS = 8  # a route code is slot << SLOT_BITS | shard (LATE: no shard)
 
 
 # --------------------------------------------------------------------------- egress -> shard
 class Frame(msgspec.Struct, gc=False):
-    """A FORWARD or ROWS message: the input frame and, for ROWS, the owner byte of each row."""
+    """A FORWARD message: a control frame."""
 
     stamp: float
     frame: memoryview
-    owners: memoryview | None = None
+
+
+class Family(msgspec.Struct, array_like=True, gc=False):
+    """One logprob family of an ARRAYS message's rows, laid out as in BATCH (section 3.2):
+    per row its length (u32), per position its k (ragged families only), values (f32)
+    and ids (i32)."""
+
+    name: str
+    lens: bytes
+    poslens: bytes
+    values: bytes
+    ids: bytes
+
+
+class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """What an ARRAYS message says about a few of its rows (row numbers index its rows)."""
+
+    counts: bytes = b""  # u32 ids per row, when some row has other than one
+    # (row, rid, prompt_tokens, cached_tokens): the rid's first row; its slot is new
+    new: list[tuple[int, str, int, int]] = []
+    # (row, finish, prompt_tokens, cached_tokens, reasoning_tokens): the rid's last row
+    ends: list[tuple[int, dict[str, Any], int, int, int]] = []
+    reasoning: bytes = b""  # u32 reasoning_tokens per row, when some row's is nonzero
+    families: list[Family] = []
+
+
+class Arrays(msgspec.Struct, gc=False):
+    """An ARRAYS message: row r of this shard's part of a frame is slot `slots[r]`."""
+
+    stamp: float
+    slots: npt.NDArray[np.uint32]
+    ids: npt.NDArray[np.int64]
+    sparse: Sparse
 
 
 class Drop(msgspec.Struct, array_like=True, gc=False):
@@ -62,18 +99,25 @@ class Exit(msgspec.Struct, gc=False):
     pass
 
 
-Inbound = Frame | Drop | Sync | Start | Exit
+Inbound = Frame | Arrays | Drop | Sync | Start | Exit
 _SIGNALS: dict[int, Start | Exit] = {START[0]: Start(), EXIT[0]: Exit()}
 _drop_encoder = msgspec.msgpack.Encoder()
 _drop_decoder = msgspec.msgpack.Decoder(Drop)
+_sparse_encoder = msgspec.msgpack.Encoder()
+_sparse_decoder = msgspec.msgpack.Decoder(Sparse)
+_NO_SPARSE = _sparse_encoder.encode(Sparse())
 
 
 def forward(stamp: float, frame: bytes | memoryview) -> bytes:
     return b"".join((_FORWARD, _STAMP.pack(stamp), frame))
 
 
-def rows(stamp: float, owners: bytes, frame: bytes | memoryview) -> bytes:
-    return b"".join((_ROWS, _ROWS_HEAD.pack(stamp, len(owners)), owners, frame))
+def arrays(stamp: float, slots: npt.NDArray[np.uint32], ids: npt.NDArray[np.int64],
+           sparse: Sparse | None = None) -> bytes:
+    tail = _NO_SPARSE if sparse is None else _sparse_encoder.encode(sparse)
+    return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, len(slots), len(ids)),
+                     slots.astype(np.uint32, copy=False).tobytes(),
+                     ids.astype(np.int64, copy=False).tobytes(), tail))
 
 
 def sync(token: int) -> bytes:
@@ -88,10 +132,12 @@ def parse(msg: bytes | memoryview) -> Inbound:
     """One egress -> shard message; raise ValueError for one no egress builds."""
     mv = memoryview(msg)
     kind = mv[0] if len(mv) else -1
-    if kind == _ROWS[0]:
-        stamp, n = _ROWS_HEAD.unpack_from(mv, 1)
-        head = 1 + _ROWS_HEAD.size
-        return Frame(stamp, mv[head + n:], mv[head:head + n])
+    if kind == _ARRAYS[0]:
+        stamp, n, m = _ARRAYS_HEAD.unpack_from(mv, 1)
+        at = 1 + _ARRAYS_HEAD.size
+        slots = np.frombuffer(mv, np.uint32, n, at)
+        ids = np.frombuffer(mv, np.int64, m, at + 4 * n)
+        return Arrays(stamp, slots, ids, _sparse_decoder.decode(mv[at + 4 * n + 8 * m:]))
     if kind == _FORWARD[0]:
         return Frame(_STAMP.unpack_from(mv, 1)[0], mv[1 + _STAMP.size:])
     if kind == _DROP[0]:

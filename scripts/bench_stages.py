@@ -7,16 +7,16 @@ process, as CPU time of this thread (best of --repeat runs, since the machine is
 
 - egress: `Egress.on_frame` on every frame of the trace, its links replaced by sinks that
   only record what they are given (no ZeroMQ, no shard reading them);
-- shard: `Shard.on_forward` on the link messages the egress recorded for shard 0 (with 1
-  shard: every row; with 2: the shared frames, half of whose rows are another shard's),
+- shard: `Shard.on_frame` on the link messages the egress recorded for shard 0 (with 1
+  shard: every row; with 2: about half of them),
   its output socket replaced by a sink; decoding, bookkeeping and output encoding included;
 - frontend: `protocol.decode_output` on that shard's output messages, then every row handed
   to its rid's list (the least a frontend does with a delta), for DELTAS and COLUMNS.
 
-From these, a model of the service on C cores (1 egress, C - 1 shards): a shard decodes
-the whole header of a shared frame and its own rows, so N shards give 1 / (h + r / N)
-rows/s (h: header decode + picking rows, per frame row; r: the rest, per own row), and the
-egress gives 1 / e. The smaller one saturates first.
+From these, a model of the service on C cores (1 egress, C - 1 shards): the egress sends
+each shard only its own rows (ARRAYS), so N shards give N / r rows/s (r: a shard's cost
+per own row), and the egress gives 1 / e. The smaller one saturates first. Each figure is
+also given against one `tokenizers` DecodeStream.step per id, measured in the same run.
 
     python scripts/bench_stages.py --repeat 5
 """
@@ -148,7 +148,7 @@ def shard_messages(tr: Trace, shards: int, runtime: str) -> list[bytes]:
     st = EgressStage(config(shards, "deltas", runtime), tr.frames, True)
     st.setup()
     st.run()
-    return [m for m in st.sinks[0].sent if m[:1] in (b"F", b"R")]
+    return [m for m in st.sinks[0].sent if m[:1] in (b"F", b"A")]
 
 
 class ShardStage:
@@ -171,23 +171,15 @@ class ShardStage:
         on_frame, parse = self.sh.on_frame, link.parse
         for m in self.msgs:
             msg = parse(m)
-            assert isinstance(msg, link.Frame)
+            assert isinstance(msg, (link.Frame, link.Arrays))
             on_frame(msg)
 
 
 def own_rows(msgs: list[bytes]) -> tuple[int, int]:
-    """(rows shard 0 owns, rows of every frame it read) in its link messages."""
-    own = seen = 0
-    for m in msgs:
-        if m[:1] == b"R":
-            n = int.from_bytes(m[9:13], "little")
-            own += m[13:13 + n].count(0)
-            seen += n
-        elif m[9] == protocol.TAG_BATCH:
-            n = len(protocol.decode_batch(m[9:]))
-            own += n
-            seen += n
-    return own, seen
+    """(rows shard 0 owns, rows it read) in its link messages: the egress sends each shard
+    only its own rows (ARRAYS), so the two are equal."""
+    own = sum(int.from_bytes(m[9:13], "little") for m in msgs if m[:1] == b"A")
+    return own, own
 
 
 def measure_shard(info: TokenizerInfo, msgs: list[bytes], fmt: str, repeat: int,
@@ -200,20 +192,41 @@ def measure_shard(info: TokenizerInfo, msgs: list[bytes], fmt: str, repeat: int,
     return t / own_rows(msgs)[0], st.out.sent
 
 
-def measure_header(msgs: list[bytes], repeat: int) -> float:
-    """What a shard pays per row of a frame before its own rows: decode + pick."""
-    from itertools import compress
+def measure_parse(msgs: list[bytes], repeat: int) -> float:
+    """What a shard pays per own row to read its link messages (part of its per-row cost)."""
+    parse = link.parse
 
     def run() -> None:
         for m in msgs:
-            if m[:1] == b"R":
-                n = int.from_bytes(m[9:13], "little")
-                b = protocol.decode_batch(memoryview(m)[13 + n:])
-                list(compress(range(n), map((0).__eq__, m[13:13 + n])))
-                b.token_ids()
-            elif m[9] == protocol.TAG_BATCH:
-                protocol.decode_batch(memoryview(m)[9:]).token_ids()
+            parse(m)
     return best(run, repeat) / own_rows(msgs)[1]
+
+
+def measure_decodestream(info: TokenizerInfo, frames: Sequence[bytes], repeat: int) -> float:
+    """The lean peer's unit of work: one `tokenizers` DecodeStream.step, per id."""
+    from tokenizers.decoders import DecodeStream
+
+    tok = info.tokenizer
+    rows = []
+    for f in frames:
+        b = protocol.decode_batch(f)
+        ids, st = b.token_ids(), b.tokens.row_starts
+        rows.append([(rid, ids[st[i]:st[i + 1]]) for i, rid in enumerate(b.rids)])
+    total = sum(len(x) for rs in rows for _, x in rs)
+
+    def run() -> None:
+        streams: dict[str, DecodeStream] = {}
+        for rs in rows:
+            for rid, ids in rs:
+                ds = streams.get(rid)
+                if ds is None:
+                    ds = streams[rid] = DecodeStream(skip_special_tokens=True)
+                for i in ids:
+                    try:
+                        ds.step(tok, i)
+                    except Exception:
+                        streams[rid] = ds = DecodeStream(skip_special_tokens=True)
+    return best(run, repeat) / total
 
 
 def demux_deltas(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
@@ -332,11 +345,12 @@ def main() -> int:
         e1 = measure_egress(tr, 1, a.repeat, runtime)
         e2 = measure_egress(tr, 2, a.repeat, runtime)
         m1, m2 = shard_messages(tr, 1, runtime), shard_messages(tr, 2, runtime)
-        h = measure_header(m1, a.repeat)
+        h = measure_parse(m1, a.repeat)
+        step = measure_decodestream(info, tr.frames, a.repeat)
         s1, out_d = measure_shard(info, m1, "deltas", a.repeat, runtime)
         s1c, out_c = measure_shard(info, m1, "columnar", a.repeat, runtime)
         s2, _ = measure_shard(info, m2, "deltas", a.repeat, runtime)
-        own2, seen2 = own_rows(m2)
+        own2, _ = own_rows(m2)
         fd = measure_frontend(out_d, demux_deltas, a.repeat)
         fc = measure_frontend(out_c, demux_columns, a.repeat)
         fcc = measure_frontend(out_c, demux_columns_c, a.repeat)
@@ -347,22 +361,26 @@ def main() -> int:
         print(f"| egress, 2 shards | {e2 * 1e6:.3f} |")
         print(f"| shard, 1 shard, DELTAS out (per row) | {s1 * 1e6:.3f} |")
         print(f"| shard, 1 shard, COLUMNS out (per row) | {s1c * 1e6:.3f} |")
-        print(f"| shard 0 of 2, DELTAS out (per own row; {own2}/{seen2} rows its own) | "
+        print(f"| shard 0 of 2, DELTAS out (per own row; {own2}/{tr.rows} rows its own) | "
               f"{s2 * 1e6:.3f} |")
-        print(f"| shard: header decode + row pick (per frame row) | {h * 1e6:.3f} |")
+        print(f"| shard: reading its link messages (per own row, included above) | "
+              f"{h * 1e6:.3f} |")
+        print(f"| lean peer: one DecodeStream.step (per id) | {step * 1e6:.3f} |")
         print(f"| frontend: decode DELTAS only | {dd * 1e6:.3f} |")
         print(f"| frontend: decode COLUMNS only | {dc * 1e6:.3f} |")
         print(f"| frontend: DELTAS decode + each delta to its rid | {fd * 1e6:.3f} |")
         print(f"| frontend: COLUMNS decode + each row to its rid (for loop) | {fc * 1e6:.3f} |")
         print(f"| frontend: DELTAS decode + each text to its rid (map) | {fdc * 1e6:.3f} |")
         print(f"| frontend: COLUMNS decode + each text to its rid (map) | {fcc * 1e6:.3f} |")
-        r = max(s1c - h, 1e-9)
-        print(f"\nmodel (shards: h={h * 1e6:.3f} + r={r * 1e6:.3f}/N us per row, COLUMNS out; "
-              f"check: 2 shards modelled {(h + r / 2) * 1e6:.3f}, measured DELTAS "
-              f"{s2 * own2 / seen2 * 1e6:.3f} us per frame row); the frontend is not on "
+        print(f"\nratios to one DecodeStream.step per id: shard row (COLUMNS out) "
+              f"{s1c / per_row / step:.2f}x, egress row (2 shards) {e2 / per_row / step:.2f}x")
+        r = s1c
+        print(f"\nmodel (shards: r={r * 1e6:.3f}/N us per row, COLUMNS out: each shard reads "
+              f"only its own rows; check: 2 shards modelled {r / 2 * 1e6:.3f}, measured DELTAS "
+              f"{s2 * own2 / tr.rows * 1e6:.3f} us per frame row); the frontend is not on "
               f"these cores: one frontend core takes {1 / fcc / 1e6:.2f} M deltas/s (COLUMNS) "
               f"or {1 / fdc / 1e6:.2f} M (DELTAS), texts to rids by map")
-        print("\n".join(model(e2, h, r, per_row)))
+        print("\n".join(model(e2, 0.0, r, per_row)))
     return 0
 
 

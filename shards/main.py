@@ -95,7 +95,7 @@ class Shard:
     def handle(self, raw: bytes) -> bool:
         """One message from the egress; False once it says EXIT."""
         match link.parse(raw):
-            case link.Frame() as msg:
+            case link.Arrays() | link.Frame() as msg:
                 if self.started:  # else it was routed before our SYNC: the egress failed it
                     self._guarded(msg)
             case link.Drop(message=message, rids=rids):
@@ -115,7 +115,7 @@ class Shard:
                 return False
         return True
 
-    def _guarded(self, msg: link.Frame) -> None:
+    def _guarded(self, msg: link.Arrays | link.Frame) -> None:
         try:
             self.on_frame(msg)
         except Exception:  # a bug costs this message's requests, not the shard
@@ -152,14 +152,14 @@ class Shard:
         hello = link.Hello(self.shard, os.getpid(), token)
         self.back.send(link.notice_encoder.encode(hello))
 
-    def on_frame(self, msg: link.Frame) -> None:
+    def on_frame(self, msg: link.Arrays | link.Frame) -> None:
         t0 = time.perf_counter()
         out: protocol.Sink = protocol.ColumnsOut() if self.output_format == "columnar" else []
-        table, frame = self.table, msg.frame
-        if frame[0] == protocol.TAG_BATCH:
-            table.on_batch(protocol.decode_batch(frame), out, msg.owners)
+        table = self.table
+        if isinstance(msg, link.Arrays):
+            table.on_arrays(msg, out)
         else:
-            match protocol.decode_control(frame):
+            match protocol.decode_control(msg.frame):
                 case Open() as ctl:
                     table.on_open(ctl, out)
                 case Error() as ctl:
@@ -185,7 +185,7 @@ class Shard:
         except zmq.Again:
             pass
 
-    def _fail_message(self, msg: link.Frame) -> None:
+    def _fail_message(self, msg: link.Arrays | link.Frame) -> None:
         """End every rid a message named, after an internal error processing it: a rid left
         in a half-updated state, or never opened, would otherwise wait forever."""
         try:
@@ -197,15 +197,13 @@ class Shard:
         self.table.on_drop(list(dict.fromkeys(rids)), "internal detokenizer error", out)
         self._send(out)
 
-    def _rids_of(self, msg: link.Frame) -> list[str]:
+    def _rids_of(self, msg: link.Arrays | link.Frame) -> list[str]:
         """The rids this shard owns in a message (a RESULT or PING holds no request state)."""
-        frame = msg.frame
-        if frame[0] == protocol.TAG_BATCH:
-            rids = protocol.decode_batch(frame).rids
-            if msg.owners is None:
-                return rids
-            return [rid for rid, k in zip(rids, msg.owners) if k == self.shard]
-        match protocol.decode_control(frame):
+        if isinstance(msg, link.Arrays):
+            state = self.table.state
+            held = [state.rids[s] for s in msg.slots.tolist() if s < state.capacity]
+            return [rid for _, rid, _, _ in msg.sparse.new] + [r for r in held if r]
+        match protocol.decode_control(msg.frame):
             case Open(rid=rid) | Error(rid=rid):
                 return [rid]
             case Abort(rids=rids):
@@ -232,7 +230,7 @@ class Shard:
             if now[name] != last[name]:
                 metric.inc(now[name] - last[name])
         self._last = now
-        self.m_live.set(len(self.table.live))
+        self.m_live.set(len(self.table.by_rid) + len(self.table.opened))
 
     def close(self) -> None:
         for sock in (self.inbox, self.back, self.health, self.out):

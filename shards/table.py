@@ -1,34 +1,46 @@
-"""A shard's rid -> request table: the only owner of its requests' state (no locks).
+"""A shard's requests: the only owner of their state (no locks), by slot and by rid.
 
-Turns each message from the egress into deltas. Requests are never evicted to make room
-(SGLang issue #2812): past `max_requests` a new rid is refused with a terminal error, and
-ended rids are remembered (bounded) so that late rows are ignored instead of reopening.
+Rows arrive as slots (ring/link.py, ARRAYS). A plain request's rows go through the array
+path (shards/plain.py); a request that needs more keeps a `Request` and takes the per-row
+path; shards/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT, DROP)
+name rids, so rids map to slots too. Requests are never evicted to make room (SGLang issue
+#2812): past `max_requests` a new rid is refused with a terminal error, and ended rids are
+remembered (bounded) so that late rows are ignored instead of reopening.
 """
 
 from __future__ import annotations
 
-from codecs import utf_8_decode
-from itertools import chain, compress, repeat
-from operator import add
+from collections import Counter
+from itertools import chain
 from typing import Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
+from sglang_tok.ring.link import Arrays
 
+from sglang_tok.decoder import ByteStream
 from sglang_tok.protocol import (
     Abort,
-    Batch,
     ColumnsOut,
     Delta,
     Error,
-    Family,
     Open,
     Result,
     Sink,
     Usage,
     terminal,
 )
-from sglang_tok.request import SENT_TAIL, Request, make_request, refusal
+from sglang_tok.ragged import ragged_index, starts_of
+from sglang_tok.request import Request, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
+
+from .logprobs import FIELDS, RowFamilies
+from .paths import ARRAY, row_reason
+from .plain import PlainDecoder, PlainTexts
+from .slots import FREE, PLAIN, ROW, Slots
+
+I64 = npt.NDArray[np.int64]
 
 
 class ShardCounters(msgspec.Struct, gc=False):
@@ -40,25 +52,49 @@ class ShardCounters(msgspec.Struct, gc=False):
     finished: int = 0
 
 
+class _Opened:
+    """An OPENed rid before its first row: its options, and what its path needs then."""
+
+    __slots__ = ("opts", "reason", "req", "stream")
+
+    def __init__(self, opts: Open, reason: str | None, req: Request | None,
+                 stream: ByteStream | None) -> None:
+        self.opts, self.reason, self.req, self.stream = opts, reason, req, stream
+
+
 class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
-                 max_stop_len: int = 1024) -> None:
+                 max_stop_len: int = 1024, array_min_rows: int | None = None) -> None:
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
         self.ended_memory = ended_memory
         self.max_stops = max_stops
         self.max_stop_len = max_stop_len
-        self.live: dict[str, Request] = {}
+        self.state = Slots()
+        self.plain: PlainDecoder | None = None
+        if row_reason(None, info) is None:
+            self.plain = PlainDecoder(info) if array_min_rows is None else \
+                PlainDecoder(info, array_min_rows)
+        self._tables = (info.byte_table or [], info.byte_table_skip or [])
+        self.by_rid: dict[str, int] = {}  # rids with a slot
+        self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
+        self.opts: dict[int, Open] = {}  # plain slots opened with options (else defaults)
         self.counters = ShardCounters()
+        self.paths: Counter[str] = Counter()  # requests per path: "array" or the reason
         # rids this shard ended on its own (stop strings, refusals) since the last report,
         # so the egress stops counting them as live
         self.self_ended: list[str] = []
         # (rid, completion, reasoning) of every rid ended since the last Ack: the egress
         # keeps a shard's endings while their last delta may still be in its socket queue
         self.final_usage: list[tuple[str, int, int]] = []
+
+    @property
+    def live(self) -> dict[str, None]:
+        """Every live rid (cold path: metrics, tests)."""
+        return dict.fromkeys(chain(self.opened, self.by_rid))
 
     # ------------------------------------------------------------------ bookkeeping
     def _mark_ended(self, rid: str) -> None:
@@ -67,138 +103,182 @@ class RidTable:
         if len(ended) > self.ended_memory:
             del ended[next(iter(ended))]
 
-    def _finish(self, rid: str, by_service: bool) -> None:
-        req = self.live.pop(rid, None)
-        if req is not None:
-            self.final_usage.append((rid, req.completion, req.reasoning_tokens))
+    def _finish(self, rid: str, by_service: bool, completion: int = 0,
+                reasoning: int = 0) -> None:
+        slot = self.by_rid.pop(rid, None)
+        opened = self.opened.pop(rid, None)
+        if slot is not None or opened is not None:
+            self.final_usage.append((rid, completion, reasoning))
+        if slot is not None:
+            self.state.free(slot)
+            self.opts.pop(slot, None)
         self._mark_ended(rid)
         self.counters.finished += 1
         if by_service:
             self.self_ended.append(rid)
 
-    def _open(self, rid: str, opts: Open | None, out: Sink) -> Request | None:
-        if len(self.live) >= self.max_requests:
-            self.counters.rejected += 1
-            out.append(_terminal(rid, f"shard {self.shard} is at --max-requests "
-                                 f"{self.max_requests} live requests"))
-            self._finish(rid, True)
-            return None
-        req = self.live[rid] = make_request(rid, self.info, opts)
-        return req
+    def _refuse(self, rid: str, why: str, out: Sink) -> None:
+        out.append(_terminal(rid, why))
+        self._finish(rid, True)
+
+    def _at_capacity(self, rid: str, out: Sink) -> bool:
+        if len(self.by_rid) + len(self.opened) < self.max_requests:
+            return False
+        self.counters.rejected += 1
+        self._refuse(rid, f"shard {self.shard} is at --max-requests {self.max_requests} "
+                          "live requests", out)
+        return True
+
+    # ------------------------------------------------------------------ slots
+    def _bind(self, slot: int, rid: str, prompt: int, cached: int, out: Sink) -> None:
+        """A rid's first row: it takes its slot on the path chosen for it."""
+        old = self.state.rids[slot] if slot < self.state.capacity else None
+        if old is not None:  # the egress reused a slot we still hold: end the old rid
+            self._end(old, "internal detokenizer error: slot reused", out)
+        opened = self.opened.pop(rid, None)
+        if opened is None:
+            if rid in self.ended or rid in self.by_rid:
+                return  # late rows of an ended rid (or a duplicate): the slot stays free
+            if self._at_capacity(rid, out):
+                return
+            opened = self._prepare(rid, None)
+        self.paths[opened.reason or ARRAY] += 1
+        self.by_rid[rid] = slot
+        if opened.req is not None:
+            req = opened.req
+            req.prompt_tokens, req.cached_tokens = prompt, cached
+            self.state.bind_row(slot, req)
+            return
+        stream = opened.stream
+        assert stream is not None
+        self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, stream, prompt,
+                              cached)
+        if opened.opts is not _DEFAULT_OPEN:
+            self.opts[slot] = opened.opts
+
+    def _prepare(self, rid: str, opts: Open | None) -> _Opened:
+        reason = row_reason(opts, self.info)
+        if reason is not None:
+            return _Opened(opts or _DEFAULT_OPEN, reason, make_request(rid, self.info, opts),
+                           None)
+        if opts is None:
+            return _Opened(_DEFAULT_OPEN, None, None, ByteStream(self._tables[1]))
+        info = self.info
+        assert info.byte_table is not None and info.byte_table_skip is not None
+        table = info.byte_table_skip if opts.skip_special_tokens else info.byte_table
+        vocab = info.vocab_size
+        prompt = [i if 0 <= i < vocab else vocab for i in opts.prompt_ids]
+        return _Opened(opts, None, None, ByteStream(table, prompt))
+
+    def _as_request(self, slot: int) -> Request:
+        """The slot's request as a `Request` (a plain one is moved into one first)."""
+        req = self.state.objs[slot]
+        if req is not None:
+            return req
+        rid = self.state.rids[slot]
+        assert rid is not None
+        opts = self.opts.get(slot)
+        opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
+        return self.state.to_request(slot, Request(rid, self.info, opts))
 
     # ------------------------------------------------------------------ messages
-    def on_batch(self, batch: Batch, out: Sink,
-                 owners: bytes | memoryview | None = None) -> None:
-        """Decode the rows of a frame; with `owners`, only those whose byte is ours.
+    def on_arrays(self, msg: Arrays, out: Sink) -> None:
+        """One ARRAYS message: bind new rids, decode plain rows as arrays, the rest per row."""
+        slots = msg.slots.astype(np.int64)
+        sp = msg.sparse
+        n = len(slots)
+        if sp.counts:
+            id_starts = starts_of(np.frombuffer(sp.counts, np.uint32).astype(np.int64))
+        else:
+            id_starts = np.arange(n + 1, dtype=np.int64)
+        for row, rid, prompt, cached in sp.new:
+            self._bind(int(slots[row]), rid, prompt, cached, out)
+        self.counters.rows += n
+        self.counters.tokens += len(msg.ids)
+        kinds = self.state.kind[slots] if n else np.zeros(0, np.uint8)
+        plain = kinds == PLAIN
+        special = np.zeros(n, bool)  # rows for the per-row path whatever their request
+        ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
+        if ends:
+            end_rows = np.fromiter(ends, np.int64, len(ends))
+            special[end_rows] = True
+            plain[end_rows] = False
+            _late_after_end(slots, end_rows, plain, special)
+        fams = RowFamilies(sp.families, n) if sp.families else None
+        rows_out = _RowsOut(out, msg, id_starts, fams)
+        plain_rows = np.flatnonzero(plain)
+        if len(plain_rows):
+            assert self.plain is not None
+            texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts)
+            rows_out.plain(plain_rows, [self.state.rids[s] for s in slots[plain_rows].tolist()],
+                           texts)
+        others = np.flatnonzero(~plain & ((kinds == ROW) | special))
+        ran = self._row_path(others, slots, msg, id_starts, ends, fams, out) if len(others) \
+            else 0
+        self.counters.late_rows += n - len(plain_rows) - ran
 
-        Into a ColumnsOut, the hot rows only note their row and text; their columns are
-        built after the loop at C speed, ahead of the other rows' deltas. That keeps each
-        rid's order: a fast rid's rows are hot up to its last, which is not.
-        """
-        h = batch.header
-        ids = batch.token_ids()
-        vocab = self.info.vocab_size
-        src = ids  # what the byte table is indexed with: ids, or ids with OOV -> vocab
-        if ids and (min(ids) < 0 or max(ids) >= vocab):
-            src = [i if 0 <= i < vocab else vocab for i in ids]
-        safe = None if src is ids else src
-        starts = batch.tokens.row_starts
-        lp = _FlatReader.of(batch, "output_logprobs")
-        top = _RaggedReader.of(batch, "output_top")
-        tid_lp = _RaggedReader.of(batch, "output_token_ids")
-        live, ended, counters = self.live, self.ended, self.counters
-        finishes, prompts, cached, reasoning = (h.finish_reasons, h.prompt_tokens,
-                                                h.cached_tokens, h.reasoning_tokens)
-        columnar = isinstance(out, ColumnsOut)
-        hot: list[int] = []
-        hot_texts: list[str] = []
-        sink: Sink = [] if columnar else out  # columnar: other rows' deltas follow hot ones
-        append, delta_of, decode, tail_max = sink.append, Delta, utf_8_decode, SENT_TAIL
-        hot_append, text_append = hot.append, hot_texts.append
-        rids, lens = h.rids, h.tok_lens
-        # per row: (row, rid, finish, first id, end of ids, carries logprobs), our rows
-        # only, the columns picked at C speed
-        has_extras = _extra_rows(batch, (lp, top, tid_lp))
-        ends = starts[1:]
-        if owners is None:
-            rows, tokens = len(rids), len(ids)
-            walk = zip(range(rows), rids, finishes, starts, ends, has_extras)
-        else:  # our rows of a shared frame
-            mask = list(map(self.shard.__eq__, owners))
-            mine = list(compress(range(len(rids)), mask))
-            rows, tokens = len(mine), sum(compress(lens, mask))
-            walk = zip(mine, compress(rids, mask), compress(finishes, mask),
-                       compress(starts, mask), compress(ends, mask),
-                       compress(has_extras, mask))
-        for i, rid, fin, a, b, xrow in walk:
-            req = live.get(rid)
-            if req is None:
-                if rid in ended:
-                    counters.late_rows += 1
-                    continue
-                req = self._open(rid, None, sink)
-                if req is None:
-                    continue
-            if req.fast and fin is None:
-                # hot path: ByteStream.push inlined, for a row that does not end its request
-                s = req.stream
-                table = s.table  # type: ignore[attr-defined]
-                data = table[src[a]] if b - a == 1 else b"".join([table[x] for x in src[a:b]])
-                if s.pending:  # type: ignore[attr-defined]
-                    data = s.pending + data  # type: ignore[attr-defined]
-                text, used = decode(data, "replace", False)
-                s.pending = data[used:] if used != len(data) else b""  # type: ignore[attr-defined]
-                if s.skip and text:  # type: ignore[attr-defined]
-                    text = text[1:]
-                    s.skip = 0  # type: ignore[attr-defined]
-                req.completion += b - a
-                if text:
-                    t = req.tail + text
-                    req.tail = t if len(t) <= tail_max else t[-tail_max:]
-                if columnar:
-                    hot_append(i)
-                    text_append(text)
-                elif xrow:
-                    append(delta_of(rid, text, ids[a:b], lp.row(i) if lp else None,
-                                    top.row(i) if top else None,
-                                    tid_lp.row(i) if tid_lp else None))
-                else:
-                    append(delta_of(rid, text, ids[a:b]))
-                continue
-            delta = req.row(ids[a:b], fin, prompts[i], cached[i], reasoning[i],
-                            lp.row(i) if lp else None, top.row(i) if top else None,
-                            tid_lp.row(i) if tid_lp else None,
-                            None if safe is None else safe[a:b])
+    def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+        assert self.plain is not None
+        if len(rows) == len(slots):
+            return self.plain.decode(self.state, slots, ids, id_starts)
+        counts = id_starts[rows + 1] - id_starts[rows]
+        if (counts == 1).all() and len(ids) == len(slots):
+            return self.plain.decode(self.state, slots[rows], ids[rows],
+                                     np.arange(len(rows) + 1, dtype=np.int64))
+        return self.plain.decode(self.state, slots[rows], ids[ragged_index(id_starts[rows],
+                                 counts)], starts_of(counts))
+
+    def _row_path(self, rows: I64, slots: I64, msg: Arrays, id_starts: I64,
+                  ends: dict[int, tuple[dict[str, Any], int, int, int]],
+                  fams: RowFamilies | None, out: Sink) -> int:
+        """Rows of per-row requests and last rows, in row order; returns how many ran."""
+        reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
+            if msg.sparse.reasoning else None
+        ids, st = msg.ids, id_starts.tolist()
+        kinds = self.state.kind
+        ran = 0
+        for r, slot in zip(rows.tolist(), slots[rows].tolist()):
+            if kinds[slot] == FREE:
+                continue  # ended earlier in this message (a stop string), or never bound
+            req = self._as_request(slot)
+            end = ends.get(r)
+            if end is None:
+                fin, prompt, cached = None, req.prompt_tokens, req.cached_tokens
+                why = req.reasoning_tokens if reasoning is None else reasoning[r]
+            else:
+                fin, prompt, cached, why = end
+            lp = top = tid = None
+            if fams is not None and fams.carrying[r]:
+                lp, top, tid = (fams.row(f, r) for f in FIELDS.values())
+            row_ids = ids[st[r]:st[r + 1]].tolist()
+            vocab = self.info.vocab_size
+            safe = None
+            if row_ids and (min(row_ids) < 0 or max(row_ids) >= vocab):
+                safe = [i if 0 <= i < vocab else vocab for i in row_ids]
+            delta = req.row(row_ids, fin, prompt, cached, why, lp, top, tid, safe)
+            ran += 1
             if delta is not None:
-                append(delta)
+                out.append(delta)
                 if delta.finish is not None:
-                    self._finish(rid, fin is None)
-        counters.rows += rows
-        counters.tokens += tokens
-        if columnar:
-            assert isinstance(out, ColumnsOut) and isinstance(sink, list)
-            if hot:
-                _hot_columns(out, batch, ids, hot, hot_texts, (lp, top, tid_lp))
-            for d in sink:
-                out.append(d)
+                    self._finish(req.rid, fin is None, req.completion, req.reasoning_tokens)
+        return ran
 
+    # ------------------------------------------------------------------ control
     def on_open(self, msg: Open, out: Sink) -> None:
         rid = msg.rid
-        if rid in self.live:
+        if rid in self.by_rid or rid in self.opened:
             self.counters.ignored_opens += 1
             return
         self.ended.pop(rid, None)  # an OPEN is how a finished rid is reused
         if len(msg.stop) > self.max_stops or any(len(s) > self.max_stop_len for s in msg.stop):
-            out.append(_terminal(rid, f"stop strings exceed --max-stops {self.max_stops} or "
-                                 f"--max-stop-length {self.max_stop_len}"))
-            self._finish(rid, True)
-            return
+            return self._refuse(rid, f"stop strings exceed --max-stops {self.max_stops} or "
+                                     f"--max-stop-length {self.max_stop_len}", out)
         why = refusal(msg, self.info)  # a parser option, or text wanted without a tokenizer
         if why is not None:
-            out.append(_terminal(rid, why))
-            self._finish(rid, True)
+            return self._refuse(rid, why, out)
+        if self._at_capacity(rid, out):
             return
-        self._open(rid, msg, out)
+        self.opened[rid] = self._prepare(rid, msg)
 
     def on_error(self, msg: Error, out: Sink) -> None:
         self._end(msg.rid, msg.message, out)
@@ -208,15 +288,21 @@ class RidTable:
             self._end(rid, None, out)
 
     def _end(self, rid: str, error: str | None, out: Sink) -> None:
-        req = self.live.get(rid)
-        if req is not None:
-            out.append(req.end({"type": "abort"}, error))
+        slot = self.by_rid.get(rid)
+        opened = self.opened.get(rid)
+        if slot is not None:
+            req = self._as_request(slot)
+        elif opened is not None:
+            req = opened.req or make_request(rid, self.info, opened.opts)
         elif rid in self.ended:
             self.counters.late_rows += 1
             return
         else:
             out.append(_terminal(rid, error))
-        self._finish(rid, False)
+            self._finish(rid, False)
+            return
+        out.append(req.end({"type": "abort"}, error))
+        self._finish(rid, False, req.completion, req.reasoning_tokens)
 
     def on_result(self, msg: Result, out: Sink) -> None:
         out.append(Delta(msg.rid, result=msg.payload))
@@ -231,109 +317,77 @@ class RidTable:
             self._end(rid, message, out)
 
     def fail_all(self, message: str, out: Sink) -> None:
-        for rid in list(self.live):
-            out.append(self.live[rid].end({"type": "abort"}, message))
-            self._finish(rid, True)
+        """Every live rid ends (a new egress knows none of them); the slots start afresh."""
+        for rid in list(chain(self.by_rid, self.opened)):
+            self._end(rid, message, out)
+            self.self_ended.append(rid)
+        self.state = Slots()
+        self.opts.clear()
 
 
-def _extra_rows(batch: Batch, readers: tuple[Any, ...]) -> list[Any] | repeat[bool]:
-    """Per row, whether it carries any output logprobs (truthy), from the header's
-    length columns; every row is plain in a frame without them."""
-    h = batch.header
-    cols = [getattr(h, col) for reader, col in zip(readers, _EXTRA_COLUMNS)
-            if reader is not None]
-    if not cols:
-        return repeat(False)
-    flags = cols[0]
-    for col in cols[1:]:  # lengths are >= 0: a sum is nonzero where any is
-        flags = list(map(add, flags, col))
-    return flags
+_DEFAULT_OPEN = Open("")
 
 
-def _hot_columns(out: ColumnsOut, batch: Batch, ids: list[int], hot: list[int],
-                 texts: list[str], readers: tuple[Any, Any, Any]) -> None:
-    """Append the hot rows to the dense columns with whole-column C operations; only
-    rows that carry logprobs (picked by their header lengths) cost a Python step."""
-    base = len(out.rids)
-    h, starts = batch.header, batch.tokens.row_starts
-    out.texts += texts
-    if len(hot) == len(h.rids):  # every row of the frame, in order: whole columns
-        out.rids += h.rids
-        out.id_lens += h.tok_lens
-        out.ids += ids
-    else:
-        out.rids += map(h.rids.__getitem__, hot)
-        lens = list(map(h.tok_lens.__getitem__, hot))
-        out.id_lens += lens
-        a_s = list(map(starts.__getitem__, hot))
-        if lens.count(1) == len(lens):  # one id per row: no slices at all
-            out.ids += map(ids.__getitem__, a_s)
-        else:
-            b_s = map(add, a_s, lens)
-            out.ids += chain.from_iterable(map(ids.__getitem__, map(slice, a_s, b_s)))
-    for name, reader, col in zip(("logprobs", "top_logprobs", "token_ids_logprobs"), readers,
-                                 _EXTRA_COLUMNS):
-        if reader is None:
-            continue
-        have = getattr(h, col)
-        for j in compress(range(len(hot)), map(have.__getitem__, hot)):
-            val = reader.row(hot[j])
-            if val is not None:
-                out.add_sparse(name, base + j, val)
+def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
+                    special: npt.NDArray[np.bool_]) -> None:
+    """Rows after their request's last row in the same message (no scheduler sends one)
+    are late: neither path sees them."""
+    end_slots = slots[end_rows]
+    same = np.flatnonzero(np.isin(slots, end_slots))
+    if len(same) == len(end_rows):
+        return
+    first_end: dict[int, int] = {}
+    for r, s in zip(end_rows.tolist(), end_slots.tolist()):
+        first_end.setdefault(s, r)
+    for r in same.tolist():
+        e = first_end[int(slots[r])]
+        if r > e:
+            plain[r] = special[r] = False
 
 
-# the header column whose nonzero entries mark a row carrying that family
-_EXTRA_COLUMNS = ("output_token_logprobs_lens", "output_top_logprobs_reqlens",
-                  "output_token_ids_logprobs_reqlens")
+class _RowsOut:
+    """Appends a message's plain rows to the output: columns at C speed, or Deltas."""
+
+    __slots__ = ("out", "msg", "id_starts", "fams")
+
+    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: RowFamilies | None) -> None:
+        self.out, self.msg, self.id_starts, self.fams = out, msg, id_starts, fams
+
+    def plain(self, rows: I64, rids: list[str | None], texts: PlainTexts) -> None:
+        out, ids, st = self.out, self.msg.ids, self.id_starts
+        counts = st[rows + 1] - st[rows]
+        one_each = len(ids) == len(self.msg.slots) and (counts == 1).all()
+        row_ids = ids[rows] if one_each else ids[_index(st, rows, counts)]
+        fams = self.fams
+        if isinstance(out, ColumnsOut):
+            base = len(out.rids)
+            out.rids += rids  # type: ignore[arg-type]
+            out.texts += texts.texts()
+            out.id_lens += counts.tolist()
+            out.ids += row_ids.tolist()
+            if fams is not None:
+                for j in np.flatnonzero(fams.carrying[rows]).tolist():
+                    r = int(rows[j])
+                    for field in FIELDS.values():
+                        val = fams.row(field, r)
+                        if val is not None:
+                            out.add_sparse(field, base + j, val)
+            return
+        flat = row_ids.tolist()
+        cuts = starts_of(counts).tolist()
+        for j, (rid, text) in enumerate(zip(rids, texts.texts())):
+            assert rid is not None
+            d = Delta(rid, text, flat[cuts[j]:cuts[j + 1]])
+            if fams is not None and fams.carrying[rows[j]]:
+                r = int(rows[j])
+                d.logprobs, d.top_logprobs, d.token_ids_logprobs = (
+                    fams.row(f, r) for f in FIELDS.values())
+            out.append(d)
+
+
+def _index(st: I64, rows: I64, counts: I64) -> I64:
+    return ragged_index(st[rows], counts)
 
 
 def _terminal(rid: str, error: str | None) -> Delta:
     return terminal(rid, error, Usage(0, 0, 0, 0, 0))
-
-
-class _FlatReader:
-    """Row access to a flat (value, id) family: [[value, id], ...] per row."""
-
-    __slots__ = ("vals", "ids", "starts")
-
-    def __init__(self, batch: Batch, fam: Family) -> None:
-        self.vals, self.ids = batch.flat_pairs(fam)
-        self.starts = fam.values.row_starts
-
-    @classmethod
-    def of(cls, batch: Batch, name: str) -> _FlatReader | None:
-        fam = batch.family(name)
-        return None if fam is None else cls(batch, fam)
-
-    def row(self, i: int) -> list[Any] | None:
-        a, b = self.starts[i], self.starts[i + 1]
-        return list(zip(self.vals[a:b], self.ids[a:b])) if a != b else None
-
-
-class _RaggedReader:
-    """Row access to a ragged family: per position [[id, value], ...] or None."""
-
-    __slots__ = ("vals", "ids", "starts", "poslens", "pos_starts")
-
-    def __init__(self, batch: Batch, fam: Family) -> None:
-        self.vals, self.ids = batch.flat_pairs(fam)
-        self.starts = fam.values.row_starts
-        self.poslens, self.pos_starts = fam.poslens, fam.pos_starts
-
-    @classmethod
-    def of(cls, batch: Batch, name: str) -> _RaggedReader | None:
-        fam = batch.family(name)
-        return None if fam is None else cls(batch, fam)
-
-    def row(self, i: int) -> list[Any] | None:
-        j = self.starts[i]
-        p0, p1 = self.pos_starts[i], self.pos_starts[i + 1]
-        if p0 == p1:
-            return None
-        out: list[Any] = []
-        vals, ids, poslens = self.vals, self.ids, self.poslens
-        for p in range(p0, p1):
-            k = poslens[p]
-            out.append(list(zip(ids[j:j + k], vals[j:j + k])) if k else None)
-            j += k
-        return out

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from service import Service
+from sglang_tok.egress.split import LocalRoute
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok import protocol
@@ -87,30 +87,22 @@ def test_shard_columns_hold_exactly_the_deltas_of_the_deltas_path(
                     max_tokens=30, logprob_share=0.3, stop_share=0.2, options_share=0.3,
                     special_share=0.2, abort_share=0.05, error_share=0.05, prompt_share=0.2,
                     seed=3)
-    tables = [RidTable(INFO, 1), RidTable(INFO, 1)]
+    nshards = 2 if shared else 1
+    routes = [LocalRoute(nshards), LocalRoute(nshards)]
+    tables = [[RidTable(INFO, k) for k in range(nshards)] for _ in routes]
     got: list[list[Delta]] = [[], []]
     for step in schedule(make_requests(INFO, spec), spec.concurrency, spec.seed):
         frames = [*step.opens, *([step.batch] if step.batch else []), *step.ends]
         for f in frames:
-            for k, table in enumerate(tables):
-                sink: protocol.Sink = ColumnsOut() if k else []
-                if f[0] == protocol.TAG_BATCH:
-                    batch = protocol.decode_batch(f)
-                    owners = bytes(i % 2 for i in range(len(batch))) if shared else None
-                    table.on_batch(batch, sink, owners)
-                else:
-                    _control(table, protocol.decode_control(f), sink)
-                msg = protocol.decode_output(protocol.encode_output("deltas", 1, 0, sink))
-                assert isinstance(msg, Columns if k else Deltas)
-                got[k] += msg.deltas
+            for k, route in enumerate(routes):
+                sinks: list[protocol.Sink] = [ColumnsOut() if k else [] for _ in range(nshards)]
+                route.feed(f, tables[k], sinks)
+                for sink in sinks:
+                    msg = protocol.decode_output(protocol.encode_output("deltas", 1, 0, sink))
+                    assert isinstance(msg, Columns if k else Deltas)
+                    got[k] += msg.deltas
     assert len(got[0]) > 300
     assert by_rid(got[1]) == by_rid(got[0])
-
-
-def _control(table: RidTable, msg: Any, sink: protocol.Sink) -> None:
-    handler = {protocol.Open: table.on_open, protocol.Error: table.on_error,
-               protocol.Abort: table.on_abort, protocol.Result: table.on_result}[type(msg)]
-    handler(msg, sink)
 
 
 def test_service_with_columnar_output_is_exact(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import zmq
 from sglang_tok.egress.journal import Journal, replay
@@ -28,14 +29,17 @@ SPAWN = mp.get_context("spawn")
 
 # --------------------------------------------------------------------------- messages
 def test_every_link_message_parses_to_its_struct_without_copying_the_frame() -> None:
-    frame = protocol.encode_batch([{"rid": "a", "ids": [1, 2]}, {"rid": "b", "ids": [3]}])
-    msg = link.rows(12.5, bytes([0, 1]), frame)
+    sparse = link.Sparse(counts=np.array([2, 1], np.uint32).tobytes(), new=[(1, "b", 7, 2)],
+                         ends=[(0, {"type": "length"}, 5, 0, 1)])
+    msg = link.arrays(12.5, np.array([4, 9], np.uint32), np.array([1, 2, 3], np.int64), sparse)
     got = link.parse(msg)
-    assert isinstance(got, link.Frame) and got.stamp == 12.5
-    assert bytes(got.frame) == frame and got.frame.obj is msg  # a view, not a copy
-    assert got.owners is not None and bytes(got.owners) == b"\x00\x01"
-    fwd = link.parse(link.forward(1.0, frame))
-    assert isinstance(fwd, link.Frame) and bytes(fwd.frame) == frame and fwd.owners is None
+    assert isinstance(got, link.Arrays) and got.stamp == 12.5 and got.sparse == sparse
+    assert got.slots.tolist() == [4, 9] and got.ids.tolist() == [1, 2, 3]
+    assert got.ids.base is not None  # a view of the message, not a copy
+    frame = protocol.encode_control(protocol.Open("a"))
+    msg = link.forward(1.0, frame)
+    fwd = link.parse(msg)
+    assert isinstance(fwd, link.Frame) and bytes(fwd.frame) == frame and fwd.frame.obj is msg
     assert link.parse(link.drop("why", ["a", "b"])) == link.Drop("why", ["a", "b"])
     assert link.parse(link.sync(2**40 + 3)) == link.Sync(2**40 + 3)
     assert link.parse(link.START) == link.Start() and link.parse(link.EXIT) == link.Exit()
@@ -143,7 +147,8 @@ def test_a_control_message_that_hits_a_bug_ends_its_rid(tmp_path: Path, ctx: zmq
         assert recv_notice(back, link.Hello).token == 5
         inbox.send(link.START)
         if method != "on_open":  # a live rid: one row, then the message that hits the bug
-            inbox.send(link.forward(0.0, protocol.encode_batch([{"rid": "x", "ids": [100]}])))
+            inbox.send(link.arrays(0.0, np.array([0], np.uint32), np.array([100], np.int64),
+                                   link.Sparse(new=[(0, "x", 0, 0)])))
         inbox.send(link.forward(0.0, frame))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (front.requests.get("x") and

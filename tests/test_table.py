@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglang_tok.egress.split import LocalRoute
+from sglang_tok.ring import link
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok import protocol
@@ -19,9 +21,29 @@ def frame(rows: list[dict[str, Any]]) -> protocol.Batch:
     return protocol.decode_batch(protocol.encode_batch(rows))
 
 
-def feed(table: RidTable, rows: list[dict[str, Any]], owners: bytes | None = None) -> list[Delta]:
-    out: list[Delta] = []
-    table.on_batch(frame(rows), out, owners)
+_ROUTES: dict[RidTable, LocalRoute] = {}  # keeps its tables alive: no id is reused
+
+
+def route_of(table: RidTable, nshards: int = 1) -> LocalRoute:
+    """The egress's routing for this table (one per table, as one egress per shard set)."""
+    if table not in _ROUTES:
+        _ROUTES[table] = LocalRoute(nshards)
+    return _ROUTES[table]
+
+
+def feed(table: RidTable, rows: list[dict[str, Any]], out: Any = None,
+         nshards: int = 1) -> Any:
+    """Route a frame as the egress does and hand this table its shard's message."""
+    out = [] if out is None else out
+    route = route_of(table, nshards)
+    msg = route(frame(rows)).get(table.shard)
+    if msg is not None:
+        parsed = link.parse(msg)
+        assert isinstance(parsed, link.Arrays)
+        table.on_arrays(parsed, out)
+    if table.self_ended:
+        route.self_ended(table.shard, table.self_ended)
+        table.self_ended = []
     return out
 
 
@@ -40,20 +62,28 @@ def test_one_delta_per_row_exact_text_and_usage_on_the_last() -> None:
     assert "r" not in t.live and "r" in t.ended and t.counters.finished == 1
 
 
-def test_a_shared_frame_decodes_only_the_rows_owned_by_this_shard() -> None:
+def test_a_shard_gets_only_its_own_rows_of_a_frame() -> None:
+    from sglang_tok.egress.router import shard_of
     t = RidTable(INFO, 1)
-    rows = [{"rid": f"r{k}", "ids": IDS[k:k + 2]} for k in range(4)]
-    out = feed(t, rows, owners=bytes([0, 1, 255, 1]))
-    assert [d.rid for d in out] == ["r1", "r3"]
-    assert set(t.live) == {"r1", "r3"}
-    assert (t.counters.rows, t.counters.tokens) == (2, 4)
+    rows = [{"rid": f"r{k}", "ids": IDS[k:k + 2]} for k in range(8)]
+    mine = [r["rid"] for r in rows if shard_of(r["rid"], 2) == 1]
+    assert 0 < len(mine) < len(rows)
+    out = feed(t, rows, nshards=2)
+    assert [d.rid for d in out] == mine
+    assert set(t.live) == set(mine)
+    assert (t.counters.rows, t.counters.tokens) == (len(mine), 2 * len(mine))
 
 
 def test_rows_of_an_ended_rid_are_ignored_and_counted() -> None:
     t = RidTable(INFO, 0)
     feed(t, [{"rid": "r", "ids": IDS[:1], "finish": {"type": "length", "length": 1}}])
-    assert feed(t, [{"rid": "r", "ids": IDS[1:2]}]) == []
-    assert t.counters.late_rows == 1 and "r" not in t.live
+    assert route_of(t)(frame([{"rid": "r", "ids": IDS[1:2]}])) == {}  # the egress's late row
+    assert "r" not in t.live and "r" in t.ended
+    # a shard that ended a rid itself may still get rows the egress routed before it knew
+    t.on_open(Open("s", stop=["zz"]), [])
+    feed(t, [{"rid": "s", "ids": INFO.tokenizer.encode("a zz b", add_special_tokens=False).ids}])
+    assert "s" in t.ended and t.counters.late_rows == 0
+    route_of(t).router.self_ended(0, [])  # (the notice is handled in `feed`)
 
 
 def test_open_options_reuse_and_duplicates() -> None:
@@ -65,17 +95,18 @@ def test_open_options_reuse_and_duplicates() -> None:
     assert feed(t, [{"rid": "r", "ids": IDS[:3]}]) == []  # stream=False: no delta yet
     [last] = feed(t, [{"rid": "r", "ids": IDS[3:], "finish": {"type": "length", "length": 1}}])
     assert last.text == TEXT and last.ids == IDS
+    route_of(t).open("r")  # the egress sees the OPEN first
     t.on_open(Open("r"), out)  # an ended rid may be reused
     assert len(feed(t, [{"rid": "r", "ids": IDS[:1]}])) == 1
 
 
 def test_max_requests_refuses_new_rids_with_a_terminal_error() -> None:
-    t = RidTable(INFO, 3, max_requests=1)
+    t = RidTable(INFO, 0, max_requests=1)
     feed(t, [{"rid": "a", "ids": IDS[:1]}])
     [refused] = feed(t, [{"rid": "b", "ids": IDS[:1]}])
     assert refused.rid == "b" and refused.finish == {"type": "abort"}
     assert refused.error is not None and "--max-requests 1" in refused.error
-    assert t.self_ended == ["b"] and t.counters.rejected == 1
+    assert route_of(t).router.is_ended("b") and t.counters.rejected == 1  # told to the egress
 
 
 def test_error_abort_and_drop_end_rids_with_their_held_text_flushed() -> None:
@@ -89,6 +120,8 @@ def test_error_abort_and_drop_end_rids_with_their_held_text_flushed() -> None:
     t.on_error(Error("e", "boom"), out)
     t.on_abort(Abort(["a", "never-seen"]), out)
     t.on_drop(["d"], protocol.MALFORMED_FRAME, out)
+    for rid in ("e", "a", "d"):
+        route_of(t).end(rid)
     by_rid = {d.rid: d for d in out}
     assert by_rid["e"].error == "boom" and by_rid["e"].text == "\ufffd"
     assert by_rid["a"].finish == {"type": "abort"} and by_rid["a"].error is None
@@ -110,8 +143,7 @@ def test_logprobs_only_on_the_rows_that_carry_them_in_both_sinks() -> None:
     plain = feed(RidTable(INFO, 0), rows)
     assert plain[0].logprobs is None
     assert plain[1].logprobs == [(-0.5, IDS[0]), (-1.0, IDS[1])]
-    cols = ColumnsOut()
-    RidTable(INFO, 0).on_batch(frame(rows), cols)
+    cols = feed(RidTable(INFO, 0), rows, ColumnsOut())
     msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
     assert isinstance(msg, protocol.Columns)
     assert msg.logprobs == [(1, [[-0.5, IDS[0]], [-1.0, IDS[1]]])]
@@ -121,11 +153,10 @@ def test_logprobs_only_on_the_rows_that_carry_them_in_both_sinks() -> None:
 def test_columns_put_hot_rows_first_but_keep_each_rids_order() -> None:
     """A rid twice in one frame: its non-final row (hot) and its last row (not)."""
     t = RidTable(INFO, 0)
-    cols = ColumnsOut()
-    t.on_batch(frame([{"rid": "x", "ids": IDS[:1]},
-                      {"rid": "y", "ids": IDS[:1], "finish": {"type": "length", "length": 1}},
-                      {"rid": "x", "ids": IDS[1:2], "finish": {"type": "length", "length": 2}},
-                      {"rid": "z", "ids": IDS[:1]}]), cols)
+    cols = feed(t, [{"rid": "x", "ids": IDS[:1]},
+                    {"rid": "y", "ids": IDS[:1], "finish": {"type": "length", "length": 1}},
+                    {"rid": "x", "ids": IDS[1:2], "finish": {"type": "length", "length": 2}},
+                    {"rid": "z", "ids": IDS[:1]}], ColumnsOut())
     msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
     assert isinstance(msg, protocol.Columns)
     assert msg.rids == ["x", "z", "y", "x"]

@@ -1,0 +1,27 @@
+"""Ragged arrays as offsets plus flat content (Arrow's list layout), shared by the egress's
+frame split and the shard's array decode: a segment's elements are found by one index
+array, never by a loop over segments."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+
+
+def starts_of(counts: I64) -> I64:
+    """[0, c0, c0 + c1, ...]: where each segment begins, and the total last."""
+    starts = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return starts
+
+
+def ragged_index(starts: I64, sizes: I64) -> I64:
+    """The element indices of segments [starts[j], starts[j] + sizes[j]) laid end to end."""
+    total = int(sizes.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    ends = np.cumsum(sizes)
+    shift = np.repeat(starts - (ends - sizes), sizes)
+    return shift + np.arange(total, dtype=np.int64)

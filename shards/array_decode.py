@@ -1,0 +1,169 @@
+"""Whole-array decoding of plain byte-level rows: one message's rows in a fixed number of numpy
+calls, whatever their count.
+
+For byte-level BPE, decode(ids) is lossy UTF-8 of the concatenated per-id bytes, so a row's
+text is its slot's pending bytes plus its ids' bytes, cut before any incomplete character at
+the end (held as the slot's new pending bytes, as `codecs.utf_8_decode(..., final=False)`
+holds it). Done per row that costs a Python step each; done here the rows are gathered
+into one buffer, the held tails found with vectorised byte tests, and every row's complete
+part decoded by one `bytes.decode`. A message whose complete parts are not valid UTF-8 (a
+model emitting broken bytes: rare) is left to the caller's exact per-row loop, so the
+U+FFFD rules stay those of the codec itself.
+
+`decoder.ByteStream` is the reference for every rule here; the property tests hold the two
+to each other.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from sglang_tok.ragged import ragged_index
+
+U8 = npt.NDArray[np.uint8]
+I64 = npt.NDArray[np.int64]
+
+# per lead byte: the length of the sequence it starts (0: not a lead byte, 1: ASCII)
+_SEQ_LEN = np.zeros(256, np.int64)
+_SEQ_LEN[:0x80] = 1
+_SEQ_LEN[0xC2:0xE0] = 2
+_SEQ_LEN[0xE0:0xF0] = 3
+_SEQ_LEN[0xF0:0xF5] = 4
+# per lead byte: the range its second byte must fall in to be a valid prefix
+_LO = np.full(256, 0x80, np.int64)
+_HI = np.full(256, 0xBF, np.int64)
+_LO[0xE0], _HI[0xED], _LO[0xF0], _HI[0xF4] = 0xA0, 0x9F, 0x90, 0x8F
+
+
+class FlatTable(NamedTuple):
+    """A byte table as one buffer: id i's bytes are data[off[i]:off[i] + size[i]]. Two
+    tables (specials kept, specials as b"") are stacked: `id + skip * stride` picks one."""
+
+    data: U8
+    off: I64
+    size: I64
+    stride: int  # vocab + 1: the out-of-vocabulary id `vocab` maps to b""
+
+
+def flat_table(table: list[bytes], skip_table: list[bytes]) -> FlatTable:
+    both = table + skip_table
+    size = np.fromiter(map(len, both), np.int64, len(both))
+    off = np.zeros(len(both), np.int64)
+    np.cumsum(size[:-1], out=off[1:])
+    data = np.frombuffer(b"".join(both), np.uint8)
+    return FlatTable(data, off, size, len(table))
+
+
+def held_tail(buf: U8, ends: I64, starts: I64) -> I64:
+    """Per row [starts, ends) of `buf`, how many trailing bytes form a valid but incomplete
+    UTF-8 sequence (held for the next row, as the incremental codec holds them). Only the
+    last three bytes of each row are looked at."""
+    n = len(ends)
+    held = np.zeros(n, np.int64)
+    if not len(buf):
+        return held
+    last = [buf[np.maximum(ends - back, 0)] for back in (1, 2, 3)]
+    for back in (1, 2, 3):  # the lead byte `back` bytes from the end
+        lead = last[back - 1]
+        cand = (ends - back >= starts) & (_SEQ_LEN[lead] > back) & (held == 0)
+        if back > 1:  # the bytes after the lead: a valid second byte, then continuations
+            second = last[back - 2]
+            cand &= (second >= _LO[lead]) & (second <= _HI[lead])
+            if back > 2:
+                cand &= (last[0] >= 0x80) & (last[0] <= 0xBF)
+        held[cand] = back
+        if back == 1 and not ((last[0] >= 0x80) & (last[0] <= 0xBF)).any():
+            break  # no row ends in a continuation byte: no longer tail anywhere
+    return held
+
+
+class Decoded(NamedTuple):
+    """One message's plain rows decoded: text of row r is text[chars[r]:chars[r + 1]] (and
+    buf[cuts[r]:cuts[r + 1]] as UTF-8); `held` bytes per row go back to the slot."""
+
+    text: str
+    buf: U8  # the complete parts, concatenated: valid UTF-8
+    cuts: I64  # n + 1 byte offsets into buf
+    chars: I64  # n + 1 character offsets into text
+    held_data: U8  # the held bytes of every row, concatenated
+    held: I64  # per row
+
+
+def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
+                pending: U8, pend_len: I64, skip_first: npt.NDArray[np.bool_]) -> Decoded | None:
+    """Decode rows of ids (row r: ids[id_starts[r]:id_starts[r + 1]]) after their pending
+    bytes (row r: pending[r, :pend_len[r]]); None if the result is not valid UTF-8.
+
+    `table_sel` per row: 0 keeps special tokens, 1 skips them. `skip_first` per row: the
+    row's first character is the one its prompt left incomplete; such a row with text is
+    left to the exact loop (None).
+    """
+    n = len(id_starts) - 1
+    counts = np.diff(id_starts)
+    tid = ids + np.repeat(table_sel * tab.stride, counts)
+    id_off, id_size = tab.off[tid], tab.size[tid]
+    has_pending = bool(pend_len.any())
+    if has_pending:  # pending bytes as one more segment in front of each row's ids
+        src = np.concatenate((tab.data, pending.reshape(-1)))
+        seg_row_start = id_starts + np.arange(n + 1)
+        seg_off = np.empty(len(ids) + n, np.int64)
+        seg_size = np.empty(len(ids) + n, np.int64)
+        firsts = seg_row_start[:-1]
+        mask = np.ones(len(ids) + n, bool)
+        mask[firsts] = False
+        seg_off[firsts] = len(tab.data) + np.arange(n) * pending.shape[1]
+        seg_size[firsts] = pend_len
+        seg_off[mask], seg_size[mask] = id_off, id_size
+        row_bytes = np.add.reduceat(seg_size, firsts) if n else np.zeros(0, np.int64)
+        # reduceat gives a wrong sum for an empty segment run: not possible, each has one
+    else:
+        src = tab.data
+        seg_off, seg_size = id_off, id_size
+        row_bytes = _row_sums(id_size, id_starts, counts)
+    buf = src[ragged_index(seg_off, seg_size)]
+    ends = np.cumsum(row_bytes)
+    starts = ends - row_bytes
+    held = held_tail(buf, ends, starts)
+    cut_ends = ends - held
+    any_held = bool(held.any())
+    drop = np.zeros(0, np.int64)
+    held_data = np.zeros(0, np.uint8)
+    if any_held:
+        hrows = np.flatnonzero(held)
+        drop = ragged_index(cut_ends[hrows], held[hrows])
+        held_data = buf[drop]
+    if (skip_first & (cut_ends > starts)).any():
+        # a prompt that ended mid-character: its held bytes and the row's first character
+        # resolve by the codec's own rules (once per such request): the exact loop's job
+        return None
+    if any_held:
+        keep = np.ones(len(buf), bool)
+        keep[drop] = False
+        kept_before = np.concatenate(([0], np.cumsum(keep)))
+        cut_ends = kept_before[cut_ends]
+        buf = buf[keep]
+    cuts = np.empty(n + 1, np.int64)
+    cuts[0] = 0
+    cuts[1:] = cut_ends
+    raw = buf.tobytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if len(text) == len(raw):  # ASCII: characters are bytes
+        chars = cuts
+    else:
+        starts_char = np.concatenate(([0], np.cumsum((buf & 0xC0) != 0x80)))
+        chars = starts_char[cuts]
+    return Decoded(text, buf, cuts, chars, held_data, held)
+
+
+def _row_sums(sizes: I64, starts: I64, counts: I64) -> I64:
+    if len(sizes) == len(counts):
+        if (counts == 1).all():
+            return sizes
+    total = np.concatenate(([0], np.cumsum(sizes)))
+    return total[starts[1:]] - total[starts[:-1]]

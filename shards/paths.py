@@ -1,0 +1,41 @@
+"""Which path a request's rows take in its shard, decided once, at its first row.
+
+The array path (shards/plain.py) decodes a message's rows in whole-array operations from
+per-slot arrays; it knows text, ids, usage at the end and logprob values, nothing else.
+Everything else needs per-request Python state and takes the per-row path (a `Request`,
+sglang_tok/request.py). The reason is kept (the shard counts requests per reason), so an
+operator can see why a deployment is not on the fast path.
+"""
+
+from __future__ import annotations
+
+from sglang_tok.protocol import Open
+from sglang_tok.tokenizer import TokenizerInfo
+
+ARRAY = "array"
+# every reason a request takes the per-row path, for the metric's label values
+ROW_REASONS = ("tokenizer", "stream_false", "stop", "logprob_text", "attribution",
+               "continuous_usage", "parser", "min_tokens")
+
+
+def row_reason(opts: Open | None, info: TokenizerInfo) -> str | None:
+    """None for the array path, else why the request needs the per-row path."""
+    if info.byte_table is None or not info.has_text:
+        return "tokenizer"  # the window path (Metaspace, WordPiece...) or no text at all
+    if opts is None:
+        return None
+    if not opts.stream:
+        return "stream_false"
+    if opts.stop:
+        return "stop"
+    if opts.logprob_text:
+        return "logprob_text"
+    if opts.attribution:
+        return "attribution"
+    if opts.continuous_usage:
+        return "continuous_usage"
+    if opts.reasoning_parser or opts.tool_parser:
+        return "parser"
+    if opts.min_tokens > 0:
+        return "min_tokens"
+    return None

@@ -1,0 +1,138 @@
+"""The array path: a message's plain rows decoded against their slots' arrays.
+
+Two ways to the same result (the tests hold them to `decoder.ByteStream` and to each
+other): whole-array operations (`array_decode.decode_rows`) for a message of many rows, and
+a plain loop for a message of few, since each numpy call has a fixed cost of about a
+microsecond and a 16-row frame would pay more in calls than in work. The loop also takes
+what the array code hands back: a message whose bytes are not valid UTF-8, or that names
+one slot twice (rows of one request must be decoded in order).
+"""
+
+from __future__ import annotations
+
+from codecs import utf_8_decode
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from sglang_tok.ragged import ragged_index, starts_of
+from sglang_tok.tokenizer import TokenizerInfo
+
+from .array_decode import FlatTable, decode_rows, flat_table
+from .slots import PENDING, Slots
+
+I64 = npt.NDArray[np.int64]
+# below this many plain rows a message is decoded by the loop (measured: scripts/bench_stages.py)
+ARRAY_MIN_ROWS = 48
+
+
+class PlainTexts(NamedTuple):
+    """The texts of a message's plain rows: row r's is text[chars[r]:chars[r + 1]]; `parts`
+    holds them as strings when the loop made them anyway."""
+
+    text: str
+    chars: I64
+    parts: list[str] | None
+
+    def texts(self) -> list[str]:
+        if self.parts is not None:
+            return self.parts
+        c = self.chars.tolist()
+        return list(map(self.text.__getitem__, map(slice, c, c[1:])))
+
+
+class PlainDecoder:
+    """One tokenizer's byte tables, flat (array path) and as lists (the loop)."""
+
+    def __init__(self, info: TokenizerInfo, min_rows: int = ARRAY_MIN_ROWS) -> None:
+        assert info.byte_table is not None and info.byte_table_skip is not None
+        self.vocab = info.vocab_size
+        self.tables = (info.byte_table, info.byte_table_skip)
+        self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip)
+        self.min_rows = min_rows
+        self._mark = np.zeros(0, np.int64)  # per slot: the last row that named it
+
+    def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+        """Decode rows (row r: ids[id_starts[r]:id_starts[r + 1]] for slot slots[r]) and
+        advance their slots; ids may be any int64 (out of range decodes to nothing)."""
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab):
+            ids = np.where((ids < 0) | (ids >= self.vocab), self.vocab, ids)
+        counts = np.diff(id_starts)
+        if len(slots) >= self.min_rows and self._distinct(slots, state.capacity):
+            state.completion[slots] += counts
+            out = self._arrays(state, slots, ids, id_starts)
+            if out is not None:
+                return out
+        else:
+            np.add.at(state.completion, slots, counts)  # a slot named twice counts twice
+        return self._loop(state, slots, ids, id_starts)
+
+    def _distinct(self, slots: I64, capacity: int) -> bool:
+        if len(self._mark) < capacity:
+            self._mark = np.zeros(capacity, np.int64)
+        rows = np.arange(len(slots))
+        self._mark[slots] = rows
+        return bool((self._mark[slots] == rows).all())
+
+    def _arrays(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts | None:
+        pend_len = state.pend_len[slots]
+        d = decode_rows(self.flat, ids, id_starts, state.table_sel[slots],
+                        state.pending[slots], pend_len, state.skip[slots])
+        if d is None:
+            return None
+        state.pend_len[slots] = d.held
+        if len(d.held_data):
+            rows = np.flatnonzero(d.held)
+            dest = ragged_index(slots[rows] * PENDING, d.held[rows])
+            state.pending.reshape(-1)[dest] = d.held_data
+        state.record_sent(slots, d.buf, d.cuts)
+        return PlainTexts(d.text, d.chars, None)
+
+    def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+        """Row by row, in order, as `ByteStream.push` (the reference) does it."""
+        slot_list = slots.tolist()
+        sel, pend_len, skip = (state.table_sel[slots].tolist(), state.pend_len[slots].tolist(),
+                               state.skip[slots].tolist())
+        id_list, st = ids.tolist(), id_starts.tolist()
+        tables, pending = self.tables, state.pending
+        pend: dict[int, bytes] = {}  # slot -> pending bytes, as this message leaves them
+        skips: dict[int, bool] = {}
+        texts: list[str] = []
+        for r, slot in enumerate(slot_list):
+            table = tables[sel[r]]
+            a, b = st[r], st[r + 1]
+            data = table[id_list[a]] if b - a == 1 else b"".join([table[x] for x in id_list[a:b]])
+            held = pend.get(slot)
+            if held is None:
+                held = pending[slot, :pend_len[r]].tobytes() if pend_len[r] else b""
+            if held:
+                data = held + data
+            text, used = utf_8_decode(data, "replace", False)
+            pend[slot] = data[used:] if used != len(data) else b""
+            if skips.get(slot, skip[r]) and text:
+                text = text[1:]
+                skips[slot] = False
+            texts.append(text)
+        for slot, data in pend.items():
+            state.pend_len[slot] = len(data)
+            if data:
+                state.pending[slot, :len(data)] = np.frombuffer(data, np.uint8)
+        for slot in skips:
+            state.skip[slot] = False
+        joined = "".join(texts)
+        raw = joined.encode()
+        if len(raw) == len(joined):
+            sizes = np.fromiter(map(len, texts), np.int64, len(texts))
+        else:
+            sizes = np.fromiter((len(t.encode()) for t in texts), np.int64, len(texts))
+        if len(set(slot_list)) == len(slot_list):
+            state.record_sent(slots, np.frombuffer(raw, np.uint8), starts_of(sizes))
+        else:  # one slot twice: its rows go to its ring in order
+            cuts = starts_of(sizes)
+            for r, slot in enumerate(slot_list):
+                one = np.array([slot], np.int64)
+                state.record_sent(one, np.frombuffer(raw[cuts[r]:cuts[r + 1]], np.uint8),
+                                  np.array([0, cuts[r + 1] - cuts[r]], np.int64))
+        chars = starts_of(np.fromiter(map(len, texts), np.int64, len(texts)))
+        return PlainTexts(joined, chars, texts)

@@ -1,0 +1,153 @@
+"""The array path against the per-row reference and the full decode.
+
+Three ways to decode the same rows must agree: `decoder.ByteStream` (the reference, one row
+at a time), the shard's whole-array code (`shards/array_decode.py`), and its small-message
+loop; and every request's text must equal the full `tokenizer.decode` (section 5, rule 2).
+The service-level property drives the shard's table through the egress's own routing
+(`LocalRoute`: slots taken, freed and reused) with frames that mix plain requests and
+requests on the per-row path, rows of 1-4 ids, prompts, and specials skipped and not.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import zoo
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sglang_tok.egress.split import LocalRoute
+from sglang_tok.shards.array_decode import decode_rows, flat_table
+from sglang_tok.shards.paths import row_reason
+from sglang_tok.shards.slots import Slots
+from sglang_tok.shards.table import RidTable
+
+from sglang_tok.client import RequestOutput
+from sglang_tok.decoder import ByteStream
+from sglang_tok.protocol import Delta, Open
+from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
+
+
+@functools.cache
+def tokenizer(name: str) -> TokenizerInfo:
+    return load("deepseek-v4") if name == "deepseek-v4" else describe(zoo.byte_level_bpe(), name)
+
+
+TEXTS = ["héllo wörld 你好世界 🙂👩‍👩‍👧 ", "plain ascii text here. ", "日本語のテキスト",
+         "emoji 🏳️‍🌈❤️‍🔥 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"]
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@given(name=st.sampled_from(["deepseek-v4", "trained-bpe"]), data=st.data())
+def test_decode_rows_equals_bytestream_row_by_row(name: str, data: st.DataObject) -> None:
+    """Any ids (broken UTF-8 included): rows decoded together equal each slot's ByteStream,
+    text and held bytes; a message the array code refuses (None) is never wrong."""
+    info = tokenizer(name)
+    assert info.byte_table is not None and info.byte_table_skip is not None
+    tab = flat_table(info.byte_table, info.byte_table_skip)
+    corpus = [info.tokenizer.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    nslots = data.draw(st.integers(1, 6))
+    seqs = [data.draw(st.one_of(
+        st.sampled_from(corpus),
+        st.lists(st.integers(0, info.vocab_size - 1), min_size=1, max_size=30)))
+        for _ in range(nslots)]
+    skip = [data.draw(st.booleans()) for _ in range(nslots)]
+    ref = [ByteStream(info.byte_table_skip if s else info.byte_table) for s in skip]
+    pos = [0] * nslots
+    pend = [b""] * nslots
+    while any(p < len(s) for p, s in zip(pos, seqs)):
+        rows = [i for i in range(nslots) if pos[i] < len(seqs[i])]
+        sizes = [data.draw(st.integers(0, 4)) for _ in rows]
+        row_ids = []
+        for i, k in zip(rows, sizes):
+            row_ids.append(seqs[i][pos[i]:pos[i] + k])
+            pos[i] += k
+        expected = [ref[i].push(r) for i, r in zip(rows, row_ids)]
+        ids = np.array([x for r in row_ids for x in r], np.int64)
+        starts = np.concatenate(([0], np.cumsum([len(r) for r in row_ids]))).astype(np.int64)
+        pending = np.zeros((len(rows), 4), np.uint8)
+        for j, i in enumerate(rows):
+            pending[j, :len(pend[i])] = list(pend[i])
+        d = decode_rows(tab, ids, starts, np.array([int(skip[i]) for i in rows], np.int64),
+                        pending, np.array([len(pend[i]) for i in rows], np.int64),
+                        np.zeros(len(rows), bool))
+        if d is None:  # left to the exact loop: resynchronise from the reference
+            pend = [ref[i].pending for i in range(nslots)]
+            continue
+        assert [d.text[d.chars[j]:d.chars[j + 1]] for j in range(len(rows))] == expected
+        held = np.concatenate(([0], np.cumsum(d.held)))
+        for j, i in enumerate(rows):
+            pend[i] = d.held_data[held[j]:held[j + 1]].tobytes()
+            assert pend[i] == ref[i].pending
+
+
+def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
+                           min_rows: int) -> tuple[list[str], dict[str, int]]:
+    """Every frame of a plan through routing and the shards' tables; the problems found."""
+    reqs = make_requests(info, spec)
+    route = LocalRoute(nshards)
+    tables = [RidTable(info, k, array_min_rows=min_rows) for k in range(nshards)]
+    outs: dict[str, list[Delta]] = {}
+    for step in schedule(reqs, spec.concurrency, spec.seed):
+        for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
+            sinks: list[list[Delta]] = [[] for _ in range(nshards)]
+            route.feed(f, tables, sinks)
+            for sink in sinks:
+                for d in sink:
+                    outs.setdefault(d.rid, []).append(d)
+    problems = []
+    for r in reqs:
+        out = RequestOutput(r.rid, 0, outs.get(r.rid, []), True)
+        problems += verify(r, out, info)
+    paths: dict[str, int] = {}
+    for t in tables:
+        for k, v in t.paths.items():
+            paths[k] = paths.get(k, 0) + v
+    return problems, paths
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["deepseek-v4", "trained-bpe"]), seed=st.integers(0, 10_000),
+       nshards=st.sampled_from([1, 2]), min_rows=st.sampled_from([1, 10**9]),
+       ids_per_row=st.sampled_from([(1, 1), (1, 4)]))
+def test_array_path_per_row_path_and_full_decode_agree(name: str, seed: int, nshards: int,
+                                                       min_rows: int,
+                                                       ids_per_row: tuple[int, int]) -> None:
+    """min_rows 1: every plain row on the whole-array code; 10**9: every one on the loop."""
+    info = tokenizer(name)
+    spec = PlanSpec(requests=120, concurrency=24, ids_per_row=ids_per_row, min_tokens=2,
+                    max_tokens=24, logprob_share=0.2, stop_share=0.15, options_share=0.3,
+                    special_share=0.2, abort_share=0.05, error_share=0.05, prompt_share=0.3,
+                    seed=seed)
+    problems, paths = run_service_in_process(info, spec, nshards, min_rows)
+    assert not problems, problems[:5]
+    assert paths.get("array", 0) > 0 and sum(paths.values()) > paths["array"]
+
+
+def test_slots_are_reused_after_requests_end() -> None:
+    info = tokenizer("deepseek-v4")
+    spec = PlanSpec(requests=300, concurrency=8, min_tokens=2, max_tokens=6, seed=5)
+    route = LocalRoute(1)
+    problems, _ = run_service_in_process(info, spec, 1, 1)
+    assert not problems
+    reqs = make_requests(info, spec)
+    table = RidTable(info, 0, array_min_rows=1)
+    for step in schedule(reqs, spec.concurrency, spec.seed):
+        for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
+            route.feed(f, [table], [[]])
+    assert route.router.pools[0].next <= spec.concurrency + 1  # 300 requests, <= 9 slots
+    assert table.state.capacity == Slots().capacity  # never grew
+
+
+def test_the_path_is_decided_once_with_a_reason() -> None:
+    info = tokenizer("deepseek-v4")
+    assert row_reason(None, info) is None
+    assert row_reason(Open("r", prompt_ids=[1, 2]), info) is None
+    assert row_reason(Open("r", skip_special_tokens=False), info) is None
+    assert row_reason(Open("r", stop=["x"]), info) == "stop"
+    assert row_reason(Open("r", stream=False), info) == "stream_false"
+    assert row_reason(Open("r", tool_parser="hermes"), info) == "parser"
+    assert row_reason(Open("r", logprob_text=True), info) == "logprob_text"
+    assert row_reason(None, describe(zoo.wordpiece(), "wp")) == "tokenizer"
