@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.ragged import ragged_index
+from sglang_tok.ragged import ragged_index, starts_of
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
@@ -90,12 +90,13 @@ class Decoded(NamedTuple):
     chars: I64  # n + 1 character offsets into text
     held_data: U8  # the held bytes of every row, concatenated
     held: I64  # per row
+    parts: list[str] | None  # the rows' texts, when they had to be decoded one by one
 
 
 def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
                 pending: U8, pend_len: I64, skip_first: npt.NDArray[np.bool_]) -> Decoded | None:
     """Decode rows of ids (row r: ids[id_starts[r]:id_starts[r + 1]]) after their pending
-    bytes (row r: pending[r, :pend_len[r]]); None if the result is not valid UTF-8.
+    bytes (row r: pending[r, :pend_len[r]]).
 
     `table_sel` per row: 0 keeps special tokens, 1 skips them. `skip_first` per row: the
     row's first character is the one its prompt left incomplete; such a row with text is
@@ -152,13 +153,27 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return None
+        return _with_replacements(raw, cuts, held_data, held)
     if len(text) == len(raw):  # ASCII: characters are bytes
         chars = cuts
     else:
         starts_char = np.concatenate(([0], np.cumsum((buf & 0xC0) != 0x80)))
         chars = starts_char[cuts]
-    return Decoded(text, buf, cuts, chars, held_data, held)
+    return Decoded(text, buf, cuts, chars, held_data, held, None)
+
+
+def _with_replacements(raw: bytes, cuts: I64, held_data: U8, held: I64) -> Decoded:
+    """Some row's bytes are not valid UTF-8 (the model emitted broken bytes): each row is
+    decoded on its own with the codec's U+FFFD rules. A row's complete part never ends in a
+    valid incomplete sequence (that is held), so no invalid sequence spans two rows and the
+    per-row result is the incremental codec's."""
+    c = cuts.tolist()
+    parts = [raw[a:b].decode("utf-8", "replace") for a, b in zip(c, c[1:])]
+    sent = [p.encode() for p in parts]
+    buf = np.frombuffer(b"".join(sent), np.uint8)
+    byte_cuts = starts_of(np.fromiter(map(len, sent), np.int64, len(sent)))
+    chars = starts_of(np.fromiter(map(len, parts), np.int64, len(parts)))
+    return Decoded("".join(parts), buf, byte_cuts, chars, held_data, held, parts)
 
 
 def _row_sums(sizes: I64, starts: I64, counts: I64) -> I64:

@@ -87,7 +87,7 @@ class PlainDecoder:
             dest = ragged_index(slots[rows] * PENDING, d.held[rows])
             state.pending.reshape(-1)[dest] = d.held_data
         state.record_sent(slots, d.buf, d.cuts)
-        return PlainTexts(d.text, d.chars, None)
+        return PlainTexts(d.text, d.chars, d.parts)
 
     def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         """Row by row, in order, as `ByteStream.push` (the reference) does it."""

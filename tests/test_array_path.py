@@ -73,7 +73,7 @@ def test_decode_rows_equals_bytestream_row_by_row(name: str, data: st.DataObject
         d = decode_rows(tab, ids, starts, np.array([int(skip[i]) for i in rows], np.int64),
                         pending, np.array([len(pend[i]) for i in rows], np.int64),
                         np.zeros(len(rows), bool))
-        if d is None:  # left to the exact loop: resynchronise from the reference
+        if d is None:  # left to the exact loop (a prompt's character): resynchronise
             pend = [ref[i].pending for i in range(nslots)]
             continue
         assert [d.text[d.chars[j]:d.chars[j + 1]] for j in range(len(rows))] == expected
