@@ -5,7 +5,6 @@ Only the data is validated here; replaying the cases through our parsers is anot
 from __future__ import annotations
 
 import pytest
-
 from parser_cases_load import all_parsers, load_cases
 
 PARSERS = all_parsers()
