@@ -43,13 +43,14 @@ class ShardCounters(msgspec.Struct, gc=False):
 class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
-                 max_stop_len: int = 1024) -> None:
+                 max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20) -> None:
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
         self.ended_memory = ended_memory
         self.max_stops = max_stops
         self.max_stop_len = max_stop_len
+        self.max_tools_bytes = max_tools_bytes
         self.live: dict[str, Request] = {}
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
         self.counters = ShardCounters()
@@ -191,6 +192,10 @@ class RidTable:
         if len(msg.stop) > self.max_stops or any(len(s) > self.max_stop_len for s in msg.stop):
             out.append(_terminal(rid, f"stop strings exceed --max-stops {self.max_stops} or "
                                  f"--max-stop-length {self.max_stop_len}"))
+            self._finish(rid, True)
+            return
+        if msg.tools and len(msgspec.json.encode(msg.tools)) > self.max_tools_bytes:
+            out.append(_terminal(rid, f"tools exceed --max-tools-bytes {self.max_tools_bytes}"))
             self._finish(rid, True)
             return
         why = refusal(msg, self.info)  # a parser option, or text wanted without a tokenizer

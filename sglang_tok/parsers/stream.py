@@ -28,6 +28,7 @@ class ParsedStream:
         "called",
         "exempt",
         "include_stop",
+        "live",
         "reasoning",
         "stopped",
         "stops",
@@ -46,7 +47,8 @@ class ParsedStream:
         self.include_stop = include_stop_str
         self.exempt = min_tokens > 0  # content is exempt from stop matching until exempt_end
         self.stopped: str | None = None
-        self.called = False
+        self.called = False  # a call stands (sent, and not flagged malformed)
+        self.live: set[int] = set()
         # the hot path: a piece holding no character that starts a marker, while nothing is
         # held anywhere, passes through with one `in` test per channel
         self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
@@ -143,8 +145,17 @@ class ParsedStream:
             else:
                 calls.append(item)
         if calls:
-            self.called = True
+            self._note(calls)
         return ParsedDelta("".join(texts), reasoning, calls or None)
+
+    def _note(self, calls: list[ToolCallDelta]) -> None:
+        live = self.live
+        for c in calls:
+            if c.malformed:
+                live.discard(c.index)
+            elif c.name is not None:
+                live.add(c.index)
+        self.called = bool(live)
 
     def _stopped(self, items: list[str | ToolCallDelta], reasoning: str,
                  final: bool) -> ParsedDelta:
@@ -162,7 +173,7 @@ class ParsedStream:
                 return self._stop(texts, reasoning, calls, matched)
             if not isinstance(item, str):
                 calls.append(item)
-                self.called = True
+                self._note([item])
         if final:
             out, _, matched = stops.feed("", final=True)
             texts.append(out)
