@@ -141,6 +141,18 @@ class DsmlReader:
         self.pos = pos
         return out
 
+    def fast(self, at: int, text: str) -> str | None:
+        """A piece with no `<` cannot end a value; without `>` it cannot end a head."""
+        if "<" in text:
+            return None
+        st = self.state
+        if st == STRING and self.sent == at:
+            self.sent = at + len(text)
+            return escape(text)
+        if st == JSONVAL or (st in (HEAD, PARAMS) and ">" not in text):
+            return ""
+        return None
+
     def close(self, body: str) -> list[Event] | None:
         if parse_dsml_invoke(body) is None:
             return None

@@ -105,6 +105,23 @@ class Qwen3CoderReader:
         self.pos = pos
         return out
 
+    def fast(self, at: int, text: str) -> str | None:
+        """A piece with no `<` cannot end a value (a string's piece is all value unless it
+        ends with the newline the format may strip); without `>` it cannot end a head."""
+        if "<" in text:
+            return None
+        st = self.state
+        if st == VALUE and self.start >= 0:
+            if self.types:
+                return ""
+            if self.sent == at and not text.endswith("\n"):
+                self.sent = at + len(text)
+                return escape(text)
+            return None
+        if st in (HEAD, PARAMS) and ">" not in text:
+            return ""
+        return None
+
     def _lead(self) -> str:
         lead = "{" if self.count == 0 else ", "
         self.count += 1

@@ -77,8 +77,12 @@ class ParsedStream:
         if self.stopped is not None:
             return ParsedDelta()
         r, t = self.reasoning, self.tools
-        if t is not None and (r is None or r.state == CONTENT) and t.absorb(text):
-            return ParsedDelta()
+        if t is not None and (r is None or r.state == CONTENT):
+            frag = t.absorb(text)
+            if frag is not None:
+                if not frag:
+                    return ParsedDelta()
+                return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
         reasoning = ""
         if self.reasoning is not None:
             text, reasoning = self.reasoning.split(text)

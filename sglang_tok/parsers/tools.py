@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
 from .markers import MarkerSet
@@ -77,8 +78,9 @@ def arguments_json(obj: Any) -> str | None:
 
 def escape(text: str) -> str:
     """A piece of a JSON string's content: escaping is per character, so pieces concatenate
-    to the escaping of the whole (`ensure_ascii` off: non-ASCII is kept)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
+    to the escaping of the whole; the same bytes as `json.dumps(text, ensure_ascii=False)`
+    (non-ASCII kept), by json's C encoder without `dumps`' per-call overhead."""
+    return encode_basestring(text)[1:-1]
 
 
 # ------------------------------------------------------------------ call ends
@@ -197,6 +199,10 @@ class CallReader(Protocol):
     be the start of the end marker; it returns the events that part makes certain.
     `close` is called once with the complete body (after a last `read` of all of it): the
     remaining events, or None when the call is malformed.
+
+    Optional, for speed: `fast(at, text) -> str | None`, for a piece `text` appended at
+    `at` that holds no character starting the call's end marker: the argument fragment
+    `read` would give for it, without the scan (None: not in a state that can tell).
     """
 
     def read(self, body: str, ready: int) -> list[Event]: ...
@@ -267,6 +273,7 @@ class ToolParser:
         "count",
         "delivered",
         "ender",
+        "fast",
         "fmt",
         "held",
         "incremental",
@@ -291,6 +298,7 @@ class ToolParser:
         self.body = ""  # the open call's text after its opener
         self.ender: Any = None
         self.reader: CallReader | None = None  # incremental: the open call's reader
+        self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
         self.opened: list[int] = []  # incremental: indices of the open body's sent calls
         self.rejected = False  # incremental: the open body is already known to be text
         self.section_ok = False  # a valid call was released in the current section
@@ -304,22 +312,32 @@ class ToolParser:
     def markers(self) -> tuple[str, ...]:
         return self.fmt.markers
 
-    def absorb(self, text: str) -> bool:
-        """Inside a call, a piece that cannot start or finish its close marker only grows it
-        (whole mode: nothing of a call leaves before its end)."""
+    def absorb(self, text: str) -> str | None:
+        """Inside a call, a piece that cannot start or finish its close marker only grows it:
+        None if it must go through `step`; else what it adds to the open call's arguments
+        ("" in whole mode, where nothing of a call leaves before its end; in incremental
+        mode the reader's `fast` answer, when it has one for its state)."""
         close, reach = self.fmt.close_first, self.fmt.close_reach
-        if self.state != CALL or close is None or close in text or self.incremental:
-            return False
+        if self.state != CALL or close is None or close in text:
+            return None
         body = self.body
         at = body.find(close, len(body) - reach)
         while at >= 0:  # a close marker under way at the end of the body?
             if self.fmt.close_marker.startswith(body[at:]):
-                return False
+                return None
             at = body.find(close, at + 1)
+        frag: str | None = ""
+        if self.incremental:
+            fast = self.fast
+            if fast is None or self.rejected or not self.opened:
+                return None
+            frag = fast(len(body), text)
+            if frag is None:
+                return None
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
-        return True
+        return frag
 
     @property
     def idle(self) -> bool:
@@ -406,6 +424,7 @@ class ToolParser:
         self.ender = self.fmt.make_end()
         if self.incremental:
             self.reader = self.fmt.reader(self.schemas)
+            self.fast = getattr(self.reader, "fast", None)
             self.opened = []
             self.rejected = False
 
