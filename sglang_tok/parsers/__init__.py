@@ -3,10 +3,12 @@
 API (everything a shard needs; each object is per request, the grammars are shared):
 
     make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser
-    make_tool_parser(name: str) -> ToolParser
+    make_tool_parser(name: str, tool_stream: str = "incremental",
+                     tools: list | None = None) -> ToolParser
     make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
                        tool_parser: str = "", stop: list[str] | None = None,
-                       include_stop_str: bool = False, min_tokens: int = 0) -> ParsedStream
+                       include_stop_str: bool = False, min_tokens: int = 0,
+                       tool_stream: str = "incremental", tools: list | None = None)
     marker_token_ids(info, markers) -> frozenset[int]     # specials the parser must see
     skip_table(info, keep) -> list[bytes] | None          # skip_special byte table, keep visible
     ParsedStream.feed(text) -> ParsedDelta     # per decoded piece, in order
@@ -14,15 +16,20 @@ API (everything a shard needs; each object is per request, the grammars are shar
     ParsedStream.finish() -> ParsedDelta       # once, at the end: the final flush, never skipped
     ParsedStream.parse_full(text, exempt_chars=0) -> ParsedDelta   # the batch reference
     ParsedDelta(text, reasoning, tool_calls: list[ToolCallDelta] | None, stop: str | None,
-                ended_with_tool_calls: bool);  ToolCallDelta(index, name | None, arguments)
+                ended_with_tool_calls: bool)
+    ToolCallDelta(index, name | None, arguments, malformed, cut)
+    merge(deltas) -> ParsedDelta     # what a client accumulates (malformed calls dropped)
+
+A new tool-call format: see the docstring of tools.py (a module + a line in formats.py).
 
 Unknown names raise `ParserError` (a ValueError) with the known names in the message.
 
 Exactness (held by property tests): for every chunking of the same text, the concatenated
 `text`, `reasoning` and each call's name and concatenated `arguments` of all `feed`s plus
 `finish` equal `parse_full` of the whole text. Every decision depends only on the text so
-far: a partial marker is held (only a suffix that could still grow into one), a call is
-released only once complete and valid, and `finish` releases whatever is held.
+far: a partial marker is held (only a suffix that could still grow into one), a call's
+arguments leave only as far as they are certain (whole mode: once complete and valid),
+and `finish` releases whatever is held.
 
 Wiring into the shard (sglang_tok/request.py), so that none of the usual bugs can happen:
 1. OPEN gains `reasoning_parser` [""], `reasoning_started` [false], `tool_parser` [""],
