@@ -238,6 +238,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "r1+deepseekv4": {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4"},
     "r1+v4+stop": {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4",
                    "stop": ["<<never>>", "\n\n\n\n"]},
+    "qwen3_coder": {"tool_parser": "qwen3_coder"},
+    # tool_stream "whole" (the default is "incremental"): calls leave in one fragment
+    "deepseekv4/whole": {"tool_parser": "deepseekv4", "tool_stream": "whole"},
+    "r1+v4/whole": {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4",
+                    "tool_stream": "whole"},
 }
 
 

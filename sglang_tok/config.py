@@ -65,6 +65,9 @@ class Config(msgspec.Struct, frozen=True):
         "in flight after a request ended are ignored instead of reopening it", ge=0)] = 65536
     max_stops: Annotated[int, _doc("most stop strings in one OPEN", ge=0)] = 64
     max_stop_length: Annotated[int, _doc("longest stop string in an OPEN", ge=1)] = 1024
+    max_tools_bytes: Annotated[int, _doc(
+        "largest OPEN `tools` (the request's tool definitions, as JSON bytes); an OPEN over "
+        "it ends with an error", ge=0, le=64 << 20)] = 1 << 20
     model_name: Annotated[str, _doc(
         "model_name label of the sglang: metrics (default: the --tokenizer value)")] = ""
     engine: Annotated[str, _doc("engine label of the sglang: metrics")] = "0"

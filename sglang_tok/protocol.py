@@ -425,6 +425,10 @@ class Open(msgspec.Struct, gc=False):
     reasoning_started: bool = False
     tool_parser: str = ""
     min_tokens: int = 0
+    # issue 18 (section 8): the request's OpenAI tool definitions (bounded by
+    # --max-tools-bytes) and how calls stream: "incremental" or "whole"
+    tools: list[dict[str, Any]] = []
+    tool_stream: str = "incremental"
 
 
 DEFAULT_OPEN_FIELDS = Open("")
@@ -453,11 +457,15 @@ class Usage(msgspec.Struct, gc=False):
 
 class ToolCallDelta(msgspec.Struct, omit_defaults=True, gc=False):
     """One fragment of one tool call (protocol section 8): `name` on a call's first
-    fragment; a frontend concatenates `arguments` per `index`."""
+    fragment; a frontend concatenates `arguments` per `index`. On a call's last delta in
+    incremental mode, `malformed`: the call turned out not to parse (its text came back as
+    content; drop the call), or `cut`: the output ended inside it (it stands as sent)."""
 
     index: int
     name: str | None = None
     arguments: str = ""
+    malformed: bool = False
+    cut: bool = False
 
 
 class Delta(msgspec.Struct, omit_defaults=True, gc=False):

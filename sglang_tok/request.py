@@ -17,11 +17,13 @@ from .decoder import ByteStream, Stream, WindowStream, make_stream
 from .parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
+    TOOL_STREAMS,
     ParsedDelta,
     ParsedStream,
     ToolCallDelta,
     make_parsed_stream,
     marker_token_ids,
+    merge_calls,
 )
 from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from .stops import StopMatcher
@@ -252,6 +254,8 @@ def refusal(opts: Open, info: TokenizerInfo) -> str | None:
     if opts.tool_parser and opts.tool_parser not in TOOL_PARSERS:
         return (f"unknown tool_parser {opts.tool_parser!r}; known: "
                 f"{', '.join(sorted(TOOL_PARSERS))}")
+    if opts.tool_stream not in TOOL_STREAMS:
+        return f"unknown tool_stream {opts.tool_stream!r}; known: {', '.join(TOOL_STREAMS)}"
     if opts.attribution:
         return "attribution is not available with reasoning_parser, tool_parser or min_tokens"
     return None
@@ -297,7 +301,8 @@ class ParsedRequest(Request):
         self.info = info
         self.parsed = make_parsed_stream(opts.reasoning_parser, opts.reasoning_started,
                                          opts.tool_parser, opts.stop,
-                                         opts.include_stop_str_in_output, opts.min_tokens)
+                                         opts.include_stop_str_in_output, opts.min_tokens,
+                                         opts.tool_stream, opts.tools or None)
         keep = _marker_ids(info, self.parsed) if opts.skip_special_tokens else frozenset()
         self.stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
         # byte-level: the hot branch inlines ByteStream.push (as the shard's fast path does)
@@ -428,7 +433,8 @@ class ParsedRequest(Request):
         if acc is not None:  # stream=false: the parser channels accumulate too
             acc.reasoning += pd.reasoning
             if pd.tool_calls:
-                acc.tool_calls = _merge_calls(acc.tool_calls, pd.tool_calls)
+                # one entry per call; a call flagged malformed leaves (its text is content)
+                acc.tool_calls = merge_calls(acc.tool_calls, pd.tool_calls)
         if finish is not None and self.parsed.called:
             # the request ended with tool calls: a frontend reports finish_reason "tool_calls"
             finish = {**finish, "tool_calls": True}
@@ -455,16 +461,18 @@ def _merge(parts: list[ParsedDelta]) -> ParsedDelta:
 
 def _merge_calls(have: list[ToolCallDelta] | None,
                  new: list[ToolCallDelta]) -> list[ToolCallDelta]:
-    """Fragments of the same call (same index) concatenated; a frontend concatenates too."""
+    """One row's fragments of the same call (same index) concatenated, flags kept (a
+    frontend concatenates too). A call's first entry keeps its name and "" arguments, so a
+    row that opens a call still starts it as rule 4 of section 8 says."""
     out = list(have or ())
     last = {c.index: i for i, c in enumerate(out)}
     for c in new:
         i = last.get(c.index)
-        if i is None:
+        old = None if i is None else out[i]
+        if old is None or c.name is not None or (old.name is not None and not old.arguments):
             last[c.index] = len(out)
-            out.append(ToolCallDelta(c.index, c.name, c.arguments))
+            out.append(ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut))
         else:
-            old = out[i]
-            out[i] = ToolCallDelta(c.index, old.name if c.name is None else c.name,
-                                   old.arguments + c.arguments)
+            out[i] = ToolCallDelta(c.index, old.name, old.arguments + c.arguments,  # type: ignore[index]
+                                   old.malformed or c.malformed, old.cut or c.cut)
     return out

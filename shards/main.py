@@ -49,7 +49,8 @@ class Shard:
         self.parent_pid = parent_pid
         self.beat = Beat(status, 1 + shard)
         self.table = RidTable(info, shard, cfg.max_requests, cfg.ended_memory,
-                              max_stops=cfg.max_stops, max_stop_len=cfg.max_stop_length)
+                              max_stops=cfg.max_stops, max_stop_len=cfg.max_stop_length,
+                              max_tools_bytes=cfg.max_tools_bytes)
         self.ctx = zmq.Context(io_threads=1)
         hwm = cfg.link_capacity
         self.inbox = make_socket(self.ctx, zmq.PULL, cfg.ipc(f"shard-{shard}.ipc"), bind=False,

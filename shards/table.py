@@ -65,13 +65,15 @@ class _Opened:
 class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
-                 max_stop_len: int = 1024, array_min_rows: int | None = None) -> None:
+                 max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
+                 array_min_rows: int | None = None) -> None:
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
         self.ended_memory = ended_memory
         self.max_stops = max_stops
         self.max_stop_len = max_stop_len
+        self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
         self.plain: PlainDecoder | None = None
         if row_reason(None, info) is None:
@@ -273,6 +275,9 @@ class RidTable:
         if len(msg.stop) > self.max_stops or any(len(s) > self.max_stop_len for s in msg.stop):
             return self._refuse(rid, f"stop strings exceed --max-stops {self.max_stops} or "
                                      f"--max-stop-length {self.max_stop_len}", out)
+        if msg.tools and len(msgspec.json.encode(msg.tools)) > self.max_tools_bytes:
+            return self._refuse(rid, f"tools exceed --max-tools-bytes {self.max_tools_bytes}",
+                                out)
         why = refusal(msg, self.info)  # a parser option, or text wanted without a tokenizer
         if why is not None:
             return self._refuse(rid, why, out)

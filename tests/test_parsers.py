@@ -29,6 +29,7 @@ from sglang_tok.parsers import (
     ParsedDelta,
     ParsedStream,
     ParserError,
+    ToolCallDelta,
     make_parsed_stream,
     make_reasoning_parser,
     make_tool_parser,
@@ -39,6 +40,7 @@ from sglang_tok.parsers import (
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]"]
+MODES = ["incremental", "whole"]
 
 
 @functools.cache
@@ -56,8 +58,9 @@ def deepseek() -> TokenizerInfo:
     return load("deepseek-v4")
 
 
-def stream_of(delta: ParsedDelta) -> tuple[str, str, list[tuple[int, str | None, str]], Any]:
-    calls = [(c.index, c.name, c.arguments) for c in delta.tool_calls or ()]
+def stream_of(delta: ParsedDelta) -> tuple[str, str, list[tuple[int, str | None, str, bool]],
+                                           Any]:
+    calls = [(c.index, c.name, c.arguments, c.cut) for c in delta.tool_calls or ()]
     return delta.text, delta.reasoning, calls, (delta.stop, delta.ended_with_tool_calls)
 
 
@@ -134,10 +137,12 @@ CALL_EXAMPLES = [
 ]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt,text,content,calls", CALL_EXAMPLES)
 def test_tool_calls_are_parsed(fmt: str, text: str, content: str,
-                               calls: list[tuple[str, str]]) -> None:
-    d = full(tools=fmt, text=text)
+                               calls: list[tuple[str, str]], mode: str) -> None:
+    # the model wrote these arguments as `json.dumps` would: both modes give the same bytes
+    d = full(tools=fmt, text=text, tool_stream=mode)
     assert d.text == content
     assert [(c.name, c.arguments) for c in d.tool_calls or ()] == calls
     assert [c.index for c in d.tool_calls or ()] == list(range(len(calls)))
@@ -149,7 +154,7 @@ MALFORMED = [
     ("hermes", 'a<tool_call>{"arguments": {}}</tool_call>'),
     ("hermes", 'a<tool_call>{"name": "f", "arguments": [1]}</tool_call>'),
     ("hermes", 'a<tool_call>{"name": "f", "arguments": {"x": NaN}}</tool_call>'),
-    ("hermes", 'unterminated <tool_call>{"name": "f", "arguments": {}}'),
+    ("hermes", 'unterminated <tool_call>{"name": "f'),
     ("deepseekv4", ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="n" '
      'string="false">not json</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>')),
     ("deepseekv4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\ngarbage\n</｜DSML｜invoke>'),
@@ -163,10 +168,25 @@ MALFORMED = [
 ]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt,text", MALFORMED)
-def test_malformed_calls_are_delivered_as_text_byte_for_byte(fmt: str, text: str) -> None:
-    d = full(tools=fmt, text=text)
+def test_malformed_calls_are_delivered_as_text_byte_for_byte(fmt: str, text: str,
+                                                             mode: str) -> None:
+    d = full(tools=fmt, text=text, tool_stream=mode)
     assert (d.text, d.tool_calls, d.ended_with_tool_calls) == (text, None, False)
+
+
+def test_a_call_open_at_the_end_is_text_whole_and_stands_cut_incremental() -> None:
+    text = 'unterminated <tool_call>{"name": "f", "arguments": {"a": "x'
+    d = full(tools="hermes", text=text, tool_stream="whole")
+    assert (d.text, d.tool_calls, d.ended_with_tool_calls) == (text, None, False)
+    p = make_parsed_stream(tool_parser="hermes")
+    deltas = [p.feed(text), p.finish()]
+    assert deltas[1].tool_calls == [ToolCallDelta(0, cut=True)]
+    d = merge(deltas)
+    assert d.text == "unterminated " and d.ended_with_tool_calls
+    assert d.tool_calls == [ToolCallDelta(0, "f", '{"a": "x', cut=True)]
+    assert stream_of(d) == stream_of(p.parse_full(text))
 
 
 def test_json_nested_beyond_any_depth_is_text_not_a_crash() -> None:
@@ -258,30 +278,37 @@ MARKER_BITS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALL
                "<｜tool▁call▁end｜>", "<｜tool▁sep｜>", "function", "\n```json\n", "\n```",
                '{"name": "f", "arguments": {"x": "}]\\""}}', '{"a": [1, {"b": "ü"}]}', "[", "]",
                "{", "}", '"', "\\", "<", "</", "<thi", "<｜", " ", "\n", "  \n", "x", "END",
-               "日本語", "👩‍👩‍👧‍👦", "def f(x):\n    return x",
+               "日本語", "👩‍👩‍👧‍👦", "def f(x):\n    return x", "<function=f>", "</function>",
+               "<parameter=a>", "<parameter=n>", "</parameter>", "\n3\n", "<function=", ">",
                *(text for _, text, _, _ in CALL_EXAMPLES), *(text for _, text in MALFORMED)]
 bits = st.lists(st.sampled_from(MARKER_BITS), max_size=25)
-PIPELINES = [(r, s, t) for r in ["", "deepseek-r1", "qwen3"] for s in [False, True]
-             for t in ["", "deepseekv3", "deepseekv32", "deepseekv4", "hermes", "mistral"]
-             if r or not s]
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "integer"},
+                                     "x": {"type": ["object", "null"]}}}}}]
+PIPELINES = [(r, s, t, m) for r in ["", "deepseek-r1", "qwen3"] for s in [False, True]
+             for t in ["", "deepseekv3", "deepseekv32", "deepseekv4", "hermes", "mistral",
+                       "qwen3_coder"]
+             for m in (MODES if t else MODES[:1]) if r or not s]
 
 
 @settings(max_examples=60, deadline=None)
 @given(parts=bits, how=st.sampled_from(["bits", "chars", "cuts"]),
        cuts=st.lists(st.integers(0, 10_000), max_size=40),
-       stop=st.sampled_from([None, ["END"], ["\n\n", "x}"]]), exempt=st.integers(0, 40))
-@pytest.mark.parametrize("reasoning,started,tools", PIPELINES)
+       stop=st.sampled_from([None, ["END"], ["\n\n", "x}"]]), exempt=st.integers(0, 40),
+       typed=st.booleans())
+@pytest.mark.parametrize("reasoning,started,tools,mode", PIPELINES)
 def test_any_split_of_the_text_gives_the_batch_result(reasoning: str, started: bool, tools: str,
-                                                      parts: list[str], how: str,
+                                                      mode: str, parts: list[str], how: str,
                                                       cuts: list[int], stop: list[str] | None,
-                                                      exempt: int) -> None:
+                                                      exempt: int, typed: bool) -> None:
     text = "".join(parts)
     if how == "bits":  # pieces end exactly at marker boundaries
         cuts = [sum(map(len, parts[:i])) for i in range(len(parts))]
     elif how == "chars":
         cuts = list(range(len(text)))
     exempt = min(exempt, len(text))
-    p = make_parsed_stream(reasoning, started, tools, stop=stop, min_tokens=int(exempt > 0))
+    p = make_parsed_stream(reasoning, started, tools, stop=stop, min_tokens=int(exempt > 0),
+                           tool_stream=mode, tools=TOOLS if typed else None)
     out, at = [], 0
     for piece in split_text(text, [*cuts, exempt]):
         if at == exempt:
@@ -292,8 +319,28 @@ def test_any_split_of_the_text_gives_the_batch_result(reasoning: str, started: b
         p.exempt_end()
     out.append(p.finish())
     assert stream_of(merge(out)) == stream_of(p.parse_full(text, exempt))
+    check_call_deltas(out, mode)
     if not (reasoning or tools or stop):
         assert merge(out).text == text
+
+
+def check_call_deltas(deltas: list[ParsedDelta], mode: str) -> None:
+    """The shape of the call deltas: a call opens once (name, ""), fragments follow, flags
+    come last, nothing after; whole mode sends each call in one entry."""
+    seen: dict[int, str] = {}
+    for c in (c for d in deltas for c in d.tool_calls or ()):
+        state = seen.get(c.index)
+        if mode == "whole":
+            assert state is None and c.name is not None and not (c.malformed or c.cut)
+            seen[c.index] = "done"
+        elif c.name is not None:
+            assert state is None and c.arguments == "" and not (c.malformed or c.cut)
+            seen[c.index] = "open"
+        else:
+            assert state == "open", (c, state)
+            if c.malformed or c.cut:
+                seen[c.index] = "done"
+    assert list(seen) == sorted(seen)
 
 
 # ------------------------------------------------------------------ stream == batch on ids
@@ -314,6 +361,10 @@ names = st.sampled_from(["get_weather", "search", "run_code", "f", "lookup.v2"])
 
 def write_call(fmt: str, name: str, args: dict[str, Any], variant: int) -> str:
     dumps = json.dumps(args, ensure_ascii=bool(variant % 2))
+    if fmt == "qwen3_coder":
+        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
+                         "</parameter>\n" for k, v in args.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
     if fmt == "hermes":
         return "<tool_call>\n" + json.dumps({"name": name, "arguments": args},
                                             ensure_ascii=bool(variant % 2)) + "\n</tool_call>"
@@ -385,15 +436,40 @@ def decode_rows(info: TokenizerInfo, ids: list[int], rows: list[list[int]],
     return out
 
 
+JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number",
+              type(None): "null", list: "array", dict: "object"}
+
+
+def schema_of(text: str) -> list[dict[str, Any]] | None:
+    """Tools whose parameter types are those of the values written (qwen3_coder), or None
+    when one key is written with two types (then only stream == batch is checked)."""
+    types: dict[str, str] = {}
+    for call in text.split("<function=")[1:]:
+        for part in call.split("<parameter=")[1:]:
+            key, _, value = part.partition(">\n")
+            value = value.split("\n</parameter>")[0]
+            try:
+                t = JSON_TYPES[type(json.loads(value))]
+            except ValueError:
+                t = "string"
+            if types.setdefault(key, t) != t:
+                return None
+    props = {k: {"type": t} for k, t in types.items()}
+    return [{"type": "function", "function": {"name": n, "parameters": {"properties": props}}}
+            for n in ["get_weather", "search", "run_code", "f", "lookup.v2"]]
+
+
 def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started: bool,
-              fmt: str, wellformed: bool) -> None:
+              fmt: str, wellformed: bool, mode: str = "incremental") -> None:
     text, want_r, want_c, want_calls = data.draw(outputs(fmt, started, wellformed), label="out")
+    tools = schema_of(text) if fmt == "qwen3_coder" else None
     ids = info.tokenizer.encode(text, add_special_tokens=False).ids
     skip = data.draw(st.booleans(), label="skip_special")
     stop = None if wellformed else data.draw(
         st.sampled_from([None, ["。"], ["\n\n", "world"], ["e"]]), label="stop")
     min_tokens = 0 if wellformed else data.draw(st.integers(0, len(ids) + 1), label="min_tokens")
-    p = make_parsed_stream(reasoning, started, fmt, stop=stop, min_tokens=min_tokens)
+    p = make_parsed_stream(reasoning, started, fmt, stop=stop, min_tokens=min_tokens,
+                           tool_stream=mode, tools=tools)
     keep = marker_token_ids(info, p.markers)
     table = skip_table(info, keep) if skip else info.byte_table
     assert table is not None
@@ -410,9 +486,15 @@ def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started:
         exempt = len(ByteStream(table, []).push(ids[:min_tokens]))
     got = merge(deltas)
     assert stream_of(got) == stream_of(p.parse_full(whole, exempt))
-    if wellformed and whole == text:
+    check_call_deltas(deltas, mode)
+    if wellformed and whole == text and (tools is not None or fmt != "qwen3_coder"):
         assert (got.reasoning, got.text) == (want_r, want_c)
-        assert [(c.name, c.arguments) for c in got.tool_calls or ()] == want_calls
+        calls = [(c.name, c.arguments) for c in got.tool_calls or ()]
+        if mode == "whole" or fmt in ("qwen3_coder", "deepseekv4") and '">\n{' not in text:
+            assert calls == want_calls  # re-serialised (whole) or built from typed values
+        else:  # the model's own JSON, passed through: the same values
+            assert [(n, json.loads(a)) for n, a in calls] == [
+                (n, json.loads(a)) for n, a in want_calls]
         assert got.ended_with_tool_calls == bool(want_calls)
 
 
@@ -422,19 +504,23 @@ ID_SETTINGS = settings(max_examples=40, deadline=None,
 
 @ID_SETTINGS
 @given(data=st.data())
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("fmt", ["deepseekv4", "deepseekv3"])
 @pytest.mark.parametrize("wellformed", [True, False])
-def test_deepseek_v4_tokenizer_stream_equals_batch(fmt: str, wellformed: bool,
+def test_deepseek_v4_tokenizer_stream_equals_batch(fmt: str, wellformed: bool, mode: str,
                                                    data: st.DataObject) -> None:
     started = data.draw(st.booleans(), label="started")
-    check_ids(deepseek(), data, "deepseek-r1", started, fmt, wellformed)
+    check_ids(deepseek(), data, "deepseek-r1", started, fmt, wellformed, mode)
 
 
 @ID_SETTINGS
 @given(data=st.data())
-@pytest.mark.parametrize("fmt", ["hermes", "mistral"])
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fmt", ["hermes", "mistral", "qwen3_coder"])
 @pytest.mark.parametrize("wellformed", [True, False])
-def test_qwen_style_tokenizer_stream_equals_batch(fmt: str, wellformed: bool,
+def test_qwen_style_tokenizer_stream_equals_batch(fmt: str, wellformed: bool, mode: str,
                                                   data: st.DataObject) -> None:
+    """Qwen's markers as special added tokens; qwen3_coder's `<function=` and `<parameter=`
+    are ordinary text in Qwen3-Coder's vocabulary, as here."""
     started = data.draw(st.booleans(), label="started")
-    check_ids(qwen_style(), data, "qwen3", started, fmt, wellformed)
+    check_ids(qwen_style(), data, "qwen3", started, fmt, wellformed, mode)

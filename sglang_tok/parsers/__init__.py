@@ -3,10 +3,12 @@
 API (everything a shard needs; each object is per request, the grammars are shared):
 
     make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser
-    make_tool_parser(name: str) -> ToolParser
+    make_tool_parser(name: str, tool_stream: str = "incremental",
+                     tools: list | None = None) -> ToolParser
     make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
                        tool_parser: str = "", stop: list[str] | None = None,
-                       include_stop_str: bool = False, min_tokens: int = 0) -> ParsedStream
+                       include_stop_str: bool = False, min_tokens: int = 0,
+                       tool_stream: str = "incremental", tools: list | None = None)
     marker_token_ids(info, markers) -> frozenset[int]     # specials the parser must see
     skip_table(info, keep) -> list[bytes] | None          # skip_special byte table, keep visible
     ParsedStream.feed(text) -> ParsedDelta     # per decoded piece, in order
@@ -14,15 +16,20 @@ API (everything a shard needs; each object is per request, the grammars are shar
     ParsedStream.finish() -> ParsedDelta       # once, at the end: the final flush, never skipped
     ParsedStream.parse_full(text, exempt_chars=0) -> ParsedDelta   # the batch reference
     ParsedDelta(text, reasoning, tool_calls: list[ToolCallDelta] | None, stop: str | None,
-                ended_with_tool_calls: bool);  ToolCallDelta(index, name | None, arguments)
+                ended_with_tool_calls: bool)
+    ToolCallDelta(index, name | None, arguments, malformed, cut)
+    merge(deltas) -> ParsedDelta     # what a client accumulates (malformed calls dropped)
+
+A new tool-call format: see the docstring of tools.py (a module + a line in formats.py).
 
 Unknown names raise `ParserError` (a ValueError) with the known names in the message.
 
 Exactness (held by property tests): for every chunking of the same text, the concatenated
 `text`, `reasoning` and each call's name and concatenated `arguments` of all `feed`s plus
 `finish` equal `parse_full` of the whole text. Every decision depends only on the text so
-far: a partial marker is held (only a suffix that could still grow into one), a call is
-released only once complete and valid, and `finish` releases whatever is held.
+far: a partial marker is held (only a suffix that could still grow into one), a call's
+arguments leave only as far as they are certain (whole mode: once complete and valid),
+and `finish` releases whatever is held.
 
 Wiring into the shard (sglang_tok/request.py), so that none of the usual bugs can happen:
 1. OPEN gains `reasoning_parser` [""], `reasoning_started` [false], `tool_parser` [""],
@@ -57,20 +64,25 @@ Wiring into the shard (sglang_tok/request.py), so that none of the usual bugs ca
 
 from __future__ import annotations
 
+from typing import Any
+
+from .formats import FORMATS, REASONING_OF
 from .markers import MarkerSet, marker_token_ids, skip_table
 from .reasoning import ReasoningParser
+from .schema import Schemas, tool_schemas
 from .stream import ParsedStream
-from .tools import FORMATS, ToolFormat, ToolParser
-from .types import ParsedDelta, ParserError, ToolCallDelta, merge
+from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
+from .types import ParsedDelta, ParserError, ToolCallDelta, merge, merge_calls
 
 # name -> a marker that also ends the block (stays in content for the tool parser)
 REASONING_PARSERS: dict[str, str | None] = {"deepseek-r1": None, "qwen3": "<tool_call>"}
 TOOL_PARSERS = FORMATS
 
-__all__ = ["FORMATS", "REASONING_PARSERS", "TOOL_PARSERS", "MarkerSet", "ParsedDelta",
-           "ParsedStream", "ParserError", "ReasoningParser", "ToolCallDelta", "ToolFormat",
-           "ToolParser", "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
-           "marker_token_ids", "merge", "skip_table"]
+__all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "TOOL_PARSERS", "TOOL_STREAMS",
+           "CallReader", "Event", "MarkerSet", "ParsedDelta", "ParsedStream", "ParserError",
+           "ReasoningParser", "Schemas", "ToolCallDelta", "ToolFormat", "ToolParser",
+           "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
+           "marker_token_ids", "merge", "merge_calls", "skip_table", "tool_schemas"]
 
 
 def make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser:
@@ -80,17 +92,25 @@ def make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser:
     return ReasoningParser(name, started, implicit_close=REASONING_PARSERS[name])
 
 
-def make_tool_parser(name: str) -> ToolParser:
+def make_tool_parser(name: str, tool_stream: str = "incremental",
+                     tools: list[Any] | None = None) -> ToolParser:
+    """`tools`: the request's OpenAI tool definitions; given (even []), a call to a name
+    not among them is text. None: any name is a call, and every value is a string."""
     fmt = FORMATS.get(name)
     if fmt is None:
         raise ParserError(f"unknown tool_parser {name!r}; known: {', '.join(sorted(FORMATS))}")
-    return ToolParser(fmt)
+    if tool_stream not in TOOL_STREAMS:
+        raise ParserError(f"unknown tool_stream {tool_stream!r}; known: "
+                          f"{', '.join(TOOL_STREAMS)}")
+    return ToolParser(fmt, tool_stream, None if tools is None else tool_schemas(tools))
 
 
 def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
                        tool_parser: str = "", stop: list[str] | None = None,
-                       include_stop_str: bool = False, min_tokens: int = 0) -> ParsedStream:
+                       include_stop_str: bool = False, min_tokens: int = 0,
+                       tool_stream: str = "incremental",
+                       tools: list[Any] | None = None) -> ParsedStream:
     reasoning = make_reasoning_parser(reasoning_parser, reasoning_started) \
         if reasoning_parser else None
-    tools = make_tool_parser(tool_parser) if tool_parser else None
-    return ParsedStream(reasoning, tools, stop, include_stop_str, min_tokens)
+    tools_ = make_tool_parser(tool_parser, tool_stream, tools) if tool_parser else None
+    return ParsedStream(reasoning, tools_, stop, include_stop_str, min_tokens)

@@ -24,30 +24,30 @@ class MarkerSet:
         self.prefixes = frozenset(m[:k] for m in self.markers for k in range(1, len(m)))
         self.reach = max(map(len, self.markers), default=1) - 1
 
-    def find(self, s: str, start: int = 0) -> tuple[int, str]:
-        """Earliest (index, marker); ties go to the longest marker; (-1, "") if none."""
+    def find(self, s: str, start: int = 0, end: int | None = None) -> tuple[int, str]:
+        """Earliest (index, marker) in s[start:end]; ties go to the longest; (-1, "") if none."""
         best, which = -1, ""
         for m in self.markers:
-            at = s.find(m, start)
+            at = s.find(m, start, end)
             if at >= 0 and (best < 0 or at < best or (at == best and len(m) > len(which))):
                 best, which = at, m
         return best, which
 
-    def hold_from(self, s: str, start: int = 0) -> int:
-        """Smallest i >= start with s[i:] a proper prefix of a marker; len(s) if none.
+    def hold_from(self, s: str, start: int = 0, end: int | None = None) -> int:
+        """Smallest i >= start with s[i:end] a proper prefix of a marker; `end` if none.
 
         The caller has already found no whole marker in s[start:], so a position released
         here can never start a marker later: the held part depends only on the text so far,
         not on how it was chunked.
         """
-        n = len(s)
+        n = len(s) if end is None else end
         lo = max(start, n - self.reach)
         best = n
         prefixes = self.prefixes
         for c in self.firsts:
             at = s.find(c, lo, best)
             while at >= 0:
-                if s[at:] in prefixes:
+                if s[at:n] in prefixes:
                     best = at
                     break
                 at = s.find(c, at + 1, best)

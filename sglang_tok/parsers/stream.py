@@ -28,6 +28,7 @@ class ParsedStream:
         "called",
         "exempt",
         "include_stop",
+        "live",
         "reasoning",
         "stopped",
         "stops",
@@ -46,7 +47,8 @@ class ParsedStream:
         self.include_stop = include_stop_str
         self.exempt = min_tokens > 0  # content is exempt from stop matching until exempt_end
         self.stopped: str | None = None
-        self.called = False
+        self.called = False  # a call stands (sent, and not flagged malformed)
+        self.live: set[int] = set()
         # the hot path: a piece holding no character that starts a marker, while nothing is
         # held anywhere, passes through with one `in` test per channel
         self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
@@ -75,8 +77,12 @@ class ParsedStream:
         if self.stopped is not None:
             return ParsedDelta()
         r, t = self.reasoning, self.tools
-        if t is not None and (r is None or r.state == CONTENT) and t.absorb(text):
-            return ParsedDelta()
+        if t is not None and (r is None or r.state == CONTENT):
+            frag = t.absorb(text)
+            if frag is not None:
+                if not frag:
+                    return ParsedDelta()
+                return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
         reasoning = ""
         if self.reasoning is not None:
             text, reasoning = self.reasoning.split(text)
@@ -143,8 +149,17 @@ class ParsedStream:
             else:
                 calls.append(item)
         if calls:
-            self.called = True
+            self._note(calls)
         return ParsedDelta("".join(texts), reasoning, calls or None)
+
+    def _note(self, calls: list[ToolCallDelta]) -> None:
+        live = self.live
+        for c in calls:
+            if c.malformed:
+                live.discard(c.index)
+            elif c.name is not None:
+                live.add(c.index)
+        self.called = bool(live)
 
     def _stopped(self, items: list[str | ToolCallDelta], reasoning: str,
                  final: bool) -> ParsedDelta:
@@ -162,7 +177,7 @@ class ParsedStream:
                 return self._stop(texts, reasoning, calls, matched)
             if not isinstance(item, str):
                 calls.append(item)
-                self.called = True
+                self._note([item])
         if final:
             out, _, matched = stops.feed("", final=True)
             texts.append(out)

@@ -1,17 +1,39 @@
 """Tool-call parsing over the content channel: one engine, one small grammar per format.
 
-A format is: an optional section wrapper (`open`, `close`), a call opener, a way to find
-the call's end (a close marker, or the end of a balanced JSON value), and a function that
-turns the call's body into `[(name, arguments_json)]` or None when it is malformed.
+How to add a format (why it is shaped this way):
+  Write a module in this package that builds a `ToolFormat` and add one line to
+  `formats.FORMATS`. A format says only what is specific to it: where a call opens
+  (`call_open`, optionally inside a section wrapper), how its end is found (`CloseMarker`
+  or an object with `end(body)`), and a per-call `CallReader` that turns the call's body,
+  as it grows, into `Event`s: `(name, "")` when a call's name is known, then `(None,
+  fragment)` for its arguments JSON. Everything that must be the same for every format
+  lives in the engine and nowhere else: holding partial markers, call indices, rejecting
+  names not in the request's `tools`, flags for malformed and cut calls, giving malformed
+  calls back as text, and markup (wrappers, whitespace) around calls. So a new format
+  cannot get those wrong, and the property tests of the engine cover it.
+  A reader obeys three rules, which make stream == batch hold by construction:
+  - decide only on `body[:ready]` (beyond it may be the start of the end marker);
+  - emit only what no later text can change (a JSON reader holds its value's closing
+    brace; a string value's possible trailing newline is held where the format strips it);
+  - `close(body)` either returns the rest, so that everything emitted for the call
+    concatenates to its final arguments (the same text a batch parse gives), or None
+    when the call is malformed. Emitted text is never taken back; the engine flags it.
+  `parse` is the format's whole-call parse for `tool_stream: "whole"` (today's delivery:
+  one fragment when the call ends); a format without its own uses `parse_with_reader`.
 
 Rules, identical for streaming and batch (batch is the same machine fed once, and every
 decision depends only on the text so far, never on how it was chunked):
 - Text outside calls is content. A partial marker at the end of a piece is held.
-- A call is released when it ends and parses: its name and its arguments as JSON text
-  (`json.dumps(..., ensure_ascii=False)` of the parsed object), in one fragment. A call that
-  ends but does not parse (bad JSON, unknown shape) is delivered as text, byte for byte,
-  with its markers; so is a call still open at `finish`. Nothing is ever dropped except
-  markup: wrappers and the whitespace around valid calls.
+- `whole`: a call is released when it ends and parses, in one fragment. `incremental`
+  (default): a call's first delta is its index and name with arguments "", then argument
+  fragments as they become certain; the call's last fragment leaves when it ends.
+- A call that ends but does not parse is delivered as text, byte for byte, with its
+  markers; in incremental mode, if its name was already sent, the engine also sends a
+  last delta for it with `malformed: true` (a batch merge drops such calls). A call still
+  open at `finish` is text in whole mode, and in incremental mode (name sent) stands as
+  sent, its last delta saying `cut: true`.
+- With the request's `tools`, a call to a name not among them is not a call: it is text,
+  like a malformed call (decided as soon as the name is known, so never sent as a call).
 - A section wrapper, and whitespace between calls, are held as "pending markup": dropped
   once a valid call follows, released as text if text or a malformed call follows, and at
   `finish` released only if it holds more than whitespace (an opened section with no valid
@@ -23,14 +45,20 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import Any, Protocol
 
 from .markers import MarkerSet
+from .schema import Schemas
 from .types import ParsedDelta, ToolCallDelta
 
 Calls = list[tuple[str, str]]
+# (name, "") opens a call; (None, fragment) extends the call opened last
+Event = tuple[str | None, str]
 
 TEXT, SECTION, CALL = 0, 1, 2
+WHOLE, INCREMENTAL = "whole", "incremental"
+TOOL_STREAMS = (INCREMENTAL, WHOLE)
 
 
 def _reject_constant(value: str) -> Any:
@@ -46,6 +74,13 @@ def arguments_json(obj: Any) -> str | None:
     if not isinstance(obj, dict):
         return None
     return json.dumps(obj, ensure_ascii=False)
+
+
+def escape(text: str) -> str:
+    """A piece of a JSON string's content: escaping is per character, so pieces concatenate
+    to the escaping of the whole; the same bytes as `json.dumps(text, ensure_ascii=False)`
+    (non-ASCII kept), by json's C encoder without `dumps`' per-call overhead."""
+    return encode_basestring(text)[1:-1]
 
 
 # ------------------------------------------------------------------ call ends
@@ -73,8 +108,9 @@ _STRUCTURE = re.compile(r'[\[\]{}"]')
 class JsonEnd:
     """Where a JSON array/object that starts at `start` ends: brackets outside strings.
 
-    Resumable: each call scans only what is new. Invalid JSON still gets an extent (its
-    brackets balance somewhere, or the call stays open), and then fails to parse.
+    Resumable: each call scans only what is new (up to `n`). Invalid JSON still gets an
+    extent (its brackets balance somewhere, or the call stays open), and then fails to
+    parse. `pos` is how far the scan has got: everything before it is inside the value.
     """
 
     __slots__ = ("depth", "in_string", "pos")
@@ -84,13 +120,15 @@ class JsonEnd:
         self.depth = 0
         self.in_string = False
 
-    def end(self, body: str) -> int:
-        i, n = self.pos, len(body)
+    def end(self, body: str, n: int | None = None) -> int:
+        i = self.pos
+        if n is None:
+            n = len(body)
         while True:
             if self.in_string:
-                m = _IN_STRING.search(body, i)
+                m = _IN_STRING.search(body, i, n)
                 if m is None:
-                    self.pos = n
+                    self.pos = max(i, n)
                     return -1
                 j = m.start()
                 if body[j] == "\\":
@@ -102,9 +140,9 @@ class JsonEnd:
                 self.in_string = False
                 i = j + 1
                 continue
-            m = _STRUCTURE.search(body, i)
+            m = _STRUCTURE.search(body, i, n)
             if m is None:
-                self.pos = n
+                self.pos = max(i, n)
                 return -1
             j = m.start()
             c = body[j]
@@ -120,192 +158,110 @@ class JsonEnd:
             i = j + 1
 
 
-_NAME_RUN = re.compile(r"\s*[\w.\-]*")
-ARGS = "[ARGS]"
+class RawArgs:
+    """A JSON object written by the model, passed through as its arguments, unchanged.
 
-
-class MistralEnd:
-    """`[TOOL_CALLS]` then a JSON array/object, or (v11+ tokenizers) `name[ARGS]{json}`.
-
-    There is no close marker: the call ends where its JSON value ends. A body that cannot
-    be either form ends the call at the first character that rules it out (then the call
-    is text, and that character is read again as text).
+    Released as far as it is scanned, except its closing brace, which leaves with the
+    call's end (so a client never holds complete-looking arguments of a call that may
+    still turn out malformed). Decides nothing about validity: the call's close does.
     """
 
-    __slots__ = ("json",)
+    __slots__ = ("end", "json", "sent", "start")
 
-    def __init__(self) -> None:
-        self.json: JsonEnd | None = None
+    def __init__(self, start: int) -> None:
+        self.start = self.sent = start
+        self.json = JsonEnd(start)
+        self.end = -1  # the value's end, once found
 
-    def end(self, body: str) -> tuple[int, int]:
-        if self.json is None:
-            start = self._json_start(body)
-            if start < 0:
-                return (-1, -1) if start == -1 else (-start - 2, -start - 2)
-            self.json = JsonEnd(start)
-        at = self.json.end(body)
-        return at, at
+    def read(self, body: str, ready: int) -> str:
+        if self.end < 0:
+            e = self.json.end(body, ready)
+            if e >= 0:
+                self.end = e
+        limit = self.end - 1 if self.end >= 0 else min(self.json.pos, ready)
+        if limit <= self.sent:
+            return ""
+        frag = body[self.sent:limit]
+        self.sent = limit
+        return frag
 
-    @staticmethod
-    def _json_start(body: str) -> int:
-        """Index of the JSON value; -1: undecided yet; <= -2: malformed at -(r + 2)."""
-        head = body.lstrip()
-        if not head:
-            return -1
-        if head[0] in "[{":
-            return len(body) - len(head)
-        e = _NAME_RUN.match(body).end()  # type: ignore[union-attr]
-        if e == len(body):
-            return -1
-        if not body.startswith(ARGS, e):
-            return -1 if ARGS.startswith(body[e:]) else -(e + 2)
-        rest_at = e + len(ARGS)
-        rest = body[rest_at:].lstrip()
-        if not rest:
-            return -1
-        if rest[0] in "[{":
-            return len(body) - len(rest)
-        return -((len(body) - len(rest)) + 2)
-
-
-# ------------------------------------------------------------------ call bodies
-def parse_name_arguments(obj: Any) -> tuple[str, str] | None:
-    if not isinstance(obj, dict):
-        return None
-    name = obj.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    args = obj.get("arguments", obj.get("parameters", {}))
-    text = arguments_json(args)
-    return None if text is None else (name, text)
-
-
-def parse_hermes(body: str) -> Calls | None:
-    try:
-        call = parse_name_arguments(loads(body))
-    except ValueError:
-        return None
-    return None if call is None else [call]
-
-
-_MISTRAL_V11 = re.compile(r"\s*([\w.\-]+)\[ARGS\](.*)", re.DOTALL)
-
-
-def parse_mistral(body: str) -> Calls | None:
-    try:
-        m = _MISTRAL_V11.fullmatch(body)
-        if m is not None:
-            text = arguments_json(loads(m.group(2)))
-            return None if text is None else [(m.group(1), text)]
-        obj = loads(body)
-    except ValueError:
-        return None
-    items = obj if isinstance(obj, list) else [obj]
-    calls = [parse_name_arguments(item) for item in items]
-    if not calls or any(c is None for c in calls):
-        return None
-    return calls  # type: ignore[return-value]
-
-
-DS_SEP = "<｜tool▁sep｜>"
-_DSV3 = re.compile(r"[^<\n]*" + DS_SEP + r"([^\n]+)\n```json\n(.*)\n```\s*", re.DOTALL)
-_DSV31 = re.compile(r"([^<\n]+)" + DS_SEP + r"(.*)", re.DOTALL)
-
-
-def parse_deepseekv3(body: str) -> Calls | None:
-    """V3: `function<sep>name\\n```json\\n{...}\\n```` ; V3.1: `name<sep>{...}`."""
-    m = _DSV3.fullmatch(body) or _DSV31.fullmatch(body)
-    if m is None:
-        return None
-    name = m.group(1).strip()
-    try:
-        text = arguments_json(loads(m.group(2)))
-    except ValueError:
-        return None
-    return None if text is None or not name else [(name, text)]
-
-
-DSML = "｜DSML｜"
-_INVOKE_HEAD = re.compile(r'\s+name="([^"]+)"\s*>')
-_PARAM = re.compile(r'\s*<' + DSML + r'parameter\s+name="([^"]+)"\s+string="(true|false)"\s*>'
-                    r'(.*?)</' + DSML + r'parameter>', re.DOTALL)
-
-
-def parse_dsml_invoke(body: str) -> Calls | None:
-    """`<｜DSML｜invoke` + ` name="f">` then a JSON object or DSML parameters.
-
-    A string parameter's value is kept exactly (whitespace too: it may be file content);
-    a `string="false"` value must be JSON.
-    """
-    head = _INVOKE_HEAD.match(body)
-    if head is None:
-        return None
-    inner = body[head.end():]
-    try:
-        if inner.lstrip().startswith("{"):
-            text = arguments_json(loads(inner))
-            return None if text is None else [(head.group(1), text)]
-        params: dict[str, Any] = {}
-        pos = 0
-        while (m := _PARAM.match(inner, pos)) is not None:
-            key, is_string, value = m.groups()
-            if key in params:
-                return None
-            params[key] = value if is_string == "true" else loads(value)
-            pos = m.end()
-    except ValueError:
-        return None
-    if inner[pos:].strip():
-        return None
-    return [(head.group(1), json.dumps(params, ensure_ascii=False))]
+    def rest(self, body: str) -> str:
+        frag = body[self.sent:self.end]
+        self.sent = self.end
+        return frag
 
 
 # ------------------------------------------------------------------ formats
+class CallReader(Protocol):
+    """Per call, incremental mode: the call's body as it grows -> name and argument events.
+
+    `read` is called with the body so far and `ready`, the length of the part that cannot
+    be the start of the end marker; it returns the events that part makes certain.
+    `close` is called once with the complete body (after a last `read` of all of it): the
+    remaining events, or None when the call is malformed.
+
+    Optional, for speed: `fast(at, text) -> str | None`, for a piece `text` appended at
+    `at` that holds no character starting the call's end marker: the argument fragment
+    `read` would give for it, without the scan (None: not in a state that can tell).
+    """
+
+    def read(self, body: str, ready: int) -> list[Event]: ...
+
+    def close(self, body: str) -> list[Event] | None: ...
+
+
+ReaderFactory = Callable[[Schemas | None], CallReader]
+
+
+def parse_with_reader(make_reader: ReaderFactory) -> Callable[[str, Schemas | None],
+                                                               Calls | None]:
+    """A whole-call parse from a reader: the same grammar, the same bytes, in one piece."""
+    def parse(body: str, schemas: Schemas | None) -> Calls | None:
+        reader = make_reader(schemas)
+        events = reader.read(body, len(body))
+        rest = reader.close(body)
+        if rest is None:
+            return None
+        calls: list[list[str]] = []
+        for name, frag in events + rest:
+            if name is not None:
+                calls.append([name, ""])
+            elif calls:
+                calls[-1][1] += frag
+        return [(n, a) for n, a in calls] or None
+    return parse
+
+
 class ToolFormat:
-    """A grammar, shared by every request using it (immutable after construction)."""
+    """A grammar, shared by every request using it (immutable after construction).
+
+    `parse(body)` is the whole-mode parse (`tool_stream: "whole"`, today's bytes);
+    `reader(schemas)` makes the per-call incremental reader. A schema-typed format passes
+    `typed_parse` instead of `parse`: its whole mode is its reader run once.
+    """
 
     def __init__(self, name: str, call_open: str, end: Callable[[], Any],
-                 parse: Callable[[str], Calls | None], section: tuple[str, str] | None = None,
-                 inner: tuple[str, ...] = ()) -> None:
+                 parse: Callable[[str], Calls | None] | None, reader: ReaderFactory,
+                 section: tuple[str, str] | None = None, inner: tuple[str, ...] = ()) -> None:
         self.name = name
         self.section = section
         self.call_open = call_open
         self.make_end = end
-        self.parse = parse
+        self.reader = reader
+        whole = parse_with_reader(reader)
+        self.parse: Callable[[str, Schemas | None], Calls | None] = \
+            whole if parse is None else (lambda body, _schemas: parse(body))
         self.opener = MarkerSet([section[0] if section else call_open])
         closer = end()
         # a call's body can skip the engine on pieces without this character
         self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
         self.close_marker = closer.close if isinstance(closer, CloseMarker) else ""
         self.close_reach = max(0, len(self.close_marker) - 1)
+        self.close_set = MarkerSet([self.close_marker]) if self.close_marker else None
         self.in_section = MarkerSet([call_open, section[1]]) if section else None
         # every marker string (special tokens inside them must reach the parser)
         close = [closer.close] if isinstance(closer, CloseMarker) else []
         self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
-
-
-def _close(marker: str) -> Callable[[], CloseMarker]:
-    return lambda: CloseMarker(marker)
-
-
-def _dsml(name: str, section: str) -> ToolFormat:
-    return ToolFormat(name, f"<{DSML}invoke", _close(f"</{DSML}invoke>"), parse_dsml_invoke,
-                      (f"<{DSML}{section}>", f"</{DSML}{section}>"),
-                      (f"<{DSML}parameter", f"</{DSML}parameter>"))
-
-
-FORMATS: dict[str, ToolFormat] = {
-    "deepseekv4": _dsml("deepseekv4", "tool_calls"),
-    "deepseekv32": _dsml("deepseekv32", "function_calls"),
-    "deepseekv3": ToolFormat(
-        "deepseekv3", "<｜tool▁call▁begin｜>", _close("<｜tool▁call▁end｜>"), parse_deepseekv3,
-        ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), (DS_SEP,)),
-    "hermes": ToolFormat("hermes", "<tool_call>", _close("</tool_call>"), parse_hermes),
-    "mistral": ToolFormat("mistral", "[TOOL_CALLS]", MistralEnd, parse_mistral,
-                          inner=(ARGS,)),
-}
-FORMATS["deepseekv31"] = FORMATS["deepseekv3"]
-FORMATS["qwen25"] = FORMATS["qwen"] = FORMATS["hermes"]
 
 
 class ToolParser:
@@ -315,25 +271,40 @@ class ToolParser:
         "after_call",
         "body",
         "count",
+        "delivered",
         "ender",
+        "fast",
         "fmt",
         "held",
+        "incremental",
+        "opened",
         "out",
         "pending",
+        "reader",
+        "rejected",
+        "schemas",
         "section_ok",
         "state",
     )
 
-    def __init__(self, fmt: ToolFormat) -> None:
+    def __init__(self, fmt: ToolFormat, tool_stream: str = INCREMENTAL,
+                 schemas: Schemas | None = None) -> None:
         self.fmt = fmt
+        self.incremental = tool_stream == INCREMENTAL
+        self.schemas = schemas
         self.state = TEXT
         self.held = ""  # a possible marker prefix (TEXT / SECTION)
         self.pending = ""  # markup that a valid call drops and anything else releases
         self.body = ""  # the open call's text after its opener
         self.ender: Any = None
+        self.reader: CallReader | None = None  # incremental: the open call's reader
+        self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
+        self.opened: list[int] = []  # incremental: indices of the open body's sent calls
+        self.rejected = False  # incremental: the open body is already known to be text
         self.section_ok = False  # a valid call was released in the current section
         self.after_call = False  # a valid call was released: whitespace may be markup
-        self.count = 0
+        self.count = 0  # indices given out (a malformed call's index is not reused)
+        self.delivered = 0  # calls that stand (valid, or cut by the end of the output)
         # str (content) and ToolCallDelta items in output order, fresh per step
         self.out: list[str | ToolCallDelta] = []
 
@@ -341,21 +312,32 @@ class ToolParser:
     def markers(self) -> tuple[str, ...]:
         return self.fmt.markers
 
-    def absorb(self, text: str) -> bool:
-        """Inside a call, a piece that cannot start or finish its close marker only grows it."""
+    def absorb(self, text: str) -> str | None:
+        """Inside a call, a piece that cannot start or finish its close marker only grows it:
+        None if it must go through `step`; else what it adds to the open call's arguments
+        ("" in whole mode, where nothing of a call leaves before its end; in incremental
+        mode the reader's `fast` answer, when it has one for its state)."""
         close, reach = self.fmt.close_first, self.fmt.close_reach
         if self.state != CALL or close is None or close in text:
-            return False
+            return None
         body = self.body
         at = body.find(close, len(body) - reach)
         while at >= 0:  # a close marker under way at the end of the body?
             if self.fmt.close_marker.startswith(body[at:]):
-                return False
+                return None
             at = body.find(close, at + 1)
+        frag: str | None = ""
+        if self.incremental:
+            fast = self.fast
+            if fast is None or self.rejected or not self.opened:
+                return None
+            frag = fast(len(body), text)
+            if frag is None:
+                return None
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
-        return True
+        return frag
 
     @property
     def idle(self) -> bool:
@@ -378,15 +360,24 @@ class ToolParser:
         return out
 
     def flush(self) -> list[str | ToolCallDelta]:
-        """End of output: an open call, held prefixes and non-blank markup become text."""
+        """End of output: held prefixes and non-blank markup become text; an open call is
+        text, or (incremental, already sent) stands as sent and is flagged cut."""
         out = self.out = []
         tail = self.pending if self.pending.strip() else ""
         if self.state == CALL:
-            tail = self.pending + self.fmt.call_open + self.body
+            if self.opened and not self.rejected:
+                for i in self.opened:
+                    out.append(ToolCallDelta(i, cut=True))
+                self.delivered += len(self.opened)
+                tail = ""
+            else:
+                tail = self.pending + self.fmt.call_open + self.body
         tail += self.held
         if tail:
             out.append(tail)
         self.held = self.pending = self.body = ""
+        self.opened = []
+        self.reader = None
         self.state = TEXT
         return out
 
@@ -431,6 +422,11 @@ class ToolParser:
         self.state = CALL
         self.body = ""
         self.ender = self.fmt.make_end()
+        if self.incremental:
+            self.reader = self.fmt.reader(self.schemas)
+            self.fast = getattr(self.reader, "fast", None)
+            self.opened = []
+            self.rejected = False
 
     def _call(self, s: str) -> str:
         body, self.body = self.body, ""
@@ -438,23 +434,78 @@ class ToolParser:
         end_body, end_call = self.ender.end(body)
         if end_body < 0:
             self.body = body
+            if self.incremental and not self.rejected:
+                cs = self.fmt.close_set
+                ready = len(body) if cs is None else cs.hold_from(body)
+                self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
             return ""
         self.ender = None
         self.state = SECTION if self.fmt.section is not None else TEXT
-        try:
-            calls = self.fmt.parse(body[:end_body])
-        except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
-            calls = None
-        if calls is None:
-            self.out.append(self.pending + self.fmt.call_open + body[:end_call])
+        inner = body[:end_body]
+        if self.incremental:
+            ok = self._close(inner)
         else:
-            out = self.out
-            for name, arguments in calls:
-                out.append(ToolCallDelta(self.count, name, arguments))
-                self.count += 1
+            try:
+                calls = self.fmt.parse(inner, self.schemas)
+            except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
+                calls = None
+            if calls is not None and self.schemas is not None and \
+                    any(name not in self.schemas for name, _ in calls):
+                calls = None  # a name not in the request's tools: text, as malformed
+            ok = calls is not None
+            if calls is not None:
+                for name, arguments in calls:
+                    self.out.append(ToolCallDelta(self.count, name, arguments))
+                    self.count += 1
+                self.delivered += len(calls)
+        if ok:
             self.section_ok = self.after_call = True
+        else:
+            self.out.append(self.pending + self.fmt.call_open + body[:end_call])
         self.pending = ""
         return body[end_call:]
+
+    def _close(self, inner: str) -> bool:
+        """Incremental: the call's body is complete; send its rest, or flag it malformed."""
+        reader = self.reader
+        assert reader is not None
+        self.reader = None
+        ok = not self.rejected
+        if ok:
+            try:
+                ok = self._events(reader.read(inner, len(inner)))
+                rest = reader.close(inner) if ok else None
+            except RecursionError:
+                rest = None
+            ok = rest is not None and self._events(rest) and bool(self.opened)
+        if ok:
+            self.delivered += len(self.opened)
+        else:
+            for i in self.opened:
+                self.out.append(ToolCallDelta(i, malformed=True))
+        self.opened = []
+        self.rejected = False
+        return ok
+
+    def _events(self, events: list[Event]) -> bool:
+        """Send a reader's events as call deltas; False once a name is rejected."""
+        out = self.out
+        for name, frag in events:
+            if name is not None:
+                if self.schemas is not None and name not in self.schemas:
+                    self.rejected = True
+                    return False
+                out.append(ToolCallDelta(self.count, name, ""))
+                self.opened.append(self.count)
+                self.count += 1
+            elif frag and self.opened:
+                i = self.opened[-1]
+                last = out[-1] if out else None
+                if isinstance(last, ToolCallDelta) and last.index == i and last.name is None:
+                    last.arguments += frag  # one fragment per call per step
+                else:
+                    out.append(ToolCallDelta(i, None, frag))
+        return True
 
     def _stray(self, t: str, markup: bool) -> None:
         """Text outside calls; in markup context, trailing whitespace waits as pending."""
@@ -476,18 +527,18 @@ class ToolParser:
 
     def finish(self) -> ParsedDelta:
         delta = _delta(self.flush())
-        delta.ended_with_tool_calls = self.count > 0
+        delta.ended_with_tool_calls = self.delivered > 0
         return delta
 
     def fresh(self) -> ToolParser:
-        return ToolParser(self.fmt)
+        return ToolParser(self.fmt, INCREMENTAL if self.incremental else WHOLE, self.schemas)
 
     def parse_full(self, text: str) -> ParsedDelta:
         """The batch reference: a fresh parser of the same format over the whole output."""
         fresh = self.fresh()
         items = fresh.step(text) + fresh.flush()
         delta = _delta(items)
-        delta.ended_with_tool_calls = fresh.count > 0
+        delta.ended_with_tool_calls = fresh.delivered > 0
         return delta
 
 

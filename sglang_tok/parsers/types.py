@@ -7,7 +7,7 @@ import msgspec
 # on the wire as is (Delta.tool_calls): defined with the other frames
 from ..protocol import ToolCallDelta
 
-__all__ = ["ParsedDelta", "ParserError", "ToolCallDelta", "merge"]
+__all__ = ["ParsedDelta", "ParserError", "ToolCallDelta", "merge", "merge_calls"]
 
 
 class ParserError(ValueError):
@@ -28,19 +28,31 @@ class ParsedDelta(msgspec.Struct, omit_defaults=True, gc=False):
 
 
 def merge(deltas: list[ParsedDelta]) -> ParsedDelta:
-    """Concatenate deltas channel by channel and call by call (tests, non-streaming use)."""
+    """Concatenate deltas channel by channel and call by call (tests, non-streaming use).
+
+    A call flagged `malformed` is dropped (its text is in `text`, as a batch parse gives
+    it); a `cut` call stands, flagged.
+    """
     text = "".join(d.text for d in deltas)
     reasoning = "".join(d.reasoning for d in deltas)
-    calls: dict[int, ToolCallDelta] = {}
-    for d in deltas:
-        for c in d.tool_calls or ():
-            have = calls.get(c.index)
-            if have is None:
-                calls[c.index] = ToolCallDelta(c.index, c.name, c.arguments)
-            else:
-                have.arguments += c.arguments
-                if c.name is not None:
-                    have.name = c.name
+    calls = merge_calls(None, [c for d in deltas for c in d.tool_calls or ()])
     stop = next((d.stop for d in deltas if d.stop is not None), None)
     ended = any(d.ended_with_tool_calls for d in deltas)
-    return ParsedDelta(text, reasoning, [calls[i] for i in sorted(calls)] or None, stop, ended)
+    return ParsedDelta(text, reasoning, calls, stop, ended)
+
+
+def merge_calls(have: list[ToolCallDelta] | None,
+                new: list[ToolCallDelta]) -> list[ToolCallDelta] | None:
+    """One entry per call (by index, in order of first appearance): fragments concatenated,
+    flags kept; calls flagged `malformed` removed (`stream: false` sends this)."""
+    out = {c.index: c for c in have or ()}
+    for c in new:
+        old = out.get(c.index)
+        if old is None:
+            out[c.index] = ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut)
+        else:
+            out[c.index] = ToolCallDelta(c.index, old.name if c.name is None else c.name,
+                                         old.arguments + c.arguments,
+                                         old.malformed or c.malformed, old.cut or c.cut)
+    kept = [c for c in out.values() if not c.malformed]
+    return kept or None

@@ -1,0 +1,29 @@
+"""The tool-call formats by name: a new format is a module of this package plus one line here.
+
+`REASONING_OF` records the reasoning parser each format's models pair with (what a
+frontend selects when only the tool parser is named; SGLang's names).
+"""
+
+from __future__ import annotations
+
+from .dsml import dsml
+from .json_calls import deepseekv3, hermes, mistral
+from .qwen3_coder import qwen3_coder
+from .tools import ToolFormat
+
+FORMATS: dict[str, ToolFormat] = {
+    "deepseekv4": dsml("deepseekv4", "tool_calls"),
+    "deepseekv32": dsml("deepseekv32", "function_calls"),
+    "deepseekv3": deepseekv3(),
+    "hermes": hermes(),
+    "mistral": mistral(),
+    "qwen3_coder": qwen3_coder(),
+}
+FORMATS["deepseekv31"] = FORMATS["deepseekv3"]
+FORMATS["qwen25"] = FORMATS["qwen"] = FORMATS["hermes"]
+
+REASONING_OF: dict[str, str] = {
+    "deepseekv4": "deepseek-r1", "deepseekv32": "deepseek-r1", "deepseekv31": "deepseek-r1",
+    "deepseekv3": "deepseek-r1", "qwen25": "qwen3", "qwen": "qwen3", "hermes": "qwen3",
+    "qwen3_coder": "qwen3",
+}

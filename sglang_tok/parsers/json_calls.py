@@ -1,0 +1,510 @@
+"""Formats whose calls carry the model's own JSON: hermes/qwen25, mistral, deepseekv3/v31.
+
+Whole mode re-serialises the parsed arguments (today's bytes). Incremental mode passes
+the arguments object through exactly as the model wrote it (no re-serialisation, so no
+escaping or key-order drift: vLLM #13826, #46308), found by scanning the call's JSON
+member by member; validity is still decided by the same whole parse when the call ends.
+A repeated `name` or `arguments`/`parameters` key is malformed in incremental mode (the
+first one was already sent; json.loads would keep the last).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .schema import Schemas
+from .tools import (
+    Calls,
+    CloseMarker,
+    Event,
+    JsonEnd,
+    RawArgs,
+    ToolFormat,
+    arguments_json,
+    loads,
+)
+
+_WS = re.compile(r"\s*")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_SCALAR_END = re.compile(r"[\s,\]}]")
+ARG_KEYS = ("arguments", "parameters")
+
+OPEN, KEY, VALUE, SKIP, ARGS, AFTER, DONE, BAD = range(8)
+
+
+class CallObject:
+    """One `{"name": ..., "arguments": {...}}` object, read member by member as it grows.
+
+    The name is sent once its string is complete; the arguments object streams (through
+    `RawArgs`) once the name is known, whatever the key order.
+    """
+
+    __slots__ = ("args", "end", "first", "key", "named", "pos", "seen", "skip", "state",
+                 "unsent")
+
+    def __init__(self, start: int) -> None:
+        self.pos = start
+        self.state = OPEN
+        self.key = ""
+        self.first = True
+        self.seen: set[str] = set()
+        self.args: RawArgs | None = None
+        self.skip: JsonEnd | None = None
+        self.named = False
+        self.unsent = ""  # arguments scanned before the name was known
+        self.end = -1
+
+    def read(self, body: str, ready: int, out: list[Event]) -> None:
+        pos = self.pos
+        while self.state not in (DONE, BAD):
+            st = self.state
+            if st == ARGS:
+                args = self.args
+                assert args is not None
+                frag = args.read(body, ready)
+                if self.named:
+                    if frag:
+                        out.append((None, frag))
+                else:
+                    self.unsent += frag
+                if args.end < 0:
+                    break
+                pos = args.end
+                self.state = AFTER
+                continue
+            if st == SKIP:
+                assert self.skip is not None
+                e = self.skip.end(body, ready)
+                if e < 0:
+                    break
+                pos = e
+                self.state = AFTER
+                continue
+            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+            if pos >= ready:
+                break
+            c = body[pos]
+            if st == OPEN:
+                if c != "{":
+                    self.state = BAD
+                    break
+                pos += 1
+                self.state = KEY
+            elif st == KEY:
+                if c == "}" and self.first:
+                    pos += 1
+                    self.end = pos
+                    self.state = DONE
+                    break
+                m = _STRING.match(body, pos, ready) if c == '"' else None
+                if m is None:
+                    if c != '"':
+                        self.state = BAD
+                    break
+                j = _WS.match(body, m.end(), ready).end()  # type: ignore[union-attr]
+                if j >= ready:
+                    break  # the colon has not arrived yet: read the key again then
+                if body[j] != ":":
+                    self.state = BAD
+                    break
+                try:
+                    key = json.loads(m.group())
+                except ValueError:
+                    self.state = BAD
+                    break
+                k = "arguments" if key in ARG_KEYS else key
+                if k in self.seen and k in ("name", "arguments"):
+                    self.state = BAD
+                    break
+                self.seen.add(k)
+                self.key = key
+                self.first = False
+                pos = j + 1
+                self.state = VALUE
+            elif st == VALUE:
+                pos = self._value(body, pos, ready, c, out)
+                if self.state == VALUE:
+                    break
+            else:  # AFTER
+                if c == ",":
+                    pos += 1
+                    self.state = KEY
+                elif c == "}":
+                    self.end = pos + 1
+                    pos += 1
+                    self.state = DONE
+                else:
+                    self.state = BAD
+        self.pos = pos
+
+    def _value(self, body: str, pos: int, ready: int, c: str, out: list[Event]) -> int:
+        key = self.key
+        if key in ARG_KEYS:
+            if c != "{":
+                self.state = BAD  # arguments that are not an object are malformed
+                return pos
+            self.args = RawArgs(pos)
+            self.state = ARGS
+            return pos
+        if c in "{[":
+            self.skip = JsonEnd(pos)
+            self.state = SKIP
+            return pos
+        if c == '"':
+            m = _STRING.match(body, pos, ready)
+            if m is None:
+                return pos  # wait for the string's end
+            if key == "name":
+                try:
+                    name = json.loads(m.group())
+                except ValueError:
+                    name = None
+                if not isinstance(name, str) or not name:
+                    self.state = BAD
+                    return pos
+                self.named = True
+                out.append((name, ""))
+                if self.unsent:
+                    out.append((None, self.unsent))
+                    self.unsent = ""
+            self.state = AFTER
+            return m.end()
+        if key == "name":
+            self.state = BAD
+            return pos
+        m2 = _SCALAR_END.search(body, pos, ready)
+        if m2 is None:
+            return pos
+        self.state = AFTER
+        return m2.start()
+
+    def rest(self, body: str) -> Event:
+        """The call's last fragment (its object is done): the held brace, or `{}`."""
+        if self.args is None:
+            return (None, "{}")
+        return (None, self.args.rest(body))
+
+
+# ------------------------------------------------------------------ hermes / qwen25
+def parse_name_arguments(obj: Any) -> tuple[str, str] | None:
+    if not isinstance(obj, dict):
+        return None
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    text = arguments_json(args)
+    return None if text is None else (name, text)
+
+
+def parse_hermes(body: str) -> Calls | None:
+    try:
+        call = parse_name_arguments(loads(body))
+    except ValueError:
+        return None
+    return None if call is None else [call]
+
+
+class HermesReader:
+    """`<tool_call>` + one JSON object + `</tool_call>`."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, schemas: Schemas | None = None) -> None:
+        self.obj: CallObject | None = None
+
+    def read(self, body: str, ready: int) -> list[Event]:
+        out: list[Event] = []
+        if self.obj is None:
+            pos = _WS.match(body, 0, ready).end()  # type: ignore[union-attr]
+            if pos >= ready:
+                return out
+            self.obj = CallObject(pos)
+        self.obj.read(body, ready, out)
+        return out
+
+    def close(self, body: str) -> list[Event] | None:
+        obj = self.obj
+        if obj is None or obj.state != DONE or not obj.named or body[obj.end:].strip() \
+                or parse_hermes(body) is None:
+            return None
+        return [obj.rest(body)]
+
+
+# ------------------------------------------------------------------ mistral
+_NAME_RUN = re.compile(r"\s*[\w.\-]*")
+_V11_NAME = re.compile(r"\s*[\w.\-]+")
+ARGS_MARK = "[ARGS]"
+
+
+class MistralEnd:
+    """`[TOOL_CALLS]` then a JSON array/object, or (v11+ tokenizers) `name[ARGS]{json}`.
+
+    There is no close marker: the call ends where its JSON value ends. A body that cannot
+    be either form ends the call at the first character that rules it out (then the call
+    is text, and that character is read again as text).
+    """
+
+    __slots__ = ("json",)
+
+    def __init__(self) -> None:
+        self.json: JsonEnd | None = None
+
+    def end(self, body: str) -> tuple[int, int]:
+        if self.json is None:
+            start = self._json_start(body)
+            if start < 0:
+                return (-1, -1) if start == -1 else (-start - 2, -start - 2)
+            self.json = JsonEnd(start)
+        at = self.json.end(body)
+        return at, at
+
+    @staticmethod
+    def _json_start(body: str) -> int:
+        """Index of the JSON value; -1: undecided yet; <= -2: malformed at -(r + 2)."""
+        head = body.lstrip()
+        if not head:
+            return -1
+        if head[0] in "[{":
+            return len(body) - len(head)
+        e = _NAME_RUN.match(body).end()  # type: ignore[union-attr]
+        if e == len(body):
+            return -1
+        if not body.startswith(ARGS_MARK, e):
+            return -1 if ARGS_MARK.startswith(body[e:]) else -(e + 2)
+        rest_at = e + len(ARGS_MARK)
+        rest = body[rest_at:].lstrip()
+        if not rest:
+            return -1
+        if rest[0] in "[{":
+            return len(body) - len(rest)
+        return -((len(body) - len(rest)) + 2)
+
+
+_MISTRAL_V11 = re.compile(r"\s*([\w.\-]+)\[ARGS\](.*)", re.DOTALL)
+
+
+def parse_mistral(body: str) -> Calls | None:
+    try:
+        m = _MISTRAL_V11.fullmatch(body)
+        if m is not None:
+            text = arguments_json(loads(m.group(2)))
+            return None if text is None else [(m.group(1), text)]
+        obj = loads(body)
+    except ValueError:
+        return None
+    items = obj if isinstance(obj, list) else [obj]
+    calls = [parse_name_arguments(item) for item in items]
+    if not calls or any(c is None for c in calls):
+        return None
+    return calls  # type: ignore[return-value]
+
+
+M_START, M_ARRAY, M_ELEM, M_AFTER, M_V11, M_DONE, M_BAD = range(7)
+
+
+class MistralReader:
+    """A JSON array of call objects (each call streams in turn; a finished element's
+    closing brace leaves when the next one starts), one object, or `name[ARGS]{...}`."""
+
+    __slots__ = ("args", "in_array", "objs", "pos", "state")
+
+    def __init__(self, schemas: Schemas | None = None) -> None:
+        self.state = M_START
+        self.pos = 0
+        self.in_array = False
+        self.objs: list[CallObject] = []
+        self.args: RawArgs | None = None
+
+    def read(self, body: str, ready: int) -> list[Event]:
+        out: list[Event] = []
+        pos = self.pos
+        while self.state not in (M_DONE, M_BAD):
+            st = self.state
+            if st == M_ELEM:
+                obj = self.objs[-1]
+                obj.read(body, ready, out)
+                if obj.state == BAD:
+                    self.state = M_BAD
+                elif obj.state == DONE:
+                    pos = obj.end
+                    self.state = M_AFTER if self.in_array else M_DONE
+                    continue
+                break
+            if st == M_V11:
+                args = self.args
+                assert args is not None
+                frag = args.read(body, ready)
+                if frag:
+                    out.append((None, frag))
+                if args.end >= 0:
+                    self.state = M_DONE
+                break
+            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+            if pos >= ready:
+                break
+            c = body[pos]
+            if st == M_START:
+                if c == "[":
+                    pos += 1
+                    self.in_array = True
+                    self.state = M_ARRAY
+                elif c == "{":
+                    self.objs.append(CallObject(pos))
+                    self.state = M_ELEM
+                else:
+                    at = body.find(ARGS_MARK, pos, ready)
+                    if at < 0:
+                        break
+                    if _V11_NAME.fullmatch(body, 0, at) is None:
+                        self.state = M_BAD
+                        break
+                    j = _WS.match(body, at + len(ARGS_MARK), ready).end()  # type: ignore[union-attr]
+                    if j >= ready:
+                        break
+                    if body[j] != "{":
+                        self.state = M_BAD
+                        break
+                    out.append((body[:at].strip(), ""))
+                    self.args = RawArgs(j)
+                    self.state = M_V11
+            elif st == M_ARRAY:
+                if c == "]" and not self.objs:
+                    self.state = M_DONE
+                    break
+                if c != "{":
+                    self.state = M_BAD
+                    break
+                self.objs.append(CallObject(pos))
+                self.state = M_ELEM
+                continue
+            else:  # M_AFTER an element of the array
+                if c == ",":
+                    out.append(self.objs[-1].rest(body))  # the finished call's last brace
+                    pos += 1
+                    self.state = M_ARRAY
+                    continue
+                if c == "]":
+                    pos += 1
+                    self.state = M_DONE
+                    break
+                self.state = M_BAD
+        self.pos = pos
+        return out
+
+    def close(self, body: str) -> list[Event] | None:
+        if self.state != M_DONE or parse_mistral(body) is None:
+            return None
+        if self.args is not None:
+            return [(None, self.args.rest(body))]
+        if not self.objs or not all(o.named and o.state == DONE for o in self.objs):
+            return None
+        return [self.objs[-1].rest(body)]
+
+
+# ------------------------------------------------------------------ deepseekv3 / v31
+DS_SEP = "<｜tool▁sep｜>"
+_DSV3 = re.compile(r"[^<\n]*" + DS_SEP + r"([^\n]+)\n```json\n(.*)\n```\s*", re.DOTALL)
+_DSV31 = re.compile(r"([^<\n]+)" + DS_SEP + r"(.*)", re.DOTALL)
+_PRE = re.compile(r"[^<\n]*")
+_FENCE = "```json\n"
+_V3_TAIL = re.compile(r"\n```\s*")
+
+
+def parse_deepseekv3(body: str) -> Calls | None:
+    """V3: `function<sep>name\\n```json\\n{...}\\n```` ; V3.1: `name<sep>{...}`."""
+    m = _DSV3.fullmatch(body) or _DSV31.fullmatch(body)
+    if m is None:
+        return None
+    name = m.group(1).strip()
+    try:
+        text = arguments_json(loads(m.group(2)))
+    except ValueError:
+        return None
+    return None if text is None or not name else [(name, text)]
+
+
+class DeepSeekV3Reader:
+    """`[function]<sep>name` then a ```json fence (V3) or the JSON itself (V3.1)."""
+
+    __slots__ = ("args", "bad", "name", "v3")
+
+    def __init__(self, schemas: Schemas | None = None) -> None:
+        self.args: RawArgs | None = None
+        self.name = ""
+        self.v3 = False
+        self.bad = False
+
+    def read(self, body: str, ready: int) -> list[Event]:
+        out: list[Event] = []
+        if self.bad:
+            return out
+        if self.args is None:
+            sep = body.find(DS_SEP, 0, ready)
+            if sep < 0:
+                return out
+            at = sep + len(DS_SEP)
+            j = _WS.match(body, at, ready).end()  # type: ignore[union-attr]
+            if j >= ready:
+                return out
+            if _PRE.fullmatch(body, 0, sep) is None:
+                self.bad = True
+                return out
+            if body[j] == "{":  # V3.1: the name is before the separator
+                name, start = body[:sep].strip(), j
+            else:  # V3: the name line after it, then the fence
+                nl = body.find("\n", at, ready)
+                if nl < 0:
+                    return out
+                fence_end = nl + 1 + len(_FENCE)
+                if fence_end > ready:
+                    if not _FENCE.startswith(body[nl + 1:ready]):
+                        self.bad = True
+                    return out
+                if not body.startswith(_FENCE, nl + 1):
+                    self.bad = True
+                    return out
+                name, start, self.v3 = body[at:nl].strip(), fence_end, True
+            if not name:
+                self.bad = True
+                return out
+            self.name = name
+            self.args = RawArgs(start)
+            out.append((name, ""))
+        frag = self.args.read(body, ready)
+        if frag:
+            out.append((None, frag))
+        return out
+
+    def close(self, body: str) -> list[Event] | None:
+        args = self.args
+        if args is None or args.end < 0:
+            return None
+        tail = body[args.end:]
+        if (_V3_TAIL.fullmatch(tail) is None) if self.v3 else bool(tail.strip()):
+            return None
+        calls = parse_deepseekv3(body)
+        if calls is None or calls[0][0] != self.name:
+            return None
+        return [(None, args.rest(body))]
+
+
+# ------------------------------------------------------------------ the formats
+def hermes() -> ToolFormat:
+    return ToolFormat("hermes", "<tool_call>", lambda: CloseMarker("</tool_call>"),
+                      parse_hermes, HermesReader)
+
+
+def mistral() -> ToolFormat:
+    return ToolFormat("mistral", "[TOOL_CALLS]", MistralEnd, parse_mistral, MistralReader,
+                      inner=(ARGS_MARK,))
+
+
+def deepseekv3() -> ToolFormat:
+    return ToolFormat(
+        "deepseekv3", "<｜tool▁call▁begin｜>", lambda: CloseMarker("<｜tool▁call▁end｜>"),
+        parse_deepseekv3, DeepSeekV3Reader,
+        ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), (DS_SEP,))
+

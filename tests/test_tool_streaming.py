@@ -1,0 +1,255 @@
+"""Incremental tool-call streaming (issue 18): one test per peer bug, and the new rules.
+
+Each bug test feeds the pieces a server would see and checks the deltas a client would
+accumulate; it fails on the behaviour the cited bug report describes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream, merge
+from sglang_tok.parsers.schema import convert, tool_schemas
+from sglang_tok.protocol import Open
+from sglang_tok.request import make_request
+from sglang_tok.tokenizer import load
+from shards.table import RidTable
+
+
+def tool(name: str, **props: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {k: {"type": t} for k, t in props.items()}}}}
+
+
+def run(pieces: list[str], fmt: str, reasoning: str = "",
+        tools: list[dict[str, Any]] | None = None) -> list[ParsedDelta]:
+    p = make_parsed_stream(reasoning, False, fmt, tools=tools)
+    return [p.feed(x) for x in pieces] + [p.finish()]
+
+
+def client(deltas: list[ParsedDelta]) -> dict[int, dict[str, Any]]:
+    """What an OpenAI client accumulates per index (name set once, arguments appended)."""
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        for c in d.tool_calls or ():
+            call = calls.setdefault(c.index, {"name": None, "arguments": "", "names": 0})
+            if c.name is not None:
+                call["name"] = c.name
+                call["names"] += 1
+            call["arguments"] += c.arguments
+    return calls
+
+
+def chars(text: str) -> list[str]:
+    return list(text)
+
+
+def test_vllm_13826_46308_arguments_not_reescaped_nor_duplicated() -> None:
+    """vLLM #13826, #46308: streamed arguments were re-serialised with ensure_ascii (东京 ->
+    \\u4e1c\\u4eac) and the tail was sent again at the end, so the client's JSON broke."""
+    text = '<tool_call>{"name": "w", "arguments": {"city": "東京", "note": "日本語 👍"}}</tool_call>'
+    for pieces in (chars(text), [text[:30], text[30:]]):
+        calls = client(run(pieces, "hermes"))
+        args = calls[0]["arguments"]
+        assert args == '{"city": "東京", "note": "日本語 👍"}'  # the model's own bytes
+        assert "\\u" not in args and json.loads(args) == {"city": "東京", "note": "日本語 👍"}
+
+
+@pytest.mark.parametrize("fmt,text", [
+    ("hermes", '<tool_call>{"name": "now"}</tool_call>'),
+    ("qwen3_coder", "<tool_call>\n<function=now>\n</function>\n</tool_call>"),
+    ("deepseekv4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="now">\n</｜DSML｜invoke>\n'
+     "</｜DSML｜tool_calls>"),
+    ("mistral", "[TOOL_CALLS]now[ARGS]{}"),
+])
+def test_vllm_28806_a_call_without_parameters_gets_braces(fmt: str, text: str) -> None:
+    """vLLM #28806: a tool with no parameters streamed arguments "" (or nothing), which
+    clients cannot parse; it must be `{}`."""
+    for pieces in (chars(text), [text]):
+        calls = client(run(pieces, fmt))
+        assert [(c["name"], c["arguments"]) for c in calls.values()] == [("now", "{}")]
+
+
+def test_vllm_45256_multi_token_delta_still_closes_the_json() -> None:
+    """vLLM #45256: when the last delta carried several tokens (the end of the arguments
+    and the end marker at once), the closing braces were never sent."""
+    text = '<tool_call>{"name": "f", "arguments": {"a": {"b": [1, 2]}}}</tool_call>'
+    cut = text.index("[1")
+    calls = client(run([text[:cut], text[cut:]], "hermes"))
+    assert json.loads(calls[0]["arguments"]) == {"a": {"b": [1, 2]}}
+
+
+@pytest.mark.parametrize("fmt,text", [
+    ("hermes", '<tool_call>{"name": "a", "arguments": {"x": "1"}}</tool_call>\n'
+     '<tool_call>{"name": "b", "arguments": {"y": 2}}</tool_call>'),
+    ("qwen3_coder", "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n"
+     "</tool_call>\n<tool_call>\n<function=b>\n<parameter=y>\n2\n</parameter>\n</function>\n"
+     "</tool_call>"),
+])
+def test_vllm_41967_sglang_37634_one_delta_closes_a_call_and_opens_the_next(
+        fmt: str, text: str) -> None:
+    """vLLM #41967, SGLang #37634: a delta holding the end of one call and the start of the
+    next lost the first call's tail (its closing brace or last value)."""
+    first_end = text.index("</tool_call>")
+    second = text.index("<tool_call>", first_end) + len("<tool_call>") + 5
+    start = text.index('"x"') if fmt == "hermes" else text.index("<parameter=x>")
+    calls = client(run([text[:start], text[start:second], text[second:]], fmt))
+    assert [c["name"] for c in calls.values()] == ["a", "b"]
+    assert json.loads(calls[0]["arguments"]) == {"x": "1"}
+    assert json.loads(calls[1]["arguments"]) == {"y": "2" if fmt == "qwen3_coder" else 2}
+
+
+def test_vllm_44098_the_last_fragment_does_not_resend_the_name() -> None:
+    """vLLM #44098: the call's last delta carried its id and name again, so clients that
+    append names produced `get_weatherget_weather`."""
+    text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    for pieces in (chars(text), [text[:25], text[25:]]):
+        deltas = run(pieces, "hermes")
+        entries = [c for d in deltas for c in d.tool_calls or ()]
+        assert entries[0] == ToolCallDelta(0, "get_weather", "")
+        assert all(c.name is None for c in entries[1:]) and len(entries) > 1
+        assert client(deltas)[0]["names"] == 1
+
+
+def test_sglang_35564_stream_and_one_shot_agree_on_types_and_indices() -> None:
+    """SGLang #35564: the streamed qwen3_coder result typed values differently (strings)
+    and numbered calls differently from the non-streamed one."""
+    tools = [tool("add", a="integer", b="number", neg="boolean"), tool("say", text="string")]
+    text = ("<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2.5\n"
+            "</parameter>\n<parameter=neg>\nfalse\n</parameter>\n</function>\n</tool_call>\n"
+            "<tool_call>\n<function=say>\n<parameter=text>\n42\n</parameter>\n</function>\n"
+            "</tool_call>")
+    p = make_parsed_stream("", False, "qwen3_coder", tools=tools)
+    streamed = merge([p.feed(x) for x in chars(text)] + [p.finish()])
+    one_shot = p.parse_full(text)
+    whole = make_parsed_stream("", False, "qwen3_coder", tool_stream="whole",
+                               tools=tools).parse_full(text)
+    want = [ToolCallDelta(0, "add", '{"a": 1, "b": 2.5, "neg": false}'),
+            ToolCallDelta(1, "say", '{"text": "42"}')]
+    assert streamed.tool_calls == one_shot.tool_calls == whole.tool_calls == want
+
+
+@pytest.mark.parametrize("fmt,text", [
+    ("hermes", '<tool_call>{"name": "f", "arguments": {"s": "x", "o": {"k": {"z": 1}}}}'
+     "</tool_call>"),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=s>\nx\n</parameter>\n"
+     '<parameter=o>\n{"k": {"z": 1}}\n</parameter>\n</function>\n</tool_call>'),
+    ("deepseekv4", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="s" '
+     'string="true">x</｜DSML｜parameter>\n<｜DSML｜parameter name="o" string="false">'
+     '{"k": {"z": 1}}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>'),
+])
+def test_sglang_32721_outer_brace_kept_when_the_last_argument_is_an_object(
+        fmt: str, text: str) -> None:
+    """SGLang #32721: when the last argument was an object, the streamed arguments ended
+    with the object's `}` and the outer `}` was never sent."""
+    calls = client(run(chars(text), fmt, tools=[tool("f", s="string", o="object")]))
+    assert json.loads(calls[0]["arguments"]) == {"s": "x", "o": {"k": {"z": 1}}}
+
+
+def test_vllm_39056_a_tool_call_inside_think_is_not_lost() -> None:
+    """vLLM #39056: Qwen3.5 opens `<tool_call>` without closing `<think>`; the call was
+    swallowed as reasoning."""
+    text = ("<think>I should look it up.\n<tool_call>\n<function=search>\n<parameter=q>\nsglang\n"
+            "</parameter>\n</function>\n</tool_call>")
+    d = merge(run(chars(text), "qwen3_coder", "qwen3"))
+    assert d.reasoning == "I should look it up.\n"
+    assert d.tool_calls == [ToolCallDelta(0, "search", '{"q": "sglang"}')]
+
+
+# ------------------------------------------------------------------ the rules of item 1
+def test_string_values_stream_as_generated_and_others_when_they_close() -> None:
+    tools = [tool("w", path="string", n="integer")]
+    p = make_parsed_stream("", False, "qwen3_coder", tools=tools)
+    head = "<tool_call>\n<function=w>\n<parameter=path>\n/tmp/a"
+    sent = client([p.feed(head)])[0]["arguments"]
+    assert sent == '{"path": "/tmp/a'  # the string leaves before its parameter closes
+    d = p.feed(".py\n</parameter>\n<parameter=n>\n12")
+    assert client([d])[0]["arguments"] == '.py"'  # 12 is not sent until it closes
+    d = p.feed("\n</parameter>\n</function>\n</tool_call>")
+    assert client([d])[0]["arguments"] == ', "n": 12}'
+
+
+def test_a_value_loses_exactly_one_leading_and_trailing_newline() -> None:
+    text = ("<tool_call>\n<function=w>\n<parameter=body>\n\nline\n\n</parameter>\n</function>\n"
+            "</tool_call>")
+    for pieces in (chars(text), [text]):
+        assert client(run(pieces, "qwen3_coder"))[0]["arguments"] == '{"body": "\\nline\\n"}'
+
+
+def test_malformed_after_fragments_says_so_and_gives_the_text_back() -> None:
+    text = 'a<tool_call>{"name": "f", "arguments": {"x": 1} junk}</tool_call>b'
+    deltas = run(chars(text), "hermes")
+    entries = [c for d in deltas for c in d.tool_calls or ()]
+    assert entries[0] == ToolCallDelta(0, "f", "") and entries[-1].malformed
+    assert not any(c.malformed for c in entries[:-1])
+    d = merge(deltas)
+    assert (d.text, d.tool_calls, d.ended_with_tool_calls) == (text, None, False)
+    assert merge(deltas) == make_parsed_stream("", False, "hermes").parse_full(text)
+
+
+def test_names_not_in_tools_are_text_never_calls() -> None:
+    """With `tools`, a call to another name is given back as text (SGLang drops it; see
+    protocol.md section 8), before anything of it is sent as a call."""
+    text = ('x<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'
+            '<tool_call>{"name": "ok", "arguments": {}}</tool_call>')
+    for mode in ("incremental", "whole"):
+        p = make_parsed_stream("", False, "hermes", tool_stream=mode, tools=[tool("ok")])
+        deltas = [p.feed(x) for x in chars(text)] + [p.finish()]
+        assert all(c.name != "rm_rf" for d in deltas for c in d.tool_calls or ())
+        d = merge(deltas)
+        assert d.text == 'x<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'
+        assert [(c.name, c.arguments) for c in d.tool_calls or ()] == [("ok", "{}")]
+
+
+@pytest.mark.parametrize("text,types,want", [
+    ("3", ("integer",), "3"), (" 3 ", ("number",), "3"), ("3.5", ("integer",), '"3.5"'),
+    ("2.5", ("number",), "2.5"), ("true", ("boolean",), "true"), ("True", ("boolean",), "true"),
+    ("yes", ("boolean",), '"yes"'), ('{"a": 1}', ("object",), '{"a": 1}'),
+    ("[1, 2]", ("array",), "[1, 2]"), ("[1", ("array",), '"[1"'), ("null", ("null",), "null"),
+    ("null", ("integer", "null"), "null"), ("NaN", ("number",), '"NaN"'),
+    ("東京", ("object",), '"東京"'), ("3", (), '"3"'),
+])
+def test_schema_conversion(text: str, types: tuple[str, ...], want: str) -> None:
+    assert convert(text, types) == want
+
+
+def test_tool_schemas_keep_string_types_as_strings() -> None:
+    got = tool_schemas([tool("f", a="string", n="integer"), {"type": "other"},
+                        {"type": "function", "function": {"name": "g"}}])
+    assert got == {"f": {"a": (), "n": ("integer",)}, "g": {}}
+
+
+# ------------------------------------------------------------------ wiring
+def test_stream_false_gives_one_entry_per_call_and_drops_malformed_ones() -> None:
+    info = load("deepseek-v4")
+    text = ('<tool_call>{"name": "f", "arguments": {"a": "é"}}</tool_call>'
+            '<tool_call>{"name": "g", "arguments": {bad}}</tool_call>')
+    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+    for stream in (True, False):
+        req = make_request("r", info, Open("r", tool_parser="hermes", stream=stream))
+        out = [req.row([i], {"type": "stop"} if n == len(ids) - 1 else None, 1, 0, 0)
+               for n, i in enumerate(ids)]
+        deltas = [d for d in out if d is not None]
+        if not stream:
+            assert len(deltas) == 1
+            assert deltas[0].tool_calls == [ToolCallDelta(0, "f", '{"a": "é"}')]
+            assert deltas[0].text == '<tool_call>{"name": "g", "arguments": {bad}}</tool_call>'
+        else:
+            assert any(c.malformed for d in deltas for c in d.tool_calls or ())
+        assert deltas[-1].finish == {"type": "stop", "tool_calls": True}
+
+
+def test_tools_over_the_limit_end_the_request_with_an_error() -> None:
+    table = RidTable(load("deepseek-v4"), 0, max_tools_bytes=160)
+    out: list[Any] = []
+    table.on_open(Open("big", tool_parser="qwen3_coder",
+                       tools=[tool("f" * 200, a="string")]), out)
+    table.on_open(Open("ok", tool_parser="qwen3_coder", tools=[tool("f", a="string")]), out)
+    table.on_open(Open("bad", tool_parser="hermes", tool_stream="eventually"), out)
+    errors = {d.rid: d.error for d in out}
+    assert errors["big"] == "tools exceed --max-tools-bytes 160"
+    assert "ok" not in errors and "ok" in table.live
+    assert errors["bad"] is not None and "unknown tool_stream 'eventually'" in errors["bad"]
