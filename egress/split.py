@@ -10,6 +10,7 @@ shard reads another's rows, and none decodes msgpack per row.
 
 from __future__ import annotations
 
+from array import array
 from itertools import compress
 from typing import Any
 
@@ -30,113 +31,136 @@ _OUTPUT_FAMILIES = {name: (idx, kind) for name, idx, kind in FAMILIES
 
 def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
                 new_rows: list[tuple[int, str]]) -> list[tuple[int, bytes]]:
-    """(shard, ARRAYS message) for every shard that owns a row of the frame."""
+    """(shard, ARRAYS message) for every shard that owns a row of the frame.
+
+    Rows are grouped by shard with one stable sort, so each shard's slots and ids are
+    slices of two gathers, whatever the number of shards.
+    """
     h = batch.header
     n = len(codes)
-    code = np.array(codes, np.int64)
-    shard_of = code & SHARD_MASK
+    code = np.fromiter(codes, np.int64, n)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     lens = h.tok_lens
     one_each = lens.count(1) == n
-    id_starts = None if one_each else starts_of(np.array(lens, np.int64))
     fins = h.finish_reasons
     end_rows = [] if fins.count(None) == n else list(compress(range(n), fins))
-    reasoning = np.array(h.reasoning_tokens, np.uint32) if any(h.reasoning_tokens) else None
-    families = _families(batch)
-    parts: list[tuple[int, I64 | None]]
-    if nshards == 1 and LATE not in codes:
-        parts = [(0, None)]
+    reasoning = np.array(h.reasoning_tokens, np.uint32) \
+        if h.reasoning_tokens.count(0) != n else None
+    if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
+        return [(0, link.arrays(stamp, (code >> SLOT_BITS).astype(np.uint32), ids,
+                                _sparse_all(h, one_each, lens, new_rows, end_rows,
+                                            reasoning, _families(batch, None))))]
+    shard_of = code & SHARD_MASK
+    order = np.argsort(shard_of, kind="stable")
+    per_shard = np.bincount(shard_of, minlength=SHARD_MASK + 1)  # LATE rows sort last
+    first = starts_of(per_shard)
+    pos = np.empty(n, np.int64)  # frame row -> its row in its shard's message
+    pos[order] = np.arange(n) - first[shard_of[order]]
+    slots = (code[order] >> SLOT_BITS).astype(np.uint32)
+    if one_each:
+        ids_sorted, id_first = ids[order], first
+        counts = None
     else:
-        per_shard = np.bincount(shard_of, minlength=SHARD_MASK + 1)
-        parts = [(int(k), np.flatnonzero(shard_of == k))
-                 for k in np.flatnonzero(per_shard[:nshards])]
+        id_starts = starts_of(np.array(lens, np.int64))
+        counts = id_starts[order + 1] - id_starts[order]
+        ids_sorted = ids[ragged_index(id_starts[order], counts)]
+        id_first = starts_of(np.bincount(shard_of, id_starts[1:] - id_starts[:-1],
+                                         minlength=SHARD_MASK + 1).astype(np.int64))
+    families = _families(batch, (shard_of, pos))
+    shards_of_events = shard_of[[i for i, _ in new_rows] + end_rows].tolist() \
+        if new_rows or end_rows else []
     out: list[tuple[int, bytes]] = []
-    for k, rows in parts:
+    for k in np.flatnonzero(per_shard[:nshards]).tolist():
+        a, b = int(first[k]), int(first[k + 1])
         sparse = Sparse()
-        if rows is None:  # every row of the frame is this shard's
-            slots, ids_k = code >> SLOT_BITS, ids
-            if not one_each:
-                sparse.counts = np.array(lens, np.uint32).tobytes()
-            pos = None
-        else:
-            slots = code[rows] >> SLOT_BITS
-            if one_each:
-                ids_k = ids[rows]
-            else:
-                assert id_starts is not None
-                counts = id_starts[rows + 1] - id_starts[rows]
-                ids_k = ids[ragged_index(id_starts[rows], counts)]
-                sparse.counts = counts.astype(np.uint32).tobytes()
-            pos = np.full(n, -1, np.int64)
-            pos[rows] = np.arange(len(rows))
-        if new_rows or end_rows:
-            _events(sparse, h, int(k), shard_of, pos, new_rows, end_rows)
+        if counts is not None:
+            sparse.counts = counts[a:b].astype(np.uint32).tobytes()
+        if shards_of_events:
+            _events(sparse, h, k, shards_of_events, pos, new_rows, end_rows)
         if reasoning is not None:
-            sparse.reasoning = (reasoning if rows is None else reasoning[rows]).tobytes()
+            sparse.reasoning = reasoning[order[a:b]].tobytes()
         if families:
-            sparse.families = [_gather_family(f, rows) for f in families]
-        out.append((int(k), link.arrays(stamp, slots.astype(np.uint32), ids_k, sparse)))
+            sparse.families = [f.part(k) for f in families]
+        out.append((k, link.arrays(stamp, slots[a:b],
+                                   ids_sorted[int(id_first[k]):int(id_first[k + 1])], sparse)))
     return out
 
 
-def _events(sparse: Sparse, h: Any, k: int, shard_of: I64, pos: I64 | None,
+def _sparse_all(h: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],
+                end_rows: list[int], reasoning: npt.NDArray[np.uint32] | None,
+                families: list[_Family]) -> Sparse:
+    """The sparse part of a message holding every row of the frame, rows unrenumbered."""
+    prompt, cached, fins = h.prompt_tokens, h.cached_tokens, h.finish_reasons
+    return Sparse(
+        b"" if one_each else np.array(lens, np.uint32).tobytes(),
+        [(i, rid, prompt[i], cached[i]) for i, rid in new_rows],
+        [(i, fins[i], prompt[i], cached[i], h.reasoning_tokens[i]) for i in end_rows],
+        b"" if reasoning is None else reasoning.tobytes(),
+        [f.part(0) for f in families])
+
+
+def _events(sparse: Sparse, h: Any, k: int, owners: list[int], pos: I64,
             new_rows: list[tuple[int, str]], end_rows: list[int]) -> None:
     """The rows of shard k that give a rid its slot or end it, renumbered as its rows."""
     prompt, cached, reasoning, fins = (h.prompt_tokens, h.cached_tokens, h.reasoning_tokens,
                                        h.finish_reasons)
-    mine = [i for i, _ in new_rows] + end_rows
-    owners = shard_of[mine].tolist() if mine else []
-    where = pos[mine].tolist() if pos is not None and mine else mine
     n_new = len(new_rows)
-    sparse.new = [(where[j], rid, prompt[i], cached[i])
+    sparse.new = [(int(pos[i]), rid, prompt[i], cached[i])
                   for j, (i, rid) in enumerate(new_rows) if owners[j] == k]
-    sparse.ends = [(where[j], fins[i], prompt[i], cached[i], reasoning[i])
+    sparse.ends = [(int(pos[i]), fins[i], prompt[i], cached[i], reasoning[i])
                    for j, i in enumerate(end_rows, n_new) if owners[j] == k]
 
 
 class _Family:
-    """A logprob family of the whole frame, as arrays (built once per frame)."""
+    """A logprob family of a frame, for the few rows that carry values: their row numbers,
+    lengths (and, ragged, each position's k), and where their values are. Built with
+    plain lists and `array`: a family holds few rows, and a numpy call costs a microsecond
+    whatever its size."""
 
-    __slots__ = ("name", "ragged", "lens", "poslens", "values", "ids", "row_starts",
-                 "pos_starts")
+    __slots__ = ("name", "ragged", "rows", "lens", "poslens", "data", "pos", "total", "split")
 
-    def __init__(self, batch: Batch, name: str, idx: int, ragged: bool) -> None:
-        fam = batch.family(name)
-        assert fam is not None and fam.ids is not None
+    def __init__(self, batch: Batch, name: str, idx: int, ragged: bool, pos: int,
+                 split: tuple[I64, I64] | None) -> None:
         h = batch.header
-        self.name, self.ragged = name, ragged
-        self.lens = np.array(getattr(h, HEADER_FIELDS[idx]), np.int64)
-        self.poslens = np.array(fam.poslens, np.int64) if ragged else np.zeros(0, np.int64)
-        total = fam.values.row_starts[-1]
-        self.values = np.frombuffer(batch.data, np.float32, total, fam.values.start)
-        self.ids = np.frombuffer(batch.data, np.int32, total, fam.ids.start)
-        self.pos_starts = starts_of(self.lens)  # ragged: positions before each row
-        # values before each row (flat), or before each position (ragged)
-        self.row_starts = starts_of(self.poslens if ragged else self.lens)
+        col = getattr(h, HEADER_FIELDS[idx])
+        self.rows = list(compress(range(len(col)), col))  # only rows that carry values
+        self.lens = [col[i] for i in self.rows]
+        self.poslens: list[int] = getattr(h, HEADER_FIELDS[idx + 1]) if ragged else []
+        self.name, self.ragged, self.split = name, ragged, split
+        self.data, self.pos = batch.data, pos
+        self.total = sum(self.poslens) if ragged else sum(self.lens)
+
+    def part(self, k: int) -> Family:
+        """Shard k's share, its rows renumbered as rows of its message."""
+        pos, total, data = self.pos, self.total, self.data
+        if self.split is None:
+            return Family(self.name, array("I", self.rows).tobytes(),
+                          array("I", self.lens).tobytes(), array("I", self.poslens).tobytes(),
+                          bytes(data[pos:pos + 4 * total]),
+                          bytes(data[pos + 4 * total:pos + 8 * total]))
+        shard_of, row_pos = self.split
+        rows, lens = np.array(self.rows, np.int64), np.array(self.lens, np.int64)
+        values = np.frombuffer(data, np.float32, total, pos)
+        ids = np.frombuffer(data, np.int32, total, pos + 4 * total)
+        sel = np.flatnonzero(shard_of[rows] == k)
+        if self.ragged:
+            poslens_all = np.array(self.poslens, np.int64)
+            positions = ragged_index(starts_of(lens)[sel], lens[sel])
+            poslens = poslens_all[positions]
+            take = ragged_index(starts_of(poslens_all)[positions], poslens)
+        else:
+            poslens = np.zeros(0, np.int64)
+            take = ragged_index(starts_of(lens)[sel], lens[sel])
+        return Family(self.name, row_pos[rows[sel]].astype(np.uint32).tobytes(),
+                      lens[sel].astype(np.uint32).tobytes(), poslens.astype(np.uint32).tobytes(),
+                      values[take].tobytes(), ids[take].tobytes())
 
 
-def _families(batch: Batch) -> list[_Family]:
+def _families(batch: Batch, split: tuple[I64, I64] | None) -> list[_Family]:
     if not batch.layout:
         return []
-    return [_Family(batch, name, idx, kind == "ragged") for name, idx, kind, _ in batch.layout
-            if name in _OUTPUT_FAMILIES]
-
-
-def _gather_family(f: _Family, rows: I64 | None) -> Family:
-    if rows is None:
-        return Family(f.name, f.lens.astype(np.uint32).tobytes(),
-                      f.poslens.astype(np.uint32).tobytes(), f.values.tobytes(),
-                      f.ids.tobytes())
-    lens = f.lens[rows]
-    if f.ragged:
-        positions = ragged_index(f.pos_starts[rows], lens)
-        poslens = f.poslens[positions]
-        take = ragged_index(f.row_starts[positions], poslens)
-    else:
-        poslens = np.zeros(0, np.int64)
-        take = ragged_index(f.row_starts[rows], lens)
-    return Family(f.name, lens.astype(np.uint32).tobytes(), poslens.astype(np.uint32).tobytes(),
-                  f.values[take].tobytes(), f.ids[take].tobytes())
+    return [_Family(batch, name, idx, kind == "ragged", pos, split)
+            for name, idx, kind, pos in batch.layout if name in _OUTPUT_FAMILIES]
 
 
 class LocalRoute:

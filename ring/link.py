@@ -48,11 +48,12 @@ class Frame(msgspec.Struct, gc=False):
 
 
 class Family(msgspec.Struct, array_like=True, gc=False):
-    """One logprob family of an ARRAYS message's rows, laid out as in BATCH (section 3.2):
-    per row its length (u32), per position its k (ragged families only), values (f32)
-    and ids (i32)."""
+    """One logprob family of an ARRAYS message, for the rows that carry values (u32 row
+    numbers), laid out as in BATCH (section 3.2): per such row its length (u32), per
+    position its k (ragged families only), values (f32) and ids (i32)."""
 
     name: str
+    rows: bytes
     lens: bytes
     poslens: bytes
     values: bytes

@@ -266,6 +266,16 @@ def demux_columns_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
             pass
 
 
+def demux_packed_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
+    """PACKED: one UTF-8 decode per message, texts cut at C speed, each to its rid by map."""
+    decode, get, append = protocol.decode_output, states.__getitem__, list.append
+    for raw in msgs:
+        m = decode(raw)
+        assert isinstance(m, protocol.Packed)
+        for _ in map(append, map(get, m.rids), m.texts()):
+            pass
+
+
 def measure_frontend(msgs: list[bytes], fn: Callable[[list[bytes], dict[str, list[Any]]], None],
                      repeat: int) -> float:
     rids: dict[str, list[Any]] = {}
@@ -349,11 +359,13 @@ def main() -> int:
         step = measure_decodestream(info, tr.frames, a.repeat)
         s1, out_d = measure_shard(info, m1, "deltas", a.repeat, runtime)
         s1c, out_c = measure_shard(info, m1, "columnar", a.repeat, runtime)
+        s1p, out_p = measure_shard(info, m1, "packed", a.repeat, runtime)
         s2, _ = measure_shard(info, m2, "deltas", a.repeat, runtime)
         own2, _ = own_rows(m2)
         fd = measure_frontend(out_d, demux_deltas, a.repeat)
         fc = measure_frontend(out_c, demux_columns, a.repeat)
         fcc = measure_frontend(out_c, demux_columns_c, a.repeat)
+        fpc = measure_frontend(out_p, demux_packed_c, a.repeat)
         fdc = measure_frontend(out_d, demux_deltas_c, a.repeat)
         dd, dc = decode_only(out_d, a.repeat), decode_only(out_c, a.repeat)
         print("| stage | us/row |\n|---|---|")
@@ -361,6 +373,7 @@ def main() -> int:
         print(f"| egress, 2 shards | {e2 * 1e6:.3f} |")
         print(f"| shard, 1 shard, DELTAS out (per row) | {s1 * 1e6:.3f} |")
         print(f"| shard, 1 shard, COLUMNS out (per row) | {s1c * 1e6:.3f} |")
+        print(f"| shard, 1 shard, PACKED out (per row) | {s1p * 1e6:.3f} |")
         print(f"| shard 0 of 2, DELTAS out (per own row; {own2}/{tr.rows} rows its own) | "
               f"{s2 * 1e6:.3f} |")
         print(f"| shard: reading its link messages (per own row, included above) | "
@@ -372,13 +385,16 @@ def main() -> int:
         print(f"| frontend: COLUMNS decode + each row to its rid (for loop) | {fc * 1e6:.3f} |")
         print(f"| frontend: DELTAS decode + each text to its rid (map) | {fdc * 1e6:.3f} |")
         print(f"| frontend: COLUMNS decode + each text to its rid (map) | {fcc * 1e6:.3f} |")
+        print(f"| frontend: PACKED decode + each text to its rid (map) | {fpc * 1e6:.3f} |")
         print(f"\nratios to one DecodeStream.step per id: shard row (COLUMNS out) "
-              f"{s1c / per_row / step:.2f}x, egress row (2 shards) {e2 / per_row / step:.2f}x")
-        r = s1c
-        print(f"\nmodel (shards: r={r * 1e6:.3f}/N us per row, COLUMNS out: each shard reads "
-              f"only its own rows; check: 2 shards modelled {r / 2 * 1e6:.3f}, measured DELTAS "
-              f"{s2 * own2 / tr.rows * 1e6:.3f} us per frame row); the frontend is not on "
-              f"these cores: one frontend core takes {1 / fcc / 1e6:.2f} M deltas/s (COLUMNS) "
+              f"{s1c / per_row / step:.2f}x, (PACKED out) {s1p / per_row / step:.2f}x, "
+              f"egress row (2 shards) {e2 / per_row / step:.2f}x")
+        r = min(s1c, s1p)
+        print(f"\nmodel (shards: r={r * 1e6:.3f}/N us per row, best output format: each "
+              f"shard reads only its own rows; check: 2 shards modelled {r / 2 * 1e6:.3f}, "
+              f"measured DELTAS {s2 * own2 / tr.rows * 1e6:.3f} us per frame row); the "
+              f"frontend is not on these cores: one frontend core takes "
+              f"{1 / fpc / 1e6:.2f} M deltas/s (PACKED), {1 / fcc / 1e6:.2f} M (COLUMNS) "
               f"or {1 / fdc / 1e6:.2f} M (DELTAS), texts to rids by map")
         print("\n".join(model(e2, 0.0, r, per_row)))
     return 0

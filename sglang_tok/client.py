@@ -47,15 +47,15 @@ def decode_frame(raw: bytes | memoryview) -> tuple[int, int, list[Delta]] | Pong
     """One output frame as (process, seq, deltas), or a PONG, or a RESTARTED notice.
 
     The one place that knows the output frame kinds: DELTAS (`D`), the columnar COLUMNS
-    (`C`, `--output-format columnar`; its rows become the same Deltas), PONG (`Q`) and
-    RESTARTED (`R`).
+    (`C`, `--output-format columnar`) and PACKED (`K`, `--output-format packed`), whose
+    rows become the same Deltas, PONG (`Q`) and RESTARTED (`R`).
     """
     msg = protocol.decode_output(raw)
     if isinstance(msg, Pong | Restarted):
         return msg
     if isinstance(msg, Deltas):
         return msg.shard, msg.seq, msg.deltas
-    if isinstance(msg, Columns):
+    if isinstance(msg, Columns | protocol.Packed):
         return msg.shard, msg.seq, msg.deltas
     raise protocol.FrameError("unknown_kind", f"unknown output message {type(msg).__name__}")
 

@@ -21,7 +21,7 @@ from msgspec import Meta
 from .tokenizer import DEFAULT_TOKENIZER
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
-OutputFormat = Literal["deltas", "columnar"]
+OutputFormat = Literal["deltas", "columnar", "packed"]
 
 
 class ConfigError(ValueError):
@@ -94,8 +94,9 @@ class Config(msgspec.Struct, frozen=True):
         "endpoints (default: off)")] = ""
     log_level: Annotated[LogLevel, _doc("log level of every process")] = "INFO"
     output_format: Annotated[OutputFormat, _doc(
-        "output frames to the frontend: deltas (DELTAS, a map per delta) or columnar "
-        "(COLUMNS, one set of columns per message; docs/protocol.md section 5.2)")] = "deltas"
+        "output frames to the frontend: deltas (DELTAS, a map per delta), columnar "
+        "(COLUMNS, one set of columns per message; docs/protocol.md section 5.2) or packed "
+        "(PACKED: COLUMNS with texts and ids as buffers; section 5.4)")] = "deltas"
     # the encode service (docs/protocol.md section 9): off while encode_workers is 0
     encode_workers: Annotated[int, _doc(
         "encode worker processes behind a broker at --encode (0: no encode service)",

@@ -39,8 +39,22 @@ class _LeanColumns(msgspec.Struct, array_like=True, gc=False):
     finish: list[tuple[int, Any]] = []
 
 
+class _LeanPacked(msgspec.Struct, array_like=True, gc=False):
+    """A PACKED message (protocol 5.4): as COLUMNS, one more raw buffer before finish."""
+
+    shard: int
+    seq: int
+    rids: list[str]
+    text: msgspec.Raw
+    text_lens: msgspec.Raw
+    id_lens: msgspec.Raw
+    ids: msgspec.Raw
+    finish: list[tuple[int, Any]] = []
+
+
 _LEAN = msgspec.msgpack.Decoder(_LeanDeltas)
 _LEAN_COLUMNS = msgspec.msgpack.Decoder(_LeanColumns)
+_LEAN_PACKED = msgspec.msgpack.Decoder(_LeanPacked)
 
 
 class DeltaMap:
@@ -128,8 +142,9 @@ class DeltaMap:
             msg = _LEAN.decode(memoryview(raw)[1:])
             shard, n = msg.shard, len(msg.deltas)
             rows: Any = ((d.rid, d.finish) for d in msg.deltas)
-        elif raw[0] == protocol.TAG_COLUMNS:
-            cols = _LEAN_COLUMNS.decode(memoryview(raw)[1:])
+        elif raw[0] in (protocol.TAG_COLUMNS, protocol.TAG_PACKED):
+            dec = _LEAN_COLUMNS if raw[0] == protocol.TAG_COLUMNS else _LEAN_PACKED
+            cols = dec.decode(memoryview(raw)[1:])
             shard, n = cols.shard, len(cols.rids)
             ends = dict(cols.finish)
             rows = ((rid, ends.get(r)) for r, rid in enumerate(cols.rids))

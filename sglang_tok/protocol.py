@@ -15,6 +15,7 @@ from itertools import accumulate
 from typing import Annotated, Any
 
 import msgspec
+import numpy as np
 
 if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
     raise ImportError("sglang-tok reads little-endian buffers with memoryview.cast")
@@ -581,7 +582,7 @@ def encode_restarted(msg: Restarted) -> bytes:
 # decoder builds a map per row. Rows are deltas; a sparse column holds (row, value) pairs
 # for the few rows that carry that field, in row order.
 TAG_COLUMNS = 0x43
-OUTPUT_FORMATS = ("deltas", "columnar")
+OUTPUT_FORMATS = ("deltas", "columnar", "packed")
 Attribution = tuple[int, int, int]
 
 
@@ -673,6 +674,9 @@ class ColumnsOut:
         self.texts.append(d.text)
         self.id_lens.append(len(d.ids))
         self.ids += d.ids
+        self._sparse(d, row)
+
+    def _sparse(self, d: Delta, row: int) -> None:
         for name in _SPARSE_NONE:
             val = getattr(d, name)
             if val is not None:
@@ -708,25 +712,166 @@ def encode_columns(msg: Columns) -> bytes:
     return b"\x43" + _encoder.encode(cols[:end])
 
 
+# --------------------------------------------------------------------------- PACKED
+# COLUMNS with its per-row strings and numbers as buffers (protocol section 5.4): a shard's
+# array path has every row's text as one UTF-8 buffer already, and ids as one int64 array,
+# so it sends them as they are, and a frontend cuts them with C-speed slicing.
+TAG_PACKED = 0x4B
+_U32S = "<u4"
+
+
+class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One output message of many deltas; row r is the delta of `rids[r]`.
+
+    Row r's text is the UTF-8 `text` decoded, from character sum(text_lens[:r]), for
+    text_lens[r] characters (code points); its ids are the little-endian int64 `ids` cut by
+    `id_lens` (u32 each), or one id per row when `id_lens` is empty. The sparse columns are
+    COLUMNS' (section 5.2), row numbers and all.
+    """
+
+    shard: int
+    seq: int
+    rids: list[str]
+    text: bytes
+    text_lens: bytes
+    id_lens: bytes
+    ids: bytes
+    finish: list[tuple[int, FinishReason]] = []
+    usage: list[tuple[int, Usage]] = []
+    error: list[tuple[int, str]] = []
+    result: list[tuple[int, bytes]] = []
+    logprobs: list[tuple[int, list[Any]]] = []
+    top_logprobs: list[tuple[int, list[Any]]] = []
+    token_ids_logprobs: list[tuple[int, list[Any]]] = []
+    token_texts: list[tuple[int, list[str]]] = []
+    top_texts: list[tuple[int, list[Any]]] = []
+    attributions: list[tuple[int, list[Attribution]]] = []
+    reasoning: list[tuple[int, str]] = []
+    tool_calls: list[tuple[int, list[ToolCallDelta]]] = []
+
+    def __len__(self) -> int:
+        return len(self.rids)
+
+    def texts(self) -> list[str]:
+        """Every row's text: one decode, then slices (C speed, no per-row frame)."""
+        text = self.text.decode("utf-8")
+        lens = np.frombuffer(self.text_lens, _U32S)
+        if not len(lens):
+            return []
+        ends = np.cumsum(lens).tolist()
+        return list(map(text.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+    def id_rows(self) -> list[list[int]]:
+        ids = np.frombuffer(self.ids, "<i8").tolist()
+        if not self.id_lens:
+            return list(map(list, zip(ids)))
+        ends = np.cumsum(np.frombuffer(self.id_lens, _U32S)).tolist()
+        return list(map(ids.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+    def columns(self) -> Columns:
+        """The same message as COLUMNS (what a reader of section 5.2 expects)."""
+        id_lens = np.frombuffer(self.id_lens, _U32S).tolist() if self.id_lens else \
+            [1] * len(self.rids)
+        sparse = {name: getattr(self, name) for name in SPARSE_COLUMNS}
+        return Columns(self.shard, self.seq, self.rids, self.texts(), id_lens,
+                       np.frombuffer(self.ids, "<i8").tolist(), **sparse)
+
+    @property
+    def deltas(self) -> list[Delta]:
+        out = list(map(Delta, self.rids, self.texts(), self.id_rows()))
+        for name in SPARSE_COLUMNS:
+            for r, val in getattr(self, name):
+                setattr(out[r], name, val)
+        return out
+
+
+class PackedOut(ColumnsOut):
+    """A PACKED message under construction: runs of rows whose text is one UTF-8 buffer
+    (the array path) or single Deltas (every other path), kept in order."""
+
+    __slots__ = ("parts", "char_lens", "id_arrays", "multi")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[bytes] = []
+        self.char_lens: list[Any] = []  # u32 arrays or lists
+        self.id_arrays: list[Any] = []  # int64 arrays or lists
+        self.multi = False  # some row has other than one id
+
+    def append(self, d: Delta) -> None:
+        row = len(self.rids)
+        self.rids.append(d.rid)
+        self.parts.append(d.text.encode())
+        self.char_lens.append([len(d.text)])
+        self.id_lens.append(len(d.ids))
+        self.id_arrays.append(d.ids)
+        if len(d.ids) != 1:
+            self.multi = True
+        self._sparse(d, row)
+
+    def add_rows(self, rids: list[str], text: bytes, char_lens: Any, id_lens: Any,
+                 ids: Any) -> None:
+        """Rows of the array path: their texts as one UTF-8 buffer and character counts,
+        their ids as one int64 array and per-row counts (numpy arrays)."""
+        self.rids += rids
+        self.parts.append(text)
+        self.char_lens.append(char_lens)
+        self.id_lens += id_lens.tolist()
+        self.id_arrays.append(ids)
+        if len(ids) != len(rids):
+            self.multi = True
+
+    def build_packed(self, shard: int, seq: int) -> Packed:
+        lens = np.concatenate([np.asarray(c, np.uint32) for c in self.char_lens]) \
+            if self.char_lens else np.zeros(0, np.uint32)
+        ids = np.concatenate([np.asarray(a, np.int64) for a in self.id_arrays]) \
+            if self.id_arrays else np.zeros(0, np.int64)
+        id_lens = np.asarray(self.id_lens, np.uint32).tobytes() if self.multi else b""
+        return Packed(shard, seq, self.rids, b"".join(self.parts),
+                      lens.astype(_U32S).tobytes(), id_lens, ids.astype("<i8").tobytes(),
+                      **self.sparse)
+
+
+def encode_packed(msg: Packed) -> bytes:
+    return b"\x4b" + _encoder.encode(msg)
+
+
 def encode_output(fmt: str, shard: int, seq: int, deltas: list[Delta] | ColumnsOut) -> bytes:
     """One output message in the configured format (`--output-format`)."""
+    if isinstance(deltas, PackedOut):
+        return encode_packed(deltas.build_packed(shard, seq))
     if isinstance(deltas, ColumnsOut):
         return encode_columns(deltas.build(shard, seq))
     if fmt == "columnar":
         return encode_columns(columns_of(shard, seq, deltas))
+    if fmt == "packed":
+        out = PackedOut()
+        for d in deltas:
+            out.append(d)
+        return encode_packed(out.build_packed(shard, seq))
     return encode_deltas(Deltas(shard, seq, deltas))
+
+
+def output_sink(fmt: str) -> Sink:
+    """What a shard's handlers append a message's deltas to, for `--output-format`."""
+    if fmt == "packed":
+        return PackedOut()
+    return ColumnsOut() if fmt == "columnar" else []
 
 
 _deltas_decoder = msgspec.msgpack.Decoder(Deltas)
 _pong_decoder = msgspec.msgpack.Decoder(Pong)
 _columns_decoder = msgspec.msgpack.Decoder(Columns)
 _restarted_decoder = msgspec.msgpack.Decoder(Restarted)
+_packed_decoder = msgspec.msgpack.Decoder(Packed)
 
 
-def decode_output(frame: bytes | memoryview) -> Deltas | Pong | Columns | Restarted:
-    """Decode a frame the service sends to the frontend: DELTAS, PONG, COLUMNS or
+def decode_output(frame: bytes | memoryview) -> Deltas | Pong | Columns | Packed | Restarted:
+    """Decode a frame the service sends to the frontend: DELTAS, COLUMNS, PACKED, PONG or
     RESTARTED."""
     tag = frame[0]
+    if tag == TAG_PACKED:
+        return _packed_decoder.decode(memoryview(frame)[1:])
     if tag == TAG_COLUMNS:
         return _columns_decoder.decode(memoryview(frame)[1:])
     if tag == TAG_DELTAS:

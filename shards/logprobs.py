@@ -25,7 +25,7 @@ class RowFamilies:
         self.readers: dict[str, _Reader] = {}
         carrying = np.zeros(rows, bool)
         for fam in families:
-            reader = _Reader(fam)
+            reader = _Reader(fam, rows)
             self.readers[FIELDS[fam.name]] = reader
             carrying |= reader.lens > 0
         self.carrying = carrying  # per row: carries any values
@@ -38,8 +38,9 @@ class RowFamilies:
 class _Reader:
     __slots__ = ("lens", "ragged", "vals", "ids", "row_starts", "poslens", "pos_starts")
 
-    def __init__(self, fam: Family) -> None:
-        self.lens = np.frombuffer(fam.lens, np.uint32).astype(np.int64)
+    def __init__(self, fam: Family, rows: int) -> None:
+        self.lens = np.zeros(rows, np.int64)  # per row of the message: 0 unless listed
+        self.lens[np.frombuffer(fam.rows, np.uint32)] = np.frombuffer(fam.lens, np.uint32)
         self.ragged = bool(fam.poslens) or fam.name != "output_logprobs"
         self.vals: list[float] = np.frombuffer(fam.values, np.float32).tolist()
         self.ids: list[int] = np.frombuffer(fam.ids, np.int32).tolist()

@@ -155,7 +155,7 @@ class Shard:
 
     def on_frame(self, msg: link.Arrays | link.Frame) -> None:
         t0 = time.perf_counter()
-        out: protocol.Sink = protocol.ColumnsOut() if self.output_format == "columnar" else []
+        out = protocol.output_sink(self.output_format)
         table = self.table
         if isinstance(msg, link.Arrays):
             table.on_arrays(msg, out)

@@ -34,6 +34,10 @@ class PlainTexts(NamedTuple):
     text: str
     chars: I64
     parts: list[str] | None
+    data: bytes  # `text` as UTF-8
+
+    def char_lens(self) -> I64:
+        return np.diff(self.chars)
 
     def texts(self) -> list[str]:
         if self.parts is not None:
@@ -87,7 +91,7 @@ class PlainDecoder:
             dest = ragged_index(slots[rows] * PENDING, d.held[rows])
             state.pending.reshape(-1)[dest] = d.held_data
         state.record_sent(slots, d.buf, d.cuts)
-        return PlainTexts(d.text, d.chars, d.parts)
+        return PlainTexts(d.text, d.chars, d.parts, d.buf.tobytes())
 
     def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         """Row by row, in order, as `ByteStream.push` (the reference) does it."""
@@ -135,4 +139,4 @@ class PlainDecoder:
                 state.record_sent(one, np.frombuffer(raw[cuts[r]:cuts[r + 1]], np.uint8),
                                   np.array([0, cuts[r + 1] - cuts[r]], np.int64))
         chars = starts_of(np.fromiter(map(len, texts), np.int64, len(texts)))
-        return PlainTexts(joined, chars, texts)
+        return PlainTexts(joined, chars, texts, raw)

@@ -26,6 +26,7 @@ from sglang_tok.protocol import (
     Delta,
     Error,
     Open,
+    PackedOut,
     Result,
     Sink,
     Usage,
@@ -364,6 +365,13 @@ class _RowsOut:
         one_each = len(ids) == len(self.msg.slots) and (counts == 1).all()
         row_ids = ids[rows] if one_each else ids[_index(st, rows, counts)]
         fams = self.fams
+        if isinstance(out, PackedOut):
+            base = len(out.rids)
+            out.add_rows(rids, texts.data, texts.char_lens(), counts,  # type: ignore[arg-type]
+                         row_ids)
+            if fams is not None:
+                self._logprobs(out, rows, base)
+            return
         if isinstance(out, ColumnsOut):
             base = len(out.rids)
             out.rids += rids  # type: ignore[arg-type]
@@ -371,12 +379,7 @@ class _RowsOut:
             out.id_lens += counts.tolist()
             out.ids += row_ids.tolist()
             if fams is not None:
-                for j in np.flatnonzero(fams.carrying[rows]).tolist():
-                    r = int(rows[j])
-                    for field in FIELDS.values():
-                        val = fams.row(field, r)
-                        if val is not None:
-                            out.add_sparse(field, base + j, val)
+                self._logprobs(out, rows, base)
             return
         flat = row_ids.tolist()
         cuts = starts_of(counts).tolist()
@@ -388,6 +391,18 @@ class _RowsOut:
                 d.logprobs, d.top_logprobs, d.token_ids_logprobs = (
                     fams.row(f, r) for f in FIELDS.values())
             out.append(d)
+
+
+    def _logprobs(self, out: ColumnsOut, rows: I64, base: int) -> None:
+        """Only the rows that carry values cost a Python step."""
+        fams = self.fams
+        assert fams is not None
+        for j in np.flatnonzero(fams.carrying[rows]).tolist():
+            r = int(rows[j])
+            for field in FIELDS.values():
+                val = fams.row(field, r)
+                if val is not None:
+                    out.add_sparse(field, base + j, val)
 
 
 def _index(st: I64, rows: I64, counts: I64) -> I64:

@@ -14,7 +14,7 @@ from sglang_tok.egress.split import LocalRoute
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok import protocol
-from sglang_tok.protocol import Columns, ColumnsOut, Delta, Deltas, Usage
+from sglang_tok.protocol import Columns, Delta, Deltas, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
 from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
@@ -88,25 +88,29 @@ def test_shard_columns_hold_exactly_the_deltas_of_the_deltas_path(
                     special_share=0.2, abort_share=0.05, error_share=0.05, prompt_share=0.2,
                     seed=3)
     nshards = 2 if shared else 1
-    routes = [LocalRoute(nshards), LocalRoute(nshards)]
+    formats = ("deltas", "columnar", "packed")
+    routes = [LocalRoute(nshards) for _ in formats]
     tables = [[RidTable(INFO, k) for k in range(nshards)] for _ in routes]
-    got: list[list[Delta]] = [[], []]
+    got: list[list[Delta]] = [[] for _ in formats]
     for step in schedule(make_requests(INFO, spec), spec.concurrency, spec.seed):
         frames = [*step.opens, *([step.batch] if step.batch else []), *step.ends]
         for f in frames:
-            for k, route in enumerate(routes):
-                sinks: list[protocol.Sink] = [ColumnsOut() if k else [] for _ in range(nshards)]
+            for k, (route, fmt) in enumerate(zip(routes, formats)):
+                sinks = [protocol.output_sink(fmt) for _ in range(nshards)]
                 route.feed(f, tables[k], sinks)
                 for sink in sinks:
-                    msg = protocol.decode_output(protocol.encode_output("deltas", 1, 0, sink))
-                    assert isinstance(msg, Columns if k else Deltas)
+                    msg = protocol.decode_output(protocol.encode_output(fmt, 1, 0, sink))
+                    assert isinstance(msg, (Deltas, Columns, protocol.Packed)[k])
                     got[k] += msg.deltas
     assert len(got[0]) > 300
     assert by_rid(got[1]) == by_rid(got[0])
+    assert by_rid(got[2]) == by_rid(got[0])
 
 
-def test_service_with_columnar_output_is_exact(tmp_path: Path) -> None:
-    svc = Service(tmp_path, shards=2, args=["--output-format", "columnar"]).start()
+@pytest.mark.parametrize("fmt,tag", [("columnar", protocol.TAG_COLUMNS),
+                                     ("packed", protocol.TAG_PACKED)])
+def test_service_with_columnar_output_is_exact(tmp_path: Path, fmt: str, tag: int) -> None:
+    svc = Service(tmp_path, shards=2, args=["--output-format", fmt]).start()
     tags: set[int] = set()
     take = svc.front.take
 
@@ -128,6 +132,6 @@ def test_service_with_columnar_output_is_exact(tmp_path: Path) -> None:
         problems = [p for r in reqs for p in verify(r, svc.front.requests.get(r.rid), INFO)]
         assert not problems, problems[:10]
         assert not svc.front.violations, svc.front.violations[:10]
-        assert tags == {protocol.TAG_COLUMNS, protocol.TAG_PONG}
+        assert tags == {tag, protocol.TAG_PONG}
     finally:
         svc.stop()
