@@ -134,7 +134,7 @@ class _Family:
         """Shard k's share, its rows renumbered as rows of its message."""
         pos, total, data = self.pos, self.total, self.data
         if self.split is None:
-            return Family(self.name, array("I", self.rows).tobytes(),
+            return (self.name, array("I", self.rows).tobytes(),
                           array("I", self.lens).tobytes(), array("I", self.poslens).tobytes(),
                           bytes(data[pos:pos + 4 * total]),
                           bytes(data[pos + 4 * total:pos + 8 * total]))
@@ -151,7 +151,7 @@ class _Family:
         else:
             poslens = np.zeros(0, np.int64)
             take = ragged_index(starts_of(lens)[sel], lens[sel])
-        return Family(self.name, row_pos[rows[sel]].astype(np.uint32).tobytes(),
+        return (self.name, row_pos[rows[sel]].astype(np.uint32).tobytes(),
                       lens[sel].astype(np.uint32).tobytes(), poslens.astype(np.uint32).tobytes(),
                       values[take].tobytes(), ids[take].tobytes())
 

@@ -30,6 +30,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from sglang_tok.logprob_rows import Family  # (name, rows, lens, poslens, values, ids)
+
 LATE = 255  # owner byte of a row no shard decodes (its rid has ended)
 _FORWARD, _ARRAYS, _DROP, _SYNC = b"F", b"A", b"D", b"S"
 START, EXIT = b"G", b"X"
@@ -45,19 +47,6 @@ class Frame(msgspec.Struct, gc=False):
 
     stamp: float
     frame: memoryview
-
-
-class Family(msgspec.Struct, array_like=True, gc=False):
-    """One logprob family of an ARRAYS message, for the rows that carry values (u32 row
-    numbers), laid out as in BATCH (section 3.2): per such row its length (u32), per
-    position its k (ragged families only), values (f32) and ids (i32)."""
-
-    name: str
-    rows: bytes
-    lens: bytes
-    poslens: bytes
-    values: bytes
-    ids: bytes
 
 
 class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

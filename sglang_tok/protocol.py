@@ -748,6 +748,9 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     attributions: list[tuple[int, list[Attribution]]] = []
     reasoning: list[tuple[int, str]] = []
     tool_calls: list[tuple[int, list[ToolCallDelta]]] = []
+    # logprobs of the array path's rows as numbers (sglang_tok/logprob_rows.py: name, rows,
+    # lens, poslens, values, ids); rows of other paths use the sparse list columns above
+    families: list[tuple[str, bytes, bytes, bytes, bytes, bytes]] = []
 
     def __len__(self) -> int:
         return len(self.rids)
@@ -772,9 +775,14 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
         """The same message as COLUMNS (what a reader of section 5.2 expects)."""
         id_lens = np.frombuffer(self.id_lens, _U32S).tolist() if self.id_lens else \
             [1] * len(self.rids)
-        sparse = {name: getattr(self, name) for name in SPARSE_COLUMNS}
-        return Columns(self.shard, self.seq, self.rids, self.texts(), id_lens,
-                       np.frombuffer(self.ids, "<i8").tolist(), **sparse)
+        cols = Columns(self.shard, self.seq, self.rids, self.texts(), id_lens,
+                       np.frombuffer(self.ids, "<i8").tolist())
+        for r, d in enumerate(self.deltas):
+            for name in SPARSE_COLUMNS:
+                val = getattr(d, name)
+                if val is not None and val != "":
+                    getattr(cols, name).append((r, val))
+        return cols
 
     @property
     def deltas(self) -> list[Delta]:
@@ -782,6 +790,15 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
         for name in SPARSE_COLUMNS:
             for r, val in getattr(self, name):
                 setattr(out[r], name, val)
+        if self.families:
+            from .logprob_rows import FIELDS, RowFamilies
+
+            fams = RowFamilies(self.families, len(out))
+            for r in np.flatnonzero(fams.carrying).tolist():
+                for field in FIELDS.values():
+                    val = fams.row(field, r)
+                    if val is not None:
+                        setattr(out[r], field, val)
         return out
 
 
@@ -789,10 +806,11 @@ class PackedOut(ColumnsOut):
     """A PACKED message under construction: runs of rows whose text is one UTF-8 buffer
     (the array path) or single Deltas (every other path), kept in order."""
 
-    __slots__ = ("parts", "char_lens", "id_arrays", "multi")
+    __slots__ = ("parts", "char_lens", "id_arrays", "multi", "families")
 
     def __init__(self) -> None:
         super().__init__()
+        self.families: list[tuple[str, bytes, bytes, bytes, bytes, bytes]] = []
         self.parts: list[bytes] = []
         self.char_lens: list[Any] = []  # u32 arrays or lists
         self.id_arrays: list[Any] = []  # int64 arrays or lists
@@ -829,7 +847,7 @@ class PackedOut(ColumnsOut):
         id_lens = np.asarray(self.id_lens, np.uint32).tobytes() if self.multi else b""
         return Packed(shard, seq, self.rids, b"".join(self.parts),
                       lens.astype(_U32S).tobytes(), id_lens, ids.astype("<i8").tobytes(),
-                      **self.sparse)
+                      **self.sparse, families=self.families)
 
 
 def encode_packed(msg: Packed) -> bytes:

@@ -32,10 +32,12 @@ _SEQ_LEN[:0x80] = 1
 _SEQ_LEN[0xC2:0xE0] = 2
 _SEQ_LEN[0xE0:0xF0] = 3
 _SEQ_LEN[0xF0:0xF5] = 4
-# per lead byte: the range its second byte must fall in to be a valid prefix
+# per lead byte: the range its second byte must fall in for CPython's incremental decoder to
+# hold the sequence (it holds ED A0..BF, a surrogate's start, and rejects it only once the
+# third byte is there; the tests hold this table to `codecs.utf_8_decode`)
 _LO = np.full(256, 0x80, np.int64)
 _HI = np.full(256, 0xBF, np.int64)
-_LO[0xE0], _HI[0xED], _LO[0xF0], _HI[0xF4] = 0xA0, 0x9F, 0x90, 0x8F
+_LO[0xE0], _LO[0xF0], _HI[0xF4] = 0xA0, 0x90, 0x8F
 
 
 class FlatTable(NamedTuple):

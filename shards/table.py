@@ -20,6 +20,7 @@ import numpy.typing as npt
 from sglang_tok.ring.link import Arrays
 
 from sglang_tok.decoder import ByteStream
+from sglang_tok.logprob_rows import FIELDS, RowFamilies, shift
 from sglang_tok.protocol import (
     Abort,
     ColumnsOut,
@@ -36,7 +37,6 @@ from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.request import Request, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .logprobs import FIELDS, RowFamilies
 from .paths import ARRAY, row_reason
 from .plain import PlainDecoder, PlainTexts
 from .slots import FREE, PLAIN, ROW, Slots
@@ -213,7 +213,8 @@ class RidTable:
         if len(plain_rows):
             assert self.plain is not None
             texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts)
-            rows_out.plain(plain_rows, [self.state.rids[s] for s in slots[plain_rows].tolist()],
+            rows_out.plain(plain_rows,
+                           list(map(self.state.rids.__getitem__, slots[plain_rows].tolist())),
                            texts)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
         ran = self._row_path(others, slots, msg, id_starts, ends, fams, out) if len(others) \
@@ -369,8 +370,8 @@ class _RowsOut:
             base = len(out.rids)
             out.add_rows(rids, texts.data, texts.char_lens(), counts,  # type: ignore[arg-type]
                          row_ids)
-            if fams is not None:
-                self._logprobs(out, rows, base)
+            for fam in self.msg.sparse.families:  # the numbers pass through
+                out.families.append(shift(fam, rows, base))
             return
         if isinstance(out, ColumnsOut):
             base = len(out.rids)

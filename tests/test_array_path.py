@@ -151,3 +151,22 @@ def test_the_path_is_decided_once_with_a_reason() -> None:
     assert row_reason(Open("r", tool_parser="hermes"), info) == "parser"
     assert row_reason(Open("r", logprob_text=True), info) == "logprob_text"
     assert row_reason(None, describe(zoo.wordpiece(), "wp")) == "tokenizer"
+
+
+def test_held_tails_are_what_the_incremental_codec_holds() -> None:
+    """Every 1-3 byte tail of a row: held exactly when `codecs.utf_8_decode(..., final=False)`
+    holds it (CPython holds a surrogate's first two bytes, ED A0..BF, for instance)."""
+    from codecs import utf_8_decode
+
+    from sglang_tok.shards.array_decode import held_tail
+
+    tails = [bytes([a]) for a in range(256)]
+    tails += [bytes([a, b]) for a in range(0xC0, 0x100) for b in range(0x70, 0xC8)]
+    tails += [bytes([a, b, c]) for a in range(0xE0, 0xF8) for b in range(0x7F, 0xC1, 3)
+              for c in range(0x7F, 0xC1, 7)]
+    buf = np.frombuffer(b"".join(b"x" + t for t in tails), np.uint8)
+    sizes = np.array([1 + len(t) for t in tails], np.int64)
+    ends = np.cumsum(sizes)
+    held = held_tail(buf, ends, ends - sizes).tolist()
+    expected = [len(t) + 1 - utf_8_decode(b"x" + t, "replace", False)[1] for t in tails]
+    assert held == expected

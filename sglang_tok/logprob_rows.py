@@ -1,0 +1,104 @@
+"""Logprob families as numeric columns (the egress -> shard link's ARRAYS, the PACKED
+output frame), read per row in the shapes a Delta carries.
+
+Only rows that carry values cost a Python step, and only where lists are wanted: a shard
+writing PACKED passes the numbers through (`shift`), a frontend builds the lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .ragged import ragged_index, starts_of
+
+# (name, rows, lens, poslens, values, ids): u32 row numbers of the rows that carry values,
+# u32 length per such row, u32 k per position (ragged families only), f32 values, i32 ids
+Family = tuple[str, bytes, bytes, bytes, bytes, bytes]
+
+# link family name -> the Delta field (and COLUMNS sparse column) it fills
+FIELDS = {"output_logprobs": "logprobs", "output_top": "top_logprobs",
+          "output_token_ids": "token_ids_logprobs"}
+
+
+class RowFamilies:
+    __slots__ = ("readers", "carrying")
+
+    def __init__(self, families: list[Any], rows: int) -> None:
+        self.readers: dict[str, _Reader] = {}
+        carrying = np.zeros(rows, bool)
+        for fam in families:
+            reader = _Reader(fam, rows)
+            self.readers[FIELDS[fam[0]]] = reader
+            carrying |= reader.lens > 0
+        self.carrying = carrying  # per row: carries any values
+
+    def row(self, field: str, r: int) -> list[Any] | None:
+        reader = self.readers.get(field)
+        return None if reader is None else reader.row(r)
+
+
+class _Reader:
+    __slots__ = ("lens", "ragged", "vals", "ids", "row_starts", "poslens", "pos_starts")
+
+    def __init__(self, fam: Any, rows: int) -> None:
+        name, frows, flens, fposlens, fvalues, fids = fam
+        self.lens = np.zeros(rows, np.int64)  # per row of the message: 0 unless listed
+        self.lens[np.frombuffer(frows, np.uint32)] = np.frombuffer(flens, np.uint32)
+        self.ragged = name != "output_logprobs"
+        self.vals: list[float] = np.frombuffer(fvalues, np.float32).tolist()
+        self.ids: list[int] = np.frombuffer(fids, np.int32).tolist()
+        if self.ragged:
+            poslens = np.frombuffer(fposlens, np.uint32).astype(np.int64)
+            self.poslens: list[int] = poslens.tolist()
+            pos_starts = starts_of(self.lens)
+            self.pos_starts: list[int] = pos_starts.tolist()
+            self.row_starts: list[int] = starts_of(poslens)[pos_starts].tolist()
+        else:
+            self.row_starts = starts_of(self.lens).tolist()
+
+    def row(self, r: int) -> list[Any] | None:
+        a = self.row_starts[r]
+        if not self.ragged:
+            b = self.row_starts[r + 1]
+            return list(map(list, zip(self.vals[a:b], self.ids[a:b]))) if a != b else None
+        p0, p1 = self.pos_starts[r], self.pos_starts[r + 1]
+        if p0 == p1:
+            return None
+        out: list[Any] = []
+        j, vals, ids = a, self.vals, self.ids
+        for k in self.poslens[p0:p1]:
+            out.append(list(map(list, zip(ids[j:j + k], vals[j:j + k]))) if k else None)
+            j += k
+        return out
+
+
+def shift(fam: Any, rows: Any, base: int) -> Family:
+    """A family of a message's rows `rows` (ascending), renumbered as rows base, base+1, ...
+    of an output message: values and ids pass through untouched when every listed row is
+    kept, which is the array path's case (its rows carry their own values)."""
+    name, frows, flens, fposlens, fvalues, fids = fam
+    listed = np.frombuffer(frows, np.uint32).astype(np.int64)
+    where = np.searchsorted(rows, listed)
+    kept = (where < len(rows)) & (rows[np.minimum(where, len(rows) - 1)] == listed)
+    if kept.all():
+        return (name, (where + base).astype(np.uint32).tobytes(), flens, fposlens, fvalues,
+                fids)
+    lens = np.frombuffer(flens, np.uint32).astype(np.int64)
+    if name == "output_logprobs":
+        take = _segments(starts_of(lens), lens, kept)
+        poslens = b""
+    else:
+        pl = np.frombuffer(fposlens, np.uint32).astype(np.int64)
+        positions = _segments(starts_of(lens), lens, kept)
+        take = _segments(starts_of(pl), pl, np.isin(np.arange(len(pl)), positions))
+        poslens = pl[positions].astype(np.uint32).tobytes()
+    values = np.frombuffer(fvalues, np.float32)[take]
+    ids = np.frombuffer(fids, np.int32)[take]
+    return (name, (where[kept] + base).astype(np.uint32).tobytes(),
+            lens[kept].astype(np.uint32).tobytes(), poslens, values.tobytes(), ids.tobytes())
+
+
+def _segments(starts: Any, sizes: Any, keep: Any) -> Any:
+    return ragged_index(starts[:-1][keep], sizes[keep])
