@@ -72,6 +72,20 @@ class PlainDecoder:
             np.add.at(state.completion, slots, counts)  # a slot named twice counts twice
         return self._loop(state, slots, ids, id_starts)
 
+    def finish(self, state: Slots, slot: int, ids: list[int]) -> str:
+        """A request's last ids: decoded after its pending bytes, then flushed (the codec's
+        final rules for an incomplete character), as `ByteStream.push` + `flush` do."""
+        vocab = self.vocab
+        table = self.tables[int(state.table_sel[slot])]
+        data = b"".join([table[i if 0 <= i < vocab else vocab] for i in ids])
+        held = int(state.pend_len[slot])
+        if held:
+            data = state.pending[slot, :held].tobytes() + data
+        text, _ = utf_8_decode(data, "replace", True)
+        if state.skip[slot] and text:
+            text = text[1:]
+        return text
+
     def _distinct(self, slots: I64, capacity: int) -> bool:
         if len(self._mark) < capacity:
             self._mark = np.zeros(capacity, np.int64)

@@ -34,7 +34,7 @@ from sglang_tok.protocol import (
     terminal,
 )
 from sglang_tok.ragged import ragged_index, starts_of
-from sglang_tok.request import Request, make_request, refusal
+from sglang_tok.request import Request, _is_stop_token, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .paths import ARRAY, row_reason
@@ -85,6 +85,7 @@ class RidTable:
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
         self.opts: dict[int, Open] = {}  # plain slots opened with options (else defaults)
+        self._mark = np.zeros(0, np.int64)  # per slot: the last row that named it
         self.counters = ShardCounters()
         self.paths: Counter[str] = Counter()  # requests per path: "array" or the reason
         # rids this shard ended on its own (stop strings, refusals) since the last report,
@@ -202,12 +203,17 @@ class RidTable:
         plain = kinds == PLAIN
         special = np.zeros(n, bool)  # rows for the per-row path whatever their request
         ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
+        fams = _Families(sp.families, n)
+        quick_ends: list[int] = []
         if ends:
             end_rows = np.fromiter(ends, np.int64, len(ends))
             special[end_rows] = True
             plain[end_rows] = False
-            _late_after_end(slots, end_rows, plain, special)
-        fams = RowFamilies(sp.families, n) if sp.families else None
+            if not self._distinct(slots):
+                _late_after_end(slots, end_rows, plain, special)
+            quick_ends = [r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
+                          if special[r] and not isinstance(ends[r][0].get("matched"), str)]
+            special[quick_ends] = False
         rows_out = _RowsOut(out, msg, id_starts, fams)
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
@@ -216,10 +222,48 @@ class RidTable:
             rows_out.plain(plain_rows,
                            list(map(self.state.rids.__getitem__, slots[plain_rows].tolist())),
                            texts)
+        if quick_ends:
+            self._plain_ends(quick_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
         ran = self._row_path(others, slots, msg, id_starts, ends, fams, out) if len(others) \
             else 0
-        self.counters.late_rows += n - len(plain_rows) - ran
+        self.counters.late_rows += n - len(plain_rows) - len(quick_ends) - ran
+
+    def _distinct(self, slots: I64) -> bool:
+        """Whether no slot is named twice in a message (no scheduler sends a rid twice)."""
+        mark = self._mark
+        if len(mark) < self.state.capacity:
+            mark = self._mark = np.zeros(self.state.capacity, np.int64)
+        rows = np.arange(len(slots))
+        mark[slots] = rows
+        return bool((mark[slots] == rows).all())
+
+    def _plain_ends(self, rows: list[int], slots: I64, msg: Arrays, id_starts: I64,
+                    ends: dict[int, tuple[dict[str, Any], int, int, int]], fams: _Families,
+                    out: Sink) -> None:
+        """Last rows of plain requests: the final flush, the scheduler's stop token left
+        out of the text, usage; from the slot's arrays, with no Request built."""
+        assert self.plain is not None
+        state, st = self.state, id_starts.tolist()
+        for r in rows:
+            slot = int(slots[r])
+            rid = state.rids[slot]
+            assert rid is not None
+            fin, prompt, cached, reasoning = ends[r]
+            row_ids = msg.ids[st[r]:st[r + 1]].tolist()
+            opts = self.opts.get(slot)
+            decode_ids = row_ids
+            if row_ids and not (opts is not None and opts.no_stop_trim) and \
+                    fin.get("type") == "stop" and _is_stop_token(fin.get("matched"), row_ids[-1]):
+                decode_ids = row_ids[:-1]
+            text = self.plain.finish(state, slot, decode_ids)
+            completion = int(state.completion[slot]) + len(row_ids)
+            d = Delta(rid, text, row_ids, finish=fin,
+                      usage=Usage(prompt, completion, prompt + completion, cached, reasoning))
+            if fams.carries(r):
+                d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
+            out.append(d)
+            self._finish(rid, False, completion, reasoning)
 
     def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         assert self.plain is not None
@@ -234,7 +278,7 @@ class RidTable:
 
     def _row_path(self, rows: I64, slots: I64, msg: Arrays, id_starts: I64,
                   ends: dict[int, tuple[dict[str, Any], int, int, int]],
-                  fams: RowFamilies | None, out: Sink) -> int:
+                  fams: _Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
@@ -252,8 +296,8 @@ class RidTable:
             else:
                 fin, prompt, cached, why = end
             lp = top = tid = None
-            if fams is not None and fams.carrying[r]:
-                lp, top, tid = (fams.row(f, r) for f in FIELDS.values())
+            if fams.carries(r):
+                lp, top, tid = fams.extras(r)
             row_ids = ids[st[r]:st[r + 1]].tolist()
             vocab = self.info.vocab_size
             safe = None
@@ -357,7 +401,7 @@ class _RowsOut:
 
     __slots__ = ("out", "msg", "id_starts", "fams")
 
-    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: RowFamilies | None) -> None:
+    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: _Families) -> None:
         self.out, self.msg, self.id_starts, self.fams = out, msg, id_starts, fams
 
     def plain(self, rows: I64, rids: list[str | None], texts: PlainTexts) -> None:
@@ -379,31 +423,51 @@ class _RowsOut:
             out.texts += texts.texts()
             out.id_lens += counts.tolist()
             out.ids += row_ids.tolist()
-            if fams is not None:
+            if fams.families:
                 self._logprobs(out, rows, base)
             return
         flat = row_ids.tolist()
         cuts = starts_of(counts).tolist()
-        for j, (rid, text) in enumerate(zip(rids, texts.texts())):
+        for j, (rid, text, r) in enumerate(zip(rids, texts.texts(), rows.tolist())):
             assert rid is not None
             d = Delta(rid, text, flat[cuts[j]:cuts[j + 1]])
-            if fams is not None and fams.carrying[rows[j]]:
-                r = int(rows[j])
-                d.logprobs, d.top_logprobs, d.token_ids_logprobs = (
-                    fams.row(f, r) for f in FIELDS.values())
+            if fams.carries(r):
+                d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
             out.append(d)
 
 
     def _logprobs(self, out: ColumnsOut, rows: I64, base: int) -> None:
         """Only the rows that carry values cost a Python step."""
-        fams = self.fams
-        assert fams is not None
+        fams = self.fams.get()
         for j in np.flatnonzero(fams.carrying[rows]).tolist():
             r = int(rows[j])
             for field in FIELDS.values():
                 val = fams.row(field, r)
                 if val is not None:
                     out.add_sparse(field, base + j, val)
+
+
+class _Families:
+    """A message's logprob families, read into per-row lists only if a row asks."""
+
+    __slots__ = ("families", "rows", "_read")
+
+    def __init__(self, families: list[Any], rows: int) -> None:
+        self.families, self.rows = families, rows
+        self._read: RowFamilies | None = None
+
+    def get(self) -> RowFamilies:
+        if self._read is None:
+            self._read = RowFamilies(self.families, self.rows)
+        return self._read
+
+    def carries(self, r: int) -> bool:
+        return bool(self.families) and bool(self.get().carrying[r])
+
+    def extras(self, r: int) -> tuple[Any, Any, Any]:
+        fams = self.get()
+        lp, top, tid = (fams.row(f, r) for f in FIELDS.values())
+        return lp, top, tid
 
 
 def _index(st: I64, rows: I64, counts: I64) -> I64:
