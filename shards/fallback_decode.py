@@ -1,0 +1,380 @@
+"""Whole-array decoding of plain rows for SentencePiece byte-fallback tokenizers (Llama-2,
+Mistral, Gemma): one message's rows in a fixed number of numpy calls in the common case.
+
+Their `tokenizers` decoder chain is Replace("▁", " "), ByteFallback, Fuse and, for most,
+Strip(" ", 1, 0). Per id that makes the full decode a concatenation of:
+- a text id (any id that is not a byte id): its piece with "▁" as " ", bytes fixed per id;
+- a run of consecutive <0xNN> byte ids: its bytes as UTF-8 if the whole run is valid, else
+  one U+FFFD per byte (ByteFallback decides per run, so an open run is held, as
+  `decoder.WindowStream` holds it);
+- skipped specials and ids outside the vocabulary: nothing, and they do not end a run
+  (`decode` drops them before the decoder runs); a kept special is a text id;
+and then Strip drops one " " at the start of the whole text only.
+
+So a slot needs: the open run's bytes, whether the whole text has begun (the strip is
+spent), and, only after a prompt that ended inside a run, how many characters of the
+prompt's own decode of that run are still to be passed over (the contract is
+decode(P + I)[len(decode(P)):]). Per message the rows are gathered into one buffer with
+the slots' runs in front, each row's trailing run is cut off and held, and the rest is
+decoded by one `bytes.decode`: the text pieces are valid UTF-8 and every closed run is
+followed by one, so the buffer decodes only if every closed run is valid. A message with
+an invalid run (a model emitting broken bytes) or a row passing over a prompt's run is
+finished in Python for those runs and rows only. Nothing returns None.
+
+`decode_rows_loop` is the same computation one row at a time in plain Python (the small
+message path and the reference for the array code); the property tests hold both to the
+full `tokenizer.decode` and to `WindowStream`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from sglang_tok.ragged import ragged_index, starts_of
+from sglang_tok.tokenizer import TokenizerInfo
+
+U8 = npt.NDArray[np.uint8]
+I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
+
+TEXT, BYTE, DROP = 0, 1, 2  # kinds of id: a text piece, a <0xNN> byte, dropped before decode
+_HEX = frozenset("0123456789abcdefABCDEF")
+_FFFD = "\ufffd".encode()
+
+
+class FallbackTable(NamedTuple):
+    """Per id, as one buffer: id i's bytes are data[off[i]:off[i] + size[i]] (a byte id's
+    raw byte), its kind kind[i]. Two tables are stacked (specials kept, specials dropped):
+    `id + skip * stride` picks one; id `stride - 1` (out of the vocabulary) is dropped."""
+
+    data: U8
+    off: I64
+    size: I64
+    kind: U8
+    stride: int
+    strip: bool  # the chain ends in Strip(" ", 1, 0)
+    pieces: list[bytes]  # the same per stacked id, as lists, for the loop
+    kinds: list[int]
+    texts: list[str]  # a text id's piece as str ("" for the others)
+
+
+def _byte_value(token: str) -> int | None:
+    """ByteFallback's own test: six bytes "<0xNN>", NN parsed by Rust's u8::from_str_radix."""
+    if len(token) != 6 or not token.startswith("<0x") or not token.endswith(">"):
+        return None
+    hx = token[3:5]
+    if all(c in _HEX for c in hx) or (hx[0] == "+" and hx[1] in _HEX):
+        return int(hx, 16)
+    return None
+
+
+def fallback_chain(decoder: Any) -> bool | None:
+    """For a decoder spec Replace("▁", " "), ByteFallback, Fuse[, Strip(" ", 1, 0)]: whether
+    it strips; None for any other pipeline."""
+    if not isinstance(decoder, dict) or decoder.get("type") != "Sequence":
+        return None
+    steps = decoder.get("decoders") or []
+    if len(steps) not in (3, 4):
+        return None
+    rep, bf, fuse = steps[:3]
+    if not (rep.get("type") == "Replace" and rep.get("pattern") == {"String": "▁"}
+            and rep.get("content") == " " and bf.get("type") == "ByteFallback"
+            and fuse.get("type") == "Fuse"):
+        return None
+    if len(steps) == 3:
+        return False
+    strip = steps[3]
+    if (strip.get("type") == "Strip" and strip.get("content") == " "
+            and strip.get("start") == 1 and strip.get("stop") == 0):
+        return True
+    return None
+
+
+def fallback_table(info: TokenizerInfo, verify: bool = True) -> FallbackTable | None:
+    """The table for a Metaspace + ByteFallback tokenizer, or None for any other. `verify`
+    checks every id against `tokenizers` itself (after an anchor id, and alone)."""
+    tok = info.tokenizer
+    strip = fallback_chain(json.loads(tok.to_str()).get("decoder"))
+    if strip is None or not info.has_text:
+        return None
+    vocab = info.vocab_size
+    pieces: list[bytes] = [b""] * (vocab + 1)
+    kinds = [DROP] * (vocab + 1)
+    for tid in range(vocab):
+        token = tok.id_to_token(tid)
+        if token is None:
+            continue
+        value = _byte_value(token)
+        if value is not None:
+            pieces[tid], kinds[tid] = bytes([value]), BYTE
+        else:
+            pieces[tid], kinds[tid] = token.replace("▁", " ").encode(), TEXT
+            if not pieces[tid]:
+                return None  # an empty text id would end a run invisibly: not handled
+    skip_pieces, skip_kinds = pieces[:], kinds[:]
+    for tid in info.special_ids:
+        if 0 <= tid < vocab:
+            skip_pieces[tid], skip_kinds[tid] = b"", DROP
+    if verify and not _verified(info, pieces, kinds, skip_kinds, strip):
+        return None
+    both, both_kinds = pieces + skip_pieces, kinds + skip_kinds
+    size = np.fromiter(map(len, both), np.int64, len(both))
+    texts = [p.decode() if k == TEXT else "" for p, k in zip(both, both_kinds)]
+    return FallbackTable(np.frombuffer(b"".join(both), np.uint8), starts_of(size)[:-1], size,
+                         np.array(both_kinds, np.uint8), vocab + 1, strip, both, both_kinds,
+                         texts)
+
+
+def _verified(info: TokenizerInfo, pieces: list[bytes], kinds: list[int],
+              skip_kinds: list[int], strip: bool) -> bool:
+    tok, vocab = info.tokenizer, info.vocab_size
+    anchor = next((i for i in range(vocab) if kinds[i] == TEXT and skip_kinds[i] == TEXT
+                   and not pieces[i].startswith(b" ")), None)
+    if anchor is None:
+        return False
+    head = pieces[anchor].decode()
+
+    def alone(tid: int, drop: bool) -> str:
+        if drop:
+            return ""
+        if kinds[tid] == BYTE:
+            return chr(pieces[tid][0]) if pieces[tid][0] < 0x80 else "\ufffd"
+        return pieces[tid].decode()
+
+    for skip, table_kinds in ((False, kinds), (True, skip_kinds)):
+        got = tok.decode_batch([[anchor, i] for i in range(vocab)], skip_special_tokens=skip)
+        for i in range(vocab):
+            if got[i] != head + alone(i, table_kinds[i] == DROP):
+                return False
+    for i in range(vocab):  # alone: the strip at the text's start
+        text = alone(i, kinds[i] == DROP)
+        if strip and text.startswith(" "):
+            text = text[1:]
+        if info.token_texts.get(i, text) != text:
+            return False
+    return True
+
+
+class SlotStart(NamedTuple):
+    """A slot's state after its prompt: the open run, whether the text has begun, and how
+    many characters to pass over (what decode(P) made of an open run at its end)."""
+
+    run: bytes
+    started: bool
+    skip: int
+
+
+def prompt_state(tab: FallbackTable, prompt_ids: list[int], skip_special: bool) -> SlotStart:
+    """The state a prompt leaves; ids may be any int."""
+    base, pieces, kinds = tab.stride if skip_special else 0, tab.pieces, tab.kinds
+    last = tab.stride - 1
+    run = bytearray()
+    started = False
+    for i in prompt_ids:
+        tid = base + (i if 0 <= i < last else last)
+        kind = kinds[tid]
+        if kind == BYTE:
+            run += pieces[tid]
+        elif kind == TEXT:
+            started = True
+            run.clear()
+    return SlotStart(bytes(run), started, len(finish(tab, bytes(run), started, 0)))
+
+
+def finish(tab: FallbackTable, run: bytes, started: bool, skip: int) -> str:
+    """The text a slot's state still owes at the end of the request: its open run's."""
+    if not run:
+        return ""
+    text = _run_text(run)
+    if tab.strip and not started and text.startswith(" "):
+        text = text[1:]
+    return text[skip:]
+
+
+def _run_text(run: bytes) -> str:
+    try:
+        return run.decode()
+    except UnicodeDecodeError:
+        return "\ufffd" * len(run)
+
+
+class FallbackDecoded(NamedTuple):
+    """One message's rows: row r's text is text[chars[r]:chars[r + 1]] (and
+    buf[cuts[r]:cuts[r + 1]] as UTF-8). Back to the slots: row r's open run is
+    held_data[held_starts[r]:held_starts[r + 1]] (held[r] bytes), `started`, `skip`."""
+
+    text: str
+    buf: U8
+    cuts: I64
+    chars: I64
+    held_data: U8
+    held: I64
+    started: B
+    skip: I64
+    parts: list[str] | None  # the rows' texts, when they were made one by one
+
+
+def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel: I64,
+                         run_bytes: U8, run_len: I64, started: B,
+                         skip: I64) -> FallbackDecoded:
+    """Decode rows of ids (row r: ids[id_starts[r]:id_starts[r + 1]], each in
+    [0, vocab], vocab meaning out of the vocabulary) after their slots' open runs (row r:
+    run_bytes[r, :run_len[r]]). `table_sel` per row: 0 keeps specials, 1 skips them.
+    Each row must be of a different slot (the caller's `_distinct`)."""
+    n = len(id_starts) - 1
+    if not n:
+        return decode_rows_loop(tab, ids, id_starts, table_sel, run_bytes, run_len, started,
+                                skip)
+    counts = np.diff(id_starts)
+    tid = ids + np.repeat(table_sel * tab.stride, counts)
+    seg_off, seg_size = tab.off[tid], tab.size[tid]
+    seg_run = tab.kind[tid] == BYTE
+    src = tab.data
+    if run_len.any():  # the open runs as one more segment in front of each row's ids
+        width = run_bytes.shape[1]
+        src = np.concatenate((tab.data, run_bytes.reshape(-1)))
+        firsts = id_starts[:-1] + np.arange(n)
+        mask = np.ones(len(ids) + n, bool)
+        mask[firsts] = False
+        off = np.empty(len(ids) + n, np.int64)
+        size = np.empty(len(ids) + n, np.int64)
+        run = np.empty(len(ids) + n, bool)
+        off[firsts], size[firsts], run[firsts] = len(tab.data) + np.arange(n) * width, run_len, True
+        off[mask], size[mask], run[mask] = seg_off, seg_size, seg_run
+        seg_off, seg_size, seg_run = off, size, run
+        row_bytes = np.add.reduceat(size, firsts) if n else np.zeros(0, np.int64)
+    else:
+        total = starts_of(seg_size)
+        row_bytes = total[id_starts[1:]] - total[id_starts[:-1]]
+    buf = src[ragged_index(seg_off, seg_size)]
+    ends = np.cumsum(row_bytes)
+    starts = ends - row_bytes
+    held = np.zeros(n, np.int64)
+    held_data = np.zeros(0, np.uint8)
+    run_at = None
+    if seg_run.any():
+        run_at = np.repeat(seg_run, seg_size)
+        # per byte: 1 + the position of the last text byte at or before it (0: none)
+        last_text = np.maximum.accumulate(np.where(run_at, 0, np.arange(1, len(buf) + 1)))
+        tail_from = np.maximum(last_text[np.maximum(ends - 1, 0)], starts)
+        held = np.where(ends > starts, ends - tail_from, 0)
+        if held.any():  # each row's trailing run: held for the slot, not sent
+            drop = ragged_index(ends - held, held)
+            held_data = buf[drop]
+            keep = np.ones(len(buf), bool)
+            keep[drop] = False
+            buf, run_at = buf[keep], run_at[keep]
+            kept_before = starts_of(keep.astype(np.int64))
+            starts, ends = kept_before[starts], kept_before[ends]
+    cuts = np.empty(n + 1, np.int64)
+    cuts[0] = 0
+    cuts[1:] = ends
+    sent = ends > starts
+    new_started = started | sent
+    raw = buf.tobytes()
+    if run_at is not None and run_at.any():
+        try:
+            raw.decode()
+        except UnicodeDecodeError:  # some closed run is not valid UTF-8: U+FFFD per byte
+            buf, cuts = _replace_invalid_runs(raw, buf, run_at, cuts)
+            raw = buf.tobytes()
+    if tab.strip and len(buf) and not started.all():
+        lead = buf[np.minimum(cuts[:-1], len(buf) - 1)]
+        strip_rows = np.flatnonzero(~started & sent & (lead == 0x20))
+        if len(strip_rows):
+            keep = np.ones(len(buf), bool)
+            keep[cuts[strip_rows]] = False
+            buf = buf[keep]
+            cuts = starts_of(keep.astype(np.int64))[cuts]
+            raw = buf.tobytes()
+    text = raw.decode()
+    if len(text) == len(raw):  # ASCII: characters are bytes
+        chars = cuts
+    else:
+        chars = starts_of(((buf & 0xC0) != 0x80).astype(np.int64))[cuts]
+    parts = None
+    new_skip = skip
+    if (skip.astype(bool) & sent).any():
+        text, buf, cuts, chars, new_skip, parts = _pass_over(text, chars, skip)
+    return FallbackDecoded(text, buf, cuts, chars, held_data, held, new_started, new_skip, parts)
+
+
+def _replace_invalid_runs(raw: bytes, buf: U8, run_at: B, cuts: I64) -> tuple[U8, I64]:
+    """Each closed run that is not valid UTF-8 becomes one U+FFFD per byte (rare: once per
+    broken run, in Python)."""
+    edge = np.diff(np.concatenate(([0], run_at.view(np.int8), [0])))
+    run_s, run_e = np.flatnonzero(edge == 1).tolist(), np.flatnonzero(edge == -1).tolist()
+    chunks, grow, at = [], np.zeros(len(cuts), np.int64), 0
+    for s, e in zip(run_s, run_e):
+        try:
+            raw[s:e].decode()
+        except UnicodeDecodeError:
+            chunks += [raw[at:s], _FFFD * (e - s)]
+            at = e
+            grow[np.searchsorted(cuts, s, "right")] += 2 * (e - s)
+    chunks.append(raw[at:])
+    return np.frombuffer(b"".join(chunks), np.uint8), cuts + np.cumsum(grow)
+
+
+def _pass_over(text: str, chars: I64, skip: I64) -> tuple[str, U8, I64, I64, I64, list[str]]:
+    """Rows whose prompt ended inside a run pass over what decode(P) made of it (rare)."""
+    c = chars.tolist()
+    parts = [text[a:b] for a, b in zip(c, c[1:])]
+    left = skip.copy()
+    for r in np.flatnonzero(skip).tolist():
+        k = min(int(skip[r]), len(parts[r]))
+        parts[r] = parts[r][k:]
+        left[r] -= k
+    joined = "".join(parts)
+    sent = [p.encode() for p in parts]
+    buf = np.frombuffer(b"".join(sent), np.uint8)
+    cuts = starts_of(np.fromiter(map(len, sent), np.int64, len(sent)))
+    return (joined, buf, cuts, starts_of(np.fromiter(map(len, parts), np.int64, len(parts))),
+            left, parts)
+
+
+def decode_rows_loop(tab: FallbackTable, ids: I64, id_starts: I64, table_sel: I64,
+                     run_bytes: U8, run_len: I64, started: B, skip: I64) -> FallbackDecoded:
+    """`decode_rows_fallback`, one row at a time in plain Python: the same arguments and
+    result (with `parts`), for small messages and as the reference for the array code."""
+    pieces, kinds, texts, stride = tab.pieces, tab.kinds, tab.texts, tab.stride
+    id_list, st, sel = ids.tolist(), id_starts.tolist(), table_sel.tolist()
+    lens, begun, skips = run_len.tolist(), started.tolist(), skip.tolist()
+    parts: list[str] = []
+    held: list[bytes] = []
+    for r in range(len(sel)):
+        run = run_bytes[r, :lens[r]].tobytes() if lens[r] else b""
+        base = sel[r] * stride
+        out: list[str] = []
+        for i in id_list[st[r]:st[r + 1]]:
+            kind = kinds[base + i]
+            if kind == BYTE:
+                run += pieces[base + i]
+            elif kind == TEXT:
+                if run:
+                    out.append(_run_text(run))
+                    run = b""
+                out.append(texts[base + i])
+        text = "".join(out)
+        if text and not begun[r]:
+            begun[r] = True
+            if tab.strip and text[0] == " ":
+                text = text[1:]
+        if skips[r] and text:
+            k = min(skips[r], len(text))
+            text, skips[r] = text[k:], skips[r] - k
+        parts.append(text)
+        held.append(run)
+    joined = "".join(parts)
+    sent = [p.encode() for p in parts]
+    held_len = np.fromiter(map(len, held), np.int64, len(held))
+    return FallbackDecoded(
+        joined, np.frombuffer(b"".join(sent), np.uint8),
+        starts_of(np.fromiter(map(len, sent), np.int64, len(sent))),
+        starts_of(np.fromiter(map(len, parts), np.int64, len(parts))),
+        np.frombuffer(b"".join(held), np.uint8), held_len, np.array(begun, bool),
+        np.array(skips, np.int64), parts)
