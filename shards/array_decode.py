@@ -59,26 +59,43 @@ def flat_table(table: list[bytes], skip_table: list[bytes]) -> FlatTable:
     return FlatTable(data, off, size, len(table))
 
 
+def _two_byte_holds() -> npt.NDArray[np.int8]:
+    """Per pair of last bytes (b2 << 8 | b1), how many of them CPython's incremental
+    decoder holds (b2 = 0 stands for "no byte": the row is shorter)."""
+    from codecs import utf_8_decode
+
+    out = np.zeros(1 << 16, np.int8)
+    for b1 in range(0x80, 0x100):  # an ASCII last byte is never held
+        for b2 in range(256):
+            data = bytes((b2, b1))
+            out[b2 << 8 | b1] = 2 - utf_8_decode(data, "replace", False)[1]
+    return out
+
+
+_HOLD2 = _two_byte_holds()
+
+
 def held_tail(buf: U8, ends: I64, starts: I64) -> I64:
     """Per row [starts, ends) of `buf`, how many trailing bytes form a valid but incomplete
-    UTF-8 sequence (held for the next row, as the incremental codec holds them). Only the
-    last three bytes of each row are looked at."""
+    UTF-8 sequence (held for the next row, as the incremental codec holds them).
+
+    One table lookup on each row's last two bytes; only rows ending in two continuation
+    bytes (the middle of a 4-byte character) look at a third."""
     n = len(ends)
-    held = np.zeros(n, np.int64)
     if not len(buf):
-        return held
-    last = [buf[np.maximum(ends - back, 0)] for back in (1, 2, 3)]
-    for back in (1, 2, 3):  # the lead byte `back` bytes from the end
-        lead = last[back - 1]
-        cand = (ends - back >= starts) & (_SEQ_LEN[lead] > back) & (held == 0)
-        if back > 1:  # the bytes after the lead: a valid second byte, then continuations
-            second = last[back - 2]
-            cand &= (second >= _LO[lead]) & (second <= _HI[lead])
-            if back > 2:
-                cand &= (last[0] >= 0x80) & (last[0] <= 0xBF)
-        held[cand] = back
-        if back == 1 and not ((last[0] >= 0x80) & (last[0] <= 0xBF)).any():
-            break  # no row ends in a continuation byte: no longer tail anywhere
+        return np.zeros(n, np.int64)
+    size = ends - starts
+    last = buf[np.maximum(ends - 1, 0)].astype(np.int64)
+    last[size < 1] = 0
+    second = buf[np.maximum(ends - 2, 0)].astype(np.int64)
+    second[size < 2] = 0
+    held = _HOLD2[second << 8 | last].astype(np.int64)
+    deep = np.flatnonzero(((second & 0xC0) == 0x80) & ((last & 0xC0) == 0x80) & (size >= 3))
+    if len(deep):  # lead F0..F4 then a valid second byte: three bytes of four are held
+        lead = buf[ends[deep] - 3]
+        sec = second[deep]
+        four = (_SEQ_LEN[lead] == 4) & (sec >= _LO[lead]) & (sec <= _HI[lead])
+        held[deep[four]] = 3
     return held
 
 
@@ -108,25 +125,21 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     counts = np.diff(id_starts)
     tid = ids + np.repeat(table_sel * tab.stride, counts)
     id_off, id_size = tab.off[tid], tab.size[tid]
-    has_pending = bool(pend_len.any())
-    if has_pending:  # pending bytes as one more segment in front of each row's ids
-        src = np.concatenate((tab.data, pending.reshape(-1)))
-        seg_row_start = id_starts + np.arange(n + 1)
-        seg_off = np.empty(len(ids) + n, np.int64)
-        seg_size = np.empty(len(ids) + n, np.int64)
-        firsts = seg_row_start[:-1]
-        mask = np.ones(len(ids) + n, bool)
-        mask[firsts] = False
-        seg_off[firsts] = len(tab.data) + np.arange(n) * pending.shape[1]
-        seg_size[firsts] = pend_len
-        seg_off[mask], seg_size[mask] = id_off, id_size
-        row_bytes = np.add.reduceat(seg_size, firsts) if n else np.zeros(0, np.int64)
-        # reduceat gives a wrong sum for an empty segment run: not possible, each has one
+    id_bytes = tab.data[ragged_index(id_off, id_size)]
+    row_id_bytes = _row_sums(id_size, id_starts, counts)
+    if pend_len.any():  # pending bytes go in front of their rows' id bytes
+        row_bytes = row_id_bytes + pend_len
+        total = int(row_bytes.sum())
+        prow = np.flatnonzero(pend_len)
+        row_at = np.cumsum(row_bytes) - row_bytes
+        pdst = ragged_index(row_at[prow], pend_len[prow])
+        is_pending = np.zeros(total, bool)
+        is_pending[pdst] = True
+        buf = np.empty(total, np.uint8)
+        buf[pdst] = pending.reshape(-1)[ragged_index(prow * pending.shape[1], pend_len[prow])]
+        buf[~is_pending] = id_bytes
     else:
-        src = tab.data
-        seg_off, seg_size = id_off, id_size
-        row_bytes = _row_sums(id_size, id_starts, counts)
-    buf = src[ragged_index(seg_off, seg_size)]
+        row_bytes, buf = row_id_bytes, id_bytes
     ends = np.cumsum(row_bytes)
     starts = ends - row_bytes
     held = held_tail(buf, ends, starts)
