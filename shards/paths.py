@@ -18,10 +18,14 @@ ROW_REASONS = ("tokenizer", "stream_false", "stop", "logprob_text", "attribution
                "continuous_usage", "parser", "min_tokens")
 
 
-def row_reason(opts: Open | None, info: TokenizerInfo) -> str | None:
-    """None for the array path, else why the request needs the per-row path."""
-    if info.byte_table is None or not info.has_text:
-        return "tokenizer"  # the window path (Metaspace, WordPiece...) or no text at all
+def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> str | None:
+    """None for the array path, else why the request needs the per-row path.
+
+    `array_decoder`: the shard has an array decoder for this tokenizer (byte-level BPE, or
+    SentencePiece byte fallback); WordPiece and other decoder chains stay per row.
+    """
+    if not array_decoder or not info.has_text:
+        return "tokenizer"
     if opts is None:
         return None
     if not opts.stream:

@@ -16,6 +16,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from sglang_tok.decoder import ByteStream
+from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
@@ -46,6 +48,23 @@ class PlainTexts(NamedTuple):
         return list(map(self.text.__getitem__, map(slice, c, c[1:])))
 
 
+class SlotMarks:
+    """Tells whether a message names a slot twice (rows of one request must then be
+    decoded in order): a per-slot scratch array, three vectorised operations."""
+
+    __slots__ = ("mark",)
+
+    def __init__(self) -> None:
+        self.mark = np.zeros(0, np.int64)
+
+    def distinct(self, slots: I64, capacity: int) -> bool:
+        if len(self.mark) < capacity:
+            self.mark = np.zeros(capacity, np.int64)
+        rows = np.arange(len(slots))
+        self.mark[slots] = rows
+        return bool((self.mark[slots] == rows).all())
+
+
 class PlainDecoder:
     """One tokenizer's byte tables, flat (array path) and as lists (the loop)."""
 
@@ -55,7 +74,7 @@ class PlainDecoder:
         self.tables = (info.byte_table, info.byte_table_skip)
         self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip)
         self.min_rows = min_rows
-        self._mark = np.zeros(0, np.int64)  # per slot: the last row that named it
+        self.marks = SlotMarks()
 
     def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         """Decode rows (row r: ids[id_starts[r]:id_starts[r + 1]] for slot slots[r]) and
@@ -63,7 +82,7 @@ class PlainDecoder:
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab):
             ids = np.where((ids < 0) | (ids >= self.vocab), self.vocab, ids)
         counts = np.diff(id_starts)
-        if len(slots) >= self.min_rows and self._distinct(slots, state.capacity):
+        if len(slots) >= self.min_rows and self.marks.distinct(slots, state.capacity):
             state.completion[slots] += counts
             out = self._arrays(state, slots, ids, id_starts)
             if out is not None:
@@ -71,6 +90,20 @@ class PlainDecoder:
         else:
             np.add.at(state.completion, slots, counts)  # a slot named twice counts twice
         return self._loop(state, slots, ids, id_starts)
+
+    def start(self, opts: Open) -> tuple[bytes, int, bool]:
+        """(pending bytes, characters to pass over, text begun) after the request's prompt."""
+        vocab = self.vocab
+        table = self.tables[1 if opts.skip_special_tokens else 0]
+        stream = ByteStream(table, [i if 0 <= i < vocab else vocab for i in opts.prompt_ids])
+        return stream.pending, stream.skip, True
+
+    def stream_of(self, state: Slots, slot: int) -> ByteStream:
+        """The slot's state as a ByteStream, for the per-row end-of-request rules."""
+        stream = ByteStream(self.tables[int(state.table_sel[slot])])
+        stream.pending = state.pending[slot, :state.pend_len[slot]].tobytes()
+        stream.skip = int(state.skip[slot])
+        return stream
 
     def finish(self, state: Slots, slot: int, ids: list[int]) -> str:
         """A request's last ids: decoded after its pending bytes, then flushed (the codec's
@@ -86,17 +119,10 @@ class PlainDecoder:
             text = text[1:]
         return text
 
-    def _distinct(self, slots: I64, capacity: int) -> bool:
-        if len(self._mark) < capacity:
-            self._mark = np.zeros(capacity, np.int64)
-        rows = np.arange(len(slots))
-        self._mark[slots] = rows
-        return bool((self._mark[slots] == rows).all())
-
     def _arrays(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts | None:
         pend_len = state.pend_len[slots]
         d = decode_rows(self.flat, ids, id_starts, state.table_sel[slots],
-                        state.pending[slots], pend_len, state.skip[slots])
+                        state.pending[slots], pend_len, state.skip[slots] > 0)
         if d is None:
             return None
         state.pend_len[slots] = d.held

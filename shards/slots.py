@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sglang_tok.decoder import ByteStream
+from sglang_tok.decoder import Stream
 from sglang_tok.request import SENT_TAIL, Request
 
 FREE, PLAIN, ROW = 0, 1, 2
@@ -35,7 +35,10 @@ class Slots:
         self.table_sel = np.zeros(0, np.int64)  # 0: specials kept, 1: skipped
         self.pending = np.zeros((0, PENDING), np.uint8)
         self.pend_len = np.zeros(0, np.int64)
-        self.skip = np.zeros(0, bool)  # drop the first character (the prompt ended mid-char)
+        # characters of the text still to pass over (what the prompt's own decode showed of
+        # an incomplete character or byte run at its end)
+        self.skip = np.zeros(0, np.int64)
+        self.started = np.zeros(0, bool)  # the text has begun (byte fallback: strip spent)
         self.completion = np.zeros(0, np.int64)
         self.tail = np.zeros((0, TAIL), np.uint8)  # ring of the last TAIL bytes sent
         self.tail_len = np.zeros(0, np.int64)  # bytes ever written to the ring
@@ -49,8 +52,8 @@ class Slots:
         if need <= self.capacity:
             return
         cap = max(need, 2 * self.capacity, 64)
-        for name in ("kind", "table_sel", "pending", "pend_len", "skip", "completion",
-                     "tail", "tail_len", "prompt", "cached"):
+        for name in ("kind", "table_sel", "pending", "pend_len", "skip", "started",
+                     "completion", "tail", "tail_len", "prompt", "cached"):
             old = getattr(self, name)
             new = np.zeros((cap, *old.shape[1:]), old.dtype)
             new[:len(old)] = old
@@ -59,17 +62,28 @@ class Slots:
         self.objs += [None] * (cap - self.capacity)
         self.capacity = cap
 
+    def widen(self, width: int) -> None:
+        """Room for `width` pending bytes per slot (a byte-fallback run has no bound)."""
+        if width <= self.pending.shape[1]:
+            return
+        new = np.zeros((self.capacity, max(width, 2 * self.pending.shape[1])), np.uint8)
+        new[:, :self.pending.shape[1]] = self.pending
+        self.pending = new
+
     # ------------------------------------------------------------------ one slot
-    def bind_plain(self, slot: int, rid: str, skip_special: bool, stream: ByteStream,
-                   prompt: int, cached: int) -> None:
-        """A plain request takes the slot; `stream` holds what its prompt left pending."""
+    def bind_plain(self, slot: int, rid: str, skip_special: bool,
+                   start: tuple[bytes, int, bool], prompt: int, cached: int) -> None:
+        """A plain request takes the slot; `start` is what its prompt left: pending bytes,
+        characters to pass over, whether the text has begun."""
         self.grow(slot + 1)
+        pend, skip, started = start
+        self.widen(len(pend))
         self.kind[slot] = PLAIN
         self.table_sel[slot] = 1 if skip_special else 0
-        pend = stream.pending
         self.pending[slot, :len(pend)] = np.frombuffer(pend, np.uint8)
         self.pend_len[slot] = len(pend)
-        self.skip[slot] = bool(stream.skip)
+        self.skip[slot] = skip
+        self.started[slot] = started
         self.completion[slot] = 0
         self.tail_len[slot] = 0
         self.prompt[slot], self.cached[slot] = prompt, cached
@@ -87,13 +101,11 @@ class Slots:
         self.rids[slot] = None
         self.objs[slot] = None
 
-    def to_request(self, slot: int, req: Request) -> Request:
-        """Move a plain slot's state into `req` (built with the same options), for the
-        per-row end-of-request rules; the slot then holds it as a ROW request."""
-        stream = req.stream
-        assert isinstance(stream, ByteStream)
-        stream.pending = self.pending[slot, :self.pend_len[slot]].tobytes()
-        stream.skip = int(self.skip[slot])
+    def to_request(self, slot: int, req: Request, stream: Stream) -> Request:
+        """Move a plain slot's state into `req` (built with the same options; `stream` is
+        the slot's decoder state), for the per-row end-of-request rules; the slot then
+        holds it as a ROW request."""
+        req.stream = stream
         req.completion = int(self.completion[slot])
         req.prompt_tokens, req.cached_tokens = int(self.prompt[slot]), int(self.cached[slot])
         req.tail = self.sent_tail(slot)

@@ -19,7 +19,6 @@ import numpy as np
 import numpy.typing as npt
 from sglang_tok.ring.link import Arrays
 
-from sglang_tok.decoder import ByteStream
 from sglang_tok.logprob_rows import FIELDS, RowFamilies, shift
 from sglang_tok.protocol import (
     Abort,
@@ -38,7 +37,8 @@ from sglang_tok.request import Request, _is_stop_token, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .paths import ARRAY, row_reason
-from .plain import PlainDecoder, PlainTexts
+from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts, SlotMarks
+from .plain_fallback import FallbackPlainDecoder
 from .slots import FREE, PLAIN, ROW, Slots
 
 I64 = npt.NDArray[np.int64]
@@ -56,11 +56,11 @@ class ShardCounters(msgspec.Struct, gc=False):
 class _Opened:
     """An OPENed rid before its first row: its options, and what its path needs then."""
 
-    __slots__ = ("opts", "reason", "req", "stream")
+    __slots__ = ("opts", "reason", "req", "start")
 
     def __init__(self, opts: Open, reason: str | None, req: Request | None,
-                 stream: ByteStream | None) -> None:
-        self.opts, self.reason, self.req, self.stream = opts, reason, req, stream
+                 start: tuple[bytes, int, bool] | None) -> None:
+        self.opts, self.reason, self.req, self.start = opts, reason, req, start
 
 
 class RidTable:
@@ -76,16 +76,14 @@ class RidTable:
         self.max_stop_len = max_stop_len
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
-        self.plain: PlainDecoder | None = None
-        if row_reason(None, info) is None:
-            self.plain = PlainDecoder(info) if array_min_rows is None else \
-                PlainDecoder(info, array_min_rows)
-        self._tables = (info.byte_table or [], info.byte_table_skip or [])
+        self.plain = plain_decoder(info, ARRAY_MIN_ROWS if array_min_rows is None
+                                   else array_min_rows)
+        self._fresh = self.plain.start(_DEFAULT_OPEN) if self.plain is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
         self.opts: dict[int, Open] = {}  # plain slots opened with options (else defaults)
-        self._mark = np.zeros(0, np.int64)  # per slot: the last row that named it
+        self._marks = SlotMarks()
         self.counters = ShardCounters()
         self.paths: Counter[str] = Counter()  # requests per path: "array" or the reason
         # rids this shard ended on its own (stop strings, refusals) since the last report,
@@ -153,26 +151,21 @@ class RidTable:
             req.prompt_tokens, req.cached_tokens = prompt, cached
             self.state.bind_row(slot, req)
             return
-        stream = opened.stream
-        assert stream is not None
-        self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, stream, prompt,
+        assert opened.start is not None
+        self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, opened.start, prompt,
                               cached)
         if opened.opts is not _DEFAULT_OPEN:
             self.opts[slot] = opened.opts
 
     def _prepare(self, rid: str, opts: Open | None) -> _Opened:
-        reason = row_reason(opts, self.info)
+        reason = row_reason(opts, self.info, self.plain is not None)
         if reason is not None:
             return _Opened(opts or _DEFAULT_OPEN, reason, make_request(rid, self.info, opts),
                            None)
+        assert self.plain is not None
         if opts is None:
-            return _Opened(_DEFAULT_OPEN, None, None, ByteStream(self._tables[1]))
-        info = self.info
-        assert info.byte_table is not None and info.byte_table_skip is not None
-        table = info.byte_table_skip if opts.skip_special_tokens else info.byte_table
-        vocab = info.vocab_size
-        prompt = [i if 0 <= i < vocab else vocab for i in opts.prompt_ids]
-        return _Opened(opts, None, None, ByteStream(table, prompt))
+            return _Opened(_DEFAULT_OPEN, None, None, self._fresh)
+        return _Opened(opts, None, None, self.plain.start(opts))
 
     def _as_request(self, slot: int) -> Request:
         """The slot's request as a `Request` (a plain one is moved into one first)."""
@@ -183,7 +176,9 @@ class RidTable:
         assert rid is not None
         opts = self.opts.get(slot)
         opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
-        return self.state.to_request(slot, Request(rid, self.info, opts))
+        assert self.plain is not None
+        return self.state.to_request(slot, Request(rid, self.info, opts),
+                                     self.plain.stream_of(self.state, slot))
 
     # ------------------------------------------------------------------ messages
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
@@ -209,7 +204,7 @@ class RidTable:
             end_rows = np.fromiter(ends, np.int64, len(ends))
             special[end_rows] = True
             plain[end_rows] = False
-            if not self._distinct(slots):
+            if not self._marks.distinct(slots, self.state.capacity):
                 _late_after_end(slots, end_rows, plain, special)
             quick_ends = [r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
                           if special[r] and not isinstance(ends[r][0].get("matched"), str)]
@@ -229,14 +224,6 @@ class RidTable:
             else 0
         self.counters.late_rows += n - len(plain_rows) - len(quick_ends) - ran
 
-    def _distinct(self, slots: I64) -> bool:
-        """Whether no slot is named twice in a message (no scheduler sends a rid twice)."""
-        mark = self._mark
-        if len(mark) < self.state.capacity:
-            mark = self._mark = np.zeros(self.state.capacity, np.int64)
-        rows = np.arange(len(slots))
-        mark[slots] = rows
-        return bool((mark[slots] == rows).all())
 
     def _plain_ends(self, rows: list[int], slots: I64, msg: Arrays, id_starts: I64,
                     ends: dict[int, tuple[dict[str, Any], int, int, int]], fams: _Families,
@@ -377,6 +364,16 @@ class RidTable:
 
 
 _DEFAULT_OPEN = Open("")
+
+
+def plain_decoder(info: TokenizerInfo,
+                  min_rows: int) -> PlainDecoder | FallbackPlainDecoder | None:
+    """The array path's decoder for this tokenizer, or None (every request per row)."""
+    if not info.has_text:
+        return None
+    if info.byte_table is not None:
+        return PlainDecoder(info, min_rows)
+    return FallbackPlainDecoder.of(info, min_rows)
 
 
 def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],

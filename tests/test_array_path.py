@@ -20,7 +20,7 @@ from sglang_tok.egress.split import LocalRoute
 from sglang_tok.shards.array_decode import decode_rows, flat_table
 from sglang_tok.shards.paths import row_reason
 from sglang_tok.shards.slots import Slots
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.table import RidTable, plain_decoder
 
 from sglang_tok.client import RequestOutput
 from sglang_tok.decoder import ByteStream
@@ -31,7 +31,11 @@ from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 @functools.cache
 def tokenizer(name: str) -> TokenizerInfo:
-    return load("deepseek-v4") if name == "deepseek-v4" else describe(zoo.byte_level_bpe(), name)
+    if name == "deepseek-v4":
+        return load(name)
+    return describe({"trained-bpe": zoo.byte_level_bpe,
+                     "llama2-style": zoo.metaspace_byte_fallback_bpe,
+                     "unigram-fallback": zoo.unigram_byte_fallback}[name](), name)
 
 
 TEXTS = ["héllo wörld 你好世界 🙂👩‍👩‍👧 ", "plain ascii text here. ", "日本語のテキスト",
@@ -108,14 +112,17 @@ def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
     return problems, paths
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(["deepseek-v4", "trained-bpe"]), seed=st.integers(0, 10_000),
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["deepseek-v4", "trained-bpe", "llama2-style", "unigram-fallback"]),
+       seed=st.integers(0, 10_000),
        nshards=st.sampled_from([1, 2]), min_rows=st.sampled_from([1, 10**9]),
        ids_per_row=st.sampled_from([(1, 1), (1, 4)]))
 def test_array_path_per_row_path_and_full_decode_agree(name: str, seed: int, nshards: int,
                                                        min_rows: int,
                                                        ids_per_row: tuple[int, int]) -> None:
-    """min_rows 1: every plain row on the whole-array code; 10**9: every one on the loop."""
+    """min_rows 1: every plain row on the whole-array code; 10**9: every one on the loop.
+    Byte-level BPE and SentencePiece byte fallback (held byte runs, the leading-space
+    strip) alike."""
     info = tokenizer(name)
     spec = PlanSpec(requests=120, concurrency=24, ids_per_row=ids_per_row, min_tokens=2,
                     max_tokens=24, logprob_share=0.2, stop_share=0.15, options_share=0.3,
@@ -143,14 +150,18 @@ def test_slots_are_reused_after_requests_end() -> None:
 
 def test_the_path_is_decided_once_with_a_reason() -> None:
     info = tokenizer("deepseek-v4")
-    assert row_reason(None, info) is None
-    assert row_reason(Open("r", prompt_ids=[1, 2]), info) is None
-    assert row_reason(Open("r", skip_special_tokens=False), info) is None
-    assert row_reason(Open("r", stop=["x"]), info) == "stop"
-    assert row_reason(Open("r", stream=False), info) == "stream_false"
-    assert row_reason(Open("r", tool_parser="hermes"), info) == "parser"
-    assert row_reason(Open("r", logprob_text=True), info) == "logprob_text"
-    assert row_reason(None, describe(zoo.wordpiece(), "wp")) == "tokenizer"
+    assert row_reason(None, info, True) is None
+    assert row_reason(Open("r", prompt_ids=[1, 2]), info, True) is None
+    assert row_reason(Open("r", skip_special_tokens=False), info, True) is None
+    assert row_reason(Open("r", stop=["x"]), info, True) == "stop"
+    assert row_reason(Open("r", stream=False), info, True) == "stream_false"
+    assert row_reason(Open("r", tool_parser="hermes"), info, True) == "parser"
+    assert row_reason(Open("r", logprob_text=True), info, True) == "logprob_text"
+    assert row_reason(None, info, False) == "tokenizer"
+    # which tokenizers have an array decoder: byte-level BPE and SentencePiece byte fallback
+    assert plain_decoder(describe(zoo.wordpiece(), "wp"), 48) is None
+    assert plain_decoder(describe(zoo.metaspace_byte_fallback_bpe(), "sp"), 48) is not None
+    assert plain_decoder(info, 48) is not None
 
 
 def test_held_tails_are_what_the_incremental_codec_holds() -> None:

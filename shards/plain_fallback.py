@@ -1,0 +1,128 @@
+"""The array path for SentencePiece byte-fallback tokenizers (Llama-2, Mistral, Gemma).
+
+The same interface as `plain.PlainDecoder` (the byte-level one), over the same per-slot
+arrays: a slot's `pending` bytes are its open byte run (any length: the arrays widen),
+`skip` counts the characters of a prompt's run still to pass over, and `started` says
+whether the request's text has begun (the decoder's leading-space strip is then spent).
+The decoding itself is `fallback_decode` (whole arrays, or its loop for small messages).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from sglang_tok.protocol import Open
+from sglang_tok.ragged import ragged_index
+from sglang_tok.tokenizer import TokenizerInfo
+
+from .fallback_decode import (
+    FallbackDecoded,
+    FallbackTable,
+    decode_rows_fallback,
+    decode_rows_loop,
+    fallback_table,
+    finish,
+    prompt_state,
+)
+from .plain import ARRAY_MIN_ROWS, PlainTexts, SlotMarks
+from .slots import Slots
+
+I64 = npt.NDArray[np.int64]
+
+
+class FallbackStream:
+    """A slot's state as a `decoder.Stream`, for the per-row end-of-request rules (a
+    scheduler-matched stop string, ERROR, ABORT) of a request that was on the array path."""
+
+    __slots__ = ("tab", "sel", "run", "started", "skip")
+
+    def __init__(self, tab: FallbackTable, sel: int, run: bytes, started: bool,
+                 skip: int) -> None:
+        self.tab, self.sel, self.run, self.started, self.skip = tab, sel, run, started, skip
+
+    def push(self, ids: list[int]) -> str:
+        stride = self.tab.stride
+        safe = np.array([i if 0 <= i < stride - 1 else stride - 1 for i in ids], np.int64)
+        run = np.frombuffer(self.run, np.uint8).reshape(1, -1) if self.run else \
+            np.zeros((1, 1), np.uint8)
+        d = decode_rows_loop(self.tab, safe, np.array([0, len(ids)], np.int64),
+                             np.array([self.sel], np.int64), run,
+                             np.array([len(self.run)], np.int64),
+                             np.array([self.started], bool), np.array([self.skip], np.int64))
+        self.run = d.held_data.tobytes()
+        self.started, self.skip = bool(d.started[0]), int(d.skip[0])
+        return d.text
+
+    def push_one(self, tid: int) -> str:
+        return self.push([tid])
+
+    def flush(self) -> str:
+        text = finish(self.tab, self.run, self.started, self.skip)
+        self.run, self.skip = b"", 0
+        return text
+
+
+class FallbackPlainDecoder:
+    def __init__(self, tab: FallbackTable, info: TokenizerInfo,
+                 min_rows: int = ARRAY_MIN_ROWS) -> None:
+        self.tab = tab
+        self.vocab = info.vocab_size
+        self.min_rows = min_rows
+        self.marks = SlotMarks()
+
+    @classmethod
+    def of(cls, info: TokenizerInfo, min_rows: int = ARRAY_MIN_ROWS) -> FallbackPlainDecoder | None:
+        tab = fallback_table(info)
+        return None if tab is None else cls(tab, info, min_rows)
+
+    def start(self, opts: Open) -> tuple[bytes, int, bool]:
+        """(open run, characters to pass over, text begun) after the request's prompt."""
+        st = prompt_state(self.tab, opts.prompt_ids, opts.skip_special_tokens)
+        return st.run, st.skip, st.started
+
+    def stream_of(self, state: Slots, slot: int) -> FallbackStream:
+        return FallbackStream(self.tab, int(state.table_sel[slot]),
+                              state.pending[slot, :state.pend_len[slot]].tobytes(),
+                              bool(state.started[slot]), int(state.skip[slot]))
+
+    def finish(self, state: Slots, slot: int, ids: list[int]) -> str:
+        stream = self.stream_of(state, slot)
+        return stream.push(ids) + stream.flush()
+
+    def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+        stride = self.tab.stride
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= stride - 1):
+            ids = np.where((ids < 0) | (ids >= stride - 1), stride - 1, ids)
+        counts = np.diff(id_starts)
+        if not self.marks.distinct(slots, state.capacity):  # rows of one slot, in order
+            return self._one_by_one(state, slots, ids, id_starts)
+        state.completion[slots] += counts
+        args = (self.tab, ids, id_starts, state.table_sel[slots], state.pending[slots],
+                state.pend_len[slots], state.started[slots], state.skip[slots])
+        d = decode_rows_fallback(*args) if len(slots) >= self.min_rows else \
+            decode_rows_loop(*args)
+        self._store(state, slots, d)
+        return PlainTexts(d.text, d.chars, d.parts, d.buf.tobytes())
+
+    def _store(self, state: Slots, slots: I64, d: FallbackDecoded) -> None:
+        state.started[slots] = d.started
+        state.skip[slots] = d.skip
+        state.pend_len[slots] = d.held
+        if len(d.held_data):
+            state.widen(int(d.held.max()))
+            rows = np.flatnonzero(d.held)
+            dest = ragged_index(slots[rows] * state.pending.shape[1], d.held[rows])
+            state.pending.reshape(-1)[dest] = d.held_data
+        state.record_sent(slots, d.buf, d.cuts)
+
+    def _one_by_one(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+        texts: list[str] = []
+        for r in range(len(slots)):
+            one = slots[r:r + 1]
+            a, b = int(id_starts[r]), int(id_starts[r + 1])
+            texts.append(self.decode(state, one, ids[a:b],
+                                     np.array([0, b - a], np.int64)).text)
+        joined = "".join(texts)
+        chars = np.concatenate(([0], np.cumsum([len(t) for t in texts]))).astype(np.int64)
+        return PlainTexts(joined, chars, texts, joined.encode())
