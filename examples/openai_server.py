@@ -440,7 +440,8 @@ def main() -> int:
     ap.add_argument("--model", default="sglang-tok-sim")
     ap.add_argument("--step-ms", type=float, default=25.0, help="simulated decode step")
     ap.add_argument("--idle-timeout", type=float, default=60.0)
-    ap.add_argument("--output-format", choices=("deltas", "columnar"), default="columnar")
+    ap.add_argument("--output-format", choices=("deltas", "columnar", "packed"),
+                    default="packed")
     # SGLang's flags: the default parsers of chat requests (a body may name others:
     # `reasoning_parser` / `tool_parser`, e.g. through the openai package's extra_body)
     ap.add_argument("--reasoning-parser", default="", help="e.g. deepseek-r1, qwen3")

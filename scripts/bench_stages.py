@@ -276,6 +276,32 @@ def demux_packed_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
             pass
 
 
+def measure_client(msgs: list[bytes], repeat: int, runtime: str) -> float:
+    """The kit's asyncio `Client.dispatch` (what a frontend built on the kit runs per
+    message), every rid registered, no consumer waiting; per delta."""
+    from sglang_tok.client import Client
+
+    rids: list[str] = []
+    for raw in msgs:
+        m = protocol.decode_output(raw)
+        if not isinstance(m, protocol.Pong):
+            rids += [d.rid for d in m.deltas]
+    client = Client(f"ipc://{runtime}/bench-client.ipc", 1, queue_limit=1 << 30)
+
+    def setup() -> None:
+        client.streams.clear()
+        client._ended.clear()
+        for rid in dict.fromkeys(rids):
+            client.stream(rid)
+
+    def run() -> None:
+        for raw in msgs:
+            client.dispatch(raw)
+    t = best(run, repeat, setup)
+    client.sock.close(linger=0)
+    return t / len(rids)
+
+
 def measure_frontend(msgs: list[bytes], fn: Callable[[list[bytes], dict[str, list[Any]]], None],
                      repeat: int) -> float:
     rids: dict[str, list[Any]] = {}
@@ -366,6 +392,8 @@ def main() -> int:
         fc = measure_frontend(out_c, demux_columns, a.repeat)
         fcc = measure_frontend(out_c, demux_columns_c, a.repeat)
         fpc = measure_frontend(out_p, demux_packed_c, a.repeat)
+        kit_p = measure_client(out_p, a.repeat, runtime)
+        kit_c = measure_client(out_c, a.repeat, runtime)
         fdc = measure_frontend(out_d, demux_deltas_c, a.repeat)
         dd, dc = decode_only(out_d, a.repeat), decode_only(out_c, a.repeat)
         print("| stage | us/row |\n|---|---|")
@@ -386,6 +414,8 @@ def main() -> int:
         print(f"| frontend: DELTAS decode + each text to its rid (map) | {fdc * 1e6:.3f} |")
         print(f"| frontend: COLUMNS decode + each text to its rid (map) | {fcc * 1e6:.3f} |")
         print(f"| frontend: PACKED decode + each text to its rid (map) | {fpc * 1e6:.3f} |")
+        print(f"| frontend: the kit's Client.dispatch, PACKED (per delta) | {kit_p * 1e6:.3f} |")
+        print(f"| frontend: the kit's Client.dispatch, COLUMNS (per delta) | {kit_c * 1e6:.3f} |")
         print(f"\nratios to one DecodeStream.step per id: shard row (COLUMNS out) "
               f"{s1c / per_row / step:.2f}x, (PACKED out) {s1p / per_row / step:.2f}x, "
               f"egress row (2 shards) {e2 / per_row / step:.2f}x")

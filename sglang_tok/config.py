@@ -96,7 +96,7 @@ class Config(msgspec.Struct, frozen=True):
     output_format: Annotated[OutputFormat, _doc(
         "output frames to the frontend: deltas (DELTAS, a map per delta), columnar "
         "(COLUMNS, one set of columns per message; docs/protocol.md section 5.2) or packed "
-        "(PACKED: COLUMNS with texts and ids as buffers; section 5.4)")] = "deltas"
+        "(PACKED: COLUMNS with texts and ids as buffers; section 5.4)")] = "packed"
     # the encode service (docs/protocol.md section 9): off while encode_workers is 0
     encode_workers: Annotated[int, _doc(
         "encode worker processes behind a broker at --encode (0: no encode service)",

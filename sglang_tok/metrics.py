@@ -33,6 +33,10 @@ class Metrics:
                                      "OPEN frames for rids already live", ["shard"])
         self.rejected = Counter("sglang_tok_rejected_requests",
                                 "New rids refused at --max-requests", ["shard"])
+        self.paths = Counter("sglang_tok_requests_by_path",
+                             "Requests by the path their rows take in the shard: array, or "
+                             "the reason for the per-row path (docs/protocol.md section 10)",
+                             ["shard", "path"])
         self.terminal_errors = Counter("sglang_tok_terminal_errors",
                                        "Terminal error deltas sent by the service", ["reason"])
         self.live = Gauge("sglang_tok_live_requests", "Live requests per shard", ["shard"],

@@ -78,6 +78,8 @@ class Shard:
         self.m_decode = m.decode_seconds.labels(label)
         self.m_latency = m.frame_latency
         self._last = msgspec.structs.asdict(self.table.counters)
+        self.m_paths = m.paths
+        self._paths_sent: dict[str, int] = {}
 
     def run(self) -> None:
         inbox = self.inbox
@@ -232,6 +234,11 @@ class Shard:
                 metric.inc(now[name] - last[name])
         self._last = now
         self.m_live.set(len(self.table.by_rid) + len(self.table.opened))
+        sent = self._paths_sent
+        for path, count in self.table.paths.items():
+            if count != sent.get(path, 0):
+                self.m_paths.labels(str(self.shard), path).inc(count - sent.get(path, 0))
+                sent[path] = count
 
     def close(self) -> None:
         for sock in (self.inbox, self.back, self.health, self.out):

@@ -22,7 +22,7 @@ def info() -> TokenizerInfo:
     return load("deepseek-v4")
 
 
-@pytest.fixture(scope="module", params=["deltas", "columnar"])
+@pytest.fixture(scope="module", params=["deltas", "columnar", "packed"])
 def svc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         ) -> Iterator[Service]:
     s = Service(tmp_path_factory.mktemp(f"kit-{request.param}"), shards=2, frontend=False,

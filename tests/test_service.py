@@ -53,6 +53,10 @@ def test_thousands_of_interleaved_requests_are_exact(service: Service) -> None:
     assert shards == {0, 1}
     m = service.metrics()
     assert m['sglang_tok_live_requests{shard="0"}'] + m['sglang_tok_live_requests{shard="1"}'] == 0
+    # every request that had a row was counted on its path, most on the array path
+    by_path = {k: v for k, v in m.items() if k.startswith("sglang_tok_requests_by_path_total")}
+    array = sum(v for k, v in by_path.items() if 'path="array"' in k)
+    assert array > 0.5 * sum(by_path.values()) and len(by_path) > 2
 
 
 def test_logprobs_and_texts_reach_the_frontend(service: Service) -> None:
