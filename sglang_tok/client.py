@@ -24,14 +24,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import filterfalse
+from itertools import filterfalse, repeat
 from operator import attrgetter
 from typing import Any, cast
 
+import numpy as np
 import zmq
 import zmq.asyncio
 
 from . import protocol
+from .logprob_rows import FIELDS, RowFamilies
 from .protocol import EGRESS, Columns, Delta, Deltas, Pong, Restarted
 from .ring.sockets import Curve, make_socket
 from .scheduler import Scheduler
@@ -45,21 +47,81 @@ ENDED_MEMORY = 65536  # ended rids remembered, as the shards do (--ended-memory)
 NO_SHARD = -2  # a registered request no process has answered yet
 
 
-def decode_frame(raw: bytes | memoryview) -> tuple[int, int, list[Delta]] | Pong | Restarted:
+def decode_frame(raw: bytes | memoryview, lazy: bool = False
+                 ) -> tuple[int, int, Any] | Pong | Restarted:
     """One output frame as (process, seq, deltas), or a PONG, or a RESTARTED notice.
 
     The one place that knows the output frame kinds: DELTAS (`D`), the columnar COLUMNS
     (`C`, `--output-format columnar`) and PACKED (`K`, `--output-format packed`), whose
-    rows become the same Deltas, PONG (`Q`) and RESTARTED (`R`).
+    rows become the same Deltas, PONG (`Q`) and RESTARTED (`R`). With `lazy`, a PACKED
+    message comes as `_PackedRows` (its Deltas made per row on demand).
     """
     msg = protocol.decode_output(raw)
     if isinstance(msg, Pong | Restarted):
         return msg
     if isinstance(msg, Deltas):
         return msg.shard, msg.seq, msg.deltas
-    if isinstance(msg, Columns | protocol.Packed):
+    if isinstance(msg, protocol.Packed):
+        return msg.shard, msg.seq, _PackedRows(msg) if lazy else msg.deltas
+    if isinstance(msg, Columns):
         return msg.shard, msg.seq, msg.deltas
     raise protocol.FrameError("unknown_kind", f"unknown output message {type(msg).__name__}")
+
+
+class _PackedRows:
+    """A PACKED message whose rows are made into Deltas one at a time, when a consumer
+    reads them: the texts are cut and the ids listed once per message, on first use."""
+
+    __slots__ = ("msg", "_texts", "_ids", "_extras")
+
+    def __init__(self, msg: protocol.Packed) -> None:
+        self.msg = msg
+        self._texts: list[str] | None = None
+        self._ids: list[list[int]] | None = None
+        self._extras: dict[int, Delta] | None = None
+
+    def delta(self, r: int) -> Delta:
+        if self._texts is None:
+            self._texts, self._ids = self.msg.texts(), self.msg.id_rows()
+            self._extras = _extras(self.msg)
+        assert self._ids is not None and self._extras is not None
+        extra = self._extras.get(r)
+        if extra is None:
+            return Delta(self.msg.rids[r], self._texts[r], self._ids[r])
+        extra.text, extra.ids = self._texts[r], self._ids[r]
+        return extra
+
+    def deltas(self) -> list[Delta]:
+        return list(map(self.delta, range(len(self.msg.rids))))
+
+
+def _extras(msg: protocol.Packed) -> dict[int, Delta]:
+    """The rows of a PACKED message that carry any sparse value (a few per message), as
+    Deltas whose text and ids are filled in when read."""
+    marked: dict[int, Delta] = {}
+    for name in protocol.SPARSE_COLUMNS:
+        for r, val in getattr(msg, name):
+            d = marked.get(r)
+            if d is None:
+                d = marked[r] = Delta(msg.rids[r])
+            setattr(d, name, val)
+    if msg.families:
+        fams = RowFamilies(msg.families, len(msg.rids))
+        for r in np.flatnonzero(fams.carrying).tolist():
+            d = marked.get(r)
+            if d is None:
+                d = marked[r] = Delta(msg.rids[r])
+            for field_name in FIELDS.values():
+                val = fams.row(field_name, r)
+                if val is not None:
+                    setattr(d, field_name, val)
+    return marked
+
+
+def _delta(item: Delta | tuple[_PackedRows, int]) -> Delta:
+    if isinstance(item, tuple):
+        return item[0].delta(item[1])
+    return item
 
 
 @dataclass
@@ -231,7 +293,8 @@ class RequestStream:
     def __init__(self, rid: str, client: Client) -> None:
         self.rid = rid
         self._client = client
-        self._queue: deque[Delta] = deque()
+        # Deltas, or (message, row) of a PACKED message not yet read (see `_PackedRows`)
+        self._queue: deque[Delta | tuple[_PackedRows, int]] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done = False  # the terminal delta is queued: nothing more is accepted
         self._ended = False  # the iterator has returned the terminal delta
@@ -284,7 +347,7 @@ class RequestStream:
                     self._fail(IDLE_TIMEOUT_ERROR)
             finally:
                 self._waiter = None
-        d = q.popleft()
+        d = _delta(q.popleft())
         if d.finish is not None:
             self._ended = True
             self._client._release(self)
@@ -296,7 +359,7 @@ class RequestStream:
         out: list[Delta] = []
         q = self._queue
         while q and not self._ended:
-            d = q.popleft()
+            d = _delta(q.popleft())
             out.append(d)
             if d.finish is not None:
                 self._ended = True
@@ -388,7 +451,7 @@ class Client:
         stats = self.stats
         stats.messages += 1
         try:
-            msg = decode_frame(raw)
+            msg = decode_frame(raw, lazy=True)
         except (ValueError, protocol.FrameError):
             stats.bad_frames += 1
             return
@@ -402,10 +465,42 @@ class Client:
         if self._seqs.get(shard, seq) != seq:
             stats.seq_gaps += 1
         self._seqs[shard] = seq + 1
+        if isinstance(deltas, _PackedRows):
+            stats.deltas += len(deltas.msg.rids)
+            for d in self._deliver_packed(deltas):
+                self._deliver(d)
+            return
         stats.deltas += len(deltas)
-        rest = self._deliver_running(deltas)
-        for d in rest:
+        for d in self._deliver_running(deltas):
             self._deliver(d)
+
+    def _deliver_packed(self, rows: _PackedRows) -> list[Delta]:
+        """A PACKED message: its running rows go to their queues as (message, row), made
+        into Deltas only when read (`_delta`), so demultiplexing builds nothing per row.
+        Returns the Deltas left for `_deliver` (as `_deliver_running` does)."""
+        msg = rows.msg
+        n = len(msg.rids)
+        end_rows = [r for r, _ in msg.finish]
+        found = list(map(self.streams.get, msg.rids))
+        ok = None not in found
+        if ok:
+            streams = cast(list[RequestStream], found)
+            ok = len(set(map(id, streams))) == n and not any(map(_DONE, streams))
+            if ok and streams and max(map(len, map(_QUEUE, streams))) >= self.queue_limit:
+                ok = False
+        if not ok:
+            return rows.deltas()
+        if end_rows:
+            ends = set(end_rows)
+            running = [r for r in range(n) if r not in ends]
+            streams_run = [streams[r] for r in running]
+        else:
+            running, streams_run = list(range(n)), streams
+        for _ in map(deque.append, map(_QUEUE, streams_run), zip(repeat(rows), running)):
+            pass
+        for s in filter(_WAITER, streams_run):
+            s._wake()
+        return [rows.delta(r) for r in end_rows]
 
     def _deliver_running(self, deltas: list[Delta]) -> list[Delta]:
         """The rows that do not end their request, at C speed, when each is of a distinct,

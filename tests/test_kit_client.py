@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_tok import protocol
 from sglang_tok.client import IDLE_TIMEOUT_ERROR, QUEUE_LIMIT_ERROR, Client, RequestStream
 from sglang_tok.protocol import Delta
 from sglang_tok.scheduler import Scheduler
@@ -202,3 +203,37 @@ def test_an_egress_restart_ends_every_stream_in_flight(tmp_path: Path) -> None:
             await client.close()
 
     run(main())
+
+
+def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: TokenizerInfo) -> None:
+    """The client queues a PACKED message's running rows as (message, row) and makes each
+    Delta when it is read: what a consumer reads equals the message's Deltas, logprobs,
+    finishes and usage included, row for row."""
+    from sglang_tok.egress.split import LocalRoute
+    from sglang_tok.shards.table import RidTable
+
+    from sglang_tok.workload import PlanSpec, make_requests, schedule
+
+    spec = PlanSpec(requests=80, concurrency=30, ids_per_row=(1, 3), min_tokens=2,
+                    max_tokens=20, logprob_share=0.3, stop_share=0.1, options_share=0.2,
+                    abort_share=0.05, seed=4)
+    reqs = make_requests(info, spec)
+    route, table = LocalRoute(1), RidTable(info, 0, array_min_rows=1)
+    client = Client(f"ipc://{tmp_path}/c.ipc", 1, queue_limit=1 << 20)
+    streams = {r.rid: client.stream(r.rid) for r in reqs}
+    expected: dict[str, list[Delta]] = {}
+    for step in schedule(reqs, spec.concurrency, spec.seed):
+        for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
+            sink = protocol.output_sink("packed")
+            route.feed(f, [table], [sink])
+            if len(sink):
+                raw = protocol.encode_output("packed", 0, client.stats.messages, sink)
+                msg = protocol.decode_output(raw)
+                assert isinstance(msg, protocol.Packed)
+                for d in msg.deltas:
+                    expected.setdefault(d.rid, []).append(d)
+                client.dispatch(raw)
+    got = {rid: s.ready() for rid, s in streams.items()}
+    client.sock.close(linger=0)
+    assert {rid: ds for rid, ds in got.items() if ds} == expected
+    assert client.stats.deltas == sum(map(len, expected.values())) > 300
