@@ -24,10 +24,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import filterfalse, repeat
+from itertools import compress, filterfalse, repeat
 from operator import attrgetter
 from typing import Any, cast
 
+import msgspec
 import numpy as np
 import zmq
 import zmq.asyncio
@@ -70,26 +71,38 @@ def decode_frame(raw: bytes | memoryview, lazy: bool = False
 
 class _PackedRows:
     """A PACKED message whose rows are made into Deltas one at a time, when a consumer
-    reads them: the texts are cut and the ids listed once per message, on first use."""
+    reads them: the text is decoded and the offsets summed once per message, on first use,
+    and each row costs only its own slices."""
 
-    __slots__ = ("msg", "_texts", "_ids", "_extras")
+    __slots__ = ("msg", "_text", "_chars", "_ids", "_id_ends", "_extras")
 
     def __init__(self, msg: protocol.Packed) -> None:
         self.msg = msg
-        self._texts: list[str] | None = None
-        self._ids: list[list[int]] | None = None
-        self._extras: dict[int, Delta] | None = None
+        self._text: str | None = None
+        self._chars: list[int] = []
+        self._ids: Any = None
+        self._id_ends: list[int] | None = None
+        self._extras: dict[int, Delta] = {}
+
+    def _prepare(self) -> str:
+        msg = self.msg
+        self._text = msg.text.decode("utf-8")
+        self._chars = [0, *np.cumsum(np.frombuffer(msg.text_lens, "<u4")).tolist()]
+        self._ids = np.frombuffer(msg.ids, "<i8")
+        if msg.id_lens:
+            self._id_ends = [0, *np.cumsum(np.frombuffer(msg.id_lens, "<u4")).tolist()]
+        self._extras = _extras(msg)
+        return self._text
 
     def delta(self, r: int) -> Delta:
-        if self._texts is None:
-            self._texts, self._ids = self.msg.texts(), self.msg.id_rows()
-            self._extras = _extras(self.msg)
-        assert self._ids is not None and self._extras is not None
-        extra = self._extras.get(r)
-        if extra is None:
-            return Delta(self.msg.rids[r], self._texts[r], self._ids[r])
-        extra.text, extra.ids = self._texts[r], self._ids[r]
-        return extra
+        text = self._text if self._text is not None else self._prepare()
+        chars, ends = self._chars, self._id_ends
+        ids = self._ids[r:r + 1] if ends is None else self._ids[ends[r]:ends[r + 1]]
+        d = self._extras.get(r)
+        if d is None:
+            return Delta(self.msg.rids[r], text[chars[r]:chars[r + 1]], ids.tolist())
+        d.text, d.ids = text[chars[r]:chars[r + 1]], ids.tolist()
+        return d
 
     def deltas(self) -> list[Delta]:
         return list(map(self.delta, range(len(self.msg.rids))))
@@ -118,9 +131,17 @@ def _extras(msg: protocol.Packed) -> dict[int, Delta]:
     return marked
 
 
-def _delta(item: Delta | tuple[_PackedRows, int]) -> Delta:
-    if isinstance(item, tuple):
-        return item[0].delta(item[1])
+class _Row(msgspec.Struct, array_like=True, gc=False):
+    """A queued row of a PACKED message, not yet read. Untracked by the garbage collector:
+    a queue of thousands of them must not make every collection walk them."""
+
+    rows: Any
+    r: int
+
+
+def _delta(item: Delta | _Row) -> Delta:
+    if isinstance(item, _Row):
+        return item.rows.delta(item.r)
     return item
 
 
@@ -294,7 +315,7 @@ class RequestStream:
         self.rid = rid
         self._client = client
         # Deltas, or (message, row) of a PACKED message not yet read (see `_PackedRows`)
-        self._queue: deque[Delta | tuple[_PackedRows, int]] = deque()
+        self._queue: deque[Delta | _Row] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done = False  # the terminal delta is queued: nothing more is accepted
         self._ended = False  # the iterator has returned the terminal delta
@@ -491,12 +512,13 @@ class Client:
         if not ok:
             return rows.deltas()
         if end_rows:
-            ends = set(end_rows)
-            running = [r for r in range(n) if r not in ends]
-            streams_run = [streams[r] for r in running]
+            keep = [True] * n
+            for r in end_rows:
+                keep[r] = False
+            running, streams_run = list(compress(range(n), keep)), list(compress(streams, keep))
         else:
             running, streams_run = list(range(n)), streams
-        for _ in map(deque.append, map(_QUEUE, streams_run), zip(repeat(rows), running)):
+        for _ in map(deque.append, map(_QUEUE, streams_run), map(_Row, repeat(rows), running)):
             pass
         for s in filter(_WAITER, streams_run):
             s._wake()
