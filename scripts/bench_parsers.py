@@ -246,6 +246,68 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+# first-fragment latency: one call writing a long string argument, each format's markers
+# special tokens of the DeepSeek-V4 tokenizer (as in each model's own tokenizer)
+LONG = "".join(f"def f{i}(x):\n    return x * {i}  # 值 {i}\n" for i in range(60))
+LATENCY_CALLS = {
+    "qwen3_coder": (["<tool_call>", "</tool_call>"],
+                    "<tool_call>\n<function=write>\n<parameter=content>\n" + LONG
+                    + "\n</parameter>\n</function>\n</tool_call>"),
+    "glm45": (["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+               "</arg_value>"], "<tool_call>write\n<arg_key>content</arg_key>\n<arg_value>"
+              + LONG + "</arg_value>\n</tool_call>"),
+    "glm47": (["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+               "</arg_value>"], "<tool_call>write<arg_key>content</arg_key><arg_value>"
+              + LONG + "</arg_value></tool_call>"),
+    "minimax_m2": (["<minimax:tool_call>", "</minimax:tool_call>"],
+                   '<minimax:tool_call>\n<invoke name="write">\n<parameter name="content">'
+                   + LONG + "</parameter>\n</invoke>\n</minimax:tool_call>"),
+}
+
+
+def first_fragment_latency(fmt: str, specials: list[str], text: str) -> dict[str, int]:
+    """Rows of 1 id: at which id the name leaves, the first arguments bytes, and the first
+    bytes of the value; returned as ids after the name's last id (and after the name's
+    delta). The call's `tools` declare `content` a string."""
+    from tokenizers import AddedToken, Tokenizer
+
+    from sglang_tok.tokenizer import describe
+    tok = Tokenizer.from_str(load("deepseek-v4").tokenizer.to_str())
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in specials])
+    info = describe(tok, f"deepseek-v4+{fmt}")
+    assert info.byte_table is not None
+    tools = [{"type": "function", "function": {"name": "write", "parameters": {
+        "type": "object", "properties": {"content": {"type": "string"}}}}}]
+    p = make_parsed_stream(tool_parser=fmt, tools=tools)
+    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+    dec, seen, args, out = ByteStream(info.byte_table, []), "", "", {}
+    name_end = text.index("write") + len("write")
+    for n, i in enumerate(ids):
+        seen += (piece := dec.push([i]))
+        if "name_id" not in out and len(seen) >= name_end:
+            out["name_id"] = n
+        for c in p.feed(piece).tool_calls or ():
+            if c.name is not None:
+                out.setdefault("name_delta", n)
+            elif c.arguments:
+                out.setdefault("args", n)
+                args += c.arguments
+                if len(args) > len('{"content": "'):
+                    out.setdefault("value", n)
+    return {"name": out["name_delta"] - out["name_id"], "args": out["args"] - out["name_delta"],
+            "value": out["value"] - out["name_delta"], "ids": len(ids)}
+
+
+def latency_mode() -> int:
+    print(f"{'parser':<12} {'name after':>10} {'args after':>10} {'value after':>11}  "
+          "(ids; name after its last id, the others after the name's delta)")
+    for fmt, (specials, text) in LATENCY_CALLS.items():
+        r = first_fragment_latency(fmt, specials, text)
+        print(f"{fmt:<12} {r['name']:>10} {r['args']:>10} {r['value']:>11}  "
+              f"({r['ids']} ids in the call)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=400)
@@ -255,7 +317,11 @@ def main() -> int:
     ap.add_argument("--table", action="store_true",
                     help="through the shard's RidTable.on_batch (BATCH frames, OPEN options, "
                          "Deltas), parser on vs the same requests without it")
+    ap.add_argument("--latency", action="store_true",
+                    help="first-fragment latency in ids of the schema-typed XML formats")
     args = ap.parse_args()
+    if args.latency:
+        return latency_mode()
     info = load("deepseek-v4")
     if args.table:
         return table_mode(info, args)

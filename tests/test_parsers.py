@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import pytest
@@ -51,6 +52,28 @@ def qwen_style() -> TokenizerInfo:
     info = describe(tok, "qwen-style")
     assert info.byte_table is not None
     return info
+
+
+GLM_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
+                "<arg_value>", "</arg_value>"]
+MINIMAX_SPECIALS = ["<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>"]
+
+
+@functools.cache
+def styled(specials: tuple[str, ...], name: str) -> TokenizerInfo:
+    """Byte-level BPE with a model's markers as special added tokens (GLM-4.5/4.7 and
+    MiniMax-M2 ship theirs so; `<invoke`, `<parameter` are ordinary text in MiniMax's)."""
+    tok = Tokenizer.from_str(zoo.byte_level_bpe().to_str())
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    return describe(tok, name)
+
+
+def glm_style() -> TokenizerInfo:
+    return styled(tuple(GLM_SPECIALS), "glm-style")
+
+
+def minimax_style() -> TokenizerInfo:
+    return styled(tuple(MINIMAX_SPECIALS), "minimax-style")
 
 
 @functools.cache
@@ -301,6 +324,12 @@ def test_any_split_of_the_text_gives_the_batch_result(reasoning: str, started: b
                                                       mode: str, parts: list[str], how: str,
                                                       cuts: list[int], stop: list[str] | None,
                                                       exempt: int, typed: bool) -> None:
+    check_text_split(reasoning, started, tools, mode, parts, how, cuts, stop, exempt, typed)
+
+
+def check_text_split(reasoning: str, started: bool, tools: str, mode: str, parts: list[str],
+                     how: str, cuts: list[int], stop: list[str] | None, exempt: int,
+                     typed: bool) -> None:
     text = "".join(parts)
     if how == "bits":  # pieces end exactly at marker boundaries
         cuts = [sum(map(len, parts[:i])) for i in range(len(parts))]
@@ -322,6 +351,39 @@ def test_any_split_of_the_text_gives_the_batch_result(reasoning: str, started: b
     check_call_deltas(out, mode)
     if not (reasoning or tools or stop):
         assert merge(out).text == text
+
+
+XML_EXAMPLES = [
+    ("glm45", ("Sure.<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>東京 \"x\"\n</arg_value>\n"
+               "<arg_key>n</arg_key>\n<arg_value> 3 </arg_value>\n</tool_call>\n"
+               "<tool_call>f\n</tool_call>")),
+    ("glm47", ("<tool_call>f<arg_key>a</arg_key><arg_value>  x</arg_value><arg_key>x</arg_key>"
+               "<arg_value>{\"k\": [1]}</arg_value></tool_call><tool_call>f</tool_call>ok")),
+    ("minimax_m2", ('<minimax:tool_call>\n<invoke name="f">\n<parameter name="a">\n\nline\n\n'
+                    '</parameter>\n<parameter name="n">7</parameter>\n</invoke>\n'
+                    '<invoke name="f">\n</invoke>\n</minimax:tool_call>')),
+]
+XML_BITS = [*MARKER_BITS, "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "a", "n",
+            "x", "f\n", "f", "\\n", "<minimax:tool_call>", "</minimax:tool_call>",
+            '<invoke name="f">', "</invoke>", '<parameter name="a">', '<parameter name="n">',
+            '<parameter name="x">', "\n\n", *(text for _, text in XML_EXAMPLES)]
+XML_PIPELINES = [(r, s, t, m) for t, rs in [("glm45", ["", "glm45"]), ("glm47", ["", "glm45"]),
+                                             ("minimax_m2", ["", "minimax"])]
+                 for r in rs for s in [False, True] for m in MODES if r or not s]
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(st.sampled_from(XML_BITS), max_size=25),
+       how=st.sampled_from(["bits", "chars", "cuts"]),
+       cuts=st.lists(st.integers(0, 10_000), max_size=40),
+       stop=st.sampled_from([None, ["END"], ["\n\n", "x}"]]), exempt=st.integers(0, 40),
+       typed=st.booleans())
+@pytest.mark.parametrize("reasoning,started,tools,mode", XML_PIPELINES)
+def test_any_split_of_xml_format_text_gives_the_batch_result(
+        reasoning: str, started: bool, tools: str, mode: str, parts: list[str], how: str,
+        cuts: list[int], stop: list[str] | None, exempt: int, typed: bool) -> None:
+    """glm45, glm47, minimax_m2 (and their reasoning parsers) on marker-rich text."""
+    check_text_split(reasoning, started, tools, mode, parts, how, cuts, stop, exempt, typed)
 
 
 def check_call_deltas(deltas: list[ParsedDelta], mode: str) -> None:
@@ -359,12 +421,33 @@ arguments = st.dictionaries(st.sampled_from(["city", "query", "code", "n", "item
 names = st.sampled_from(["get_weather", "search", "run_code", "f", "lookup.v2"])
 
 
+def xml_value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def as_parsed(fmt: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments a format gives back for `args` written by `write_call`: minimax_m2
+    strips the newlines around a value."""
+    if fmt != "minimax_m2":
+        return args
+    return {k: v.strip("\n") if isinstance(v, str) else v for k, v in args.items()}
+
+
 def write_call(fmt: str, name: str, args: dict[str, Any], variant: int) -> str:
     dumps = json.dumps(args, ensure_ascii=bool(variant % 2))
     if fmt == "qwen3_coder":
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
                          "</parameter>\n" for k, v in args.items())
         return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if fmt in ("glm45", "glm47"):
+        sep = "\n" if fmt == "glm45" else ""
+        params = "".join(f"<arg_key>{k}</arg_key>{sep}<arg_value>{xml_value(v)}</arg_value>{sep}"
+                         for k, v in args.items())
+        return f"<tool_call>{name}{sep}{params}</tool_call>"
+    if fmt == "minimax_m2":
+        params = "".join(f'<parameter name="{k}">{xml_value(v)}</parameter>\n'
+                         for k, v in args.items())
+        return f'<invoke name="{name}">\n{params}</invoke>'
     if fmt == "hermes":
         return "<tool_call>\n" + json.dumps({"name": name, "arguments": args},
                                             ensure_ascii=bool(variant % 2)) + "\n</tool_call>"
@@ -388,7 +471,8 @@ def write_call(fmt: str, name: str, args: dict[str, Any], variant: int) -> str:
 
 
 SECTIONS = {"deepseekv3": ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),
-            "deepseekv4": ("<｜DSML｜tool_calls>\n", "\n</｜DSML｜tool_calls>")}
+            "deepseekv4": ("<｜DSML｜tool_calls>\n", "\n</｜DSML｜tool_calls>"),
+            "minimax_m2": ("<minimax:tool_call>\n", "\n</minimax:tool_call>")}
 
 
 @st.composite
@@ -413,7 +497,7 @@ def outputs(draw: st.DrawFn, fmt: str, started: bool,
         for _ in range(draw(st.integers(0, 3))):
             at = draw(st.integers(0, len(out)))
             out = out[:at] + draw(junk) + out[at:]
-    expected = [(n, json.dumps(a, ensure_ascii=False)) for n, a, _ in calls]
+    expected = [(n, json.dumps(as_parsed(fmt, a), ensure_ascii=False)) for n, a, _ in calls]
     return out, reasoning, content, expected
 
 
@@ -440,20 +524,35 @@ JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number",
               type(None): "null", list: "array", dict: "object"}
 
 
-def schema_of(text: str) -> list[dict[str, Any]] | None:
-    """Tools whose parameter types are those of the values written (qwen3_coder), or None
-    when one key is written with two types (then only stream == batch is checked)."""
-    types: dict[str, str] = {}
+XML_PARAMS = {"glm45": re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S),
+              "glm47": re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S),
+              "minimax_m2": re.compile(r'<parameter name="(.*?)">(.*?)</parameter>', re.S)}
+TYPED = ("qwen3_coder", *XML_PARAMS)
+
+
+def written_params(fmt: str, text: str) -> list[tuple[str, str]]:
+    if fmt in XML_PARAMS:
+        return XML_PARAMS[fmt].findall(text)
+    out = []
     for call in text.split("<function=")[1:]:
         for part in call.split("<parameter=")[1:]:
             key, _, value = part.partition(">\n")
-            value = value.split("\n</parameter>")[0]
-            try:
-                t = JSON_TYPES[type(json.loads(value))]
-            except ValueError:
-                t = "string"
-            if types.setdefault(key, t) != t:
-                return None
+            out.append((key, value.split("\n</parameter>")[0]))
+    return out
+
+
+def schema_of(text: str, fmt: str = "qwen3_coder") -> list[dict[str, Any]] | None:
+    """Tools whose parameter types are those of the values written (the schema-typed
+    formats), or None when one key is written with two types (then only stream == batch
+    is checked)."""
+    types: dict[str, str] = {}
+    for key, value in written_params(fmt, text):
+        try:
+            t = JSON_TYPES[type(json.loads(value))]
+        except ValueError:
+            t = "string"
+        if types.setdefault(key, t) != t:
+            return None
     props = {k: {"type": t} for k, t in types.items()}
     return [{"type": "function", "function": {"name": n, "parameters": {"properties": props}}}
             for n in ["get_weather", "search", "run_code", "f", "lookup.v2"]]
@@ -462,7 +561,7 @@ def schema_of(text: str) -> list[dict[str, Any]] | None:
 def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started: bool,
               fmt: str, wellformed: bool, mode: str = "incremental") -> None:
     text, want_r, want_c, want_calls = data.draw(outputs(fmt, started, wellformed), label="out")
-    tools = schema_of(text) if fmt == "qwen3_coder" else None
+    tools = schema_of(text, fmt) if fmt in TYPED else None
     ids = info.tokenizer.encode(text, add_special_tokens=False).ids
     skip = data.draw(st.booleans(), label="skip_special")
     stop = None if wellformed else data.draw(
@@ -487,10 +586,10 @@ def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started:
     got = merge(deltas)
     assert stream_of(got) == stream_of(p.parse_full(whole, exempt))
     check_call_deltas(deltas, mode)
-    if wellformed and whole == text and (tools is not None or fmt != "qwen3_coder"):
+    if wellformed and whole == text and (tools is not None or fmt not in TYPED):
         assert (got.reasoning, got.text) == (want_r, want_c)
         calls = [(c.name, c.arguments) for c in got.tool_calls or ()]
-        if mode == "whole" or fmt in ("qwen3_coder", "deepseekv4") and '">\n{' not in text:
+        if mode == "whole" or fmt in (*TYPED, "deepseekv4") and '">\n{' not in text:
             assert calls == want_calls  # re-serialised (whole) or built from typed values
         else:  # the model's own JSON, passed through: the same values
             assert [(n, json.loads(a)) for n, a in calls] == [
@@ -524,3 +623,26 @@ def test_qwen_style_tokenizer_stream_equals_batch(fmt: str, wellformed: bool, mo
     are ordinary text in Qwen3-Coder's vocabulary, as here."""
     started = data.draw(st.booleans(), label="started")
     check_ids(qwen_style(), data, "qwen3", started, fmt, wellformed, mode)
+
+
+@ID_SETTINGS
+@given(data=st.data())
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fmt", ["glm45", "glm47"])
+@pytest.mark.parametrize("wellformed", [True, False])
+def test_glm_style_tokenizer_stream_equals_batch(fmt: str, wellformed: bool, mode: str,
+                                                 data: st.DataObject) -> None:
+    """GLM-4.5/4.7's call and argument markers as special added tokens, as in theirs."""
+    started = data.draw(st.booleans(), label="started")
+    check_ids(glm_style(), data, "glm45", started, fmt, wellformed, mode)
+
+
+@ID_SETTINGS
+@given(data=st.data())
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("wellformed", [True, False])
+def test_minimax_style_tokenizer_stream_equals_batch(wellformed: bool, mode: str,
+                                                     data: st.DataObject) -> None:
+    """MiniMax-M2: output starts in reasoning (`minimax` always does, as the template opens
+    `<think>`); the section markers are special tokens, `<invoke`/`<parameter` text."""
+    check_ids(minimax_style(), data, "minimax", True, "minimax_m2", wellformed, mode)

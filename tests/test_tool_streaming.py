@@ -253,3 +253,128 @@ def test_tools_over_the_limit_end_the_request_with_an_error() -> None:
     assert errors["big"] == "tools exceed --max-tools-bytes 160"
     assert "ok" not in errors and "ok" in table.live
     assert errors["bad"] is not None and "unknown tool_stream 'eventually'" in errors["bad"]
+
+
+# ------------------------------------------------------------------ glm45, glm47, minimax_m2
+GLM45_NOW = "<tool_call>now\n</tool_call>"
+GLM47_NOW = "<tool_call>now</tool_call>"
+MINIMAX_NOW = '<minimax:tool_call>\n<invoke name="now">\n</invoke>\n</minimax:tool_call>'
+
+
+@pytest.mark.parametrize("fmt,text", [("glm45", GLM45_NOW), ("glm47", GLM47_NOW),
+                                      ("minimax_m2", MINIMAX_NOW)])
+def test_vllm_28806_xml_formats_without_parameters_get_braces(fmt: str, text: str) -> None:
+    for pieces in (chars(text), [text]):
+        calls = client(run(pieces, fmt, tools=[tool("now")]))
+        assert [(c["name"], c["arguments"]) for c in calls.values()] == [("now", "{}")]
+
+
+@pytest.mark.parametrize("fmt,text", [
+    ("glm45", "<tool_call>a\n<arg_key>x</arg_key>\n<arg_value>1</arg_value>\n</tool_call>\n"
+     "<tool_call>b\n<arg_key>y</arg_key>\n<arg_value>2</arg_value>\n</tool_call>"),
+    ("glm47", "<tool_call>a<arg_key>x</arg_key><arg_value>1</arg_value></tool_call>"
+     "<tool_call>b<arg_key>y</arg_key><arg_value>2</arg_value></tool_call>"),
+    ("minimax_m2", '<minimax:tool_call>\n<invoke name="a">\n<parameter name="x">1</parameter>\n'
+     '</invoke>\n<invoke name="b">\n<parameter name="y">2</parameter>\n</invoke>\n'
+     "</minimax:tool_call>"),
+])
+def test_xml_formats_one_delta_closes_a_call_and_opens_the_next(fmt: str, text: str) -> None:
+    """vLLM #41967, SGLang #37634 on the GLM and MiniMax formats (x is a string, y an int)."""
+    start = text.index('x">' if fmt == "minimax_m2" else "x</arg_key>")  # inside a's key
+    b = 'name="b' if fmt == "minimax_m2" else "<tool_call>b"
+    second = text.index(b) + len(b)  # the second piece closes a and starts b's name
+    tools = [tool("a", x="string"), tool("b", y="integer")]
+    calls = client(run([text[:start], text[start:second], text[second:]], fmt, tools=tools))
+    assert [c["name"] for c in calls.values()] == ["a", "b"]
+    assert [json.loads(c["arguments"]) for c in calls.values()] == [{"x": "1"}, {"y": 2}]
+
+
+@pytest.mark.parametrize("fmt,text", [
+    ("glm45", '<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>x</arg_value>\n<arg_key>o</arg_key>'
+     '\n<arg_value>{"k": {"z": 1}}</arg_value>\n</tool_call>'),
+    ("glm47", '<tool_call>f<arg_key>s</arg_key><arg_value>x</arg_value><arg_key>o</arg_key>'
+     '<arg_value>{"k": {"z": 1}}</arg_value></tool_call>'),
+    ("minimax_m2", '<minimax:tool_call>\n<invoke name="f">\n<parameter name="s">x</parameter>\n'
+     '<parameter name="o">{"k": {"z": 1}}</parameter>\n</invoke>\n</minimax:tool_call>'),
+])
+def test_sglang_32721_xml_formats_keep_the_outer_brace(fmt: str, text: str) -> None:
+    calls = client(run(chars(text), fmt, tools=[tool("f", s="string", o="object")]))
+    assert json.loads(calls[0]["arguments"]) == {"s": "x", "o": {"k": {"z": 1}}}
+
+
+@pytest.mark.parametrize("fmt,head,tail", [
+    ("glm45", "<tool_call>w\n<arg_key>path</arg_key>\n<arg_value>", "</arg_value>\n</tool_call>"),
+    ("glm47", "<tool_call>w<arg_key>path</arg_key><arg_value>", "</arg_value></tool_call>"),
+    ("minimax_m2", '<minimax:tool_call>\n<invoke name="w">\n<parameter name="path">',
+     "</parameter>\n</invoke>\n</minimax:tool_call>"),
+])
+def test_xml_formats_stream_strings_as_generated(fmt: str, head: str, tail: str) -> None:
+    """The name leaves once certain; a string value's key and quote with it, then the value
+    as it is generated, JSON-escaped with non-ASCII kept."""
+    p = make_parsed_stream("", False, fmt, tools=[tool("w", path="string")])
+    first = p.feed(head)
+    assert first.tool_calls == [ToolCallDelta(0, "w", ""), ToolCallDelta(0, None, '{"path": "')]
+    assert client([p.feed('/tmp/東京 "a"\t')])[0]["arguments"] == '/tmp/東京 \\"a\\"\\t'
+    assert client([p.feed(tail), p.finish()])[0]["arguments"] == '"}'
+
+
+def test_glm_values_keep_their_whitespace_and_minimax_loses_its_newlines() -> None:
+    """GLM: a value is kept exactly (SGLang and vLLM do not strip it); MiniMax: leading and
+    trailing newlines go (SGLang strips them all), other whitespace stays; both modes."""
+    glm = "<tool_call>w<arg_key>body</arg_key><arg_value>\n  x \n\n</arg_value></tool_call>"
+    mm = ('<minimax:tool_call><invoke name="w"><parameter name="body">\n\n  x \n\n</parameter>'
+          "</invoke></minimax:tool_call>")
+    for fmt, text, want in [("glm47", glm, '{"body": "\\n  x \\n\\n"}'),
+                            ("minimax_m2", mm, '{"body": "  x "}')]:
+        for mode in ("incremental", "whole"):
+            p = make_parsed_stream("", False, fmt, tool_stream=mode)
+            d = merge([p.feed(x) for x in chars(text)] + [p.finish()])
+            assert [(c.name, c.arguments) for c in d.tool_calls or ()] == [("w", want)]
+
+
+def test_xml_formats_type_values_by_the_schema() -> None:
+    tools = [tool("f", n="integer", x="number", b="boolean", a="array", s="string")]
+    text = ("<tool_call>f<arg_key>n</arg_key><arg_value> 12 </arg_value><arg_key>x</arg_key>"
+            "<arg_value>1e3</arg_value><arg_key>b</arg_key><arg_value>True</arg_value>"
+            "<arg_key>a</arg_key><arg_value>[1, \"二\"]</arg_value><arg_key>s</arg_key>"
+            "<arg_value>12</arg_value><arg_key>extra</arg_key><arg_value>7</arg_value>"
+            "</tool_call>")
+    want = '{"n": 12, "x": 1000.0, "b": true, "a": [1, "二"], "s": "12", "extra": "7"}'
+    for mode in ("incremental", "whole"):
+        p = make_parsed_stream("", False, "glm47", tool_stream=mode, tools=tools)
+        d = merge([p.feed(x) for x in chars(text)] + [p.finish()])
+        assert [(c.name, c.arguments) for c in d.tool_calls or ()] == [("f", want)]
+        mm = text.replace("<tool_call>f", '<minimax:tool_call><invoke name="f">').replace(
+            "</tool_call>", "</invoke></minimax:tool_call>")
+        for k in "nxbase":
+            mm = mm.replace(f"<arg_key>{k}</arg_key><arg_value>", f'<parameter name="{k}">')
+        mm = mm.replace("<arg_key>extra</arg_key><arg_value>", '<parameter name="extra">')
+        mm = mm.replace("</arg_value>", "</parameter>")
+        p = make_parsed_stream("", False, "minimax_m2", tool_stream=mode, tools=tools)
+        d = merge([p.feed(mm)] + [p.finish()])
+        assert [(c.name, c.arguments) for c in d.tool_calls or ()] == [("f", want)]
+
+
+@pytest.mark.parametrize("text", [
+    "a<tool_call>f<arg_key>k</arg_key>junk<arg_value>v</arg_value></tool_call>",
+    "a<tool_call>f<arg_key>k</arg_key><arg_value>v</tool_call>",
+    "a<tool_call>f<arg_value>v</arg_value></tool_call>",
+    "a<tool_call>\n</tool_call>",
+    "a<tool_call>f g<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>",
+])
+def test_malformed_glm_calls_are_text(text: str) -> None:
+    for mode in ("incremental", "whole"):
+        d = make_parsed_stream("", False, "glm47", tool_stream=mode).parse_full(text)
+        assert (d.text, d.tool_calls) == (text, None)
+
+
+def test_glm45_reasoning_ends_at_a_tool_call_and_minimax_starts_in_reasoning() -> None:
+    text = "<think>plan<tool_call>f\n<arg_key>q</arg_key>\n<arg_value>x</arg_value>\n</tool_call>"
+    d = merge(run(chars(text), "glm45", "glm45"))
+    assert (d.reasoning, d.text) == ("plan", "")
+    assert d.tool_calls == [ToolCallDelta(0, "f", '{"q": "x"}')]
+    text = ('still thinking</think>\n\n<minimax:tool_call>\n<invoke name="f">\n'
+            '<parameter name="q">x</parameter>\n</invoke>\n</minimax:tool_call>')
+    d = merge(run(chars(text), "minimax_m2", "minimax"))
+    assert (d.reasoning, d.text) == ("still thinking", "\n\n")
+    assert d.tool_calls == [ToolCallDelta(0, "f", '{"q": "x"}')]

@@ -75,7 +75,11 @@ from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
 from .types import ParsedDelta, ParserError, ToolCallDelta, merge, merge_calls
 
 # name -> a marker that also ends the block (stays in content for the tool parser)
-REASONING_PARSERS: dict[str, str | None] = {"deepseek-r1": None, "qwen3": "<tool_call>"}
+REASONING_PARSERS: dict[str, str | None] = {"deepseek-r1": None, "qwen3": "<tool_call>",
+                                            "glm45": "<tool_call>", "minimax": None}
+# parsers whose output always starts inside the block (SGLang forces it for these names:
+# the template opens `<think>`), whatever `reasoning_started` says
+STARTS_IN_REASONING = frozenset({"minimax"})
 TOOL_PARSERS = FORMATS
 
 __all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "TOOL_PARSERS", "TOOL_STREAMS",
@@ -89,7 +93,8 @@ def make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser:
     if name not in REASONING_PARSERS:
         raise ParserError(f"unknown reasoning_parser {name!r}; known: "
                           f"{', '.join(sorted(REASONING_PARSERS))}")
-    return ReasoningParser(name, started, implicit_close=REASONING_PARSERS[name])
+    return ReasoningParser(name, started or name in STARTS_IN_REASONING,
+                           implicit_close=REASONING_PARSERS[name])
 
 
 def make_tool_parser(name: str, tool_stream: str = "incremental",

@@ -7,7 +7,9 @@ frontend selects when only the tool parser is named; SGLang's names).
 from __future__ import annotations
 
 from .dsml import dsml
+from .glm import glm
 from .json_calls import deepseekv3, hermes, mistral
+from .minimax import minimax_m2
 from .qwen3_coder import qwen3_coder
 from .tools import ToolFormat
 
@@ -18,6 +20,9 @@ FORMATS: dict[str, ToolFormat] = {
     "hermes": hermes(),
     "mistral": mistral(),
     "qwen3_coder": qwen3_coder(),
+    "glm45": glm("glm45"),
+    "glm47": glm("glm47"),
+    "minimax_m2": minimax_m2(),
 }
 FORMATS["deepseekv31"] = FORMATS["deepseekv3"]
 FORMATS["qwen25"] = FORMATS["qwen"] = FORMATS["hermes"]
@@ -26,4 +31,6 @@ REASONING_OF: dict[str, str] = {
     "deepseekv4": "deepseek-r1", "deepseekv32": "deepseek-r1", "deepseekv31": "deepseek-r1",
     "deepseekv3": "deepseek-r1", "qwen25": "qwen3", "qwen": "qwen3", "hermes": "qwen3",
     "qwen3_coder": "qwen3",
+    "glm45": "glm45", "glm47": "glm45",
+    "minimax_m2": "minimax",
 }

@@ -1,0 +1,196 @@
+"""Schema-typed XML call formats: one reader, a small grammar per format.
+
+qwen3_coder, glm45/glm47 and minimax_m2 all write a call as a name, then parameters
+whose values are text typed by the request's `tools` (`schema.convert`). What differs is
+only the grammar, which an `XmlGrammar` states:
+- `head(body, ready)`: the call's name and where it ends, None while it is not certain
+  (a name "" makes the call malformed);
+- `param`: a regex for a parameter's head (group 1 is its key, stripped), matched where
+  the previous parameter (or the name) ended;
+- `ends`: the markers that end a value; `consume` is the one that belongs to the value
+  (the others stay, for the next parameter's head or the call's tail);
+- `strip`: the newlines a value loses at its start and end (none, exactly one, or all);
+- `tail`: what may follow the last parameter (a regex matched to the end of the body);
+- `bare_name(body)`: for formats where a call may be only its name, the name of such a
+  complete body (None: malformed);
+- `convert`: the schema conversion of a non-string value (default `schema.convert`).
+
+The reader builds `{"k": v, "k2": v2}` as `json.dumps` writes it, in the order written
+(a repeated key is written again; a client's JSON parser keeps its last value). A string
+value streams as it is generated, JSON-escaped, holding back only what could be the start
+of an end marker (or of the call's) and the newlines the format may strip; other values
+leave when they close. Whole mode runs the same reader once, so both modes give the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+
+from .markers import MarkerSet
+from .schema import Schemas, convert, param_types
+from .tools import Event, escape
+
+HEAD, PARAMS, VALUE, BAD = range(4)
+STRIP_NONE, STRIP_ONE, STRIP_ALL = range(3)
+_NEWLINES = re.compile(r"\n*")
+
+Head = Callable[[str, int], tuple[str, int] | None]
+
+
+def regex_head(pattern: re.Pattern[str]) -> Head:
+    """A name written inside a tag: group 1 of `pattern` matched at the body's start."""
+    def head(body: str, ready: int) -> tuple[str, int] | None:
+        m = pattern.match(body, 0, ready)
+        return None if m is None else (m.group(1).strip(), m.end())
+    return head
+
+
+class XmlGrammar:
+    __slots__ = ("bare_name", "consume", "convert", "ends", "fast_stops", "head", "hold",
+                 "param", "strip", "tail")
+
+    def __init__(self, head: Head, param: re.Pattern[str], ends: list[str], consume: str,
+                 call_close: str, strip: int, tail: re.Pattern[str],
+                 fast_stops: str = "<>", bare_name: Callable[[str], str | None] | None = None,
+                 convert: Callable[[str, tuple[str, ...]], str] = convert) -> None:
+        self.head = head
+        self.param = param
+        self.ends = MarkerSet(ends)
+        self.consume = consume
+        # a streamed string is held only where it could be the start of an end (or the call's)
+        self.hold = MarkerSet([*ends, call_close])
+        self.strip = strip
+        self.tail = tail
+        self.fast_stops = fast_stops  # a piece without these cannot advance a head
+        self.bare_name = bare_name
+        self.convert = convert
+
+
+class XmlParamsReader:
+    """The `CallReader` of every schema-typed XML format (see the module docstring)."""
+
+    __slots__ = ("count", "g", "key", "name", "pos", "schemas", "sent", "start", "state",
+                 "types")
+
+    def __init__(self, grammar: XmlGrammar, schemas: Schemas | None = None) -> None:
+        self.g = grammar
+        self.schemas = schemas
+        self.state = HEAD
+        self.pos = 0
+        self.name = ""
+        self.count = 0  # parameters written
+        self.key = ""
+        self.types: tuple[str, ...] = ()
+        self.start = -1  # VALUE: where the value starts (after its stripped newlines)
+        # VALUE: how far a string value has been sent; for any value, no end of it can
+        # start before this (the search for its end resumes here)
+        self.sent = 0
+
+    def read(self, body: str, ready: int) -> list[Event]:
+        out: list[Event] = []
+        g = self.g
+        pos = self.pos
+        while True:
+            st = self.state
+            if st == HEAD:
+                h = g.head(body, ready)
+                if h is None:
+                    break  # not yet (or never: then the call's close decides)
+                self.name, pos = h
+                if not self.name:
+                    self.state = BAD
+                    break
+                out.append((self.name, ""))
+                self.state = PARAMS
+            elif st == PARAMS:
+                m = g.param.match(body, pos, ready)
+                if m is None:
+                    break
+                self.key = m.group(1).strip()
+                self.types = param_types(self.schemas, self.name, self.key)
+                pos = m.end()
+                self.start = -1
+                self.state = VALUE
+                if not self.types:  # a string: its key and quote leave now
+                    out.append((None, self._lead() + '"'))
+            elif st == VALUE:
+                if self.start < 0:  # the newlines a value starts with are not part of it
+                    if g.strip == STRIP_ALL:
+                        j = _NEWLINES.match(body, pos, ready).end()  # type: ignore[union-attr]
+                        if j >= ready:
+                            break
+                    elif g.strip == STRIP_ONE:
+                        if pos >= ready:
+                            break
+                        j = pos + 1 if body[pos] == "\n" else pos
+                    else:
+                        j = pos
+                    self.start = self.sent = j
+                at, end = g.ends.find(body, self.sent, ready)
+                if at < 0:
+                    if self.types:
+                        self.sent = max(self.sent, ready - g.ends.reach)
+                    else:
+                        hold = g.hold.hold_from(body, self.sent, ready)
+                        hold = self._unstrip(body, self.sent, hold)  # could be stripped
+                        if hold > self.sent:
+                            out.append((None, escape(body[self.sent:hold])))
+                            self.sent = hold
+                    break
+                stop = self._unstrip(body, self.start, at)
+                if self.types:
+                    out.append((None, self._lead() + g.convert(body[self.start:stop],
+                                                               self.types)))
+                else:
+                    out.append((None, escape(body[self.sent:stop]) + '"'))
+                pos = at + len(end) if end == g.consume else at
+                self.state = PARAMS
+            else:
+                break
+        self.pos = pos
+        return out
+
+    def _unstrip(self, body: str, lo: int, hi: int) -> int:
+        """`hi` moved back over the trailing newlines the format strips (not before `lo`)."""
+        strip = self.g.strip
+        if strip == STRIP_ONE:
+            return hi - 1 if hi > lo and body[hi - 1] == "\n" else hi
+        if strip == STRIP_ALL:
+            while hi > lo and body[hi - 1] == "\n":
+                hi -= 1
+        return hi
+
+    def fast(self, at: int, text: str) -> str | None:
+        """A piece with no `<` cannot end a value (a string's piece is all value unless it
+        ends with a newline the format may strip); a piece without the grammar's
+        `fast_stops` cannot end a head."""
+        if "<" in text:
+            return None
+        st = self.state
+        if st == VALUE and self.start >= 0:
+            if self.types:
+                return ""
+            if self.sent == at and (self.g.strip == STRIP_NONE or not text.endswith("\n")):
+                self.sent = at + len(text)
+                return escape(text)
+            return None
+        if st in (HEAD, PARAMS) and not any(c in text for c in self.g.fast_stops):
+            return ""
+        return None
+
+    def _lead(self) -> str:
+        lead = "{" if self.count == 0 else ", "
+        self.count += 1
+        return lead + json.dumps(self.key, ensure_ascii=False) + ": "
+
+    def close(self, body: str) -> list[Event] | None:
+        g = self.g
+        if self.state == HEAD and g.bare_name is not None:
+            name = g.bare_name(body)
+            return None if not name else [(name, ""), (None, "{}")]
+        if self.state != PARAMS or g.tail.fullmatch(body, self.pos) is None:
+            return None
+        return [(None, "}" if self.count else "{}")]
