@@ -51,7 +51,9 @@ class ParsedStream:
         self.live: set[int] = set()
         # the hot path: a piece holding no character that starts a marker, while nothing is
         # held anywhere, passes through with one `in` test per channel
-        self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
+        # (a format that reads Markdown quoting sees every piece: no skipping)
+        self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ()) \
+            if tools is None or not tools.fmt.quotes else None
         self.close_first = _first_chars(reasoning.close_markers if reasoning else ())
         self.plain = False
         self._update()
