@@ -98,7 +98,12 @@ class DsmlEnd(CloseMarker):
                 self.settled = True
             elif _HEAD_PREFIX.fullmatch(body) is None:
                 self.settled = True
-        return super().end(body)
+        # CloseMarker.end, inlined (once per piece inside a call)
+        at = body.find(INVOKE_CLOSE, self.scan)
+        if at < 0:
+            self.scan = max(0, len(body) - len(INVOKE_CLOSE) + 1)
+            return -1, -1
+        return at, at + len(INVOKE_CLOSE)
 
 
 HEAD, BODY, PARAMS, STRING, JSONVAL, RAW, BAD, EMPTY = range(8)

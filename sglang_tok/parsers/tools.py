@@ -306,6 +306,8 @@ class Quotes:
         self.run_line = False
 
     def feed(self, t: str) -> None:
+        if not self.line and not self.run_n and "`" not in t and "\n" not in t and "~" not in t:
+            return  # mid-line, nothing that opens or closes code: the common case
         i, n = 0, len(t)
         while i < n:
             m = _QUOTE_CH.search(t, i)
