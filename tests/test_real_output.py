@@ -189,3 +189,20 @@ def test_a_call_cut_by_the_length_limit_stands_as_sent_and_says_cut(fmt: str, te
     assert sent.startswith('{"body": "line one\\nline two')
     assert "".join(d.text for d in out) == ""
     assert out[-1].finish == {"type": "length", "tool_calls": True}
+
+
+def test_quoting_is_seen_through_the_shards_hot_path() -> None:
+    """Pieces without `<` skip the parser in the shard's hot branch; the Markdown state
+    must still see them (DeepSeek-V4 ids in rows of 1 and 2)."""
+    text = ("Example:\n```\n" + invoke("rm", path="/") + "\n```\nand `" + invoke("rm")
+            + "` inline.\n" + invoke("ok"))
+    info = load("deepseek-v4")
+    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+    for size in (1, 2):
+        req = make_request("r", info, Open("r", tool_parser="deepseekv4"))
+        out = [req.row(ids[i:i + size], {"type": "stop"} if i + size >= len(ids) else None,
+                       1, 0, 0) for i in range(0, len(ids), size)]
+        deltas = [d for d in out if d is not None]
+        names = [c.name for d in deltas for c in d.tool_calls or () if c.name]
+        assert names == ["ok"]
+        assert "".join(d.text for d in deltas) == text[:text.rindex("<｜DSML｜invoke")]
