@@ -11,7 +11,13 @@ asyncio client on the service's output. Serves `POST /v1/completions` and
 `stream_options.include_usage` / `continuous_usage_stats`, `n=1`, reasoning and tool
 calls parsed in the service (`--reasoning-parser`, `--tool-call-parser`, or the body's
 `reasoning_parser` / `tool_parser`: `delta.reasoning_content`, `delta.tool_calls`,
-`finish_reason: "tool_calls"`); `GET /v1/models`,
+`finish_reason: "tool_calls"` in a chunk of its own). The request's `tools` go to OPEN (the
+service rejects calls to other names and types XML values by their schemas), with the
+body's `tool_stream` ("incremental", the default, or "whole"); `tool_choice: "none"` turns
+tool parsing off for the request. A call's first chunk entry has its `id`, `type` and
+`function.name` (arguments ""), later ones `function.arguments` fragments only, so the
+accumulation OpenAI's documentation shows gives the non-streamed `message.tool_calls`;
+`GET /v1/models`,
 `GET /health`, and `GET /debug/requests/{id}` (what the scheduler generated for a
 completion id, and its full decode: the reference a load test checks streams against).
 A client that disconnects mid-stream gets its rid aborted (ABORT to the service).
@@ -88,12 +94,15 @@ def chat_delta(d: Delta, rid: str) -> dict[str, Any]:
     if d.tool_calls:
         calls = []
         for c in d.tool_calls:
+            if c.name is None and not c.arguments:
+                continue  # a `cut` or `malformed` flag: OpenAI's chunks have no such field
             call: dict[str, Any] = {"index": c.index, "function": {"arguments": c.arguments}}
             if c.name is not None:
                 call.update(id=f"call_{rid}_{c.index}", type="function")
                 call["function"]["name"] = c.name
             calls.append(call)
-        out["tool_calls"] = calls
+        if calls:
+            out["tool_calls"] = calls
     return out
 
 
@@ -141,6 +150,8 @@ class Parsed(msgspec.Struct):
     reasoning_parser: str = ""  # chat only: --reasoning-parser, or the body's override
     tool_parser: str = ""  # chat only: --tool-call-parser, or the body's override
     tools: list[str] = []  # names of the functions offered (`tools`)
+    tool_defs: list[dict[str, Any]] = []  # the request's `tools`, passed to OPEN
+    tool_stream: str = "incremental"  # the body's `tool_stream` (protocol section 8)
 
 
 def parse(body: Any, chat: bool, model: str, reasoning_parser: str = "",
@@ -170,14 +181,17 @@ def parse(body: Any, chat: bool, model: str, reasoning_parser: str = "",
     opts = body.get("stream_options") or {}
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise BadRequest("max_tokens must be a positive integer")
-    tools = [str((t.get("function") or {}).get("name") or "") for t in body.get("tools") or []
-             if isinstance(t, dict)] if chat else []
+    defs = [t for t in body.get("tools") or [] if isinstance(t, dict)] if chat else []
+    tools = [str((t.get("function") or {}).get("name") or "") for t in defs]
+    parser = str(body.get("tool_parser", tool_parser)) if chat else ""
+    if body.get("tool_choice") == "none":  # OpenAI: the model must not call a tool
+        parser = ""
     return Parsed(chat, prompt, bool(body.get("stream")), max_tokens, stop, top_k,
                   bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
                   body.get("seed"), str(body.get("model") or model),
                   str(body.get("reasoning_parser", reasoning_parser)) if chat else "",
-                  str(body.get("tool_parser", tool_parser)) if chat else "",
-                  [t for t in tools if t])
+                  parser, [t for t in tools if t], defs if parser else [],
+                  str(body.get("tool_stream", "incremental")))
 
 
 class App:
@@ -237,7 +251,7 @@ class App:
         seed = p.seed if p.seed is not None else zlib.crc32(rid.encode())
         # with parsers on, the simulated model thinks first and calls the first tool offered
         call = tool_call_text(p.tool_parser, p.tools[0], {"query": p.prompt[:40], "n": 3}) \
-            if p.tool_parser and p.tools else ""
+            if p.tool_parser and p.tools else ""  # (tool_choice "none": no parser, no call)
         gen = self.gen.generate(seed, p.max_tokens, prompt_tokens, p.top_k, p.stop,
                                 think=bool(p.reasoning_parser), call=call)
         self.records[rid] = {"state": "running", "gen": gen, "finish": None}
@@ -245,7 +259,7 @@ class App:
             self.records.popitem(last=False)
         self.writer.open(rid, stop=p.stop, stream=p.stream, continuous_usage=p.continuous_usage,
                          logprob_text=p.top_k > 0, reasoning_parser=p.reasoning_parser,
-                         tool_parser=p.tool_parser)
+                         tool_parser=p.tool_parser, tools=p.tool_defs, tool_stream=p.tool_stream)
         self.sim.add(rid, gen)
         return rid, gen, rs
 

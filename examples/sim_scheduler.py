@@ -200,9 +200,19 @@ def tool_call_text(fmt: str, name: str, args: dict[str, Any]) -> str:
             for k, v in args.items())
         return (f'\n\n<｜DSML｜{block}>\n<｜DSML｜invoke name="{name}">\n{params}'
                 f"</｜DSML｜invoke>\n</｜DSML｜{block}>")
-    if fmt == "hermes":
+    if fmt in ("hermes", "qwen25", "qwen"):
         call = json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
         return f"\n<tool_call>\n{call}\n</tool_call>"
+    if fmt in ("deepseekv3", "deepseekv31"):
+        return ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>"
+                + json.dumps(args, ensure_ascii=False) + "<｜tool▁call▁end｜><｜tool▁calls▁end｜>")
+    if fmt == "mistral":
+        return "[TOOL_CALLS]" + json.dumps([{"name": name, "arguments": args}],
+                                           ensure_ascii=False)
+    if fmt == "qwen3_coder":
+        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
+                         "</parameter>\n" for k, v in args.items())
+        return f"\n<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
     return ""
 
 

@@ -423,7 +423,8 @@ class Open(msgspec.Struct, gc=False):
     attribution: bool = False
     # issue 11 (section 8): per-request parsers and min_tokens
     reasoning_parser: str = ""
-    reasoning_started: bool = False
+    # None (absent): the reasoning parser's own default (True for deepseek-r1, as SGLang)
+    reasoning_started: bool | None = None
     tool_parser: str = ""
     min_tokens: int = 0
     # issue 18 (section 8): the request's OpenAI tool definitions (bounded by

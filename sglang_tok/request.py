@@ -345,6 +345,8 @@ class ParsedRequest(Request):
             first = parsed.tool_first
             if parsed.plain and (first is None or first not in piece):
                 # what `feed` returns for a piece with nothing to parse, without building it
+                if parsed.quotes is not None:
+                    parsed.quotes.feed(piece)
                 delta = Delta(self.rid, piece, ids, logprobs, top, tid_lp)
                 if piece:
                     self.sent += len(piece)

@@ -40,7 +40,8 @@ def reference(base: str, cid: str) -> ParsedDelta:
     if gen["scheduler_finish"]["type"] == "stop":
         ids = ids[:-1]  # the EOS the scheduler matched is no text
     text = load("deepseek-v4").tokenizer.decode(ids, skip_special_tokens=True)
-    return make_parsed_stream("deepseek-r1", False, "deepseekv4").parse_full(text)
+    # reasoning_started absent, as the server's OPEN has it: deepseek-r1's default
+    return make_parsed_stream("deepseek-r1", None, "deepseekv4", tools=TOOLS).parse_full(text)
 
 
 def test_streamed_reasoning_content_tool_calls_and_finish_reason(base: str) -> None:
@@ -99,3 +100,75 @@ def test_the_body_selects_or_disables_parsers(base: str) -> None:
     with pytest.raises(openai.APIStatusError):
         client.chat.completions.create(model="m", messages=MSG,
                                        extra_body={"reasoning_parser": "r9"})
+
+
+# every tool parser the example's simulated model can write (a new parser joins by name,
+# once `sim_scheduler.tool_call_text` writes its format)
+TOOL_PARSERS = ["deepseekv4", "deepseekv32", "deepseekv3", "deepseekv31", "hermes", "mistral",
+                "qwen3_coder"]
+
+
+def accumulate(stream: Any) -> tuple[list[dict[str, Any]], str | None, Any]:
+    """The streamed tool calls accumulated as OpenAI's documentation shows (a new entry on
+    an index first seen, `arguments` appended), the finish reason, and its chunk's delta."""
+    final: dict[int, dict[str, Any]] = {}
+    finish, finish_delta = None, None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        for tc in choice.delta.tool_calls or []:
+            if tc.index not in final:
+                final[tc.index] = {"id": tc.id, "type": tc.type, "name": tc.function.name,
+                                   "arguments": tc.function.arguments or ""}
+            else:
+                assert tc.id is None and tc.type is None and tc.function.name is None
+                final[tc.index]["arguments"] += tc.function.arguments or ""
+        if choice.finish_reason is not None:
+            finish, finish_delta = choice.finish_reason, choice.delta
+    return [final[i] for i in sorted(final)], finish, finish_delta
+
+
+@pytest.mark.parametrize("mode", ["incremental", "whole"])
+@pytest.mark.parametrize("parser", TOOL_PARSERS)
+def test_streamed_tool_calls_accumulate_to_the_message(base: str, parser: str,
+                                                       mode: str) -> None:
+    client = oai(base)
+    body = {"tool_parser": parser, "reasoning_parser": "", "tool_stream": mode}
+    streamed, finish, finish_delta = accumulate(client.chat.completions.create(
+        model="m", messages=MSG, tools=TOOLS, seed=5, stream=True, max_tokens=1000,
+        extra_body=body))
+    res = client.chat.completions.create(model="m", messages=MSG, tools=TOOLS, seed=5,
+                                         max_tokens=1000, extra_body=body)
+    message = [{"id": t.id, "type": t.type, "name": t.function.name,
+                "arguments": t.function.arguments} for t in res.choices[0].message.tool_calls or ()]
+    assert [{**c, "id": None} for c in streamed] == [{**c, "id": None} for c in message]
+    assert all(c["id"] and c["type"] == "function" for c in streamed)
+    assert [c["name"] for c in message] == ["search"]
+    # the schema types `n` for the XML format too (tools went to OPEN)
+    assert json.loads(message[0]["arguments"]) == {"query": MSG[0]["content"], "n": 3}
+    assert finish == res.choices[0].finish_reason == "tool_calls"
+    assert not (finish_delta.content or finish_delta.tool_calls)  # a chunk of its own
+
+
+def test_tool_choice_none_turns_tool_parsing_off(base: str) -> None:
+    res = oai(base).chat.completions.create(model="m", messages=MSG, tools=TOOLS, seed=5,
+                                            max_tokens=1000, tool_choice="none",
+                                            extra_body={"reasoning_parser": ""})
+    assert res.choices[0].message.tool_calls is None
+    assert res.choices[0].finish_reason == "stop"
+
+
+def test_the_body_maps_to_open_options() -> None:
+    """`tools` and `tool_stream` go to OPEN (the service then types values by the schemas
+    and gives a call to another name back as text); `tool_choice: "none"` sends neither."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from openai_server import parse
+    p = parse({"messages": MSG, "tools": TOOLS, "tool_stream": "whole"}, True, "m",
+              "", "hermes")
+    assert (p.tool_defs, p.tool_stream, p.tool_parser) == (TOOLS, "whole", "hermes")
+    none = parse({"messages": MSG, "tools": TOOLS, "tool_choice": "none"}, True, "m", "",
+                 "hermes")
+    assert (none.tool_parser, none.tool_defs) == ("", [])

@@ -273,7 +273,11 @@ def test_open_fields_default_and_decode() -> None:
         "qwen3", True, "hermes", 5)
     d = Open("r")
     assert (d.reasoning_parser, d.reasoning_started, d.tool_parser, d.min_tokens) == (
-        "", False, "", 0)
+        "", None, "", 0)  # reasoning_started absent: the parser's default
+    for said in (False, True):  # a frame that says it keeps its meaning
+        o = protocol.decode_control(b"\x4f" + msgspec.msgpack.encode(
+            {"rid": "r", "reasoning_parser": "deepseek-r1", "reasoning_started": said}))
+        assert isinstance(o, Open) and o.reasoning_started is said
 
 
 @pytest.mark.parametrize("skip", [True, False])

@@ -2,10 +2,10 @@
 
 API (everything a shard needs; each object is per request, the grammars are shared):
 
-    make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser
+    make_reasoning_parser(name: str, started: bool | None = None) -> ReasoningParser
     make_tool_parser(name: str, tool_stream: str = "incremental",
                      tools: list | None = None) -> ToolParser
-    make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
+    make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool | None = None,
                        tool_parser: str = "", stop: list[str] | None = None,
                        include_stop_str: bool = False, min_tokens: int = 0,
                        tool_stream: str = "incremental", tools: list | None = None)
@@ -32,7 +32,8 @@ arguments leave only as far as they are certain (whole mode: once complete and v
 and `finish` releases whatever is held.
 
 Wiring into the shard (sglang_tok/request.py), so that none of the usual bugs can happen:
-1. OPEN gains `reasoning_parser` [""], `reasoning_started` [false], `tool_parser` [""],
+1. OPEN gains `reasoning_parser` [""], `reasoning_started` [absent: the parser's default,
+   `REASONING_STARTED`], `tool_parser` [""],
    `min_tokens` [0]. A request with a parser, or with `min_tokens` > 0, builds its
    ParsedStream once in `Request.__init__` (ParserError -> terminal error delta) and is
    not on the shard's inline fast path.
@@ -75,24 +76,33 @@ from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
 from .types import ParsedDelta, ParserError, ToolCallDelta, merge, merge_calls
 
 # name -> a marker that also ends the block (stays in content for the tool parser)
-REASONING_PARSERS: dict[str, str | None] = {"deepseek-r1": None, "qwen3": "<tool_call>",
-                                            "glm45": "<tool_call>", "minimax": None}
+REASONING_PARSERS: dict[str, str | None] = {
+    "deepseek-r1": None, "deepseek-v4": "<｜DSML｜tool_calls>", "qwen3": "<tool_call>",
+    "glm45": "<tool_call>", "minimax": None}
+# name -> whether the output starts inside the block when OPEN does not say
+# (`reasoning_started` absent): SGLang's `force_reasoning` defaults. R1-style templates end
+# the prompt with `<think>`; a `<think>` the model repeats at the start is dropped anyway.
+REASONING_STARTED: dict[str, bool] = {"deepseek-r1": True}
 # parsers whose output always starts inside the block (SGLang forces it for these names:
 # the template opens `<think>`), whatever `reasoning_started` says
 STARTS_IN_REASONING = frozenset({"minimax"})
 TOOL_PARSERS = FORMATS
 
-__all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "TOOL_PARSERS", "TOOL_STREAMS",
+__all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "REASONING_STARTED", "TOOL_PARSERS",
+           "TOOL_STREAMS",
            "CallReader", "Event", "MarkerSet", "ParsedDelta", "ParsedStream", "ParserError",
            "ReasoningParser", "Schemas", "ToolCallDelta", "ToolFormat", "ToolParser",
            "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
            "marker_token_ids", "merge", "merge_calls", "skip_table", "tool_schemas"]
 
 
-def make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser:
+def make_reasoning_parser(name: str, started: bool | None = None) -> ReasoningParser:
+    """`started` None: the parser's default (`REASONING_STARTED`, else False)."""
     if name not in REASONING_PARSERS:
         raise ParserError(f"unknown reasoning_parser {name!r}; known: "
                           f"{', '.join(sorted(REASONING_PARSERS))}")
+    if started is None:
+        started = REASONING_STARTED.get(name, False)
     return ReasoningParser(name, started or name in STARTS_IN_REASONING,
                            implicit_close=REASONING_PARSERS[name])
 
@@ -110,7 +120,7 @@ def make_tool_parser(name: str, tool_stream: str = "incremental",
     return ToolParser(fmt, tool_stream, None if tools is None else tool_schemas(tools))
 
 
-def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
+def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool | None = None,
                        tool_parser: str = "", stop: list[str] | None = None,
                        include_stop_str: bool = False, min_tokens: int = 0,
                        tool_stream: str = "incremental",

@@ -2,16 +2,30 @@
 
 A `string="true"` parameter's value is kept exactly (whitespace too: it may be file
 content) and, in incremental mode, streams as it is generated (JSON-escaped, non-ASCII
-kept); a `string="false"` value must be JSON and leaves when its parameter closes,
-serialised as whole mode serialises it, so both modes give the same arguments. An invoke
-whose body is a JSON object passes it through like the JSON formats.
+kept); a `string="false"` value is JSON, or else kept as its raw string (as SGLang does),
+and leaves when its parameter closes, serialised as whole mode serialises it, so both
+modes give the same arguments. An invoke whose body is a JSON object passes it through
+like the JSON formats.
+
+What real output looks like (issue 18, item 4), each handled here or in the engine:
+- `<｜DSML｜invoke name="f"/>` (self-closing) is a call with `{}` (SGLang
+  test_deepseekv4_detector / test_function_call_parser `test_self_closing_*`);
+- an invoke without the `<｜DSML｜tool_calls>` wrapper is a call (SGLang
+  `test_preamble_before_bare_invoke_without_wrapper`; the engine's `bare`);
+- a damaged wrapper (`<｜DSML｜toolcalls>`, no `>`, stray words on its line: vLLM #51914,
+  #56141) is markup when a call follows (the engine's `loose`);
+- DSML inside a Markdown code fence or inline code span is text (the engine's `quotes`);
+- a repeated parameter is written twice, in order: `{"a": "1", "a": "2"}`. A value
+  already streamed cannot be taken back, and holding every string until its invoke
+  closes would end streaming; JSON parsers (Python's json, JavaScript's JSON.parse, Go's
+  encoding/json) keep the last value, which is SGLang's result (its dict keeps the last).
+  Whole mode writes the same bytes, so stream == batch.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from .markers import MarkerSet
 from .schema import Schemas
@@ -21,7 +35,9 @@ DSML = "｜DSML｜"
 PARAM_OPEN = f"<{DSML}parameter"
 PARAM_CLOSE = f"</{DSML}parameter>"
 INVOKE_CLOSE = f"</{DSML}invoke>"
-_INVOKE_HEAD = re.compile(r'\s+name="([^"]+)"\s*>')
+_INVOKE_HEAD = re.compile(r'\s+name="([^"]+)"\s*(/?)>')
+# a body that may still become a self-closing head (the call then ends at its `/>`)
+_HEAD_PREFIX = re.compile(r'\s*(?:n(?:a(?:m(?:e(?:=(?:"(?:[^"]*(?:"\s*/?)?)?)?)?)?)?)?)?')
 _PARAM_HEAD = re.compile(r'\s*<' + DSML + r'parameter\s+name="([^"]+)"\s+string="(true|false)"\s*>')
 _PARAM = re.compile(_PARAM_HEAD.pattern + r'(.*?)</' + DSML + r'parameter>', re.DOTALL)
 _WS = re.compile(r"\s*")
@@ -29,32 +45,68 @@ _WS = re.compile(r"\s*")
 _VALUE_END = MarkerSet([PARAM_CLOSE, INVOKE_CLOSE])
 
 
+def _json_or_raw(value: str) -> str:
+    """A `string="false"` value: its JSON re-serialised, or else the raw text as a string."""
+    try:
+        return json.dumps(loads(value), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return json.dumps(value, ensure_ascii=False)
+
+
 def parse_dsml_invoke(body: str) -> Calls | None:
-    """`<｜DSML｜invoke` + ` name="f">` then a JSON object or DSML parameters."""
+    """`<｜DSML｜invoke` + ` name="f">` then a JSON object or DSML parameters; or
+    ` name="f"/>`, a call without arguments."""
     head = _INVOKE_HEAD.match(body)
     if head is None:
         return None
     inner = body[head.end():]
+    if head.group(2):
+        return None if inner.strip() else [(head.group(1), "{}")]
     try:
         if inner.lstrip().startswith("{"):
             text = arguments_json(loads(inner))
             return None if text is None else [(head.group(1), text)]
-        params: dict[str, Any] = {}
-        pos = 0
-        while (m := _PARAM.match(inner, pos)) is not None:
-            key, is_string, value = m.groups()
-            if key in params:
-                return None
-            params[key] = value if is_string == "true" else loads(value)
-            pos = m.end()
     except ValueError:
         return None
+    members: list[str] = []
+    pos = 0
+    while (m := _PARAM.match(inner, pos)) is not None:
+        key, is_string, value = m.groups()
+        members.append(json.dumps(key, ensure_ascii=False) + ": " + (
+            json.dumps(value, ensure_ascii=False) if is_string == "true" else _json_or_raw(value)))
+        pos = m.end()
     if inner[pos:].strip():
         return None
-    return [(head.group(1), json.dumps(params, ensure_ascii=False))]
+    return [(head.group(1), "{" + ", ".join(members) + "}")]
 
 
-HEAD, BODY, PARAMS, STRING, JSONVAL, RAW, BAD = range(7)
+class DsmlEnd(CloseMarker):
+    """An invoke ends at `</｜DSML｜invoke>`, or at the `/>` of a self-closing head."""
+
+    __slots__ = ("settled",)
+
+    def __init__(self) -> None:
+        super().__init__(INVOKE_CLOSE)
+        self.settled = False  # the head can no longer be self-closing
+
+    def end(self, body: str) -> tuple[int, int]:
+        if not self.settled:
+            m = _INVOKE_HEAD.match(body)
+            if m is not None:
+                if m.group(2):
+                    return m.end(), m.end()
+                self.settled = True
+            elif _HEAD_PREFIX.fullmatch(body) is None:
+                self.settled = True
+        # CloseMarker.end, inlined (once per piece inside a call)
+        at = body.find(INVOKE_CLOSE, self.scan)
+        if at < 0:
+            self.scan = max(0, len(body) - len(INVOKE_CLOSE) + 1)
+            return -1, -1
+        return at, at + len(INVOKE_CLOSE)
+
+
+HEAD, BODY, PARAMS, STRING, JSONVAL, RAW, BAD, EMPTY = range(8)
 
 
 class DsmlReader:
@@ -79,7 +131,7 @@ class DsmlReader:
                     break
                 out.append((m.group(1), ""))
                 pos = m.end()
-                self.state = BODY
+                self.state = EMPTY if m.group(2) else BODY
             elif st == BODY:
                 j = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
                 if j >= ready:
@@ -100,10 +152,7 @@ class DsmlReader:
                 if m is None:
                     break  # not yet (or never: then the call's close finds it malformed)
                 key, is_string = m.groups()
-                if key in self.keys:
-                    self.state = BAD  # whole mode refuses a repeated parameter too
-                    break
-                lead = "{" if not self.keys else ", "
+                lead = "{" if not self.keys else ", "  # a repeated key is written again
                 self.keys.add(key)
                 pos = self.sent = m.end()
                 if is_string == "true":
@@ -128,12 +177,7 @@ class DsmlReader:
                 if at < 0:
                     self.sent = max(self.sent, ready - len(PARAM_CLOSE) + 1)
                     break
-                try:
-                    value = loads(body[pos:at])
-                except (ValueError, RecursionError):
-                    self.state = BAD
-                    break
-                out.append((None, json.dumps(value, ensure_ascii=False)))
+                out.append((None, _json_or_raw(body[pos:at])))
                 pos = at + len(PARAM_CLOSE)
                 self.state = PARAMS
             else:
@@ -156,6 +200,8 @@ class DsmlReader:
     def close(self, body: str) -> list[Event] | None:
         if parse_dsml_invoke(body) is None:
             return None
+        if self.state == EMPTY:
+            return [(None, "{}")]
         if self.state == RAW:
             assert self.raw is not None
             if self.raw.end < 0 or body[self.raw.end:].strip():
@@ -167,6 +213,6 @@ class DsmlReader:
 
 
 def dsml(name: str, section: str) -> ToolFormat:
-    return ToolFormat(name, f"<{DSML}invoke", lambda: CloseMarker(INVOKE_CLOSE),
-                      parse_dsml_invoke, DsmlReader,
-                      (f"<{DSML}{section}>", f"</{DSML}{section}>"), (PARAM_OPEN, PARAM_CLOSE))
+    return ToolFormat(name, f"<{DSML}invoke", DsmlEnd, parse_dsml_invoke, DsmlReader,
+                      (f"<{DSML}{section}>", f"</{DSML}{section}>"), (PARAM_OPEN, PARAM_CLOSE),
+                      bare=True, loose=(f"<{DSML}", f"</{DSML}"), quotes=True)

@@ -46,17 +46,32 @@ def tool_schemas(tools: list[Any]) -> Schemas:
 
 
 def _types_of(spec: Any) -> tuple[str, ...]:
-    t = spec.get("type") if isinstance(spec, dict) else None
-    if isinstance(t, str):
-        names = [t]
-    elif isinstance(t, list):
-        names = [x for x in t if isinstance(x, str)]
-    else:
+    names = [n.strip().lower() for n in _type_names(spec, 0)]
+    if not names:
         return ()
-    names = [n.strip().lower() for n in names]
     if any(n in _STRINGY for n in names):
         return ()
     return tuple(names)
+
+
+def _type_names(spec: Any, depth: int) -> list[str]:
+    """`type` (a name or a list), or the union of `anyOf` / `oneOf` alternatives (nested,
+    as pydantic writes Optional[list]: SGLang test_function_call_parser.py
+    TestQwen3CoderDetector::test_*anyof*)."""
+    if not isinstance(spec, dict) or depth > 8:
+        return []
+    t = spec.get("type")
+    if isinstance(t, str):
+        return [t]
+    if isinstance(t, list):
+        return [x for x in t if isinstance(x, str)]
+    out: list[str] = []
+    for key in ("anyOf", "oneOf"):
+        alts = spec.get(key)
+        if isinstance(alts, list):
+            for alt in alts:
+                out += [n for n in _type_names(alt, depth + 1) if n not in out]
+    return out
 
 
 def param_types(schemas: Schemas | None, tool: str, param: str) -> tuple[str, ...]:

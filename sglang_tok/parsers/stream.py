@@ -33,6 +33,7 @@ class ParsedStream:
         "stopped",
         "stops",
         "plain",
+        "quotes",
         "thinking",
         "tool_first",
         "tools",
@@ -52,6 +53,8 @@ class ParsedStream:
         # the hot path: a piece holding no character that starts a marker, while nothing is
         # held anywhere, passes through with one `in` test per channel
         self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
+        # a format that reads Markdown quoting: a skipped piece still updates its state
+        self.quotes = tools.quotes if tools is not None else None
         self.close_first = _first_chars(reasoning.close_markers if reasoning else ())
         self.plain = False
         self._update()
@@ -71,6 +74,8 @@ class ParsedStream:
         if self.plain:
             first = self.tool_first
             if first is None or first not in text:
+                if self.quotes is not None:
+                    self.quotes.feed(text)
                 return ParsedDelta(text)
         elif self.thinking and self.close_first not in text:  # type: ignore[operator]
             return ParsedDelta("", text)
@@ -131,6 +136,8 @@ class ParsedStream:
         elif (not final and tools.idle and self.tool_first is not None
               and self.tool_first not in text):
             items = [text] if text else []  # the common case: no marker in sight
+            if self.quotes is not None:
+                self.quotes.feed(text)
         else:
             items = tools.step(text)
             if final:

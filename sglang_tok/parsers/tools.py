@@ -242,7 +242,15 @@ class ToolFormat:
 
     def __init__(self, name: str, call_open: str, end: Callable[[], Any],
                  parse: Callable[[str], Calls | None] | None, reader: ReaderFactory,
-                 section: tuple[str, str] | None = None, inner: tuple[str, ...] = ()) -> None:
+                 section: tuple[str, str] | None = None, inner: tuple[str, ...] = (),
+                 bare: bool = False, loose: tuple[str, str] | None = None,
+                 quotes: bool = False) -> None:
+        """`bare`: a call opener outside a section is a call too (models drop the wrapper).
+        `loose`: prefixes of a damaged section wrapper (opener, closer): an opener prefix
+        that is no known marker starts a section; the rest of a section opener's line is
+        markup (dropped if a call follows, text otherwise); a closer prefix after a call
+        closes it up to its `>` or its line's end.
+        `quotes`: markers inside a Markdown code fence or an inline code span are text."""
         self.name = name
         self.section = section
         self.call_open = call_open
@@ -251,17 +259,110 @@ class ToolFormat:
         whole = parse_with_reader(reader)
         self.parse: Callable[[str, Schemas | None], Calls | None] = \
             whole if parse is None else (lambda body, _schemas: parse(body))
-        self.opener = MarkerSet([section[0] if section else call_open])
+        self.bare = bare and section is not None
+        self.loose = loose if section is not None else None
+        self.quotes = quotes
+        openers = [section[0] if section else call_open]
+        if self.bare:
+            openers.append(call_open)
+        if self.loose is not None:
+            openers.append(self.loose[0])
+        # closers a TEXT state drops right after a call (the section of bare calls)
+        self.text_closers = ((section[1],) if self.bare and section else ()) + \
+            ((self.loose[1],) if self.loose else ())
+        self.opener = MarkerSet(openers + list(self.text_closers))
         closer = end()
         # a call's body can skip the engine on pieces without this character
         self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
         self.close_marker = closer.close if isinstance(closer, CloseMarker) else ""
         self.close_reach = max(0, len(self.close_marker) - 1)
         self.close_set = MarkerSet([self.close_marker]) if self.close_marker else None
-        self.in_section = MarkerSet([call_open, section[1]]) if section else None
+        self.in_section = MarkerSet([call_open, section[1]] + ([self.loose[1]] if self.loose
+                                                               else [])) if section else None
         # every marker string (special tokens inside them must reach the parser)
         close = [closer.close] if isinstance(closer, CloseMarker) else []
         self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
+
+
+_QUOTE_CH = re.compile(r"[`~\n]")
+
+
+class Quotes:
+    """Whether the text so far ends inside Markdown code: a fence (a line starting, after at
+    most 3 spaces, with 3+ backticks or tildes, closed by a line starting with at least as
+    many of the same) or an inline span (a backtick run, closed by a run of the same length
+    on the same line; a span left open ends with its line). Fed the text outside calls."""
+
+    __slots__ = ("fence_c", "fence_n", "inline", "lead", "line", "run_c", "run_line", "run_n")
+
+    def __init__(self) -> None:
+        self.fence_c = ""
+        self.fence_n = 0
+        self.inline = 0
+        self.line = True  # at a line's start (only spaces, at most 3, since it began)
+        self.lead = 0
+        self.run_c = ""
+        self.run_n = 0
+        self.run_line = False
+
+    def feed(self, t: str) -> None:
+        if not self.line and not self.run_n and "`" not in t and "\n" not in t and "~" not in t:
+            return  # mid-line, nothing that opens or closes code: the common case
+        i, n = 0, len(t)
+        while i < n:
+            m = _QUOTE_CH.search(t, i)
+            j = n if m is None else m.start()
+            if j > i:
+                if self.run_n:
+                    self._end_run()
+                if self.line:
+                    gap = t[i:j]
+                    if gap.strip(" ") or self.lead + len(gap) > 3:
+                        self.line = False
+                    else:
+                        self.lead += len(gap)
+                if m is None:
+                    return
+            c = t[j]
+            if c == "\n":
+                if self.run_n:
+                    self._end_run()
+                self.inline = 0
+                self.line, self.lead = True, 0
+            elif self.run_n and c == self.run_c:
+                self.run_n += 1
+            else:
+                if self.run_n:
+                    self._end_run()
+                self.run_c, self.run_n, self.run_line = c, 1, self.line
+                self.line = False
+            i = j + 1
+
+    def _end_run(self) -> None:
+        c, n, at_line = self.run_c, self.run_n, self.run_line
+        self.run_n = 0
+        if self.fence_n:
+            if at_line and c == self.fence_c and n >= self.fence_n:
+                self.fence_n = 0
+        elif self.inline:
+            if c == "`" and n == self.inline:
+                self.inline = 0
+        elif at_line and n >= 3:
+            self.fence_c, self.fence_n = c, n
+        elif c == "`":
+            self.inline = n
+
+    @property
+    def quoted(self) -> bool:
+        if self.run_n:
+            self._end_run()
+        return bool(self.fence_n or self.inline)
+
+    def markup(self) -> None:
+        """Markup (a section or call) was taken out: the next text is mid-line."""
+        if self.run_n:
+            self._end_run()
+        self.line = False
 
 
 class ToolParser:
@@ -269,6 +370,7 @@ class ToolParser:
 
     __slots__ = (
         "after_call",
+        "bare_call",
         "body",
         "count",
         "delivered",
@@ -277,9 +379,12 @@ class ToolParser:
         "fmt",
         "held",
         "incremental",
+        "loose_line",
+        "markup_ok",
         "opened",
         "out",
         "pending",
+        "quotes",
         "reader",
         "rejected",
         "schemas",
@@ -303,6 +408,10 @@ class ToolParser:
         self.rejected = False  # incremental: the open body is already known to be text
         self.section_ok = False  # a valid call was released in the current section
         self.after_call = False  # a valid call was released: whitespace may be markup
+        self.bare_call = False  # the open call has no section around it
+        self.loose_line = False  # in a damaged wrapper's line: all of it is markup
+        self.markup_ok = False  # only whitespace since a valid call (a closer is markup)
+        self.quotes = Quotes() if fmt.quotes else None
         self.count = 0  # indices given out (a malformed call's index is not reused)
         self.delivered = 0  # calls that stand (valid, or cut by the end of the output)
         # str (content) and ToolCallDelta items in output order, fresh per step
@@ -379,30 +488,101 @@ class ToolParser:
         self.opened = []
         self.reader = None
         self.state = TEXT
+        self.loose_line = self.bare_call = self.markup_ok = False
         return out
 
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
-        opener = self.fmt.opener
+        fmt = self.fmt
+        opener = fmt.opener
         at, m = opener.find(s)
+        if at >= 0 and (fmt.loose is not None and m in fmt.loose or m in fmt.text_closers):
+            # a prefix marker that may still grow into a longer one, or a closer still
+            # looking for its end: decided by later text
+            end = self._closer_end(s, at, m) if m in fmt.text_closers else at + len(m)
+            if end < 0 or _grows(opener.markers, s, at, m):
+                self._stray_text(s[:at])
+                self.held = s[at:]
+                return ""
         if at < 0:
             keep = opener.hold_from(s)
             self.held = s[keep:]
-            self._stray(s[:keep], self.after_call)
+            self._stray_text(s[:keep])
             return ""
+        quotes = self.quotes
+        if quotes is not None:
+            quotes.feed(s[:at])
+            if quotes.quoted:  # quoted markup is text, never a call
+                quotes.feed(m)
+                self._stray(s[:at + len(m)], self.after_call)
+                return s[at + len(m):]
         self._stray(s[:at], self.after_call)
-        if self.fmt.section is not None:
+        if m in fmt.text_closers:
+            end = self._closer_end(s, at, m)
+            if self.markup_ok:  # the end of a bare call's (damaged) section: markup
+                self.pending = ""
+                if quotes is not None:
+                    quotes.markup()
+            else:
+                self._stray_text(s[at:end])
+            return s[end:]
+        if quotes is not None:
+            quotes.markup()
+        if m == fmt.call_open:
+            self._open_call()
+            self.bare_call = True
+        else:
             self.state = SECTION
             self.pending += m
             self.section_ok = False
-        else:
-            self._open_call()
+            # a tolerant format: the rest of the wrapper's line is markup too (stray words)
+            self.loose_line = fmt.loose is not None
         return s[at + len(m):]
+
+    def _stray_text(self, t: str) -> None:
+        if t and self.quotes is not None:
+            self.quotes.feed(t)
+        self._stray(t, self.after_call)
+
+    def _closer_end(self, s: str, at: int, m: str) -> int:
+        """Where a section closer found at `at` ends: a damaged one at its `>` or its line's
+        end; -1 while neither has arrived."""
+        fmt = self.fmt
+        if fmt.section is not None and m == fmt.section[1]:
+            return at + len(m)
+        gt = s.find(">", at + len(m))
+        nl = s.find("\n", at + len(m))
+        if gt >= 0 and (nl < 0 or gt < nl):
+            return gt + 1
+        return nl
 
     def _section(self, s: str) -> str:
         markers = self.fmt.in_section
         assert markers is not None and self.fmt.section is not None
         at, m = markers.find(s)
+        if self.loose_line:  # the rest of a damaged wrapper's line is markup
+            nl = s.find("\n")
+            if nl >= 0 and (at < 0 or nl < at):
+                self.pending += s[:nl + 1]
+                self.loose_line = False
+                return s[nl + 1:]
+            if at < 0:
+                keep = markers.hold_from(s)
+                self.pending += s[:keep]
+                self.held = s[keep:]
+                return ""
+            self.pending += s[:at]
+            self.loose_line = False
+            s = s[at:]
+            at = 0
+        loose = self.fmt.loose
+        end = at + len(m)
+        if at >= 0 and loose is not None and m == loose[1]:
+            end = self._closer_end(s, at, m)
+            if end < 0 or _grows(markers.markers, s, at, m):
+                self._stray(s[:at], True)
+                self.held = s[at:]
+                return ""
         if at < 0:
             keep = markers.hold_from(s)
             self.held = s[keep:]
@@ -411,12 +591,14 @@ class ToolParser:
         self._stray(s[:at], True)
         if m == self.fmt.call_open:
             self._open_call()
+            self.bare_call = False
         else:
             if not self.section_ok:
-                self.out.append(self.pending + m)
+                self.out.append(self.pending + s[at:end])
             self.pending = ""
             self.state = TEXT
-        return s[at + len(m):]
+            self.markup_ok = False
+        return s[end:]
 
     def _open_call(self) -> None:
         self.state = CALL
@@ -440,7 +622,7 @@ class ToolParser:
                 self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
             return ""
         self.ender = None
-        self.state = SECTION if self.fmt.section is not None else TEXT
+        self.state = SECTION if self.fmt.section is not None and not self.bare_call else TEXT
         inner = body[:end_body]
         if self.incremental:
             ok = self._close(inner)
@@ -459,8 +641,9 @@ class ToolParser:
                     self.count += 1
                 self.delivered += len(calls)
         if ok:
-            self.section_ok = self.after_call = True
+            self.section_ok = self.after_call = self.markup_ok = True
         else:
+            self.markup_ok = False
             self.out.append(self.pending + self.fmt.call_open + body[:end_call])
         self.pending = ""
         return body[end_call:]
@@ -513,11 +696,13 @@ class ToolParser:
             return
         if not markup:
             self.out.append(t)
+            self.markup_ok = False
             return
         j = len(t.rstrip())
         if j == 0:
             self.pending += t
             return
+        self.markup_ok = False
         self.out.append(self.pending + t[:j])
         self.pending = t[j:]
 
@@ -540,6 +725,12 @@ class ToolParser:
         delta = _delta(items)
         delta.ended_with_tool_calls = fresh.delivered > 0
         return delta
+
+
+def _grows(markers: tuple[str, ...], s: str, at: int, m: str) -> bool:
+    """s[at:] (which starts with marker m) is still a proper prefix of a longer marker."""
+    tail = s[at:]
+    return any(len(x) > len(tail) and x.startswith(tail) for x in markers if x != m)
 
 
 def _delta(items: list[str | ToolCallDelta]) -> ParsedDelta:
