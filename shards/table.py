@@ -235,7 +235,9 @@ class RidTable:
         for r in rows:
             slot = int(slots[r])
             rid = state.rids[slot]
-            assert rid is not None
+            if rid is None:  # ended by an earlier row of this message (a stop string)
+                self.counters.late_rows += 1
+                continue
             fin, prompt, cached, reasoning = ends[r]
             row_ids = msg.ids[st[r]:st[r + 1]].tolist()
             opts = self.opts.get(slot)
@@ -378,18 +380,14 @@ def plain_decoder(info: TokenizerInfo,
 
 def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
                     special: npt.NDArray[np.bool_]) -> None:
-    """Rows after their request's last row in the same message (no scheduler sends one)
-    are late: neither path sees them."""
-    end_slots = slots[end_rows]
-    same = np.flatnonzero(np.isin(slots, end_slots))
-    if len(same) == len(end_rows):
-        return
+    """Rows after their request's last row in the same message (no scheduler sends one;
+    a fuzzed frame may, even a second last row) are late: neither path sees them."""
     first_end: dict[int, int] = {}
-    for r, s in zip(end_rows.tolist(), end_slots.tolist()):
-        first_end.setdefault(s, r)
-    for r in same.tolist():
-        e = first_end[int(slots[r])]
-        if r > e:
+    for r, slot in zip(end_rows.tolist(), slots[end_rows].tolist()):
+        if slot not in first_end or r < first_end[slot]:
+            first_end[slot] = r
+    for r in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
+        if r > first_end[int(slots[r])]:
             plain[r] = special[r] = False
 
 

@@ -163,3 +163,16 @@ def test_columns_put_hot_rows_first_but_keep_each_rids_order() -> None:
     assert [r for r, _ in msg.finish] == [2, 3]
     assert "".join(t for r, t in zip(msg.rids, msg.texts) if r == "x") == \
         INFO.tokenizer.decode(IDS[:2])
+
+
+def test_a_second_last_row_in_the_same_frame_is_late_not_an_error() -> None:
+    """Found by the ring fuzz: a frame that ends the same rid twice (and carries a row
+    after that). The first last row ends it; the others are late rows, not a crash."""
+    t = RidTable(INFO, 0, array_min_rows=1)
+    feed(t, [{"rid": "r", "ids": IDS[:2]}])
+    fin = {"type": "length", "length": 3}
+    out = feed(t, [{"rid": "r", "ids": IDS[2:3], "finish": fin},
+                   {"rid": "r", "ids": IDS[3:4], "finish": fin},
+                   {"rid": "r", "ids": IDS[4:5]}])
+    assert [d.finish for d in out] == [fin]
+    assert t.counters.late_rows == 2 and "r" in t.ended
