@@ -369,7 +369,9 @@ class Router:
         """Terminal error deltas for every rid a dead shard may not have finished."""
         targets: dict[str, Live] = {}
         for rid in [rid for rid, st in self.live.items() if st.shard == shard]:
-            targets[rid] = self.end(rid)  # type: ignore[assignment]
+            st = self.end(rid)
+            assert st is not None  # it was live
+            targets[rid] = st
         ledger = self.ledgers[shard]
         for _, ended, _ in reversed(ledger.entries):  # a rid's newest ending, if several
             for rid, st in ended:

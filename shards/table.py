@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -214,9 +214,10 @@ class RidTable:
         if len(plain_rows):
             assert self.plain is not None
             texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts)
-            rows_out.plain(plain_rows,
-                           list(map(self.state.rids.__getitem__, slots[plain_rows].tolist())),
-                           texts)
+            # a plain slot always holds its rid (Slots.bind_plain)
+            rids = cast(list[str], list(map(self.state.rids.__getitem__,
+                                            slots[plain_rows].tolist())))
+            rows_out.plain(plain_rows, rids, texts)
         if quick_ends:
             self._plain_ends(quick_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
@@ -399,7 +400,7 @@ class _RowsOut:
     def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: _Families) -> None:
         self.out, self.msg, self.id_starts, self.fams = out, msg, id_starts, fams
 
-    def plain(self, rows: I64, rids: list[str | None], texts: PlainTexts) -> None:
+    def plain(self, rows: I64, rids: list[str], texts: PlainTexts) -> None:
         out, ids, st = self.out, self.msg.ids, self.id_starts
         counts = st[rows + 1] - st[rows]
         one_each = len(ids) == len(self.msg.slots) and (counts == 1).all()
@@ -407,14 +408,13 @@ class _RowsOut:
         fams = self.fams
         if isinstance(out, PackedOut):
             base = len(out.rids)
-            out.add_rows(rids, texts.data, texts.char_lens(), counts,  # type: ignore[arg-type]
-                         row_ids)
+            out.add_rows(rids, texts.data, texts.char_lens(), counts, row_ids)
             for fam in self.msg.sparse.families:  # the numbers pass through
                 out.families.append(shift(fam, rows, base))
             return
         if isinstance(out, ColumnsOut):
             base = len(out.rids)
-            out.rids += rids  # type: ignore[arg-type]
+            out.rids += rids
             out.texts += texts.texts()
             out.id_lens += counts.tolist()
             out.ids += row_ids.tolist()
@@ -424,7 +424,6 @@ class _RowsOut:
         flat = row_ids.tolist()
         cuts = starts_of(counts).tolist()
         for j, (rid, text, r) in enumerate(zip(rids, texts.texts(), rows.tolist())):
-            assert rid is not None
             d = Delta(rid, text, flat[cuts[j]:cuts[j + 1]])
             if fams.carries(r):
                 d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
