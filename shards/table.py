@@ -37,7 +37,7 @@ from sglang_tok.request import Request, _is_stop_token, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .paths import ARRAY, row_reason
-from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts, SlotMarks
+from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
 from .slots import FREE, PLAIN, ROW, Slots
 
@@ -83,7 +83,6 @@ class RidTable:
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
         self.opts: dict[int, Open] = {}  # plain slots opened with options (else defaults)
-        self._marks = SlotMarks()
         self.counters = ShardCounters()
         self.paths: Counter[str] = Counter()  # requests per path: "array" or the reason
         # rids this shard ended on its own (stop strings, refusals) since the last report,
@@ -178,7 +177,8 @@ class RidTable:
         opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
         assert self.plain is not None
         return self.state.to_request(slot, Request(rid, self.info, opts),
-                                     self.plain.stream_of(self.state, slot))
+                                     self.plain.stream_of(self.state, slot),
+                                     self.plain.sent_tail(self.state, slot))
 
     # ------------------------------------------------------------------ messages
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
@@ -195,6 +195,7 @@ class RidTable:
         self.counters.rows += n
         self.counters.tokens += len(msg.ids)
         kinds = self.state.kind[slots] if n else np.zeros(0, np.uint8)
+        distinct = self.state.marks.distinct(slots, self.state.capacity)
         plain = kinds == PLAIN
         special = np.zeros(n, bool)  # rows for the per-row path whatever their request
         ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
@@ -204,7 +205,7 @@ class RidTable:
             end_rows = np.fromiter(ends, np.int64, len(ends))
             special[end_rows] = True
             plain[end_rows] = False
-            if not self._marks.distinct(slots, self.state.capacity):
+            if not distinct:
                 _late_after_end(slots, end_rows, plain, special)
             quick_ends = [r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
                           if special[r] and not isinstance(ends[r][0].get("matched"), str)]
@@ -213,7 +214,7 @@ class RidTable:
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
             assert self.plain is not None
-            texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts)
+            texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts, distinct)
             # a plain slot always holds its rid (Slots.bind_plain)
             rids = cast(list[str], list(map(self.state.rids.__getitem__,
                                             slots[plain_rows].tolist())))
@@ -255,16 +256,19 @@ class RidTable:
             out.append(d)
             self._finish(rid, False, completion, reasoning)
 
-    def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+    def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64,
+                    distinct: bool) -> PlainTexts:
+        """Decode these rows on the array path; their ids go to their slots' rings."""
         assert self.plain is not None
-        if len(rows) == len(slots):
-            return self.plain.decode(self.state, slots, ids, id_starts)
-        counts = id_starts[rows + 1] - id_starts[rows]
-        if (counts == 1).all() and len(ids) == len(slots):
-            return self.plain.decode(self.state, slots[rows], ids[rows],
-                                     np.arange(len(rows) + 1, dtype=np.int64))
-        return self.plain.decode(self.state, slots[rows], ids[ragged_index(id_starts[rows],
-                                 counts)], starts_of(counts))
+        if len(rows) != len(slots):
+            counts = id_starts[rows + 1] - id_starts[rows]
+            if (counts == 1).all() and len(ids) == len(slots):
+                ids, id_starts = ids[rows], np.arange(len(rows) + 1, dtype=np.int64)
+            else:
+                ids, id_starts = ids[ragged_index(id_starts[rows], counts)], starts_of(counts)
+            slots = slots[rows]
+        self.state.record_ids(slots, ids, id_starts, self.info.vocab_size, distinct)
+        return self.plain.decode(self.state, slots, ids, id_starts, distinct)
 
     def _row_path(self, rows: I64, slots: I64, msg: Arrays, id_starts: I64,
                   ends: dict[int, tuple[dict[str, Any], int, int, int]],
