@@ -116,7 +116,7 @@ class FallbackPlainDecoder:
             return self._one_by_one(state, slots, ids, id_starts)
         state.completion[slots] += counts
         args = (self.tab, ids, id_starts, state.table_sel[slots], state.pending[slots],
-                state.pend_len[slots], state.started[slots], state.skip[slots])
+                state.pend_len[slots], state.started[slots].astype(bool), state.skip[slots])
         d = decode_rows_fallback(*args) if len(slots) >= self.min_rows else \
             decode_rows_loop(*args)
         self._store(state, slots, d)

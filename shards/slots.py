@@ -22,6 +22,14 @@ from sglang_tok.decoder import Stream
 from sglang_tok.request import SENT_TAIL, Request  # noqa: F401 (SENT_TAIL: see RING)
 
 FREE, PLAIN, ROW = 0, 1, 2
+# a slot's numbers: its path (FREE, PLAIN, ROW), its byte table (0 specials kept, 1
+# skipped), pending bytes, characters still to pass over (what the prompt's own decode
+# showed of an incomplete character or byte run), whether its text began (byte fallback:
+# the leading-space strip is spent), completion tokens, ids written to its ring, and the
+# usage fields of its first row
+COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "ring_len",
+           "prompt", "cached")
+KIND, SEL, PEND, SKIP, STARTED, COMPLETION, RING_LEN, PROMPT, CACHED = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
 # ids kept per plain slot, for the text it sent last (`Request.tail`, SENT_TAIL characters:
 # 320 ids of at least one byte each hold 78 characters even after a cut character at each
@@ -51,19 +59,12 @@ class Slots:
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = 0
-        self.kind = np.zeros(0, np.uint8)
-        self.table_sel = np.zeros(0, np.int64)  # 0: specials kept, 1: skipped
+        # the numbers of a slot, one row of `meta` (its columns, by name, are the views
+        # below): vectorised code works on a column, the small-message loop takes a
+        # message's rows with one gather and writes them back with one assignment
+        self.meta = np.zeros((0, len(COLUMNS)), np.int64)
         self.pending = np.zeros((0, PENDING), np.uint8)
-        self.pend_len = np.zeros(0, np.int64)
-        # characters of the text still to pass over (what the prompt's own decode showed of
-        # an incomplete character or byte run at its end)
-        self.skip = np.zeros(0, np.int64)
-        self.started = np.zeros(0, bool)  # the text has begun (byte fallback: strip spent)
-        self.completion = np.zeros(0, np.int64)
         self.ring = np.zeros((0, RING), np.int32)  # the last RING ids of each plain slot
-        self.ring_len = np.zeros(0, np.int64)  # ids ever written to the slot's ring
-        self.prompt = np.zeros(0, np.int64)
-        self.cached = np.zeros(0, np.int64)
         self.rids: list[str | None] = []
         self.objs: list[Request | None] = []
         # a slot's state after its prompt, when the prompt left any (rare): the start of
@@ -72,16 +73,21 @@ class Slots:
         self.marks = SlotMarks()
         self.grow(capacity)
 
+    def _views(self) -> None:
+        meta = self.meta
+        (self.kind, self.table_sel, self.pend_len, self.skip, self.started, self.completion,
+         self.ring_len, self.prompt, self.cached) = (meta[:, k] for k in range(len(COLUMNS)))
+
     def grow(self, need: int) -> None:
         if need <= self.capacity:
             return
         cap = max(need, 2 * self.capacity, 64)
-        for name in ("kind", "table_sel", "pending", "pend_len", "skip", "started",
-                     "completion", "ring", "ring_len", "prompt", "cached"):
+        for name in ("meta", "pending", "ring"):
             old = getattr(self, name)
             new = np.zeros((cap, *old.shape[1:]), old.dtype)
             new[:len(old)] = old
             setattr(self, name, new)
+        self._views()
         self.rids += [None] * (cap - self.capacity)
         self.objs += [None] * (cap - self.capacity)
         self.capacity = cap
