@@ -90,7 +90,7 @@ def chat_delta(d: Delta, rid: str) -> dict[str, Any]:
         for c in d.tool_calls:
             call: dict[str, Any] = {"index": c.index, "function": {"arguments": c.arguments}}
             if c.name is not None:
-                call.update(id=f"call_{rid}_{c.index}", type="function")
+                call.update(id=c.id or f"call_{rid}_{c.index}", type="function")
                 call["function"]["name"] = c.name
             calls.append(call)
         out["tool_calls"] = calls

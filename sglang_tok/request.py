@@ -471,8 +471,9 @@ def _merge_calls(have: list[ToolCallDelta] | None,
         old = None if i is None else out[i]
         if old is None or c.name is not None or (old.name is not None and not old.arguments):
             last[c.index] = len(out)
-            out.append(ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut))
+            out.append(ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut, c.id))
         else:
             out[i] = ToolCallDelta(c.index, old.name, old.arguments + c.arguments,  # type: ignore[index]
-                                   old.malformed or c.malformed, old.cut or c.cut)
+                                   old.malformed or c.malformed, old.cut or c.cut,
+                                   old.id)  # type: ignore[index]
     return out

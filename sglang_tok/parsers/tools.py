@@ -5,8 +5,9 @@ How to add a format (why it is shaped this way):
   `formats.FORMATS`. A format says only what is specific to it: where a call opens
   (`call_open`, optionally inside a section wrapper), how its end is found (`CloseMarker`
   or an object with `end(body)`), and a per-call `CallReader` that turns the call's body,
-  as it grows, into `Event`s: `(name, "")` when a call's name is known, then `(None,
-  fragment)` for its arguments JSON. Everything that must be the same for every format
+  as it grows, into `Event`s: `(name, "")` when a call's name is known (`(name, id)` when
+  the format writes a call id, which reaches the client as the first delta's `id`), then
+  `(None, fragment)` for its arguments JSON. Everything that must be the same for every format
   lives in the engine and nowhere else: holding partial markers, call indices, rejecting
   names not in the request's `tools`, flags for malformed and cut calls, giving malformed
   calls back as text, and markup (wrappers, whitespace) around calls. So a new format
@@ -50,11 +51,16 @@ from typing import Any, Protocol
 
 from .markers import MarkerSet
 from .schema import Schemas
-from .types import ParsedDelta, ToolCallDelta
+from .types import ParsedDelta, Thought, ToolCallDelta
 
-Calls = list[tuple[str, str]]
-# (name, "") opens a call; (None, fragment) extends the call opened last
+# (name, arguments) or (name, arguments, id): one call of a whole-call parse
+Call = tuple[str, str] | tuple[str, str, str]
+Calls = list[Call]
+# (name, "" or its id) opens a call; (None, fragment) extends the call opened last
 Event = tuple[str | None, str]
+
+# what a step releases, in output order: content, call deltas, reasoning (Harmony only)
+Item = str | ToolCallDelta | Thought
 
 TEXT, SECTION, CALL = 0, 1, 2
 WHOLE, INCREMENTAL = "whole", "incremental"
@@ -191,6 +197,62 @@ class RawArgs:
         return frag
 
 
+_WS = re.compile(r"\s*")
+
+
+class ObjectArgs:
+    """A call whose arguments are one JSON object from `after` on (whitespace around it;
+    only whitespace: `{}`), passed through as written (`RawArgs`). `read`/`close` give the
+    argument events of a `CallReader` whose name is already known (kimi_k2, gpt-oss)."""
+
+    __slots__ = ("after", "args", "bad")
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.args: RawArgs | None = None
+        self.bad = False
+
+    def read(self, body: str, ready: int, out: list[Event]) -> None:
+        if self.bad:
+            return
+        if self.args is None:
+            j = _WS.match(body, self.after, ready).end()  # type: ignore[union-attr]
+            if j >= ready:
+                return
+            if body[j] != "{":
+                self.bad = True
+                return
+            self.args = RawArgs(j)
+        frag = self.args.read(body, ready)
+        if frag:
+            out.append((None, frag))
+
+    def close(self, body: str) -> list[Event] | None:
+        args = self.args
+        if self.bad:
+            return None
+        if args is None:
+            return None if body[self.after:].strip() else [(None, "{}")]
+        if args.end < 0 or body[args.end:].strip():
+            return None
+        try:
+            if not isinstance(loads(body[args.start:args.end]), dict):
+                return None
+        except ValueError:
+            return None
+        return [(None, args.rest(body))]
+
+
+def object_arguments(text: str) -> str | None:
+    """Whole mode for `ObjectArgs`: the object re-serialised, `{}` for blank, or None."""
+    if not text.strip():
+        return "{}"
+    try:
+        return arguments_json(loads(text))
+    except ValueError:
+        return None
+
+
 # ------------------------------------------------------------------ formats
 class CallReader(Protocol):
     """Per call, incremental mode: the call's body as it grows -> name and argument events.
@@ -225,10 +287,10 @@ def parse_with_reader(make_reader: ReaderFactory) -> Callable[[str, Schemas | No
         calls: list[list[str]] = []
         for name, frag in events + rest:
             if name is not None:
-                calls.append([name, ""])
+                calls.append([name, "", frag])
             elif calls:
                 calls[-1][1] += frag
-        return [(n, a) for n, a in calls] or None
+        return [(n, a, i) if i else (n, a) for n, a, i in calls] or None
     return parse
 
 
@@ -238,20 +300,34 @@ class ToolFormat:
     `parse(body)` is the whole-mode parse (`tool_stream: "whole"`, today's bytes);
     `reader(schemas)` makes the per-call incremental reader. A schema-typed format passes
     `typed_parse` instead of `parse`: its whole mode is its reader run once.
+
+    Options for formats without a fixed opener (Llama's): `outside`, a call may also open
+    with `call_open` outside any section; `bare`, the text a call's body starts with when
+    it opens with no marker at all: at the start of the output (after whitespace), and
+    after a call when `chain` (a separator, whitespace around it) follows it. The opening
+    markup (whitespace, separator) is pending markup, as a wrapper is. `parser`: the
+    per-request class (a format with its own framing subclasses ToolParser).
     """
 
     def __init__(self, name: str, call_open: str, end: Callable[[], Any],
                  parse: Callable[[str], Calls | None] | None, reader: ReaderFactory,
-                 section: tuple[str, str] | None = None, inner: tuple[str, ...] = ()) -> None:
+                 section: tuple[str, str] | None = None, inner: tuple[str, ...] = (),
+                 outside: bool = False, bare: str = "", chain: str = "",
+                 parser: type[ToolParser] | None = None) -> None:
         self.name = name
         self.section = section
         self.call_open = call_open
+        self.outside = outside
+        self.bare = bare
+        self.chain = chain
+        self.parser = parser or ToolParser
         self.make_end = end
         self.reader = reader
         whole = parse_with_reader(reader)
         self.parse: Callable[[str, Schemas | None], Calls | None] = \
             whole if parse is None else (lambda body, _schemas: parse(body))
-        self.opener = MarkerSet([section[0] if section else call_open])
+        self.opener = MarkerSet([section[0] if section else call_open,
+                                 *([call_open] if section and outside else [])])
         closer = end()
         # a call's body can skip the engine on pieces without this character
         self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
@@ -274,10 +350,13 @@ class ToolParser:
         "delivered",
         "ender",
         "fast",
+        "fresh_start",
         "fmt",
         "held",
+        "home",
         "incremental",
         "opened",
+        "opened_by",
         "out",
         "pending",
         "reader",
@@ -303,10 +382,13 @@ class ToolParser:
         self.rejected = False  # incremental: the open body is already known to be text
         self.section_ok = False  # a valid call was released in the current section
         self.after_call = False  # a valid call was released: whitespace may be markup
+        self.opened_by = ""  # the marker that opened the current call ("" for a bare call)
+        self.home = TEXT  # the state the current call returns to (TEXT or SECTION)
+        self.fresh_start = bool(fmt.bare)  # `bare`: nothing but whitespace seen so far
         self.count = 0  # indices given out (a malformed call's index is not reused)
         self.delivered = 0  # calls that stand (valid, or cut by the end of the output)
         # str (content) and ToolCallDelta items in output order, fresh per step
-        self.out: list[str | ToolCallDelta] = []
+        self.out: list[Item] = []
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -342,9 +424,10 @@ class ToolParser:
     @property
     def idle(self) -> bool:
         """Nothing held and no markup context: a piece with no marker start may skip the engine."""
-        return self.state == TEXT and not self.held and not self.pending and not self.after_call
+        return (self.state == TEXT and not self.held and not self.pending
+                and not self.after_call and not self.fresh_start)
 
-    def step(self, text: str) -> list[str | ToolCallDelta]:
+    def step(self, text: str) -> list[Item]:
         """Run a piece through; return (and reset) the ordered output items."""
         out = self.out = []
         s = self.held + text if self.held else text
@@ -359,7 +442,7 @@ class ToolParser:
                 s = self._call(s)
         return out
 
-    def flush(self) -> list[str | ToolCallDelta]:
+    def flush(self) -> list[Item]:
         """End of output: held prefixes and non-blank markup become text; an open call is
         text, or (incremental, already sent) stands as sent and is flagged cut."""
         out = self.out = []
@@ -371,7 +454,7 @@ class ToolParser:
                 self.delivered += len(self.opened)
                 tail = ""
             else:
-                tail = self.pending + self.fmt.call_open + self.body
+                tail = self.pending + self.opened_by + self.body
         tail += self.held
         if tail:
             out.append(tail)
@@ -383,6 +466,10 @@ class ToolParser:
 
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
+        if self.fresh_start or (self.after_call and self.fmt.chain):
+            rest = self._bare(s)
+            if rest is not None:
+                return rest
         opener = self.fmt.opener
         at, m = opener.find(s)
         if at < 0:
@@ -391,13 +478,42 @@ class ToolParser:
             self._stray(s[:keep], self.after_call)
             return ""
         self._stray(s[:at], self.after_call)
-        if self.fmt.section is not None:
+        if self.fmt.section is not None and m == self.fmt.section[0]:
             self.state = SECTION
             self.pending += m
             self.section_ok = False
         else:
-            self._open_call()
+            self._open_call(m)
         return s[at + len(m):]
+
+    def _bare(self, s: str) -> str | None:
+        """A call with no opener (`fmt.bare`) at the output's start or after `chain`:
+        returns the rest of s from the call's body on, "" when undecided (the tail is
+        held), None when this is not such a call (s goes the usual way)."""
+        bare, chain = self.fmt.bare, self.fmt.chain
+        t = s.lstrip()
+        if self.fresh_start:
+            if not t:
+                self.held = s  # only whitespace so far: undecided
+                return ""
+            self.fresh_start = False
+            if not t.startswith(bare):
+                return None
+            self.pending += s[:len(s) - len(t)]
+            self._open_call("")
+            return t
+        if not t.startswith(chain):
+            return None  # (whitespace alone after a call is pending markup, as usual)
+        u = t[len(chain):].lstrip()
+        if not u:  # a separator, and maybe whitespace: undecided
+            self.pending += s[:len(s) - len(t)]
+            self.held = t
+            return ""
+        if not u.startswith(bare):
+            return None
+        self.pending += s[:len(s) - len(u)]
+        self._open_call("")
+        return u
 
     def _section(self, s: str) -> str:
         markers = self.fmt.in_section
@@ -410,7 +526,7 @@ class ToolParser:
             return ""
         self._stray(s[:at], True)
         if m == self.fmt.call_open:
-            self._open_call()
+            self._open_call(m)
         else:
             if not self.section_ok:
                 self.out.append(self.pending + m)
@@ -418,7 +534,9 @@ class ToolParser:
             self.state = TEXT
         return s[at + len(m):]
 
-    def _open_call(self) -> None:
+    def _open_call(self, marker: str) -> None:
+        self.opened_by = marker
+        self.home = self.state
         self.state = CALL
         self.body = ""
         self.ender = self.fmt.make_end()
@@ -440,7 +558,7 @@ class ToolParser:
                 self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
             return ""
         self.ender = None
-        self.state = SECTION if self.fmt.section is not None else TEXT
+        self.state = self.home
         inner = body[:end_body]
         if self.incremental:
             ok = self._close(inner)
@@ -450,18 +568,19 @@ class ToolParser:
             except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
                 calls = None
             if calls is not None and self.schemas is not None and \
-                    any(name not in self.schemas for name, _ in calls):
+                    any(call[0] not in self.schemas for call in calls):
                 calls = None  # a name not in the request's tools: text, as malformed
             ok = calls is not None
             if calls is not None:
-                for name, arguments in calls:
-                    self.out.append(ToolCallDelta(self.count, name, arguments))
+                for call in calls:
+                    self.out.append(ToolCallDelta(self.count, call[0], call[1],
+                                                  id=call[2] if len(call) > 2 else None))
                     self.count += 1
                 self.delivered += len(calls)
         if ok:
             self.section_ok = self.after_call = True
         else:
-            self.out.append(self.pending + self.fmt.call_open + body[:end_call])
+            self.out.append(self.pending + self.opened_by + body[:end_call])
         self.pending = ""
         return body[end_call:]
 
@@ -495,7 +614,7 @@ class ToolParser:
                 if self.schemas is not None and name not in self.schemas:
                     self.rejected = True
                     return False
-                out.append(ToolCallDelta(self.count, name, ""))
+                out.append(ToolCallDelta(self.count, name, "", id=frag or None))
                 self.opened.append(self.count)
                 self.count += 1
             elif frag and self.opened:
@@ -531,7 +650,7 @@ class ToolParser:
         return delta
 
     def fresh(self) -> ToolParser:
-        return ToolParser(self.fmt, INCREMENTAL if self.incremental else WHOLE, self.schemas)
+        return type(self)(self.fmt, INCREMENTAL if self.incremental else WHOLE, self.schemas)
 
     def parse_full(self, text: str) -> ParsedDelta:
         """The batch reference: a fresh parser of the same format over the whole output."""
@@ -542,9 +661,10 @@ class ToolParser:
         return delta
 
 
-def _delta(items: list[str | ToolCallDelta]) -> ParsedDelta:
+def _delta(items: list[Item]) -> ParsedDelta:
     if not items:
         return ParsedDelta()
     texts = [i for i in items if isinstance(i, str)]
-    calls = [i for i in items if not isinstance(i, str)]
-    return ParsedDelta("".join(texts), "", calls or None)
+    calls = [i for i in items if isinstance(i, ToolCallDelta)]
+    thoughts = [i.text for i in items if isinstance(i, Thought)]
+    return ParsedDelta("".join(texts), "".join(thoughts), calls or None)
