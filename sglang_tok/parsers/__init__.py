@@ -67,6 +67,7 @@ from __future__ import annotations
 from typing import Any
 
 from .formats import FORMATS, REASONING_OF
+from .harmony import HarmonyParser
 from .markers import MarkerSet, marker_token_ids, skip_table
 from .reasoning import ReasoningParser
 from .schema import Schemas, tool_schemas
@@ -74,8 +75,13 @@ from .stream import ParsedStream
 from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
 from .types import ParsedDelta, ParserError, ToolCallDelta, merge, merge_calls
 
+HARMONY = "gpt-oss"
+
 # name -> a marker that also ends the block (stays in content for the tool parser)
-REASONING_PARSERS: dict[str, str | None] = {"deepseek-r1": None, "qwen3": "<tool_call>"}
+REASONING_PARSERS: dict[str, str | None] = {
+    "deepseek-r1": None, "qwen3": "<tool_call>", "kimi_k2": "<|tool_calls_section_begin|>",
+    HARMONY: None,  # not a `<think>` parser: Harmony's channels (harmony.py)
+}
 TOOL_PARSERS = FORMATS
 
 __all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "TOOL_PARSERS", "TOOL_STREAMS",
@@ -86,6 +92,9 @@ __all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "TOOL_PARSERS", "TOOL
 
 
 def make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser:
+    if name == HARMONY:
+        raise ParserError("gpt-oss reasoning is Harmony's analysis channel: use "
+                          "make_parsed_stream(reasoning_parser='gpt-oss')")
     if name not in REASONING_PARSERS:
         raise ParserError(f"unknown reasoning_parser {name!r}; known: "
                           f"{', '.join(sorted(REASONING_PARSERS))}")
@@ -102,7 +111,7 @@ def make_tool_parser(name: str, tool_stream: str = "incremental",
     if tool_stream not in TOOL_STREAMS:
         raise ParserError(f"unknown tool_stream {tool_stream!r}; known: "
                           f"{', '.join(TOOL_STREAMS)}")
-    return ToolParser(fmt, tool_stream, None if tools is None else tool_schemas(tools))
+    return fmt.parser(fmt, tool_stream, None if tools is None else tool_schemas(tools))
 
 
 def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = False,
@@ -110,6 +119,19 @@ def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = Fal
                        include_stop_str: bool = False, min_tokens: int = 0,
                        tool_stream: str = "incremental",
                        tools: list[Any] | None = None) -> ParsedStream:
+    if HARMONY in (reasoning_parser, tool_parser):
+        # one parser frames Harmony's channels: reasoning, content and calls together
+        if reasoning_parser not in ("", HARMONY) or tool_parser not in ("", HARMONY):
+            raise ParserError("gpt-oss pairs only with gpt-oss (reasoning_parser and "
+                              "tool_parser)")
+        if tool_stream not in TOOL_STREAMS:
+            raise ParserError(f"unknown tool_stream {tool_stream!r}; known: "
+                              f"{', '.join(TOOL_STREAMS)}")
+        harmony = HarmonyParser(FORMATS[HARMONY], tool_stream,
+                                None if tools is None else tool_schemas(tools),
+                                reasoning=reasoning_parser == HARMONY,
+                                calls=tool_parser == HARMONY, started=reasoning_started)
+        return ParsedStream(None, harmony, stop, include_stop_str, min_tokens)
     reasoning = make_reasoning_parser(reasoning_parser, reasoning_started) \
         if reasoning_parser else None
     tools_ = make_tool_parser(tool_parser, tool_stream, tools) if tool_parser else None

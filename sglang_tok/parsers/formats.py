@@ -7,7 +7,10 @@ frontend selects when only the tool parser is named; SGLang's names).
 from __future__ import annotations
 
 from .dsml import dsml
+from .harmony import gpt_oss
 from .json_calls import deepseekv3, hermes, mistral
+from .kimi_k2 import kimi_k2
+from .llama import llama3_json, pythonic
 from .qwen3_coder import qwen3_coder
 from .tools import ToolFormat
 
@@ -18,6 +21,10 @@ FORMATS: dict[str, ToolFormat] = {
     "hermes": hermes(),
     "mistral": mistral(),
     "qwen3_coder": qwen3_coder(),
+    "kimi_k2": kimi_k2(),
+    "gpt-oss": gpt_oss(),  # its own framing (harmony.HarmonyParser), reasoning included
+    "llama3_json": llama3_json(),
+    "pythonic": pythonic(),
 }
 FORMATS["deepseekv31"] = FORMATS["deepseekv3"]
 FORMATS["qwen25"] = FORMATS["qwen"] = FORMATS["hermes"]
@@ -25,5 +32,5 @@ FORMATS["qwen25"] = FORMATS["qwen"] = FORMATS["hermes"]
 REASONING_OF: dict[str, str] = {
     "deepseekv4": "deepseek-r1", "deepseekv32": "deepseek-r1", "deepseekv31": "deepseek-r1",
     "deepseekv3": "deepseek-r1", "qwen25": "qwen3", "qwen": "qwen3", "hermes": "qwen3",
-    "qwen3_coder": "qwen3",
+    "qwen3_coder": "qwen3", "kimi_k2": "kimi_k2", "gpt-oss": "gpt-oss",
 }
