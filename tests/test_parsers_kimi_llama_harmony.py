@@ -33,7 +33,9 @@ from sglang_tok.parsers import (
     merge,
     skip_table,
 )
+from sglang_tok.protocol import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe
+from shards.table import RidTable
 
 MODES = ["incremental", "whole"]
 KIMI = ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
@@ -229,6 +231,13 @@ def test_harmony_pairs_only_with_itself() -> None:
         make_parsed_stream("qwen3", False, "gpt-oss")
     with pytest.raises(ParserError, match="analysis channel"):
         make_reasoning_parser("gpt-oss")
+    # the shard refuses the OPEN before any row
+    table = RidTable(marker_tokenizer(), 0)
+    out: list[Any] = []
+    table.on_open(Open("bad", reasoning_parser="gpt-oss", tool_parser="hermes"), out)
+    table.on_open(Open("ok", reasoning_parser="gpt-oss", tool_parser="gpt-oss"), out)
+    assert [(d.rid, d.error) for d in out] == [
+        ("bad", "gpt-oss pairs only with gpt-oss (reasoning_parser and tool_parser)")]
 
 
 def test_harmony_markers_are_kept_visible_with_skip_special() -> None:

@@ -87,8 +87,16 @@ TOOL_PARSERS = FORMATS
 __all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "TOOL_PARSERS", "TOOL_STREAMS",
            "CallReader", "Event", "MarkerSet", "ParsedDelta", "ParsedStream", "ParserError",
            "ReasoningParser", "Schemas", "ToolCallDelta", "ToolFormat", "ToolParser",
-           "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
+           "make_parsed_stream", "make_reasoning_parser", "make_tool_parser", "pairing_error",
            "marker_token_ids", "merge", "merge_calls", "skip_table", "tool_schemas"]
+
+
+def pairing_error(reasoning_parser: str, tool_parser: str) -> str | None:
+    """Why these two parsers cannot run together (checked at OPEN), or None."""
+    if HARMONY in (reasoning_parser, tool_parser) and \
+            {reasoning_parser, tool_parser} - {"", HARMONY}:
+        return "gpt-oss pairs only with gpt-oss (reasoning_parser and tool_parser)"
+    return None
 
 
 def make_reasoning_parser(name: str, started: bool = False) -> ReasoningParser:
@@ -121,9 +129,9 @@ def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool = Fal
                        tools: list[Any] | None = None) -> ParsedStream:
     if HARMONY in (reasoning_parser, tool_parser):
         # one parser frames Harmony's channels: reasoning, content and calls together
-        if reasoning_parser not in ("", HARMONY) or tool_parser not in ("", HARMONY):
-            raise ParserError("gpt-oss pairs only with gpt-oss (reasoning_parser and "
-                              "tool_parser)")
+        problem = pairing_error(reasoning_parser, tool_parser)
+        if problem:
+            raise ParserError(problem)
         if tool_stream not in TOOL_STREAMS:
             raise ParserError(f"unknown tool_stream {tool_stream!r}; known: "
                               f"{', '.join(TOOL_STREAMS)}")
