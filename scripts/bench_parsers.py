@@ -246,6 +246,51 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+LONG = "Write the file.\n" + "def f(x):\n    return x * 2  # 東京 🙂\n" * 60
+LATENCY_CALLS: dict[str, tuple[dict[str, Any], str]] = {
+    # config, the output: a call whose only argument is a long string (LONG)
+    "kimi_k2": ({"reasoning_parser": "kimi_k2", "tool_parser": "kimi_k2"},
+                "<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0"
+                "<|tool_call_argument_begin|>{ARGS}<|tool_call_end|><|tool_calls_section_end|>"),
+    "gpt-oss": ({"reasoning_parser": "gpt-oss", "tool_parser": "gpt-oss"},
+                "<|start|>assistant<|channel|>commentary to=functions.write <|constrain|>json"
+                "<|message|>{ARGS}<|call|>"),
+    "llama3_json": ({"tool_parser": "llama3_json"},
+                    '<|python_tag|>{"name": "write", "parameters": {ARGS}}'),
+    "pythonic": ({"tool_parser": "pythonic"}, "[write(content={PY})]"),
+}
+
+
+def latency_mode(info: TokenizerInfo) -> int:
+    """--latency: ids between a call's name and its first argument bytes, for a long string
+    argument, id by id, the markers as special tokens (as in each model's vocabulary)."""
+    from tokenizers import AddedToken, Tokenizer
+
+    from sglang_tok.tokenizer import describe
+    markers = sorted({m for config, _ in LATENCY_CALLS.values()
+                      for m in make_parsed_stream(**config).markers if m.startswith("<|")})
+    tok = Tokenizer.from_str(info.tokenizer.to_str())
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
+    info = describe(tok, "deepseek-v4+markers")
+    print(f"{'parser':<14} {'mode':<12} {'call ids':>9} {'name at':>8} {'first args at':>14} "
+          f"{'latency':>8}")
+    for name, (config, shape) in LATENCY_CALLS.items():
+        text = shape.replace("{ARGS}", json.dumps({"content": LONG}, ensure_ascii=False))
+        text = text.replace("{PY}", repr(LONG))
+        ids = tok.encode(text, add_special_tokens=False).ids
+        for mode in ("incremental", "whole"):
+            p = make_parsed_stream(**config, tool_stream=mode)
+            dec = ByteStream(skip_table(info, marker_token_ids(info, p.markers)), [])  # type: ignore[arg-type]
+            named = first = -1
+            for n, i in enumerate(ids):
+                for c in p.feed(dec.push([i])).tool_calls or ():
+                    named = n if named < 0 and c.name is not None else named
+                    first = n if first < 0 and c.arguments else first
+            print(f"{name:<14} {mode:<12} {len(ids):>9} {named:>8} {first:>14} "
+                  f"{first - named:>8}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=400)
@@ -255,8 +300,12 @@ def main() -> int:
     ap.add_argument("--table", action="store_true",
                     help="through the shard's RidTable.on_batch (BATCH frames, OPEN options, "
                          "Deltas), parser on vs the same requests without it")
+    ap.add_argument("--latency", action="store_true",
+                    help="first-fragment latency in ids for a long string argument")
     args = ap.parse_args()
     info = load("deepseek-v4")
+    if args.latency:
+        return latency_mode(info)
     if args.table:
         return table_mode(info, args)
     bad = 0
