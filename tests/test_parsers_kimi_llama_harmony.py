@@ -386,3 +386,28 @@ def test_marker_tokenizer_stream_equals_batch(fmt: str, wellformed: bool, mode: 
         assert [(c.name, json.loads(c.arguments), c.id) for c in got.tool_calls or ()] == \
             want_calls
         assert got.ended_with_tool_calls == bool(want_calls)
+
+
+@pytest.mark.parametrize("text", [
+    "[w(path='/tmp/a.py', content='def f():\\n\\treturn \"é\" \\\\ \\x41\\u00e9\\N{BULLET}\\101\\7z')]",
+    "[w(n=1, s='a' 'b', t=\"x\", u=[1, 'y'], v={'k': (1, 2)}, e='', r=r'\\d', z='\\d')]",
+    "[w(s='🙂日本語', n=-2.5e3, b=False), g(q=\"it's\")]",
+])
+def test_pythonic_streams_strings_and_both_modes_give_the_same_bytes(text: str) -> None:
+    whole = full(fmt="pythonic", text=text, tool_stream="whole")
+    assert whole.tool_calls and whole.text == ""
+    for pieces in (list(text), [text]):
+        p = make_parsed_stream(tool_parser="pythonic")
+        got = merge([p.feed(x) for x in pieces] + [p.finish()])
+        assert got == p.parse_full(text)
+        assert [(c.name, c.arguments) for c in got.tool_calls or ()] == \
+            [(c.name, c.arguments) for c in whole.tool_calls]
+
+
+def test_pythonic_a_long_string_leaves_as_it_is_generated() -> None:
+    p = make_parsed_stream(tool_parser="pythonic")
+    d = p.feed("[write(path='/a', content='line one\\nline")
+    assert "".join(c.arguments for c in d.tool_calls or ()) == \
+        '{"path": "/a", "content": "line one\\nline'
+    assert "".join(c.arguments for c in p.feed(" two')").tool_calls or ()) == ' two"'
+    assert p.feed("]").tool_calls == [ToolCallDelta(0, None, "}")]  # the list ended
