@@ -156,6 +156,9 @@ def test_llama3_json(text: str, content: str, calls: list[tuple[str, str]], mode
     ("[f(a=float('nan'))]", "[f(a=float('nan'))]", []),
     ("[f(a=1), oops]", "[f(a=1), oops]", []),
     ("[f(s=']) \\' [')]", "", [("f", '{"s": "]) \' ["}')]),
+    ("[f(a=1),]", "", [("f", '{"a": 1}')]),  # found by fuzzing both modes against each other
+    ("[g\n.h(a=1), g . h(\nb='x'\n)]", "", [("g.h", '{"a": 1}'), ("g.h", '{"b": "x"}')]),
+    ("[f(a=1),) x", "[f(a=1),) x", []),
 ])
 def test_pythonic(text: str, content: str, calls: list[tuple[str, str]], mode: str) -> None:
     d = full(fmt="pythonic", text=text, tool_stream=mode)
