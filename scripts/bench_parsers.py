@@ -246,65 +246,80 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-# first-fragment latency: one call writing a long string argument, each format's markers
-# special tokens of the DeepSeek-V4 tokenizer (as in each model's own tokenizer)
-LONG = "".join(f"def f{i}(x):\n    return x * {i}  # 值 {i}\n" for i in range(60))
-LATENCY_CALLS = {
-    "qwen3_coder": (["<tool_call>", "</tool_call>"],
-                    "<tool_call>\n<function=write>\n<parameter=content>\n" + LONG
-                    + "\n</parameter>\n</function>\n</tool_call>"),
-    "glm45": (["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-               "</arg_value>"], "<tool_call>write\n<arg_key>content</arg_key>\n<arg_value>"
-              + LONG + "</arg_value>\n</tool_call>"),
-    "glm47": (["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-               "</arg_value>"], "<tool_call>write<arg_key>content</arg_key><arg_value>"
-              + LONG + "</arg_value></tool_call>"),
-    "minimax_m2": (["<minimax:tool_call>", "</minimax:tool_call>"],
+# --latency: one call writing a long string argument `content`, per format; the markers
+# that are special tokens in each format's own model are made special tokens of the
+# DeepSeek-V4 tokenizer, so a marker is one id as it is in production
+LONG = "".join(f"def f{i}(x):\n    return x * {i}  # 值 {i} 🙂\n" for i in range(60))
+XML_SPECIALS = ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>"]
+LATENCY_CALLS: dict[str, tuple[dict[str, Any], str]] = {
+    # config, the output: {RAW} is LONG as written, {ARGS} the JSON arguments object,
+    # {PY} LONG as a Python literal
+    "qwen3_coder": ({"tool_parser": "qwen3_coder"},
+                    "<tool_call>\n<function=write>\n<parameter=content>\n{RAW}\n</parameter>\n"
+                    "</function>\n</tool_call>"),
+    "glm45": ({"tool_parser": "glm45"}, "<tool_call>write\n<arg_key>content</arg_key>\n"
+              "<arg_value>{RAW}</arg_value>\n</tool_call>"),
+    "glm47": ({"tool_parser": "glm47"}, "<tool_call>write<arg_key>content</arg_key>"
+              "<arg_value>{RAW}</arg_value></tool_call>"),
+    "minimax_m2": ({"tool_parser": "minimax_m2"},
                    '<minimax:tool_call>\n<invoke name="write">\n<parameter name="content">'
-                   + LONG + "</parameter>\n</invoke>\n</minimax:tool_call>"),
+                   "{RAW}</parameter>\n</invoke>\n</minimax:tool_call>"),
+    "kimi_k2": ({"reasoning_parser": "kimi_k2", "tool_parser": "kimi_k2"},
+                "<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0"
+                "<|tool_call_argument_begin|>{ARGS}<|tool_call_end|><|tool_calls_section_end|>"),
+    "gpt-oss": ({"reasoning_parser": "gpt-oss", "tool_parser": "gpt-oss"},
+                "<|start|>assistant<|channel|>commentary to=functions.write <|constrain|>json"
+                "<|message|>{ARGS}<|call|>"),
+    "llama3_json": ({"tool_parser": "llama3_json"},
+                    '<|python_tag|>{"name": "write", "parameters": {ARGS}}'),
+    "pythonic": ({"tool_parser": "pythonic"}, "[write(content={PY})]"),
 }
+WRITE_TOOL = [{"type": "function", "function": {"name": "write", "parameters": {
+    "type": "object", "properties": {"content": {"type": "string"}}}}}]
 
 
-def first_fragment_latency(fmt: str, specials: list[str], text: str) -> dict[str, int]:
-    """Rows of 1 id: at which id the name leaves, the first arguments bytes, and the first
-    bytes of the value; returned as ids after the name's last id (and after the name's
-    delta). The call's `tools` declare `content` a string."""
+def latency_mode(info: TokenizerInfo) -> int:
+    """--latency: rows of 1 id, a call whose only argument is a long string (LONG): how
+    many ids after the name's text the name's delta leaves, and after that delta the first
+    arguments bytes and the first bytes of the value; per format and tool_stream mode (the
+    request's `tools` declare `content` a string)."""
     from tokenizers import AddedToken, Tokenizer
 
     from sglang_tok.tokenizer import describe
-    tok = Tokenizer.from_str(load("deepseek-v4").tokenizer.to_str())
-    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in specials])
-    info = describe(tok, f"deepseek-v4+{fmt}")
-    assert info.byte_table is not None
-    tools = [{"type": "function", "function": {"name": "write", "parameters": {
-        "type": "object", "properties": {"content": {"type": "string"}}}}}]
-    p = make_parsed_stream(tool_parser=fmt, tools=tools)
-    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
-    dec, seen, args, out = ByteStream(info.byte_table, []), "", "", {}
-    name_end = text.index("write") + len("write")
-    for n, i in enumerate(ids):
-        seen += (piece := dec.push([i]))
-        if "name_id" not in out and len(seen) >= name_end:
-            out["name_id"] = n
-        for c in p.feed(piece).tool_calls or ():
-            if c.name is not None:
-                out.setdefault("name_delta", n)
-            elif c.arguments:
-                out.setdefault("args", n)
-                args += c.arguments
-                if len(args) > len('{"content": "'):
-                    out.setdefault("value", n)
-    return {"name": out["name_delta"] - out["name_id"], "args": out["args"] - out["name_delta"],
-            "value": out["value"] - out["name_delta"], "ids": len(ids)}
-
-
-def latency_mode() -> int:
-    print(f"{'parser':<12} {'name after':>10} {'args after':>10} {'value after':>11}  "
-          "(ids; name after its last id, the others after the name's delta)")
-    for fmt, (specials, text) in LATENCY_CALLS.items():
-        r = first_fragment_latency(fmt, specials, text)
-        print(f"{fmt:<12} {r['name']:>10} {r['args']:>10} {r['value']:>11}  "
-              f"({r['ids']} ids in the call)")
+    markers = sorted(set(XML_SPECIALS) | {
+        m for config, _ in LATENCY_CALLS.values()
+        for m in make_parsed_stream(**config).markers if m.startswith("<|")})
+    tok = Tokenizer.from_str(info.tokenizer.to_str())
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
+    info = describe(tok, "deepseek-v4+markers")
+    print(f"{'parser':<12} {'mode':<12} {'call ids':>9} {'name after':>10} {'args after':>10} "
+          f"{'value after':>11}  (ids; name after its text, the others after the name's delta)")
+    prefix = len(json.dumps({"content": ""})) - 2  # `{"content": "`
+    for name, (config, shape) in LATENCY_CALLS.items():
+        text = shape.replace("{ARGS}", json.dumps({"content": LONG}, ensure_ascii=False))
+        text = text.replace("{PY}", repr(LONG)).replace("{RAW}", LONG)
+        ids = tok.encode(text, add_special_tokens=False).ids
+        name_end = text.index("write") + len("write")
+        for mode in ("incremental", "whole"):
+            p = make_parsed_stream(**config, tool_stream=mode, tools=WRITE_TOOL)
+            dec = ByteStream(skip_table(info, marker_token_ids(info, p.markers)), [])  # type: ignore[arg-type]
+            seen, args, at = "", "", {}
+            for n, i in enumerate(ids):
+                seen += (piece := dec.push([i]))
+                if "text" not in at and len(seen) >= name_end:
+                    at["text"] = n
+                for c in p.feed(piece).tool_calls or ():
+                    if c.name is not None:
+                        at.setdefault("name", n)
+                    if c.arguments:
+                        at.setdefault("args", n)
+                        args += c.arguments
+                        if len(args) > prefix:
+                            at.setdefault("value", n)
+            named = at.get("name", -1)
+            print(f"{name:<12} {mode:<12} {len(ids):>9} {named - at.get('text', -1):>10} "
+                  f"{at.get('args', -1) - named:>10} {at.get('value', -1) - named:>11}")
     return 0
 
 
@@ -318,11 +333,12 @@ def main() -> int:
                     help="through the shard's RidTable.on_batch (BATCH frames, OPEN options, "
                          "Deltas), parser on vs the same requests without it")
     ap.add_argument("--latency", action="store_true",
-                    help="first-fragment latency in ids of the schema-typed XML formats")
+                    help="first-fragment latency in ids for a long string argument, per "
+                         "format and tool_stream mode")
     args = ap.parse_args()
-    if args.latency:
-        return latency_mode()
     info = load("deepseek-v4")
+    if args.latency:
+        return latency_mode(info)
     if args.table:
         return table_mode(info, args)
     bad = 0

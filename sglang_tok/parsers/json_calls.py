@@ -507,5 +507,5 @@ def deepseekv3() -> ToolFormat:
         "deepseekv3", "<｜tool▁call▁begin｜>", lambda: CloseMarker("<｜tool▁call▁end｜>"),
         parse_deepseekv3, DeepSeekV3Reader,
         ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), (DS_SEP,),
-        bare=True)  # V3.1 may write a call without the section (SGLang's DeepSeekV31Detector)
+        unwrapped=True)  # V3.1 may write a call without the section (SGLang's DeepSeekV31Detector)
 

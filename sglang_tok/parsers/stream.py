@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ..stops import StopMatcher
 from .reasoning import CONTENT, REASONING, ReasoningParser
-from .tools import ToolParser
-from .types import ParsedDelta, ToolCallDelta, merge
+from .tools import Item, ToolParser
+from .types import ParsedDelta, Thought, ToolCallDelta, merge
 
 
 class ParsedStream:
@@ -132,7 +132,7 @@ class ParsedStream:
     def _content(self, text: str, reasoning: str, final: bool) -> ParsedDelta:
         tools = self.tools
         if tools is None:
-            items: list[str | ToolCallDelta] = [text] if text else []
+            items: list[Item] = [text] if text else []
         elif (not final and tools.idle and self.tool_first is not None
               and self.tool_first not in text):
             items = [text] if text else []  # the common case: no marker in sight
@@ -146,13 +146,15 @@ class ParsedStream:
             return self._plain(items, reasoning)
         return self._stopped(items, reasoning, final)
 
-    def _plain(self, items: list[str | ToolCallDelta], reasoning: str) -> ParsedDelta:
+    def _plain(self, items: list[Item], reasoning: str) -> ParsedDelta:
         if len(items) == 1 and isinstance(items[0], str):
             return ParsedDelta(items[0], reasoning)
         texts, calls = [], []
         for item in items:
             if isinstance(item, str):
                 texts.append(item)
+            elif isinstance(item, Thought):  # Harmony's analysis channel
+                reasoning += item.text
             else:
                 calls.append(item)
         if calls:
@@ -168,13 +170,15 @@ class ParsedStream:
                 live.add(c.index)
         self.called = bool(live)
 
-    def _stopped(self, items: list[str | ToolCallDelta], reasoning: str,
-                 final: bool) -> ParsedDelta:
+    def _stopped(self, items: list[Item], reasoning: str, final: bool) -> ParsedDelta:
         stops = self.stops
         assert stops is not None
         texts: list[str] = []
         calls: list[ToolCallDelta] = []
         for item in items:
+            if isinstance(item, Thought):  # reasoning: never matched
+                reasoning += item.text
+                continue
             if isinstance(item, str):
                 out, _, matched = stops.feed(item)
             else:
