@@ -516,8 +516,8 @@ def _small_out(out: Sink, rids: list[str], texts: list[str], row_ids: list[list[
     counts = list(map(len, row_ids))
     if isinstance(out, PackedOut):
         base = len(out.rids)
-        flat = [i for r in row_ids for i in r] if len(counts) != len(rids) or \
-            max(counts) > 1 else [r[0] for r in row_ids]
+        flat = [r[0] for r in row_ids] if counts.count(1) == len(counts) else \
+            [i for r in row_ids for i in r]
         out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts, flat)
         if families:
             if base == 0 and len(rows) == n:  # the message's rows, numbered as they are
