@@ -27,7 +27,7 @@ from .slots import PENDING, Slots
 
 I64 = npt.NDArray[np.int64]
 # below this many plain rows a message is decoded by the loop (measured: scripts/bench_stages.py)
-ARRAY_MIN_ROWS = 48
+ARRAY_MIN_ROWS = int(__import__("os").environ.get("SGT_MIN_ROWS", "48"))
 
 
 class PlainTexts(NamedTuple):

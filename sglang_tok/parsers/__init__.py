@@ -14,7 +14,8 @@ API (everything a shard needs; each object is per request, the grammars are shar
     ParsedStream.feed(text) -> ParsedDelta     # per decoded piece, in order
     ParsedStream.exempt_end() -> None          # after the text of the min_tokens-th id
     ParsedStream.finish() -> ParsedDelta       # once, at the end: the final flush, never skipped
-    ParsedStream.parse_full(text, exempt_chars=0) -> ParsedDelta   # the batch reference
+    ParsedStream.parse_full(text, exempt_chars=0, min_tokens_reached=True) -> ParsedDelta
+                                               # the batch reference (False: all exempt)
     ParsedDelta(text, reasoning, tool_calls: list[ToolCallDelta] | None, stop: str | None,
                 ended_with_tool_calls: bool)
     ToolCallDelta(index, name | None, arguments, malformed, cut)

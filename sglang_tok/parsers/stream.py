@@ -116,13 +116,23 @@ class ParsedStream:
         delta.ended_with_tool_calls = self.called
         return delta
 
-    def parse_full(self, text: str, exempt_chars: int = 0) -> ParsedDelta:
+    def parse_full(self, text: str, exempt_chars: int = 0,
+                   min_tokens_reached: bool = True) -> ParsedDelta:
         """Batch reference: a fresh pipeline fed the whole output at once (`exempt_chars`:
-        the output's length after the `min_tokens`-th id)."""
+        the output's length after the `min_tokens`-th id).
+
+        `min_tokens_reached=False`: the output ended before its `min_tokens`-th id, so
+        `exempt_end` is never called and everything is exempt, including what `finish`
+        releases (a held partial marker, a malformed call given back as text). The shard
+        does the same; `exempt_chars=len(text)` alone would end the exemption before
+        `finish`, as it does when the last id is the `min_tokens`-th."""
+        exempt = exempt_chars > 0 or not min_tokens_reached
         fresh = ParsedStream(
             None if self.reasoning is None else self.reasoning.fresh(),
             None if self.tools is None else self.tools.fresh(),
-            self.stops.stops if self.stops else None, self.include_stop, int(exempt_chars > 0))
+            self.stops.stops if self.stops else None, self.include_stop, int(exempt))
+        if not min_tokens_reached:
+            return merge([fresh.feed(text), fresh.finish()])
         parts = [fresh.feed(text[:exempt_chars])] if exempt_chars else []
         fresh.exempt_end()
         parts += [fresh.feed(text[exempt_chars:]), fresh.finish()]
