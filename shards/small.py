@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 
-import numpy as np
-
 from .slots import COMPLETION, PEND, RING, RING_LEN, SEL, SKIP, Slots
 
 
@@ -23,7 +21,7 @@ def decode_small(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slo
                  ) -> list[str]:
     """Decode one row per slot (slots distinct), updating `meta` (the slots' rows of
     `state.meta`, written back by the caller), the pending bytes and the id rings."""
-    pending = state.pending
+    buf, width = state.pend_buf, state.width
     texts: list[str] = []
     ring_at: list[int] = []
     ring_ids: list[int] = []
@@ -39,11 +37,13 @@ def decode_small(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slo
             data = b"".join([table[i] for i in safe])
         held = m[PEND]
         if held:
-            data = pending[slot, :held].tobytes() + data
+            at = slot * width
+            data = bytes(buf[at:at + held]) + data
         text, used = utf_8_decode(data, "replace", False)
         rest = len(data) - used
         if rest:
-            pending[slot, :rest] = np.frombuffer(data, np.uint8, rest, used)
+            at = slot * width
+            buf[at:at + rest] = data[used:]
         m[PEND] = rest
         if m[SKIP] and text:
             text = text[1:]
