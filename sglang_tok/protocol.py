@@ -798,7 +798,7 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
         if self.families:
             from .logprob_rows import FIELDS, RowFamilies
 
-            fams = RowFamilies(self.families, len(out))
+            fams = RowFamilies(self.families, len(out), lists=True)
             for r in np.flatnonzero(fams.carrying).tolist():
                 for field in FIELDS.values():
                     val = fams.row(field, r)

@@ -39,7 +39,7 @@ from sglang_tok.tokenizer import TokenizerInfo
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
-from .slots import COLUMNS, FREE, KIND, PLAIN, ROW, Slots
+from .slots import COLUMNS, KIND, PLAIN, ROW, Slots
 from .small import decode_small
 
 I64 = npt.NDArray[np.int64]
@@ -341,13 +341,16 @@ class RidTable:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
-        ids, st = msg.ids, id_starts.tolist()
-        kinds = self.state.kind
+        ids, st = msg.ids.tolist(), id_starts.tolist()
+        objs, rids, vocab = self.state.objs, self.state.rids, self.info.vocab_size
+        carrying = fams.get().carrying.tolist() if fams.families else None
         ran = 0
         for r, slot in zip(rows.tolist(), slots[rows].tolist()):
-            if kinds[slot] == FREE:
-                continue  # ended earlier in this message (a stop string), or never bound
-            req = self._as_request(slot)
+            req = objs[slot]
+            if req is None:
+                if rids[slot] is None:
+                    continue  # ended earlier in this message (a stop string), or never bound
+                req = self._as_request(slot)
             end = ends.get(r)
             if end is None:
                 fin, prompt, cached = None, req.prompt_tokens, req.cached_tokens
@@ -355,10 +358,9 @@ class RidTable:
             else:
                 fin, prompt, cached, why = end
             lp = top = tid = None
-            if fams.carries(r):
+            if carrying is not None and carrying[r]:
                 lp, top, tid = fams.extras(r)
-            row_ids = ids[st[r]:st[r + 1]].tolist()
-            vocab = self.info.vocab_size
+            row_ids = ids[st[r]:st[r + 1]]
             safe = None
             if row_ids and (min(row_ids) < 0 or max(row_ids) >= vocab):
                 safe = [i if 0 <= i < vocab else vocab for i in row_ids]

@@ -142,7 +142,7 @@ def test_logprobs_only_on_the_rows_that_carry_them_in_both_sinks() -> None:
             {"rid": "q", "ids": IDS[:2], "output_logprobs": [[-0.5, IDS[0]], [-1.0, IDS[1]]]}]
     plain = feed(RidTable(INFO, 0), rows)
     assert plain[0].logprobs is None
-    assert plain[1].logprobs == [[-0.5, IDS[0]], [-1.0, IDS[1]]]
+    assert plain[1].logprobs == [(-0.5, IDS[0]), (-1.0, IDS[1])]  # lists once on the wire
     cols = feed(RidTable(INFO, 0), rows, ColumnsOut())
     msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
     assert isinstance(msg, protocol.Columns)
