@@ -78,8 +78,8 @@ class _Reader:
         j, vals, ids, lists = a, self.vals, self.ids, self.lists
         for k in self.poslens[p0:p1]:
             if k:
-                pairs = zip(ids[j:j + k], vals[j:j + k])
-                out.append(list(map(list, pairs)) if lists else list(pairs))
+                alternatives = zip(ids[j:j + k], vals[j:j + k])
+                out.append(list(map(list, alternatives)) if lists else list(alternatives))
             else:
                 out.append(None)
             j += k
