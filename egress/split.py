@@ -49,8 +49,10 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         # frame, whose latency is per-call overheads)
         sparse = _sparse_all(h, one_each, lens, new_rows, end_rows, reasoning,
                              _families(batch, None))
-        slot_list = array("I", map(SLOT_BITS.__rrshift__, codes))
-        return [(0, link.arrays(stamp, slot_list, batch.data[:8 * batch.total_ids], sparse))]
+        slots: npt.NDArray[np.uint32] | array[int] = \
+            array("I", map(SLOT_BITS.__rrshift__, codes)) if n < 64 else \
+            (np.fromiter(codes, np.int64, n) >> SLOT_BITS).astype(np.uint32)
+        return [(0, link.arrays(stamp, slots, batch.data[:8 * batch.total_ids], sparse))]
     code = np.fromiter(codes, np.int64, n)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     shard_of = code & SHARD_MASK
@@ -69,7 +71,7 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         ids_sorted = ids[ragged_index(id_starts[order], counts)]
         id_first = starts_of(np.bincount(shard_of, id_starts[1:] - id_starts[:-1],
                                          minlength=SHARD_MASK + 1).astype(np.int64))
-    families = _families(batch, (shard_of, pos))
+    families = _families(batch, (order, first))
     shards_of_events = shard_of[[i for i, _ in new_rows] + end_rows].tolist() \
         if new_rows or end_rows else []
     out: list[tuple[int, bytes]] = []
@@ -115,48 +117,64 @@ def _events(sparse: Sparse, h: Any, k: int, owners: list[int], pos: I64,
 
 
 class _Family:
-    """A logprob family of a frame, for the few rows that carry values: their row numbers,
-    lengths (and, ragged, each position's k), and where their values are. Built with
-    plain lists and `array`: a family holds few rows, and a numpy call costs a microsecond
-    whatever its size."""
+    """A logprob family of a frame: per row its length (and, ragged, each position's k),
+    and where the values are; cut per shard only when the frame is shared."""
 
-    __slots__ = ("name", "ragged", "rows", "lens", "poslens", "data", "pos", "total", "split")
+    __slots__ = ("name", "ragged", "col", "poslens", "data", "pos", "split", "_cut")
 
     def __init__(self, batch: Batch, name: str, idx: int, ragged: bool, pos: int,
                  split: tuple[I64, I64] | None) -> None:
         h = batch.header
-        col = getattr(h, HEADER_FIELDS[idx])
-        self.rows = list(compress(range(len(col)), col))  # only rows that carry values
-        self.lens = [col[i] for i in self.rows]
+        self.col: list[int] = getattr(h, HEADER_FIELDS[idx])  # per row: values or positions
         self.poslens: list[int] = getattr(h, HEADER_FIELDS[idx + 1]) if ragged else []
         self.name, self.ragged, self.split = name, ragged, split
         self.data, self.pos = batch.data, pos
-        self.total = sum(self.poslens) if ragged else sum(self.lens)
+        self._cut: tuple[Any, ...] | None = None  # what every shard's part is cut from
 
     def part(self, k: int) -> Family:
-        """Shard k's share, its rows renumbered as rows of its message."""
-        pos, total, data = self.pos, self.total, self.data
+        """Shard k's share: its rows' lengths in its message's order, and their positions'
+        and values' runs, which the frame's one sort by shard made contiguous. A frame that
+        is one shard's whole goes as it came."""
+        pos, data, col = self.pos, self.data, self.col
         if self.split is None:
-            return (self.name, array("I", self.rows).tobytes(),
-                          array("I", self.lens).tobytes(), array("I", self.poslens).tobytes(),
-                          bytes(data[pos:pos + 4 * total]),
-                          bytes(data[pos + 4 * total:pos + 8 * total]))
-        shard_of, row_pos = self.split
-        rows, lens = np.array(self.rows, np.int64), np.array(self.lens, np.int64)
-        values = np.frombuffer(data, np.float32, total, pos)
-        ids = np.frombuffer(data, np.int32, total, pos + 4 * total)
-        sel = np.flatnonzero(shard_of[rows] == k)
+            total = sum(self.poslens) if self.ragged else sum(col)
+            return (self.name, b"", array("I", col).tobytes(),
+                    array("I", self.poslens).tobytes(), bytes(data[pos:pos + 4 * total]),
+                    bytes(data[pos + 4 * total:pos + 8 * total]))
+        if self._cut is None:
+            self._cut = self._sorted()
+        lens, row_first, poslens, pos_first, values, ids, value_first = self._cut
+        a, b = int(row_first[k]), int(row_first[k + 1])
+        p0, p1 = int(pos_first[a]), int(pos_first[b])
+        v0, v1 = (int(value_first[p0]), int(value_first[p1])) if self.ragged else (p0, p1)
+        return (self.name, b"", lens[a:b].tobytes(), poslens[p0:p1].tobytes(),
+                values[v0:v1].tobytes(), ids[v0:v1].tobytes())
+
+    def _sorted(self) -> tuple[Any, ...]:
+        """The family reordered by shard with the frame's `order`, once for all shards:
+        per row (sorted) its length, positions and values as runs, and where each starts."""
+        assert self.split is not None
+        order, row_first = self.split
+        col, data, pos = np.array(self.col, np.int64), self.data, self.pos
+        lens = col[order]
         if self.ragged:
             poslens_all = np.array(self.poslens, np.int64)
-            positions = ragged_index(starts_of(lens)[sel], lens[sel])
+            positions = ragged_index(starts_of(col)[order], lens)
             poslens = poslens_all[positions]
             take = ragged_index(starts_of(poslens_all)[positions], poslens)
+            pos_first = starts_of(lens)  # positions before each sorted row
+            value_first = starts_of(poslens)  # values before each sorted position
         else:
             poslens = np.zeros(0, np.int64)
-            take = ragged_index(starts_of(lens)[sel], lens[sel])
-        return (self.name, row_pos[rows[sel]].astype(np.uint32).tobytes(),
-                      lens[sel].astype(np.uint32).tobytes(), poslens.astype(np.uint32).tobytes(),
-                      values[take].tobytes(), ids[take].tobytes())
+            take = ragged_index(starts_of(col)[order], lens)
+            pos_first = starts_of(lens)  # flat: a row's "positions" are its values
+            value_first = None
+        total = int(starts_of(np.array(self.poslens, np.int64))[-1]) if self.ragged \
+            else int(col.sum())
+        values = np.frombuffer(data, np.float32, total, pos)[take]
+        ids = np.frombuffer(data, np.int32, total, pos + 4 * total)[take]
+        return (lens.astype(np.uint32), row_first, poslens.astype(np.uint32), pos_first,
+                values, ids, value_first)
 
 
 def _families(batch: Batch, split: tuple[I64, I64] | None) -> list[_Family]:

@@ -13,8 +13,9 @@ import numpy as np
 
 from .ragged import ragged_index, starts_of
 
-# (name, rows, lens, poslens, values, ids): u32 row numbers of the rows that carry values,
-# u32 length per such row, u32 k per position (ragged families only), f32 values, i32 ids
+# (name, rows, lens, poslens, values, ids): u32 row numbers of the rows that carry values
+# (empty, with lengths: every row, in order), u32 length per such row, u32 k per position (ragged
+# families only), f32 values, i32 ids
 Family = tuple[str, bytes, bytes, bytes, bytes, bytes]
 
 # link family name -> the Delta field (and COLUMNS sparse column) it fills
@@ -49,8 +50,11 @@ class _Reader:
     def __init__(self, fam: Any, rows: int, lists: bool) -> None:
         self.lists = lists
         name, frows, flens, fposlens, fvalues, fids = fam
-        self.lens = np.zeros(rows, np.int64)  # per row of the message: 0 unless listed
-        self.lens[np.frombuffer(frows, np.uint32)] = np.frombuffer(flens, np.uint32)
+        if frows or not flens:  # the listed rows only (maybe none)
+            self.lens = np.zeros(rows, np.int64)  # per row of the message: 0 unless listed
+            self.lens[np.frombuffer(frows, np.uint32)] = np.frombuffer(flens, np.uint32)
+        else:  # every row, in order
+            self.lens = np.frombuffer(flens, np.uint32).astype(np.int64)
         self.ragged = name != "output_logprobs"
         self.vals: list[float] = np.frombuffer(fvalues, np.float32).tolist()
         self.ids: list[int] = np.frombuffer(fids, np.int32).tolist()
@@ -91,7 +95,14 @@ def shift(fam: Any, rows: Any, base: int) -> Family:
     of an output message: values and ids pass through untouched when every listed row is
     kept, which is the array path's case (its rows carry their own values)."""
     name, frows, flens, fposlens, fvalues, fids = fam
-    listed = np.frombuffer(frows, np.uint32).astype(np.int64)
+    if frows or not flens:
+        listed = np.frombuffer(frows, np.uint32).astype(np.int64)
+    else:  # every row, in order: the rows that carry values
+        lens_all = np.frombuffer(flens, np.uint32)
+        listed = np.flatnonzero(lens_all)
+        if len(rows) == len(lens_all) and base == 0:  # every row kept, numbered as is
+            return fam
+        flens = lens_all[listed].astype(np.uint32).tobytes()
     where = np.searchsorted(rows, listed)
     kept = (where < len(rows)) & (rows[np.minimum(where, len(rows) - 1)] == listed)
     if kept.all():
