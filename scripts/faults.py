@@ -30,10 +30,10 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+from sglang_tok.load.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
 from sglang_tok.protocol import EGRESS  # noqa: E402
-from sglang_tok.testing import Service  # noqa: E402
+from sglang_tok.testing.service import Service  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402
-from sglang_tok.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
 
 
 def pick_victim(svc: Service, kind: str) -> int | None:

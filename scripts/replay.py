@@ -35,10 +35,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from sglang_tok import protocol
 from sglang_tok.client import Frontend
-from sglang_tok.frame_latency import DeltaMap
+from sglang_tok.load.frame_latency import DeltaMap
+from sglang_tok.load.tracefile import Trace, read, requests
+from sglang_tok.load.workload import verify
 from sglang_tok.tokenizer import load
-from sglang_tok.tracefile import Trace, read, requests
-from sglang_tok.workload import verify
 
 
 def percentile(xs: list[float], q: float) -> float:

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from .config import default_shards
-from .testing import Service
+from .load.workload import PlanSpec, make_requests, schedule, verify
+from .testing.service import Service
 from .tokenizer import load
-from .workload import PlanSpec, make_requests, schedule, verify
 
 
 def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> int:

@@ -13,8 +13,8 @@ import pytest
 from service import Service
 
 from sglang_tok import protocol
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 INFO: TokenizerInfo = load("deepseek-v4")
 

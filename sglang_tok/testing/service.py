@@ -23,9 +23,9 @@ from typing import IO, Any
 
 import psutil
 
-from .client import Frontend, barrier
-from .scheduler import Scheduler
-from .workload import Step
+from ..client import Frontend, barrier
+from ..load.workload import Step
+from ..scheduler import Scheduler
 
 
 class Service:
