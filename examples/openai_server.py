@@ -472,7 +472,7 @@ def main() -> int:
         app = App(svc, info, a.model, a.step_ms / 1000, a.idle_timeout, a.reasoning_parser,
                   a.tool_call_parser)
         web = Starlette(routes=app.routes(), lifespan=app.lifespan)
-        print(f"serving on http://{a.host}:{a.port} (service: {a.shards} shards, "
+        print(f"serving on http://{a.host}:{a.port} (service: {svc.shards} shards, "
               f"{a.tokenizer})", flush=True)
         # httptools (the `examples` extra) when installed: h11 costs more per chunk
         uvicorn.run(web, host=a.host, port=a.port, loop="uvloop", http="auto",
