@@ -36,26 +36,26 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     Rows are grouped by shard with one stable sort, so each shard's slots and ids are
     slices of two gathers, whatever the number of shards.
     """
-    h = batch.header
-    n = len(codes)
-    code = np.fromiter(codes, np.int64, n)
+    header = batch.header
+    n_rows = len(codes)
+    code = np.fromiter(codes, np.int64, n_rows)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
-    lens = h.tok_lens
-    one_each = lens.count(1) == n
-    fins = h.finish_reasons
-    end_rows = [] if fins.count(None) == n else list(compress(range(n), fins))
-    reasoning = np.array(h.reasoning_tokens, np.uint32) \
-        if h.reasoning_tokens.count(0) != n else None
+    lens = header.tok_lens
+    one_each = lens.count(1) == n_rows
+    fins = header.finish_reasons
+    end_rows = [] if fins.count(None) == n_rows else list(compress(range(n_rows), fins))
+    reasoning = np.array(header.reasoning_tokens, np.uint32) \
+        if header.reasoning_tokens.count(0) != n_rows else None
     if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
         return [(0, link.arrays(stamp, (code >> SLOT_BITS).astype(np.uint32), ids,
-                                _sparse_all(h, one_each, lens, new_rows, end_rows,
+                                _sparse_all(header, one_each, lens, new_rows, end_rows,
                                             reasoning, _families(batch, None))))]
     shard_of = code & SHARD_MASK
     order = np.argsort(shard_of, kind="stable")
     per_shard = np.bincount(shard_of, minlength=SHARD_MASK + 1)  # LATE rows sort last
     first = starts_of(per_shard)
-    pos = np.empty(n, np.int64)  # frame row -> its row in its shard's message
-    pos[order] = np.arange(n) - first[shard_of[order]]
+    pos = np.empty(n_rows, np.int64)  # frame row -> its row in its shard's message
+    pos[order] = np.arange(n_rows) - first[shard_of[order]]
     slots = (code[order] >> SLOT_BITS).astype(np.uint32)
     if one_each:
         ids_sorted, id_first = ids[order], first
@@ -70,45 +70,45 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     shards_of_events = shard_of[[i for i, _ in new_rows] + end_rows].tolist() \
         if new_rows or end_rows else []
     out: list[tuple[int, bytes]] = []
-    for k in np.flatnonzero(per_shard[:nshards]).tolist():
-        a, b = int(first[k]), int(first[k + 1])
+    for shard in np.flatnonzero(per_shard[:nshards]).tolist():
+        row_from, row_to = int(first[shard]), int(first[shard + 1])
         sparse = Sparse()
         if counts is not None:
-            sparse.counts = counts[a:b].astype(np.uint32).tobytes()
+            sparse.counts = counts[row_from:row_to].astype(np.uint32).tobytes()
         if shards_of_events:
-            _events(sparse, h, k, shards_of_events, pos, new_rows, end_rows)
+            _events(sparse, header, shard, shards_of_events, pos, new_rows, end_rows)
         if reasoning is not None:
-            sparse.reasoning = reasoning[order[a:b]].tobytes()
+            sparse.reasoning = reasoning[order[row_from:row_to]].tobytes()
         if families:
-            sparse.families = [f.part(k) for f in families]
-        out.append((k, link.arrays(stamp, slots[a:b],
-                                   ids_sorted[int(id_first[k]):int(id_first[k + 1])], sparse)))
+            sparse.families = [f.part(shard) for f in families]
+        shard_ids = ids_sorted[int(id_first[shard]):int(id_first[shard + 1])]
+        out.append((shard, link.arrays(stamp, slots[row_from:row_to], shard_ids, sparse)))
     return out
 
 
-def _sparse_all(h: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],
+def _sparse_all(header: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],
                 end_rows: list[int], reasoning: npt.NDArray[np.uint32] | None,
                 families: list[_Family]) -> Sparse:
     """The sparse part of a message holding every row of the frame, rows unrenumbered."""
-    prompt, cached, fins = h.prompt_tokens, h.cached_tokens, h.finish_reasons
+    prompt, cached, fins = header.prompt_tokens, header.cached_tokens, header.finish_reasons
     return Sparse(
         b"" if one_each else np.array(lens, np.uint32).tobytes(),
         [(i, rid, prompt[i], cached[i]) for i, rid in new_rows],
-        [(i, fins[i], prompt[i], cached[i], h.reasoning_tokens[i]) for i in end_rows],
+        [(i, fins[i], prompt[i], cached[i], header.reasoning_tokens[i]) for i in end_rows],
         b"" if reasoning is None else reasoning.tobytes(),
         [f.part(0) for f in families])
 
 
-def _events(sparse: Sparse, h: Any, k: int, owners: list[int], pos: I64,
+def _events(sparse: Sparse, header: Any, shard: int, owners: list[int], pos: I64,
             new_rows: list[tuple[int, str]], end_rows: list[int]) -> None:
-    """The rows of shard k that give a rid its slot or end it, renumbered as its rows."""
-    prompt, cached, reasoning, fins = (h.prompt_tokens, h.cached_tokens, h.reasoning_tokens,
-                                       h.finish_reasons)
+    """The rows of the shard that give a rid its slot or end it, renumbered as its rows."""
+    prompt, cached, reasoning, fins = (header.prompt_tokens, header.cached_tokens,
+                                       header.reasoning_tokens, header.finish_reasons)
     n_new = len(new_rows)
     sparse.new = [(int(pos[i]), rid, prompt[i], cached[i])
-                  for j, (i, rid) in enumerate(new_rows) if owners[j] == k]
+                  for j, (i, rid) in enumerate(new_rows) if owners[j] == shard]
     sparse.ends = [(int(pos[i]), fins[i], prompt[i], cached[i], reasoning[i])
-                   for j, i in enumerate(end_rows, n_new) if owners[j] == k]
+                   for j, i in enumerate(end_rows, n_new) if owners[j] == shard]
 
 
 class _Family:
@@ -121,17 +121,17 @@ class _Family:
 
     def __init__(self, batch: Batch, name: str, idx: int, ragged: bool, pos: int,
                  split: tuple[I64, I64] | None) -> None:
-        h = batch.header
-        col = getattr(h, HEADER_FIELDS[idx])
+        header = batch.header
+        col = getattr(header, HEADER_FIELDS[idx])
         self.rows = list(compress(range(len(col)), col))  # only rows that carry values
         self.lens = [col[i] for i in self.rows]
-        self.poslens: list[int] = getattr(h, HEADER_FIELDS[idx + 1]) if ragged else []
+        self.poslens: list[int] = getattr(header, HEADER_FIELDS[idx + 1]) if ragged else []
         self.name, self.ragged, self.split = name, ragged, split
         self.data, self.pos = batch.data, pos
         self.total = sum(self.poslens) if ragged else sum(self.lens)
 
-    def part(self, k: int) -> Family:
-        """Shard k's share, its rows renumbered as rows of its message."""
+    def part(self, shard: int) -> Family:
+        """The shard's share, its rows renumbered as rows of its message."""
         pos, total, data = self.pos, self.total, self.data
         if self.split is None:
             return (self.name, array("I", self.rows).tobytes(),
@@ -142,7 +142,7 @@ class _Family:
         rows, lens = np.array(self.rows, np.int64), np.array(self.lens, np.int64)
         values = np.frombuffer(data, np.float32, total, pos)
         ids = np.frombuffer(data, np.int32, total, pos + 4 * total)
-        sel = np.flatnonzero(shard_of[rows] == k)
+        sel = np.flatnonzero(shard_of[rows] == shard)
         if self.ragged:
             poslens_all = np.array(self.poslens, np.int64)
             positions = ragged_index(starts_of(lens)[sel], lens[sel])
@@ -192,35 +192,35 @@ class LocalRoute:
         self.router.self_ended(shard, rids)
 
     def feed(self, frame: bytes | memoryview, tables: Any, sinks: Any) -> None:
-        """One input frame, any tag, through routing to the shards' tables (`tables[k]`,
-        output into `sinks[k]`), as the egress and the shards' loops would do it."""
+        """One input frame, any tag, through routing to the shards' tables (`tables[shard]`,
+        output into `sinks[shard]`), as the egress and the shards' loops would do it."""
         from sglang_tok import protocol
 
         if frame[0] == protocol.TAG_BATCH:
-            for k, msg in self(protocol.decode_batch(frame)).items():
+            for shard, msg in self(protocol.decode_batch(frame)).items():
                 parsed = link.parse(msg)
                 assert isinstance(parsed, link.Arrays)
-                tables[k].on_arrays(parsed, sinks[k])
+                tables[shard].on_arrays(parsed, sinks[shard])
         else:
             ctl = protocol.decode_control(frame)
             router = self.router
             match ctl:
                 case protocol.Open(rid=rid):
-                    k = router.open(rid)
-                    tables[k].on_open(ctl, sinks[k])
+                    shard = router.open(rid)
+                    tables[shard].on_open(ctl, sinks[shard])
                 case protocol.Error(rid=rid):
-                    k = router.owner(rid)
+                    shard = router.owner(rid)
                     router.end(rid)
-                    tables[k].on_error(ctl, sinks[k])
+                    tables[shard].on_error(ctl, sinks[shard])
                 case protocol.Abort(rids=rids):
                     for rid in rids:
-                        k = router.owner(rid)
+                        shard = router.owner(rid)
                         router.end(rid)
-                        tables[k].on_abort(protocol.Abort([rid]), sinks[k])
+                        tables[shard].on_abort(protocol.Abort([rid]), sinks[shard])
                 case protocol.Result(rid=rid):
-                    k = router.owner(rid)
-                    tables[k].on_result(ctl, sinks[k])
-        for k in range(self.router.nshards):
-            if k < len(tables) and tables[k].self_ended:
-                self.router.self_ended(k, tables[k].self_ended)
-                tables[k].self_ended = []
+                    shard = router.owner(rid)
+                    tables[shard].on_result(ctl, sinks[shard])
+        for shard in range(self.router.nshards):
+            if shard < len(tables) and tables[shard].self_ended:
+                self.router.self_ended(shard, tables[shard].self_ended)
+                tables[shard].self_ended = []
