@@ -121,17 +121,17 @@ class PlainDecoder:
 
     def _arrays(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts | None:
         pend_len = state.pend_len[slots]
-        d = decode_rows(self.flat, ids, id_starts, state.table_sel[slots],
-                        state.pending[slots], pend_len, state.skip[slots] > 0)
-        if d is None:
+        decoded = decode_rows(self.flat, ids, id_starts, state.table_sel[slots],
+                              state.pending[slots], pend_len, state.skip[slots] > 0)
+        if decoded is None:
             return None
-        state.pend_len[slots] = d.held
-        if len(d.held_data):
-            rows = np.flatnonzero(d.held)
-            dest = ragged_index(slots[rows] * PENDING, d.held[rows])
-            state.pending.reshape(-1)[dest] = d.held_data
-        state.record_sent(slots, d.buf, d.cuts)
-        return PlainTexts(d.text, d.chars, d.parts, d.buf.tobytes())
+        state.pend_len[slots] = decoded.held
+        if len(decoded.held_data):
+            rows = np.flatnonzero(decoded.held)
+            dest = ragged_index(slots[rows] * PENDING, decoded.held[rows])
+            state.pending.reshape(-1)[dest] = decoded.held_data
+        state.record_sent(slots, decoded.buf, decoded.cuts)
+        return PlainTexts(decoded.text, decoded.chars, decoded.parts, decoded.buf.tobytes())
 
     def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         """Row by row, in order, as `ByteStream.push` (the reference) does it."""
@@ -143,18 +143,18 @@ class PlainDecoder:
         pend: dict[int, bytes] = {}  # slot -> pending bytes, as this message leaves them
         skips: dict[int, bool] = {}
         texts: list[str] = []
-        for r, slot in enumerate(slot_list):
-            table = tables[sel[r]]
-            a, b = st[r], st[r + 1]
+        for row, slot in enumerate(slot_list):
+            table = tables[sel[row]]
+            a, b = st[row], st[row + 1]
             data = table[id_list[a]] if b - a == 1 else b"".join([table[x] for x in id_list[a:b]])
             held = pend.get(slot)
             if held is None:
-                held = pending[slot, :pend_len[r]].tobytes() if pend_len[r] else b""
+                held = pending[slot, :pend_len[row]].tobytes() if pend_len[row] else b""
             if held:
                 data = held + data
             text, used = utf_8_decode(data, "replace", False)
             pend[slot] = data[used:] if used != len(data) else b""
-            if skips.get(slot, skip[r]) and text:
+            if skips.get(slot, skip[row]) and text:
                 text = text[1:]
                 skips[slot] = False
             texts.append(text)
@@ -174,9 +174,9 @@ class PlainDecoder:
             state.record_sent(slots, np.frombuffer(raw, np.uint8), starts_of(sizes))
         else:  # one slot twice: its rows go to its ring in order
             cuts = starts_of(sizes)
-            for r, slot in enumerate(slot_list):
+            for row, slot in enumerate(slot_list):
                 one = np.array([slot], np.int64)
-                state.record_sent(one, np.frombuffer(raw[cuts[r]:cuts[r + 1]], np.uint8),
-                                  np.array([0, cuts[r + 1] - cuts[r]], np.int64))
+                state.record_sent(one, np.frombuffer(raw[cuts[row]:cuts[row + 1]], np.uint8),
+                                  np.array([0, cuts[row + 1] - cuts[row]], np.int64))
         chars = starts_of(np.fromiter(map(len, texts), np.int64, len(texts)))
         return PlainTexts(joined, chars, texts, raw)
