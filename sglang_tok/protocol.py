@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import struct
 import sys
+from array import array
 from collections.abc import Iterator
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Annotated, Any
 
 import msgspec
@@ -835,20 +836,31 @@ class PackedOut(ColumnsOut):
         self.rids += rids
         self.parts.append(text)
         self.char_lens.append(char_lens)
-        self.id_lens += id_lens.tolist()
+        self.id_lens += id_lens if isinstance(id_lens, list) else id_lens.tolist()
         self.id_arrays.append(ids)
         if len(ids) != len(rids):
             self.multi = True
 
     def build_packed(self, shard: int, seq: int) -> Packed:
-        lens = np.concatenate([np.asarray(c, np.uint32) for c in self.char_lens]) \
-            if self.char_lens else np.zeros(0, np.uint32)
-        ids = np.concatenate([np.asarray(a, np.int64) for a in self.id_arrays]) \
-            if self.id_arrays else np.zeros(0, np.int64)
-        id_lens = np.asarray(self.id_lens, np.uint32).tobytes() if self.multi else b""
-        return Packed(shard, seq, self.rids, b"".join(self.parts),
-                      lens.astype(_U32S).tobytes(), id_lens, ids.astype("<i8").tobytes(),
+        lens = _u32(self.char_lens)
+        ids = _i64(self.id_arrays)
+        id_lens = array("I", self.id_lens).tobytes() if self.multi else b""
+        return Packed(shard, seq, self.rids, b"".join(self.parts), lens, id_lens, ids,
                       **self.sparse, families=self.families)
+
+
+def _u32(parts: list[Any]) -> bytes:
+    """Little-endian u32 of runs that are lists (the small-message path, single Deltas) or
+    numpy arrays (the array path), without a numpy call for a message of lists."""
+    if all(type(p) is list for p in parts):
+        return array("I", chain.from_iterable(parts)).tobytes()
+    return np.concatenate([np.asarray(p, np.uint32) for p in parts]).astype(_U32S).tobytes()
+
+
+def _i64(parts: list[Any]) -> bytes:
+    if all(type(p) is list for p in parts):
+        return array("q", chain.from_iterable(parts)).tobytes()
+    return np.concatenate([np.asarray(p, np.int64) for p in parts]).astype("<i8").tobytes()
 
 
 def encode_packed(msg: Packed) -> bytes:

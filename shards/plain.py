@@ -19,6 +19,7 @@ import numpy.typing as npt
 from sglang_tok.decoder import ByteStream
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index, starts_of
+from sglang_tok.request import SENT_TAIL
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .array_decode import FlatTable, decode_rows, flat_table
@@ -48,23 +49,6 @@ class PlainTexts(NamedTuple):
         return list(map(self.text.__getitem__, map(slice, c, c[1:])))
 
 
-class SlotMarks:
-    """Tells whether a message names a slot twice (rows of one request must then be
-    decoded in order): a per-slot scratch array, three vectorised operations."""
-
-    __slots__ = ("mark",)
-
-    def __init__(self) -> None:
-        self.mark = np.zeros(0, np.int64)
-
-    def distinct(self, slots: I64, capacity: int) -> bool:
-        if len(self.mark) < capacity:
-            self.mark = np.zeros(capacity, np.int64)
-        rows = np.arange(len(slots))
-        self.mark[slots] = rows
-        return bool((self.mark[slots] == rows).all())
-
-
 class PlainDecoder:
     """One tokenizer's byte tables, flat (array path) and as lists (the loop)."""
 
@@ -74,15 +58,15 @@ class PlainDecoder:
         self.tables = (info.byte_table, info.byte_table_skip)
         self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip)
         self.min_rows = min_rows
-        self.marks = SlotMarks()
 
-    def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+    def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64,
+               distinct: bool = True) -> PlainTexts:
         """Decode rows (row r: ids[id_starts[r]:id_starts[r + 1]] for slot slots[r]) and
         advance their slots; ids may be any int64 (out of range decodes to nothing)."""
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab):
             ids = np.where((ids < 0) | (ids >= self.vocab), self.vocab, ids)
         counts = np.diff(id_starts)
-        if len(slots) >= self.min_rows and self.marks.distinct(slots, state.capacity):
+        if len(slots) >= self.min_rows and distinct:
             state.completion[slots] += counts
             out = self._arrays(state, slots, ids, id_starts)
             if out is not None:
@@ -104,6 +88,27 @@ class PlainDecoder:
         stream.pending = state.pending[slot, :state.pend_len[slot]].tobytes()
         stream.skip = int(state.skip[slot])
         return stream
+
+    def sent_tail(self, state: Slots, slot: int) -> str:
+        """The last SENT_TAIL characters the slot sent, decoded again from its ring of ids
+        (what `Request.tail` holds on the per-row path)."""
+        ids, start = state.recent_ids(slot)
+        table = self.tables[int(state.table_sel[slot])]
+        data = b"".join([table[i] for i in ids])
+        held = int(state.pend_len[slot])
+        if start is not None:
+            data = start[0] + data
+        if held:
+            data = data[:-held]  # not sent yet
+        if start is None:  # the ring begins inside the text: from its first character
+            lead = 0
+            while lead < len(data) and data[lead] & 0xC0 == 0x80:
+                lead += 1
+            data = data[lead:]
+        text = data.decode("utf-8", "replace")
+        if start is not None and start[1]:
+            text = text[start[1]:]
+        return text[-SENT_TAIL:]
 
     def finish(self, state: Slots, slot: int, ids: list[int]) -> str:
         """A request's last ids: decoded after its pending bytes, then flushed (the codec's
@@ -130,7 +135,6 @@ class PlainDecoder:
             rows = np.flatnonzero(decoded.held)
             dest = ragged_index(slots[rows] * PENDING, decoded.held[rows])
             state.pending.reshape(-1)[dest] = decoded.held_data
-        state.record_sent(slots, decoded.buf, decoded.cuts)
         return PlainTexts(decoded.text, decoded.chars, decoded.parts, decoded.buf.tobytes())
 
     def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
@@ -165,18 +169,5 @@ class PlainDecoder:
         for slot in skips:
             state.skip[slot] = False
         joined = "".join(texts)
-        raw = joined.encode()
-        if len(raw) == len(joined):
-            sizes = np.fromiter(map(len, texts), np.int64, len(texts))
-        else:
-            sizes = np.fromiter((len(t.encode()) for t in texts), np.int64, len(texts))
-        if len(set(slot_list)) == len(slot_list):
-            state.record_sent(slots, np.frombuffer(raw, np.uint8), starts_of(sizes))
-        else:  # one slot twice: its rows go to its ring in order
-            cuts = starts_of(sizes)
-            for row, slot in enumerate(slot_list):
-                one = np.array([slot], np.int64)
-                state.record_sent(one, np.frombuffer(raw[cuts[row]:cuts[row + 1]], np.uint8),
-                                  np.array([0, cuts[row + 1] - cuts[row]], np.int64))
         chars = starts_of(np.fromiter(map(len, texts), np.int64, len(texts)))
-        return PlainTexts(joined, chars, texts, raw)
+        return PlainTexts(joined, chars, texts, joined.encode())

@@ -14,9 +14,11 @@ import numpy.typing as npt
 
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
+from sglang_tok.request import SENT_TAIL
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .fallback_decode import (
+    TEXT,
     FallbackDecoded,
     FallbackTable,
     decode_rows_fallback,
@@ -25,7 +27,7 @@ from .fallback_decode import (
     finish,
     prompt_state,
 )
-from .plain import ARRAY_MIN_ROWS, PlainTexts, SlotMarks
+from .plain import ARRAY_MIN_ROWS, PlainTexts
 from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
@@ -69,7 +71,6 @@ class FallbackPlainDecoder:
         self.tab = tab
         self.vocab = info.vocab_size
         self.min_rows = min_rows
-        self.marks = SlotMarks()
 
     @classmethod
     def of(cls, info: TokenizerInfo, min_rows: int = ARRAY_MIN_ROWS) -> FallbackPlainDecoder | None:
@@ -86,20 +87,36 @@ class FallbackPlainDecoder:
                               state.pending[slot, :state.pend_len[slot]].tobytes(),
                               bool(state.started[slot]), int(state.skip[slot]))
 
+    def sent_tail(self, state: Slots, slot: int) -> str:
+        """The last SENT_TAIL characters the slot sent, decoded again from its ring of ids
+        (what `Request.tail` holds on the per-row path)."""
+        ids, start = state.recent_ids(slot)
+        sel = int(state.table_sel[slot])
+        if start is None:  # the ring begins inside the text: from its first text id
+            base, kinds = sel * self.tab.stride, self.tab.kinds
+            first = next((k for k, i in enumerate(ids) if kinds[base + i] == TEXT), len(ids))
+            stream = FallbackStream(self.tab, sel, b"", True, 0)
+            ids = ids[first:]
+        else:
+            run, skip, started = start
+            stream = FallbackStream(self.tab, sel, run, started, skip)
+        return stream.push(ids)[-SENT_TAIL:]  # the open run at the end is held: not sent
+
     def finish(self, state: Slots, slot: int, ids: list[int]) -> str:
         stream = self.stream_of(state, slot)
         return stream.push(ids) + stream.flush()
 
-    def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+    def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64,
+               distinct: bool = True) -> PlainTexts:
         stride = self.tab.stride
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= stride - 1):
             ids = np.where((ids < 0) | (ids >= stride - 1), stride - 1, ids)
         counts = np.diff(id_starts)
-        if not self.marks.distinct(slots, state.capacity):  # rows of one slot, in order
+        if not distinct:  # rows of one slot, in order
             return self._one_by_one(state, slots, ids, id_starts)
         state.completion[slots] += counts
         args = (self.tab, ids, id_starts, state.table_sel[slots], state.pending[slots],
-                state.pend_len[slots], state.started[slots], state.skip[slots])
+                state.pend_len[slots], state.started[slots].astype(bool), state.skip[slots])
         decoded = decode_rows_fallback(*args) if len(slots) >= self.min_rows else \
             decode_rows_loop(*args)
         self._store(state, slots, decoded)
@@ -114,7 +131,6 @@ class FallbackPlainDecoder:
             rows = np.flatnonzero(decoded.held)
             dest = ragged_index(slots[rows] * state.pending.shape[1], decoded.held[rows])
             state.pending.reshape(-1)[dest] = decoded.held_data
-        state.record_sent(slots, decoded.buf, decoded.cuts)
 
     def _one_by_one(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         texts: list[str] = []
@@ -122,7 +138,7 @@ class FallbackPlainDecoder:
             one = slots[row:row + 1]
             id_from, id_to = int(id_starts[row]), int(id_starts[row + 1])
             texts.append(self.decode(state, one, ids[id_from:id_to],
-                                     np.array([0, id_to - id_from], np.int64)).text)
+                                     np.array([0, id_to - id_from], np.int64), True).text)
         joined = "".join(texts)
         chars = np.concatenate(([0], np.cumsum([len(t) for t in texts]))).astype(np.int64)
         return PlainTexts(joined, chars, texts, joined.encode())

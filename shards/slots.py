@@ -19,11 +19,39 @@ from typing import Any
 import numpy as np
 
 from sglang_tok.decoder import Stream
-from sglang_tok.request import SENT_TAIL, Request
+from sglang_tok.request import SENT_TAIL, Request  # noqa: F401 (SENT_TAIL: see RING)
 
 FREE, PLAIN, ROW = 0, 1, 2
+# a slot's numbers: its path (FREE, PLAIN, ROW), its byte table (0 specials kept, 1
+# skipped), pending bytes, characters still to pass over (what the prompt's own decode
+# showed of an incomplete character or byte run), whether its text began (byte fallback:
+# the leading-space strip is spent), completion tokens, ids written to its ring, and the
+# usage fields of its first row
+COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "ring_len",
+           "prompt", "cached")
+KIND, SEL, PEND, SKIP, STARTED, COMPLETION, RING_LEN, PROMPT, CACHED = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
-TAIL = 4 * SENT_TAIL  # bytes of sent text kept per plain slot: SENT_TAIL characters at least
+# ids kept per plain slot, for the text it sent last (`Request.tail`, SENT_TAIL characters:
+# 320 ids of at least one byte each hold 78 characters even after a cut character at each
+# end; only a run of skipped special tokens (no text) can make them hold fewer)
+RING = 320
+
+
+class SlotMarks:
+    """Tells whether a message names a slot twice (rows of one request must then be
+    handled in order): a per-slot scratch array, three vectorised operations."""
+
+    __slots__ = ("mark",)
+
+    def __init__(self) -> None:
+        self.mark = np.zeros(0, np.int64)
+
+    def distinct(self, slots: Any, capacity: int) -> bool:
+        if len(self.mark) < capacity:
+            self.mark = np.zeros(capacity, np.int64)
+        rows = np.arange(len(slots))
+        self.mark[slots] = rows
+        return bool((self.mark[slots] == rows).all())
 
 
 class Slots:
@@ -31,33 +59,35 @@ class Slots:
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = 0
-        self.kind = np.zeros(0, np.uint8)
-        self.table_sel = np.zeros(0, np.int64)  # 0: specials kept, 1: skipped
+        # the numbers of a slot, one row of `meta` (its columns, by name, are the views
+        # below): vectorised code works on a column, the small-message loop takes a
+        # message's rows with one gather and writes them back with one assignment
+        self.meta = np.zeros((0, len(COLUMNS)), np.int64)
         self.pending = np.zeros((0, PENDING), np.uint8)
-        self.pend_len = np.zeros(0, np.int64)
-        # characters of the text still to pass over (what the prompt's own decode showed of
-        # an incomplete character or byte run at its end)
-        self.skip = np.zeros(0, np.int64)
-        self.started = np.zeros(0, bool)  # the text has begun (byte fallback: strip spent)
-        self.completion = np.zeros(0, np.int64)
-        self.tail = np.zeros((0, TAIL), np.uint8)  # ring of the last TAIL bytes sent
-        self.tail_len = np.zeros(0, np.int64)  # bytes ever written to the ring
-        self.prompt = np.zeros(0, np.int64)
-        self.cached = np.zeros(0, np.int64)
+        self.ring = np.zeros((0, RING), np.int32)  # the last RING ids of each plain slot
         self.rids: list[str | None] = []
         self.objs: list[Request | None] = []
+        # a slot's state after its prompt, when the prompt left any (rare): the start of
+        # the text its ring of ids decodes to
+        self.starts: dict[int, tuple[bytes, int, bool]] = {}
+        self.marks = SlotMarks()
         self.grow(capacity)
+
+    def _views(self) -> None:
+        meta = self.meta
+        (self.kind, self.table_sel, self.pend_len, self.skip, self.started, self.completion,
+         self.ring_len, self.prompt, self.cached) = (meta[:, k] for k in range(len(COLUMNS)))
 
     def grow(self, need: int) -> None:
         if need <= self.capacity:
             return
         cap = max(need, 2 * self.capacity, 64)
-        for name in ("kind", "table_sel", "pending", "pend_len", "skip", "started",
-                     "completion", "tail", "tail_len", "prompt", "cached"):
+        for name in ("meta", "pending", "ring"):
             old = getattr(self, name)
             new = np.zeros((cap, *old.shape[1:]), old.dtype)
             new[:len(old)] = old
             setattr(self, name, new)
+        self._views()
         self.rids += [None] * (cap - self.capacity)
         self.objs += [None] * (cap - self.capacity)
         self.capacity = cap
@@ -85,7 +115,11 @@ class Slots:
         self.skip[slot] = skip
         self.started[slot] = started
         self.completion[slot] = 0
-        self.tail_len[slot] = 0
+        self.ring_len[slot] = 0
+        if pend or skip:
+            self.starts[slot] = start
+        else:
+            self.starts.pop(slot, None)
         self.prompt[slot], self.cached[slot] = prompt, cached
         self.rids[slot] = rid
         self.objs[slot] = None
@@ -101,42 +135,44 @@ class Slots:
         self.rids[slot] = None
         self.objs[slot] = None
 
-    def to_request(self, slot: int, req: Request, stream: Stream) -> Request:
+    def to_request(self, slot: int, req: Request, stream: Stream, tail: str) -> Request:
         """Move a plain slot's state into `req` (built with the same options; `stream` is
-        the slot's decoder state), for the per-row end-of-request rules; the slot then
-        holds it as a ROW request."""
+        the slot's decoder state, `tail` the text it sent last), for the per-row
+        end-of-request rules; the slot then holds it as a ROW request."""
         req.stream = stream
         req.completion = int(self.completion[slot])
         req.prompt_tokens, req.cached_tokens = int(self.prompt[slot]), int(self.cached[slot])
-        req.tail = self.sent_tail(slot)
+        req.tail = tail
         self.bind_row(slot, req)
         return req
 
-    def sent_tail(self, slot: int) -> str:
-        """The last SENT_TAIL characters this slot sent (what `Request.tail` would hold)."""
-        written = int(self.tail_len[slot])
-        if written <= TAIL:
-            data = self.tail[slot, :written].tobytes()
-        else:
-            at = written % TAIL
-            ring = self.tail[slot]
-            data = ring[at:].tobytes() + ring[:at].tobytes()
-            lead = 0  # the ring may begin inside a character
-            while lead < len(data) and data[lead] & 0xC0 == 0x80:
-                lead += 1
-            data = data[lead:]
-        text = data.decode("utf-8", "replace")
-        return text[-SENT_TAIL:]
+    def recent_ids(self, slot: int) -> tuple[list[int], tuple[bytes, int, bool] | None]:
+        """The slot's last ids in order (at most RING), and its start state if they are
+        every id since its start (else None: the first ids are gone)."""
+        n = int(self.ring_len[slot])
+        ring = self.ring[slot]
+        if n <= RING:
+            return ring[:n].tolist(), self.starts.get(slot, (b"", 0, False))
+        at = n % RING
+        return ring[at:].tolist() + ring[:at].tolist(), None
 
     # ------------------------------------------------------------------ many slots
-    def record_sent(self, slots: Any, buf: np.ndarray, cuts: np.ndarray) -> None:
-        """Append each row's sent bytes buf[cuts[r]:cuts[r + 1]] to its slot's ring."""
-        sizes = np.diff(cuts)
-        if not len(buf):
+    def record_ids(self, slots: Any, ids: Any, id_starts: Any, vocab: int,
+                   distinct: bool = True) -> None:
+        """Append each row's ids (clipped into the table: any other id decodes to nothing)
+        to its slot's ring."""
+        counts = np.diff(id_starts)
+        if not distinct:  # a slot named twice: in order
+            for r in range(len(slots)):
+                self.record_ids(slots[r:r + 1], ids[id_starts[r]:id_starts[r + 1]],
+                                np.array([0, counts[r]], np.int64), vocab)
             return
-        base = self.tail_len[slots]
-        # byte j of row r goes to ring position (base[r] + j) % TAIL of slot slots[r]
-        within = np.arange(len(buf), dtype=np.int64) - np.repeat(cuts[:-1], sizes)
-        flat = np.repeat(slots * TAIL, sizes) + (np.repeat(base, sizes) + within) % TAIL
-        self.tail.reshape(-1)[flat] = buf  # a row longer than the ring: its last bytes win
-        self.tail_len[slots] = base + sizes
+        base = self.ring_len[slots]
+        clipped = np.where((ids < 0) | (ids > vocab), vocab, ids) if len(ids) else ids
+        if len(ids) == len(slots):  # one id per row
+            self.ring[slots, base % RING] = clipped
+        else:
+            within = np.arange(len(ids), dtype=np.int64) - np.repeat(id_starts[:-1], counts)
+            where = np.repeat(slots * RING, counts) + (np.repeat(base, counts) + within) % RING
+            self.ring.reshape(-1)[where] = clipped  # a row longer than the ring: its last win
+        self.ring_len[slots] = base + counts

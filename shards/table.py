@@ -11,7 +11,7 @@ remembered (bounded) so that late rows are ignored instead of reopening.
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Any, cast
 
 import msgspec
@@ -37,9 +37,10 @@ from sglang_tok.request import Request, _is_stop_token, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .paths import ARRAY, row_reason
-from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts, SlotMarks
+from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
-from .slots import FREE, PLAIN, ROW, Slots
+from .slots import COLUMNS, FREE, KIND, PLAIN, ROW, Slots
+from .small import decode_small
 
 I64 = npt.NDArray[np.int64]
 
@@ -76,14 +77,13 @@ class RidTable:
         self.max_stop_len = max_stop_len
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
-        self.plain = plain_decoder(info, ARRAY_MIN_ROWS if array_min_rows is None
-                                   else array_min_rows)
+        self.small_rows = ARRAY_MIN_ROWS if array_min_rows is None else array_min_rows
+        self.plain = plain_decoder(info, self.small_rows)
         self._fresh = self.plain.start(_DEFAULT_OPEN) if self.plain is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
         self.opts: dict[int, Open] = {}  # plain slots opened with options (else defaults)
-        self._marks = SlotMarks()
         self.counters = ShardCounters()
         self.paths: Counter[str] = Counter()  # requests per path: "array" or the reason
         # rids this shard ended on its own (stop strings, refusals) since the last report,
@@ -178,11 +178,14 @@ class RidTable:
         opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
         assert self.plain is not None
         return self.state.to_request(slot, Request(rid, self.info, opts),
-                                     self.plain.stream_of(self.state, slot))
+                                     self.plain.stream_of(self.state, slot),
+                                     self.plain.sent_tail(self.state, slot))
 
     # ------------------------------------------------------------------ messages
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
         """One ARRAYS message: bind new rids, decode plain rows as arrays, the rest per row."""
+        if len(msg.slots) < self.small_rows and self._on_small(msg, out):
+            return
         slots = msg.slots.astype(np.int64)
         sparse = msg.sparse
         n_rows = len(slots)
@@ -195,6 +198,7 @@ class RidTable:
         self.counters.rows += n_rows
         self.counters.tokens += len(msg.ids)
         kinds = self.state.kind[slots] if n_rows else np.zeros(0, np.uint8)
+        distinct = self.state.marks.distinct(slots, self.state.capacity)
         plain = kinds == PLAIN
         special = np.zeros(n_rows, bool)  # rows for the per-row path whatever their request
         ends = {row: (fin, prompt, cached, reasoning)
@@ -205,7 +209,7 @@ class RidTable:
             end_rows = np.fromiter(ends, np.int64, len(ends))
             special[end_rows] = True
             plain[end_rows] = False
-            if not self._marks.distinct(slots, self.state.capacity):
+            if not distinct:
                 _late_after_end(slots, end_rows, plain, special)
             quick_ends = [row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
                           if special[row] and not isinstance(ends[row][0].get("matched"), str)]
@@ -214,7 +218,7 @@ class RidTable:
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
             assert self.plain is not None
-            texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts)
+            texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts, distinct)
             # a plain slot always holds its rid (Slots.bind_plain)
             rids = cast(list[str], list(map(self.state.rids.__getitem__,
                                             slots[plain_rows].tolist())))
@@ -226,6 +230,68 @@ class RidTable:
             else 0
         self.counters.late_rows += n_rows - len(plain_rows) - len(quick_ends) - ran
 
+
+    def _on_small(self, msg: Arrays, out: Sink) -> bool:
+        """A message of few rows (shards/small.py): the same rules as below, with a few
+        numpy calls per message instead of dozens. False (nothing done) for what only the
+        vectorised code takes: a slot named twice, a byte-fallback tokenizer."""
+        plain = self.plain
+        slot_list: list[int] = msg.slots.tolist()
+        if not isinstance(plain, PlainDecoder) or len(set(slot_list)) != len(slot_list):
+            return False
+        sp, state = msg.sparse, self.state
+        n, ids = len(slot_list), msg.ids.tolist()
+        for row, rid, prompt, cached in sp.new:
+            self._bind(slot_list[row], rid, prompt, cached, out)
+        self.counters.rows += n
+        self.counters.tokens += len(ids)
+        ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
+        meta = state.meta[msg.slots].tolist()
+        plain_rows = [r for r in range(n) if meta[r][KIND] == PLAIN and r not in ends]
+        if sp.counts:
+            cuts = [0, *accumulate(np.frombuffer(sp.counts, np.uint32).tolist())]
+            row_ids = [ids[cuts[r]:cuts[r + 1]] for r in plain_rows]
+        else:
+            row_ids = [ids[r:r + 1] for r in plain_rows]
+        done = 0
+        if plain_rows:
+            slots = [slot_list[r] for r in plain_rows]
+            rows_meta = [meta[r] for r in plain_rows]
+            texts = decode_small(plain.tables, plain.vocab, state, slots, rows_meta, row_ids)
+            state.meta[slots] = np.fromiter(chain.from_iterable(rows_meta), np.int64,
+                                            len(rows_meta) * len(COLUMNS)).reshape(len(slots), -1)
+            rids = cast(list[str], [state.rids[s] for s in slots])
+            _small_out(out, rids, texts, row_ids, plain_rows, n, _Families(sp.families, n),
+                       sp.families)
+            done = len(plain_rows)
+        if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
+            done += self._rest_of_small(msg, plain_rows, ends, out)
+        self.counters.late_rows += n - done
+        return True
+
+    def _rest_of_small(self, msg: Arrays, plain_rows: list[int],
+                       ends: dict[int, tuple[dict[str, Any], int, int, int]],
+                       out: Sink) -> int:
+        """The rows of a small message that are not plain running rows, by the same code as
+        the vectorised path; how many ran."""
+        slots = msg.slots.astype(np.int64)
+        n = len(slots)
+        if msg.sparse.counts:
+            id_starts = starts_of(np.frombuffer(msg.sparse.counts, np.uint32).astype(np.int64))
+        else:
+            id_starts = np.arange(n + 1, dtype=np.int64)
+        kinds = self.state.kind[slots]
+        fams = _Families(msg.sparse.families, n)
+        skip = set(plain_rows)
+        quick = [r for r in ends if kinds[r] == PLAIN
+                 and not isinstance(ends[r][0].get("matched"), str)]
+        if quick:
+            self._plain_ends(quick, slots, msg, id_starts, ends, fams, out)
+        others = [r for r in range(n) if r not in skip and r not in quick
+                  and (kinds[r] == ROW or r in ends)]
+        ran = self._row_path(np.array(others, np.int64), slots, msg, id_starts, ends, fams,
+                             out) if others else 0
+        return len(quick) + ran
 
     def _plain_ends(self, rows: list[int], slots: I64, msg: Arrays, id_starts: I64,
                     ends: dict[int, tuple[dict[str, Any], int, int, int]], fams: _Families,
@@ -256,16 +322,19 @@ class RidTable:
             out.append(delta)
             self._finish(rid, False, completion, reasoning)
 
-    def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
+    def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64,
+                    distinct: bool) -> PlainTexts:
+        """Decode these rows on the array path; their ids go to their slots' rings."""
         assert self.plain is not None
-        if len(rows) == len(slots):
-            return self.plain.decode(self.state, slots, ids, id_starts)
-        counts = id_starts[rows + 1] - id_starts[rows]
-        if (counts == 1).all() and len(ids) == len(slots):
-            return self.plain.decode(self.state, slots[rows], ids[rows],
-                                     np.arange(len(rows) + 1, dtype=np.int64))
-        return self.plain.decode(self.state, slots[rows], ids[ragged_index(id_starts[rows],
-                                 counts)], starts_of(counts))
+        if len(rows) != len(slots):
+            counts = id_starts[rows + 1] - id_starts[rows]
+            if (counts == 1).all() and len(ids) == len(slots):
+                ids, id_starts = ids[rows], np.arange(len(rows) + 1, dtype=np.int64)
+            else:
+                ids, id_starts = ids[ragged_index(id_starts[rows], counts)], starts_of(counts)
+            slots = slots[rows]
+        self.state.record_ids(slots, ids, id_starts, self.info.vocab_size, distinct)
+        return self.plain.decode(self.state, slots, ids, id_starts, distinct)
 
     def _row_path(self, rows: I64, slots: I64, msg: Arrays, id_starts: I64,
                   ends: dict[int, tuple[dict[str, Any], int, int, int]],
@@ -440,6 +509,44 @@ class _RowsOut:
                 val = fams.row(field, row)
                 if val is not None:
                     out.add_sparse(field, base + j, val)
+
+
+def _small_out(out: Sink, rids: list[str], texts: list[str], row_ids: list[list[int]],
+               rows: list[int], n: int, fams: _Families, families: list[Any]) -> None:
+    """A small message's plain rows into the output, as `_RowsOut.plain` does."""
+    counts = list(map(len, row_ids))
+    if isinstance(out, PackedOut):
+        base = len(out.rids)
+        flat = [i for r in row_ids for i in r] if len(counts) != len(rids) or \
+            max(counts) > 1 else [r[0] for r in row_ids]
+        out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts, flat)
+        if families:
+            if base == 0 and len(rows) == n:  # the message's rows, numbered as they are
+                out.families += families
+            else:
+                keep = np.array(rows, np.int64)
+                out.families += [shift(fam, keep, base) for fam in families]
+        return
+    if isinstance(out, ColumnsOut):
+        base = len(out.rids)
+        out.rids += rids
+        out.texts += texts
+        out.id_lens += counts
+        out.ids += [i for r in row_ids for i in r]
+        if families:
+            read = fams.get()
+            for j, r in enumerate(rows):
+                if read.carrying[r]:
+                    for field in FIELDS.values():
+                        val = read.row(field, r)
+                        if val is not None:
+                            out.add_sparse(field, base + j, val)
+        return
+    for rid, text, ids_, r in zip(rids, texts, row_ids, rows):
+        d = Delta(rid, text, ids_)
+        if fams.carries(r):
+            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
+        out.append(d)
 
 
 class _Families:

@@ -22,6 +22,7 @@ from sglang_tok.shards.paths import row_reason
 from sglang_tok.shards.slots import Slots
 from sglang_tok.shards.table import RidTable, plain_decoder
 
+from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
 from sglang_tok.decoder import ByteStream
 from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
@@ -181,3 +182,41 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
     held = held_tail(buf, ends, ends - sizes).tolist()
     expected = [len(t) + 1 - utf_8_decode(b"x" + t, "replace", False)[1] for t in tails]
     assert held == expected
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(["deepseek-v4", "trained-bpe", "llama2-style"]),
+       words=st.lists(st.sampled_from(["héllo", "世界", "🙂", "end", "STOP", " ", "\n", "ok."]),
+                      min_size=1, max_size=400),
+       cut=st.integers(1, 30), prompt=st.booleans(), min_rows=st.sampled_from([1, 10**9]))
+def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
+        name: str, words: list[str], cut: int, prompt: bool, min_rows: int) -> None:
+    """Rule 3 needs the text a request already sent: a plain slot keeps its last ids and
+    decodes them again at its end. Long outputs (more ids than the ring holds), prompts
+    that end mid-character, and stop strings that begin in earlier rows: the deltas equal
+    those of a per-row `Request` fed the same rows."""
+    from sglang_tok.request import Request
+
+    info = tokenizer(name)
+    tok = info.tokenizer
+    ids = tok.encode("".join(words), add_special_tokens=False).ids
+    text = tok.decode(ids)
+    matched = text[-cut:] if text else "x"
+    prompt_ids = tok.encode("前置🙂", add_special_tokens=False).ids[:-1] if prompt else []
+    opts = Open("r", prompt_ids=prompt_ids)
+    ref = Request("r", info, opts)
+    table = RidTable(info, 0, array_min_rows=min_rows)
+    route = LocalRoute(1)
+    route.open("r")
+    table.on_open(opts, [])
+    fin = {"type": "stop", "matched": matched}
+    got: list[Delta] = []
+    want: list[Delta] = []
+    for k in range(0, len(ids), 3):
+        last = k + 3 >= len(ids)
+        row = {"rid": "r", "ids": ids[k:k + 3], "finish": fin if last else None}
+        route.feed(protocol.encode_batch([row]), [table], [got])
+        d = ref.row(ids[k:k + 3], fin if last else None, 0, 0, 0)
+        if d is not None:
+            want.append(d)
+    assert [(d.text, d.finish) for d in got] == [(d.text, d.finish) for d in want]
