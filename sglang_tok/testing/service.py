@@ -88,10 +88,15 @@ class Service:
         return int((self.runtime / "http.port").read_text())
 
     def get(self, path: str) -> tuple[int, str]:
-        return http_get(self.port, path)
+        """(status, body); (0, why) while no HTTP process has published its port."""
+        try:
+            port = self.port
+        except OSError as exc:  # http.port is gone while the HTTP process restarts
+            return 0, str(exc)
+        return http_get(port, path)
 
     def health(self) -> tuple[int, dict[str, Any]]:
-        return health(self.port)
+        return _report(*self.get("/health"))
 
     def metrics(self) -> dict[str, float]:
         code, body = self.get("/metrics")
@@ -194,9 +199,8 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return 0, str(exc)
 
 
-def health(port: int) -> tuple[int, dict[str, Any]]:
-    """The service's /health: (status, report); the report is {} when it is not JSON."""
-    code, body = http_get(port, "/health")
+def _report(code: int, body: str) -> tuple[int, dict[str, Any]]:
+    """/health's answer: (status, report); the report is {} when it is not JSON."""
     try:
         return code, json.loads(body)
     except ValueError:
@@ -212,8 +216,12 @@ def wait_healthy(proc: subprocess.Popen[bytes], runtime: Path, timeout: float = 
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"service exited {proc.returncode}:\n{logs()}")
-        if port_file.exists():
-            code, report = health(int(port_file.read_text()))
+        try:
+            port = int(port_file.read_text())
+        except OSError:  # not published yet
+            port = 0
+        if port:
+            code, report = _report(*http_get(port, "/health"))
             if code == 200:
                 return report
         time.sleep(0.1)
