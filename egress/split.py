@@ -38,8 +38,6 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     """
     header = batch.header
     n_rows = len(codes)
-    code = np.fromiter(codes, np.int64, n_rows)
-    ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     lens = header.tok_lens
     one_each = lens.count(1) == n_rows
     fins = header.finish_reasons
@@ -47,9 +45,14 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     reasoning = np.array(header.reasoning_tokens, np.uint32) \
         if header.reasoning_tokens.count(0) != n_rows else None
     if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
-        return [(0, link.arrays(stamp, (code >> SLOT_BITS).astype(np.uint32), ids,
-                                _sparse_all(header, one_each, lens, new_rows, end_rows,
-                                            reasoning, _families(batch, None))))]
+        # the frame's own ids buffer as is; slots by `array` (no numpy call for a small
+        # frame, whose latency is per-call overheads)
+        sparse = _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
+                             _families(batch, None))
+        slot_list = array("I", map(SLOT_BITS.__rrshift__, codes))
+        return [(0, link.arrays(stamp, slot_list, batch.data[:8 * batch.total_ids], sparse))]
+    code = np.fromiter(codes, np.int64, n_rows)
+    ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     shard_of = code & SHARD_MASK
     order = np.argsort(shard_of, kind="stable")
     per_shard = np.bincount(shard_of, minlength=SHARD_MASK + 1)  # LATE rows sort last

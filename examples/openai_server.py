@@ -99,7 +99,7 @@ def chat_delta(d: Delta, rid: str) -> dict[str, Any]:
                 continue  # a `cut` or `malformed` flag: OpenAI's chunks have no such field
             call: dict[str, Any] = {"index": c.index, "function": {"arguments": c.arguments}}
             if c.name is not None:
-                call.update(id=f"call_{rid}_{c.index}", type="function")
+                call.update(id=c.id or f"call_{rid}_{c.index}", type="function")
                 call["function"]["name"] = c.name
             calls.append(call)
         if calls:

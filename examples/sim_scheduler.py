@@ -213,6 +213,30 @@ def tool_call_text(fmt: str, name: str, args: dict[str, Any]) -> str:
         params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
                          "</parameter>\n" for k, v in args.items())
         return f"\n<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    if fmt in ("glm45", "glm47"):
+        sep = "\n" if fmt == "glm45" else ""
+        params = "".join(f"<arg_key>{k}</arg_key>{sep}<arg_value>"
+                         f"{v if isinstance(v, str) else json.dumps(v)}</arg_value>{sep}"
+                         for k, v in args.items())
+        return f"\n<tool_call>{name}{sep}{params}</tool_call>"
+    if fmt == "minimax_m2":
+        params = "".join(f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v)}'
+                         "</parameter>\n" for k, v in args.items())
+        return (f'\n<minimax:tool_call>\n<invoke name="{name}">\n{params}</invoke>\n'
+                "</minimax:tool_call>")
+    if fmt == "kimi_k2":
+        return ("<|tool_calls_section_begin|><|tool_call_begin|>functions." + name + ":0"
+                "<|tool_call_argument_begin|>" + json.dumps(args, ensure_ascii=False)
+                + "<|tool_call_end|><|tool_calls_section_end|>")
+    if fmt == "gpt-oss":  # a commentary message to the tool after the content
+        return (f"<|start|>assistant<|channel|>commentary to=functions.{name} "
+                "<|constrain|>json<|message|>" + json.dumps(args, ensure_ascii=False)
+                + "<|call|>")
+    if fmt == "llama3_json":
+        return "<|python_tag|>" + json.dumps({"name": name, "parameters": args},
+                                             ensure_ascii=False)
+    if fmt == "pythonic":
+        return "\n[" + name + "(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")]"
     return ""
 
 

@@ -24,6 +24,7 @@ and `parse` hands the shard a view of it, never a copy.
 from __future__ import annotations
 
 import struct
+from array import array
 from typing import Any
 
 import msgspec
@@ -102,12 +103,17 @@ def forward(stamp: float, frame: bytes | memoryview) -> bytes:
     return b"".join((_FORWARD, _STAMP.pack(stamp), frame))
 
 
-def arrays(stamp: float, slots: npt.NDArray[np.uint32], ids: npt.NDArray[np.int64],
-           sparse: Sparse | None = None) -> bytes:
+def arrays(stamp: float, slots: npt.NDArray[np.uint32] | array[int],
+           ids: npt.NDArray[np.int64] | memoryview, sparse: Sparse | None = None) -> bytes:
+    """`slots` u32 (a numpy array or an `array("I")`), `ids` int64 (a numpy array, or a
+    frame's little-endian ids buffer as it came)."""
     tail = _NO_SPARSE if sparse is None else _sparse_encoder.encode(sparse)
-    return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, len(slots), len(ids)),
-                     slots.astype(np.uint32, copy=False).tobytes(),
-                     ids.astype(np.int64, copy=False).tobytes(), tail))
+    n_ids = len(ids) // 8 if isinstance(ids, memoryview) else len(ids)
+    slot_bytes = slots.tobytes() if isinstance(slots, array) else \
+        slots.astype(np.uint32, copy=False).tobytes()
+    id_bytes = ids if isinstance(ids, memoryview) else ids.astype(np.int64, copy=False).tobytes()
+    return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, len(slots), n_ids), slot_bytes,
+                     id_bytes, tail))
 
 
 def sync(token: int) -> bytes:

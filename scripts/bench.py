@@ -46,12 +46,17 @@ PEER = "peer vllm"
 SYSTEMS = ["sglang-tok x1", "sglang-tok x2", PEER, "peer sglang"]
 
 
-def cpu_seconds(pids: list[int]) -> float:
+def cpu_seconds(pids: list[int], per: dict[str, list[float]] | None = None) -> float:
+    """CPU seconds of these processes; `per` collects each one's, by its title."""
     total = 0.0
     for pid in pids:
         try:
-            t = psutil.Process(pid).cpu_times()
+            proc = psutil.Process(pid)
+            t = proc.cpu_times()
             total += t.user + t.system
+            if per is not None:
+                title = " ".join(proc.cmdline()[:1]) or str(pid)
+                per.setdefault(title, []).append(t.user + t.system)
         except psutil.NoSuchProcess:
             pass
     return total
@@ -71,11 +76,14 @@ def run_once(system: str, trace_path: str, work: Path, extra: list[str],
     target = start(system, trace.meta.get("tokenizer", "deepseek-v4"), work, extra)
     try:
         pids = target.pids()
-        probe: Callable[[], float] = lambda: cpu_seconds(pids)  # noqa: E731
+        per: dict[str, list[float]] = {}
+        probe: Callable[[], float] = lambda: cpu_seconds(pids, per)  # noqa: E731
         r = replay(trace, target, None, progress=False, probe=probe, **kw)
     finally:
         target.stop()
     r["cpu_s_per_mid"] = r["probe"] / max(1, r["tokens"]) * 1e6
+    # each process's share, from the first send to the last PONG
+    r["cpu_by_process"] = {k: round(v[-1] - v[0], 3) for k, v in per.items() if len(v) > 1}
     return r
 
 
@@ -94,6 +102,7 @@ def measure(systems: list[str], path: str, work: Path, window: int, repeat: int,
                   f"cpu {flat['cpu_s_per_mid']:.2f} s/M ids  window {window}: "
                   f"{win['tokens_per_s']:>10,.0f} ids/s  exact {flat['verified_exact']}/"
                   f"{flat['requests']}", flush=True)
+            print(f"    CPU s by process (flat): {flat['cpu_by_process']}", flush=True)
     peer = per[PEER if PEER in per else systems[-1]]["flat"]
     rate = 0.5 * median([r["frames"] / r["elapsed_s"] for r in peer])
     for n in range(repeat):

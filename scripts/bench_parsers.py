@@ -1,39 +1,60 @@
 #!/usr/bin/env python3
-"""Parser cost per id: our incremental decoder alone vs decoder + ParsedStream, same ids.
+"""Parser cost per id: every tool parser, in both `tool_stream` modes, on its own format.
 
-A trace of realistic DeepSeek-V4 outputs (multilingual faker text, code, emoji; a
-`<think>` block in most, a DSML tool-call section with multilingual and code arguments in
-some), encoded with the built-in tokenizer and cut into rows of 1 id (a decode step) or
-1..4 ids, requests interleaved as a scheduler would send them. Each configuration is timed
-side by side with the decoder alone in the same run (best of --repeat, process CPU time:
-the machine is shared), and every parsed
-result is checked against `parse_full` of the full decode. Prints ns/id and the ratio.
+Per format, a trace of realistic outputs (multilingual faker text, code, emoji; a `<think>`
+block in most, a tool-call block written in that format with multilingual and code
+arguments in some), encoded with the built-in DeepSeek-V4 tokenizer, the format's markers
+added as special tokens where they are not tokens of it (as each model's own tokenizer has
+them), cut into rows of 1 id (a decode step) or 1..4 ids, requests interleaved as a
+scheduler would send them. A format joins by name: a writer in `WRITERS` for a name in
+`sglang_tok.parsers.FORMATS` (names without one are listed at the end).
+
+--table: the shard's `RidTable.on_arrays`, the trace routed into ARRAYS link
+messages before the clock starts (egress/split.py `LocalRoute`, another process in the
+service), every request on the per-row path: parser on vs the same requests without a
+parser (the issue's measure). Default: the decoder and ParsedStream alone, no table.
+Each configuration is timed side by side with its baseline, alternating (best of --repeat,
+process CPU time: the machine is shared), and every request's streamed result is checked
+against `parse_full` of its full decode (exactness; the exit status says). Prints ns/id and the
+ratio, and how many of the calls written each parser found (a writer that does not match
+its format would otherwise bench text).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
 import random
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from sglang_tok.egress.split import LocalRoute
+from sglang_tok.ring import link
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok.decoder import ByteStream
 from sglang_tok.load.workload import BUILTIN_TEXTS
-from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
+from sglang_tok.parsers import (
+    FORMATS,
+    ParsedDelta,
+    make_parsed_stream,
+    marker_token_ids,
+    merge,
+    skip_table,
+)
 from sglang_tok.protocol import Batch, Delta, Open, decode_batch
 from sglang_tok.scheduler import encode_step
 from sglang_tok.stops import StopMatcher
-from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 CODE = ["def area(r: float) -> float:\n    return 3.14159 * r ** 2  # 🙂\n",
         "for (let i = 0; i < n; i++) { console.log(`值 ${i}`); }",
@@ -53,37 +74,189 @@ def corpus(seed: int) -> list[str]:
     return out + CODE
 
 
-def dsml_call(rng: random.Random, texts: list[str]) -> str:
+# ------------------------------------------------------------------ traces, per format
+NAMES = ["search", "run_code", "weather"]
+PARAMS = {"query": {"type": "string"}, "limit": {"type": "integer"}, "code": {"type": "string"}}
+TOOLS = [{"type": "function",
+          "function": {"name": n, "parameters": {"type": "object", "properties": PARAMS}}}
+         for n in NAMES]
+
+
+def call_args(rng: random.Random, texts: list[str]) -> dict[str, Any]:
     args: dict[str, Any] = {"query": rng.choice(texts)[:80], "limit": rng.randint(1, 50)}
     if rng.random() < 0.5:
         args["code"] = rng.choice(CODE)
-    params = "".join(
-        f'<｜DSML｜parameter name="{k}" string="true">{v}</｜DSML｜parameter>\n'
-        if isinstance(v, str) else
-        f'<｜DSML｜parameter name="{k}" string="false">{json.dumps(v)}</｜DSML｜parameter>\n'
-        for k, v in args.items())
-    return f'<｜DSML｜invoke name="{rng.choice(["search", "run_code", "weather"])}">\n{params}' \
-           '</｜DSML｜invoke>\n'
+    return args
 
 
-def output(rng: random.Random, texts: list[str]) -> str:
+Call = tuple[str, dict[str, Any]]
+# a format's writer: its tool-call block (section markers included) for 1-2 calls
+Writer = Callable[[random.Random, list[Call]], str]
+
+
+def _json(args: dict[str, Any]) -> str:
+    return json.dumps(args, ensure_ascii=False)
+
+
+def _dsml(wrapper: str) -> Writer:
+    def write(rng: random.Random, calls: list[Call]) -> str:
+        invokes = "".join(
+            f'<｜DSML｜invoke name="{name}">\n' + "".join(
+                f'<｜DSML｜parameter name="{k}" string="true">{v}</｜DSML｜parameter>\n'
+                if isinstance(v, str) else
+                f'<｜DSML｜parameter name="{k}" string="false">{json.dumps(v)}'
+                '</｜DSML｜parameter>\n'
+                for k, v in args.items()) + "</｜DSML｜invoke>\n" for name, args in calls)
+        return f"\n\n<｜DSML｜{wrapper}>\n{invokes}</｜DSML｜{wrapper}>"
+    return write
+
+
+def _deepseekv3(rng: random.Random, calls: list[Call]) -> str:
+    body = "".join(
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n{_json(a)}\n```<｜tool▁call▁end｜>"
+        if rng.random() < 0.5 else  # V3.1's form
+        f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{_json(a)}<｜tool▁call▁end｜>" for n, a in calls)
+    return f"<｜tool▁calls▁begin｜>{body}<｜tool▁calls▁end｜>"
+
+
+def _hermes(rng: random.Random, calls: list[Call]) -> str:
+    return "\n" + "\n".join(f"<tool_call>\n{_json({'name': n, 'arguments': a})}\n</tool_call>"
+                            for n, a in calls)
+
+
+def _mistral(rng: random.Random, calls: list[Call]) -> str:
+    if rng.random() < 0.5:  # v11+: one marker per call
+        return "".join(f"[TOOL_CALLS]{n}[ARGS]{_json(a)}" for n, a in calls)
+    return "[TOOL_CALLS] " + json.dumps([{"name": n, "arguments": a} for n, a in calls],
+                                        ensure_ascii=False)
+
+
+def _xml_value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _qwen3_coder(rng: random.Random, calls: list[Call]) -> str:
+    return "\n" + "\n".join(
+        f"<tool_call>\n<function={n}>\n" + "".join(
+            f"<parameter={k}>\n{_xml_value(v)}\n</parameter>\n" for k, v in a.items())
+        + "</function>\n</tool_call>" for n, a in calls)
+
+
+def _glm(sep: str) -> Writer:
+    def write(rng: random.Random, calls: list[Call]) -> str:
+        return "\n" + "\n".join(
+            f"<tool_call>{n}{sep}" + "".join(
+                f"<arg_key>{k}</arg_key>{sep}<arg_value>{_xml_value(v)}</arg_value>{sep}"
+                for k, v in a.items()) + "</tool_call>" for n, a in calls)
+    return write
+
+
+def _minimax_m2(rng: random.Random, calls: list[Call]) -> str:
+    return "\n<minimax:tool_call>\n" + "\n".join(
+        f'<invoke name="{n}">\n' + "".join(
+            f'<parameter name="{k}">{_xml_value(v)}</parameter>\n' for k, v in a.items())
+        + "</invoke>" for n, a in calls) + "\n</minimax:tool_call>"
+
+
+# formats being added on another branch: as their models write them (a writer that does not
+# match the parser shows as fewer calls found than written)
+def _kimi_k2(rng: random.Random, calls: list[Call]) -> str:
+    return "<|tool_calls_section_begin|>" + "".join(
+        f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{_json(a)}"
+        "<|tool_call_end|>" for i, (n, a) in enumerate(calls)) + "<|tool_calls_section_end|>"
+
+
+def _gpt_oss(rng: random.Random, calls: list[Call]) -> str:
+    return "".join(f"<|start|>assistant<|channel|>commentary to=functions.{n} <|constrain|>json"
+                   f"<|message|>{_json(a)}<|call|>" for n, a in calls)
+
+
+def _llama3_json(rng: random.Random, calls: list[Call]) -> str:
+    return "<|python_tag|>" + "; ".join(_json({"name": n, "parameters": a}) for n, a in calls)
+
+
+def _pythonic(rng: random.Random, calls: list[Call]) -> str:
+    return "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")"
+                           for n, a in calls) + "]"
+
+
+_GLM = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+# format name -> (markers to add as special tokens, writer)
+WRITERS: dict[str, tuple[tuple[str, ...], Writer]] = {
+    "deepseekv4": ((), _dsml("tool_calls")),
+    "deepseekv32": ((), _dsml("function_calls")),
+    "deepseekv3": ((), _deepseekv3),
+    "hermes": (("<tool_call>", "</tool_call>"), _hermes),
+    "mistral": (("[TOOL_CALLS]", "[ARGS]"), _mistral),
+    "qwen3_coder": (("<tool_call>", "</tool_call>"), _qwen3_coder),
+    "glm45": (_GLM, _glm("\n")),
+    "glm47": (_GLM, _glm("")),
+    "minimax_m2": (("<minimax:tool_call>", "</minimax:tool_call>"), _minimax_m2),
+    "kimi_k2": (("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                 "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"),
+                _kimi_k2),
+    "gpt-oss": (("<|start|>", "<|end|>", "<|channel|>", "<|constrain|>", "<|message|>",
+                 "<|call|>", "<|return|>"), _gpt_oss),
+    "llama3_json": (("<|python_tag|>",), _llama3_json),
+    "pythonic": ((), _pythonic),
+}
+
+
+def formats() -> tuple[list[str], list[str]]:
+    """(formats to bench: one name per distinct format, in FORMATS order; names of this
+    branch's formats without a writer)."""
+    seen: set[int] = set()
+    names, missing = [], []
+    for name, fmt in FORMATS.items():
+        if id(fmt) in seen:
+            continue  # an alias (deepseekv31, qwen25, qwen)
+        seen.add(id(fmt))
+        (names if name in WRITERS else missing).append(name)
+    return names, missing
+
+
+@functools.cache
+def tokenizer(specials: tuple[str, ...]) -> TokenizerInfo:
+    """The built-in DeepSeek-V4 tokenizer, `specials` added as special tokens."""
+    info = load("deepseek-v4")
+    if not specials:
+        return info
+    from tokenizers import AddedToken, Tokenizer
+    tok = Tokenizer.from_str(info.tokenizer.to_str())
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in specials])
+    return describe(tok, "deepseek-v4+" + "".join(specials))
+
+
+def output(rng: random.Random, texts: list[str], write: Writer) -> tuple[str, int]:
+    """(one output, the number of calls written in it)."""
     out = ""
     if rng.random() < 0.8:
         out += "<think>\n" + " ".join(rng.choice(texts) for _ in range(2)) + "\n</think>\n\n"
     out += " ".join(rng.choice(texts) for _ in range(rng.randint(1, 3)))
+    calls = 0
     if rng.random() < 0.3:
-        out += "\n\n<｜DSML｜tool_calls>\n" + "".join(
-            dsml_call(rng, texts) for _ in range(rng.randint(1, 2))) + "</｜DSML｜tool_calls>"
-    return out
+        calls = rng.randint(1, 2)
+        out += write(rng, [(rng.choice(NAMES), call_args(rng, texts)) for _ in range(calls)])
+    return out, calls
 
 
-def rows_of(info: TokenizerInfo, n: int, concurrency: int, max_row: int,
-            seed: int) -> tuple[list[list[int]], list[tuple[int, list[int]]]]:
-    """Per request ids, and the interleaved (request, row ids) order of a scheduler."""
+class Trace(NamedTuple):
+    fmt: str
+    info: TokenizerInfo
+    reqs: list[list[int]]  # per request, its ids
+    order: list[tuple[int, list[int]]]  # (request, row ids), interleaved as a scheduler would
+    calls: int  # written
+    total: int  # ids
+    refs: dict[str, list[ParsedDelta]]  # per configuration, each request's parse_full
+
+
+def trace(fmt: str, n: int, concurrency: int, max_row: int, seed: int) -> Trace:
+    specials, write = WRITERS[fmt]
+    info = tokenizer(specials)
     rng = random.Random(seed)
     texts = corpus(seed)
-    reqs = [info.tokenizer.encode(output(rng, texts), add_special_tokens=False).ids
-            for _ in range(n)]
+    outs = [output(rng, texts, write) for _ in range(n)]
+    reqs = [info.tokenizer.encode(o, add_special_tokens=False).ids for o, _ in outs]
     order: list[tuple[int, list[int]]] = []
     pos = [0] * n
     live = list(range(min(concurrency, n)))
@@ -100,16 +273,42 @@ def rows_of(info: TokenizerInfo, n: int, concurrency: int, max_row: int,
                 still.append(nxt)
                 nxt += 1
         live = still
-    return reqs, order
+    return Trace(fmt, info, reqs, order, sum(c for _, c in outs), sum(map(len, reqs)), {})
 
 
-def run(info: TokenizerInfo, reqs: list[list[int]], order: list[tuple[int, list[int]]],
-        config: dict[str, Any] | None, stop: list[str] | None = None) -> tuple[float, list[Any]]:
+class Bench(NamedTuple):
+    label: str
+    fmt: str  # whose trace
+    config: dict[str, Any]  # make_parsed_stream's and OPEN's options
+    off: dict[str, Any]  # the baseline's OPEN options (no parser)
+
+
+def benches(names: list[str]) -> list[Bench]:
+    out = []
+    for fmt in names:
+        for mode in ("incremental", "whole"):
+            out.append(Bench(f"{fmt}/{mode}", fmt, {"tool_parser": fmt, "tool_stream": mode,
+                                                    "tools": TOOLS}, {}))
+    if "deepseekv4" in names:  # reasoning, and service stop strings, on the DSML trace
+        stop = ["<<never>>", "\n\n\n\n"]
+        out += [Bench("deepseek-r1", "deepseekv4", {"reasoning_parser": "deepseek-r1"}, {}),
+                Bench("r1+deepseekv4", "deepseekv4", {"reasoning_parser": "deepseek-r1",
+                                                      "tool_parser": "deepseekv4"}, {}),
+                Bench("r1+v4+stop", "deepseekv4", {"reasoning_parser": "deepseek-r1",
+                                                   "tool_parser": "deepseekv4", "stop": stop},
+                      {"stop": stop})]
+    return out
+
+
+# ------------------------------------------------------------------ direct: decoder + parser
+def run(tr: Trace, config: dict[str, Any] | None,
+        stop: list[str] | None = None) -> tuple[float, list[Any]]:
     """Seconds for the whole trace; per request, what came out.
 
     `config` None: the decoder alone, plus the service's StopMatcher when `stop` is given
-    (what the shard does today for such a request).
+    (what the shard does for such a request).
     """
+    info, reqs, order = tr.info, tr.reqs, tr.order
     n = len(reqs)
     table = info.byte_table_skip
     parsers: list[Any] = [None] * n
@@ -146,6 +345,11 @@ def run(info: TokenizerInfo, reqs: list[list[int]], order: list[tuple[int, list[
     return time.process_time() - t0, outs
 
 
+def direct_check(tr: Trace, b: Bench, outs: list[Any]) -> int:
+    return sum(merge(outs[r]) != want for r, want in enumerate(references(tr, b.config)))
+
+
+# ------------------------------------------------------------------ the shard's table
 def frames_of(reqs: list[list[int]], order: list[tuple[int, list[int]]]) -> list[Batch]:
     """The trace as the BATCH frames a scheduler sends: one per step, a request at most once
     per frame, its last row with a length finish. Decoded (validated) before timing."""
@@ -169,10 +373,30 @@ def frames_of(reqs: list[list[int]], order: list[tuple[int, list[int]]]) -> list
     return frames
 
 
-def run_table(info: TokenizerInfo, n: int, frames: list[Batch],
+def routed(tr: Trace) -> list[link.Arrays]:
+    """The trace's frames as the egress routes them to one shard (ARRAYS messages); done
+    once, before any clock: the egress is another process."""
+    route = LocalRoute(1)
+    for r in range(len(tr.reqs)):
+        route.open(f"r{r}")
+    msgs = []
+    for batch in frames_of(tr.reqs, tr.order):
+        for raw in route(batch).values():
+            msg = link.parse(raw)
+            assert isinstance(msg, link.Arrays)
+            msgs.append(msg)
+    return msgs
+
+
+def run_table(tr: Trace, msgs: list[link.Arrays],
               opts: dict[str, Any]) -> tuple[float, dict[str, list[Delta]]]:
-    """Seconds in the shard's `RidTable.on_batch` for the whole trace (OPENs not timed)."""
-    table = RidTable(info, 0, max_requests=n + 1, ended_memory=n + 1)
+    """Seconds in the shard's `RidTable.on_arrays` for the whole trace (OPENs not timed),
+    every request on the per-row path."""
+    n = len(tr.reqs)
+    table = RidTable(tr.info, 0, max_requests=n + 1, ended_memory=n + 1)
+    # no array decoder, as for a tokenizer the array path cannot decode: a request without
+    # options then runs the same per-row machinery (Request.row) a parsed one does
+    table.plain = table._fresh = None
     for r in range(n):
         sink: list[Delta] = []
         table.on_open(Open(f"r{r}", **opts), sink)
@@ -180,171 +404,186 @@ def run_table(info: TokenizerInfo, n: int, frames: list[Batch],
     out: list[Delta] = []
     gc.collect()  # every run starts from the same heap: a collection is not charged to one
     t0 = time.process_time()
-    for batch in frames:
-        table.on_batch(batch, out)
+    for msg in msgs:
+        table.on_arrays(msg, out)
     dt = time.process_time() - t0
+    assert table.paths.get("array", 0) == 0, table.paths
     per: dict[str, list[Delta]] = {}
     for d in out:
         per.setdefault(d.rid, []).append(d)
     return dt, per
 
 
-def table_mode(info: TokenizerInfo, args: argparse.Namespace) -> int:
-    """--table: the same traces through the shard's table, parser on vs off, side by side."""
+def table_check(tr: Trace, b: Bench, per: dict[str, list[Delta]]) -> int:
     bad = 0
+    for r, want in enumerate(references(tr, b.config)):
+        ds = per.get(f"r{r}", [])
+        got = merge([ParsedDelta(d.text, d.reasoning, d.tool_calls) for d in ds])
+        ended = bool(ds and (ds[-1].finish or {}).get("tool_calls"))
+        if not ds or ds[-1].finish is None or (
+                got.text, got.reasoning, got.tool_calls, ended) != (
+                want.text, want.reasoning, want.tool_calls, want.ended_with_tool_calls):
+            bad += 1
+    return bad
+
+
+def references(tr: Trace, config: dict[str, Any]) -> list[ParsedDelta]:
+    """What each request must come to: the parser on the whole decode, markers kept."""
+    key = json.dumps(config, sort_keys=True)
+    refs = tr.refs.get(key)
+    if refs is None:
+        ref = make_parsed_stream(**config)
+        keep = marker_token_ids(tr.info, ref.markers)
+        refs = tr.refs[key] = [ref.parse_full(tr.info.tokenizer.decode(
+            [i for i in ids if i not in tr.info.special_ids or i in keep],
+            skip_special_tokens=False)) for ids in tr.reqs]
+    return refs
+
+
+def measure(args: argparse.Namespace) -> int:
+    names, missing = formats()
+    if args.formats:
+        names = [f for f in names if f in args.formats.split(",")]
+    todo = benches(names)
+    if args.only:
+        todo = [b for b in todo if any(o in b.label for o in args.only.split(","))]
+    where = ("decoder + ParsedStream alone" if args.direct else
+             "shard table (RidTable.on_arrays), per-row path")
+    bad = 0
+    summary: dict[str, list[float]] = {}
     for max_row in (1, 4):
-        reqs, order = rows_of(info, args.requests, args.concurrency, max_row, args.seed)
-        frames = frames_of(reqs, order)
-        total = sum(map(len, reqs))
-        print(f"\nshard table: {len(reqs)} requests, {total} ids, rows of 1..{max_row} ids, "
-              f"{len(frames)} frames")
-        print(f"{'parser':<16} {'off ns/id':>10} {'on ns/id':>10} {'ratio':>7}")
-        for name, config in CONFIGS.items():
-            off_opts = {"stop": config["stop"]} if "stop" in config else {}
+        print(f"\n{where}: {args.requests} requests per format, rows of 1..{max_row} ids")
+        print(f"{'parser':<26} {'ids':>7} {'off ns/id':>10} {'on ns/id':>10} {'ratio':>7} "
+              f"{'calls found':>12}")
+        traces: dict[str, tuple[Trace, list[link.Arrays]]] = {}
+        for b in todo:
+            if b.fmt not in traces:
+                tr = trace(b.fmt, args.requests, args.concurrency, max_row, args.seed)
+                traces[b.fmt] = (tr, [] if args.direct else routed(tr))
+            tr, msgs = traces[b.fmt]
             base = best = float("inf")
-            per: dict[str, list[Delta]] = {}
             for _ in range(args.repeat):  # alternate, so both see the same machine state
-                base = min(base, run_table(info, len(reqs), frames, off_opts)[0])
-                dt, per = run_table(info, len(reqs), frames, config)
+                if args.direct:
+                    base = min(base, run(tr, None, b.off.get("stop"))[0])
+                    dt, outs = run(tr, b.config)
+                else:
+                    base = min(base, run_table(tr, msgs, b.off)[0])
+                    dt, per = run_table(tr, msgs, b.config)
                 best = min(best, dt)
-            for r, want in enumerate(references(info, reqs, config)):
-                ds = per.get(f"r{r}", [])
-                got = merge([ParsedDelta(d.text, d.reasoning, d.tool_calls) for d in ds])
-                ended = bool(ds and (ds[-1].finish or {}).get("tool_calls"))
-                if (got.text, got.reasoning, got.tool_calls, ended) != (
-                        want.text, want.reasoning, want.tool_calls, want.ended_with_tool_calls):
-                    bad += 1
-            print(f"{name:<16} {base / total * 1e9:>10.0f} {best / total * 1e9:>10.0f} "
-                  f"{best / base:>6.2f}x")
-    print(f"\nexactness: {'all requests equal parse_full' if not bad else f'{bad} differ'}")
+            bad += direct_check(tr, b, outs) if args.direct else table_check(tr, b, per)
+            found = sum(len([c for c in ref.tool_calls or () if c.name is not None])
+                        for ref in references(tr, b.config))
+            ratio = best / base
+            summary.setdefault(b.label, []).append(ratio)
+            print(f"{b.label:<26} {tr.total:>7} {base / tr.total * 1e9:>10.0f} "
+                  f"{best / tr.total * 1e9:>10.0f} {ratio:>6.2f}x "
+                  f"{f'{found}/{tr.calls}' if 'tool_parser' in b.config else '':>12}", flush=True)
+    worst = max(summary.items(), key=lambda kv: max(kv[1]), default=None)
+    if worst is not None:
+        print(f"\nworst ratio: {worst[0]} {max(worst[1]):.2f}x (target <= 1.3x)")
+    if missing:
+        print(f"no trace writer (add one to WRITERS): {', '.join(missing)}")
+    print(f"exactness: {'all requests equal parse_full' if not bad else f'{bad} differ'}")
     return 1 if bad else 0
 
 
-def references(info: Any, reqs: list[list[int]], config: dict[str, Any]) -> list[ParsedDelta]:
-    """What each request must come to: the parser on the whole decode, markers kept."""
-    ref = make_parsed_stream(**config)
-    keep = marker_token_ids(info, ref.markers)
-    return [ref.parse_full(info.tokenizer.decode(
-        [i for i in ids if i not in info.special_ids or i in keep], skip_special_tokens=False))
-        for ids in reqs]
-
-
-CONFIGS: dict[str, dict[str, Any]] = {
-    "deepseek-r1": {"reasoning_parser": "deepseek-r1"},
-    "deepseekv4": {"tool_parser": "deepseekv4"},
-    "deepseekv3": {"tool_parser": "deepseekv3"},
-    "hermes": {"tool_parser": "hermes"},
-    "mistral": {"tool_parser": "mistral"},
-    "r1+deepseekv4": {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4"},
-    "r1+v4+stop": {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4",
-                   "stop": ["<<never>>", "\n\n\n\n"]},
-    "qwen3_coder": {"tool_parser": "qwen3_coder"},
-    # tool_stream "whole" (the default is "incremental"): calls leave in one fragment
-    "deepseekv4/whole": {"tool_parser": "deepseekv4", "tool_stream": "whole"},
-    "r1+v4/whole": {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4",
-                    "tool_stream": "whole"},
-}
-
-
-# first-fragment latency: one call writing a long string argument, each format's markers
-# special tokens of the DeepSeek-V4 tokenizer (as in each model's own tokenizer)
-LONG = "".join(f"def f{i}(x):\n    return x * {i}  # 值 {i}\n" for i in range(60))
-LATENCY_CALLS = {
-    "qwen3_coder": (["<tool_call>", "</tool_call>"],
-                    "<tool_call>\n<function=write>\n<parameter=content>\n" + LONG
-                    + "\n</parameter>\n</function>\n</tool_call>"),
-    "glm45": (["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-               "</arg_value>"], "<tool_call>write\n<arg_key>content</arg_key>\n<arg_value>"
-              + LONG + "</arg_value>\n</tool_call>"),
-    "glm47": (["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-               "</arg_value>"], "<tool_call>write<arg_key>content</arg_key><arg_value>"
-              + LONG + "</arg_value></tool_call>"),
-    "minimax_m2": (["<minimax:tool_call>", "</minimax:tool_call>"],
+# --latency: one call writing a long string argument `content`, per format; the markers
+# that are special tokens in each format's own model are made special tokens of the
+# DeepSeek-V4 tokenizer, so a marker is one id as it is in production
+LONG = "".join(f"def f{i}(x):\n    return x * {i}  # 值 {i} 🙂\n" for i in range(60))
+XML_SPECIALS = ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>"]
+LATENCY_CALLS: dict[str, tuple[dict[str, Any], str]] = {
+    # config, the output: {RAW} is LONG as written, {ARGS} the JSON arguments object,
+    # {PY} LONG as a Python literal
+    "qwen3_coder": ({"tool_parser": "qwen3_coder"},
+                    "<tool_call>\n<function=write>\n<parameter=content>\n{RAW}\n</parameter>\n"
+                    "</function>\n</tool_call>"),
+    "glm45": ({"tool_parser": "glm45"}, "<tool_call>write\n<arg_key>content</arg_key>\n"
+              "<arg_value>{RAW}</arg_value>\n</tool_call>"),
+    "glm47": ({"tool_parser": "glm47"}, "<tool_call>write<arg_key>content</arg_key>"
+              "<arg_value>{RAW}</arg_value></tool_call>"),
+    "minimax_m2": ({"tool_parser": "minimax_m2"},
                    '<minimax:tool_call>\n<invoke name="write">\n<parameter name="content">'
-                   + LONG + "</parameter>\n</invoke>\n</minimax:tool_call>"),
+                   "{RAW}</parameter>\n</invoke>\n</minimax:tool_call>"),
+    "kimi_k2": ({"reasoning_parser": "kimi_k2", "tool_parser": "kimi_k2"},
+                "<|tool_calls_section_begin|><|tool_call_begin|>functions.write:0"
+                "<|tool_call_argument_begin|>{ARGS}<|tool_call_end|><|tool_calls_section_end|>"),
+    "gpt-oss": ({"reasoning_parser": "gpt-oss", "tool_parser": "gpt-oss"},
+                "<|start|>assistant<|channel|>commentary to=functions.write <|constrain|>json"
+                "<|message|>{ARGS}<|call|>"),
+    "llama3_json": ({"tool_parser": "llama3_json"},
+                    '<|python_tag|>{"name": "write", "parameters": {ARGS}}'),
+    "pythonic": ({"tool_parser": "pythonic"}, "[write(content={PY})]"),
 }
+WRITE_TOOL = [{"type": "function", "function": {"name": "write", "parameters": {
+    "type": "object", "properties": {"content": {"type": "string"}}}}}]
 
 
-def first_fragment_latency(fmt: str, specials: list[str], text: str) -> dict[str, int]:
-    """Rows of 1 id: at which id the name leaves, the first arguments bytes, and the first
-    bytes of the value; returned as ids after the name's last id (and after the name's
-    delta). The call's `tools` declare `content` a string."""
+def latency_mode(info: TokenizerInfo) -> int:
+    """--latency: rows of 1 id, a call whose only argument is a long string (LONG): how
+    many ids after the name's text the name's delta leaves, and after that delta the first
+    arguments bytes and the first bytes of the value; per format and tool_stream mode (the
+    request's `tools` declare `content` a string)."""
     from tokenizers import AddedToken, Tokenizer
 
     from sglang_tok.tokenizer import describe
-    tok = Tokenizer.from_str(load("deepseek-v4").tokenizer.to_str())
-    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in specials])
-    info = describe(tok, f"deepseek-v4+{fmt}")
-    assert info.byte_table is not None
-    tools = [{"type": "function", "function": {"name": "write", "parameters": {
-        "type": "object", "properties": {"content": {"type": "string"}}}}}]
-    p = make_parsed_stream(tool_parser=fmt, tools=tools)
-    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
-    dec, seen, args, out = ByteStream(info.byte_table, []), "", "", {}
-    name_end = text.index("write") + len("write")
-    for n, i in enumerate(ids):
-        seen += (piece := dec.push([i]))
-        if "name_id" not in out and len(seen) >= name_end:
-            out["name_id"] = n
-        for c in p.feed(piece).tool_calls or ():
-            if c.name is not None:
-                out.setdefault("name_delta", n)
-            elif c.arguments:
-                out.setdefault("args", n)
-                args += c.arguments
-                if len(args) > len('{"content": "'):
-                    out.setdefault("value", n)
-    return {"name": out["name_delta"] - out["name_id"], "args": out["args"] - out["name_delta"],
-            "value": out["value"] - out["name_delta"], "ids": len(ids)}
-
-
-def latency_mode() -> int:
-    print(f"{'parser':<12} {'name after':>10} {'args after':>10} {'value after':>11}  "
-          "(ids; name after its last id, the others after the name's delta)")
-    for fmt, (specials, text) in LATENCY_CALLS.items():
-        r = first_fragment_latency(fmt, specials, text)
-        print(f"{fmt:<12} {r['name']:>10} {r['args']:>10} {r['value']:>11}  "
-              f"({r['ids']} ids in the call)")
+    markers = sorted(set(XML_SPECIALS) | {
+        m for config, _ in LATENCY_CALLS.values()
+        for m in make_parsed_stream(**config).markers if m.startswith("<|")})
+    tok = Tokenizer.from_str(info.tokenizer.to_str())
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
+    info = describe(tok, "deepseek-v4+markers")
+    print(f"{'parser':<12} {'mode':<12} {'call ids':>9} {'name after':>10} {'args after':>10} "
+          f"{'value after':>11}  (ids; name after its text, the others after the name's delta)")
+    prefix = len(json.dumps({"content": ""})) - 2  # `{"content": "`
+    for name, (config, shape) in LATENCY_CALLS.items():
+        text = shape.replace("{ARGS}", json.dumps({"content": LONG}, ensure_ascii=False))
+        text = text.replace("{PY}", repr(LONG)).replace("{RAW}", LONG)
+        ids = tok.encode(text, add_special_tokens=False).ids
+        name_end = text.index("write") + len("write")
+        for mode in ("incremental", "whole"):
+            p = make_parsed_stream(**config, tool_stream=mode, tools=WRITE_TOOL)
+            dec = ByteStream(skip_table(info, marker_token_ids(info, p.markers)), [])  # type: ignore[arg-type]
+            seen, args, at = "", "", {}
+            for n, i in enumerate(ids):
+                seen += (piece := dec.push([i]))
+                if "text" not in at and len(seen) >= name_end:
+                    at["text"] = n
+                for c in p.feed(piece).tool_calls or ():
+                    if c.name is not None:
+                        at.setdefault("name", n)
+                    if c.arguments:
+                        at.setdefault("args", n)
+                        args += c.arguments
+                        if len(args) > prefix:
+                            at.setdefault("value", n)
+            named = at.get("name", -1)
+            print(f"{name:<12} {mode:<12} {len(ids):>9} {named - at.get('text', -1):>10} "
+                  f"{at.get('args', -1) - named:>10} {at.get('value', -1) - named:>11}")
     return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--requests", type=int, default=400, help="per format")
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--table", action="store_true",
-                    help="through the shard's RidTable.on_batch (BATCH frames, OPEN options, "
-                         "Deltas), parser on vs the same requests without it")
+                    help="through the shard's RidTable.on_arrays (ARRAYS messages, OPEN "
+                         "options, Deltas), every request per row: parser on vs the same "
+                         "requests without it (the issue's measure)")
+    ap.add_argument("--formats", default="", help="comma-separated format names (default all)")
+    ap.add_argument("--only", default="", help="comma-separated label substrings")
     ap.add_argument("--latency", action="store_true",
-                    help="first-fragment latency in ids of the schema-typed XML formats")
+                    help="first-fragment latency in ids for a long string argument, per "
+                         "format and tool_stream mode")
     args = ap.parse_args()
     if args.latency:
-        return latency_mode()
-    info = load("deepseek-v4")
-    if args.table:
-        return table_mode(info, args)
-    bad = 0
-    for max_row in (1, 4):
-        reqs, order = rows_of(info, args.requests, args.concurrency, max_row, args.seed)
-        total = sum(map(len, reqs))
-        print(f"\ntrace: {len(reqs)} requests, {total} ids, rows of 1..{max_row} ids "
-              f"({len(order)} rows)")
-        print(f"{'parser':<16} {'without ns/id':>14} {'with ns/id':>14} {'ratio':>7}")
-        for name, config in CONFIGS.items():
-            base = best = float("inf")
-            for _ in range(args.repeat):  # alternate, so both see the same machine state
-                base = min(base, run(info, reqs, order, None, config.get("stop"))[0])
-                dt, outs = run(info, reqs, order, config)
-                best = min(best, dt)
-            for r, want in enumerate(references(info, reqs, config)):
-                if merge(outs[r]) != want:
-                    bad += 1
-            print(f"{name:<16} {base / total * 1e9:>14.0f} {best / total * 1e9:>14.0f} "
-                  f"{best / base:>6.2f}x")
-    print(f"\nexactness: {'all requests equal parse_full' if not bad else f'{bad} differ'}")
-    return 1 if bad else 0
+        return latency_mode(load("deepseek-v4"))
+    args.direct = not args.table
+    return measure(args)
 
 
 if __name__ == "__main__":

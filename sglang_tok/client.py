@@ -119,7 +119,7 @@ def _extras(msg: protocol.Packed) -> dict[int, Delta]:
                 d = marked[r] = Delta(msg.rids[r])
             setattr(d, name, val)
     if msg.families:
-        fams = RowFamilies(msg.families, len(msg.rids))
+        fams = RowFamilies(msg.families, len(msg.rids), lists=True)
         for r in np.flatnonzero(fams.carrying).tolist():
             d = marked.get(r)
             if d is None:

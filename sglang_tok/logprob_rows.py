@@ -23,13 +23,16 @@ FIELDS = {"output_logprobs": "logprobs", "output_top": "top_logprobs",
 
 
 class RowFamilies:
+    """`lists`: each (value, id) pair as a list, as a decoded DELTAS frame has it (a
+    frontend's Deltas); else as a tuple, which encodes the same and costs less (a shard's)."""
+
     __slots__ = ("readers", "carrying")
 
-    def __init__(self, families: list[Any], rows: int) -> None:
+    def __init__(self, families: list[Any], rows: int, lists: bool = False) -> None:
         self.readers: dict[str, _Reader] = {}
         carrying = np.zeros(rows, bool)
         for fam in families:
-            reader = _Reader(fam, rows)
+            reader = _Reader(fam, rows, lists)
             self.readers[FIELDS[fam[0]]] = reader
             carrying |= reader.lens > 0
         self.carrying = carrying  # per row: carries any values
@@ -40,9 +43,11 @@ class RowFamilies:
 
 
 class _Reader:
-    __slots__ = ("lens", "ragged", "vals", "ids", "row_starts", "poslens", "pos_starts")
+    __slots__ = ("lens", "ragged", "vals", "ids", "row_starts", "poslens", "pos_starts",
+                 "lists")
 
-    def __init__(self, fam: Any, rows: int) -> None:
+    def __init__(self, fam: Any, rows: int, lists: bool) -> None:
+        self.lists = lists
         name, frows, flens, fposlens, fvalues, fids = fam
         self.lens = np.zeros(rows, np.int64)  # per row of the message: 0 unless listed
         self.lens[np.frombuffer(frows, np.uint32)] = np.frombuffer(flens, np.uint32)
@@ -62,14 +67,21 @@ class _Reader:
         a = self.row_starts[r]
         if not self.ragged:
             b = self.row_starts[r + 1]
-            return list(map(list, zip(self.vals[a:b], self.ids[a:b]))) if a != b else None
+            if a == b:
+                return None
+            pairs = zip(self.vals[a:b], self.ids[a:b])
+            return list(map(list, pairs)) if self.lists else list(pairs)
         p0, p1 = self.pos_starts[r], self.pos_starts[r + 1]
         if p0 == p1:
             return None
         out: list[Any] = []
-        j, vals, ids = a, self.vals, self.ids
+        j, vals, ids, lists = a, self.vals, self.ids, self.lists
         for k in self.poslens[p0:p1]:
-            out.append(list(map(list, zip(ids[j:j + k], vals[j:j + k]))) if k else None)
+            if k:
+                alternatives = zip(ids[j:j + k], vals[j:j + k])
+                out.append(list(map(list, alternatives)) if lists else list(alternatives))
+            else:
+                out.append(None)
             j += k
         return out
 

@@ -462,13 +462,16 @@ class ToolCallDelta(msgspec.Struct, omit_defaults=True, gc=False):
     """One fragment of one tool call (protocol section 8): `name` on a call's first
     fragment; a frontend concatenates `arguments` per `index`. On a call's last delta in
     incremental mode, `malformed`: the call turned out not to parse (its text came back as
-    content; drop the call), or `cut`: the output ended inside it (it stands as sent)."""
+    content; drop the call), or `cut`: the output ended inside it (it stands as sent).
+    `id`, on the first fragment only: the call id the model wrote (kimi_k2's
+    `functions.NAME:IDX`), for OpenAI's `tool_calls[].id`; omitted when the format has none."""
 
     index: int
     name: str | None = None
     arguments: str = ""
     malformed: bool = False
     cut: bool = False
+    id: str | None = None
 
 
 class Delta(msgspec.Struct, omit_defaults=True, gc=False):
@@ -795,7 +798,7 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
         if self.families:
             from .logprob_rows import FIELDS, RowFamilies
 
-            fams = RowFamilies(self.families, len(out))
+            fams = RowFamilies(self.families, len(out), lists=True)
             for r in np.flatnonzero(fams.carrying).tolist():
                 for field in FIELDS.values():
                     val = fams.row(field, r)

@@ -24,6 +24,7 @@ from .parsers import (
     make_parsed_stream,
     marker_token_ids,
     merge_calls,
+    pairing_error,
 )
 from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from .stops import StopMatcher
@@ -254,6 +255,9 @@ def refusal(opts: Open, info: TokenizerInfo) -> str | None:
     if opts.tool_parser and opts.tool_parser not in TOOL_PARSERS:
         return (f"unknown tool_parser {opts.tool_parser!r}; known: "
                 f"{', '.join(sorted(TOOL_PARSERS))}")
+    problem = pairing_error(opts.reasoning_parser, opts.tool_parser)
+    if problem:
+        return problem
     if opts.tool_stream not in TOOL_STREAMS:
         return f"unknown tool_stream {opts.tool_stream!r}; known: {', '.join(TOOL_STREAMS)}"
     if opts.attribution:
@@ -473,8 +477,9 @@ def _merge_calls(have: list[ToolCallDelta] | None,
         old = None if i is None else out[i]
         if old is None or c.name is not None or (old.name is not None and not old.arguments):
             last[c.index] = len(out)
-            out.append(ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut))
+            out.append(ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut, c.id))
         else:
             out[i] = ToolCallDelta(c.index, old.name, old.arguments + c.arguments,  # type: ignore[index]
-                                   old.malformed or c.malformed, old.cut or c.cut)
+                                   old.malformed or c.malformed, old.cut or c.cut,
+                                   old.id)  # type: ignore[index]
     return out

@@ -156,7 +156,13 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     cuts[0] = 0
     cuts[1:] = cut_ends
     raw = buf.tobytes()
+    # A held tail can expose what stood before it: in E5 A7 | C2 the codec held C2 and
+    # judged E5 A7 broken, but cut off, E5 A7 would join the next row's bytes into one
+    # character. Such a row's part must be decoded on its own (U+FFFD), not joined.
+    exposed = any_held and bool(held_tail(buf, cut_ends[hrows], cuts[hrows]).any())
     try:
+        if exposed:
+            raise UnicodeDecodeError("utf-8", b"", 0, 1, "a row's part ends mid-character")
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return _with_replacements(raw, cuts, held_data, held)

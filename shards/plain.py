@@ -26,8 +26,9 @@ from .array_decode import FlatTable, decode_rows, flat_table
 from .slots import PENDING, Slots
 
 I64 = npt.NDArray[np.int64]
-# below this many plain rows a message is decoded by the loop (measured: scripts/bench_stages.py)
-ARRAY_MIN_ROWS = 48
+# below this many rows a message takes the loop (shards/small.py): where the loop and the
+# whole-array code cost the same per row on trace a at 64 and 256 concurrent requests
+ARRAY_MIN_ROWS = 128
 
 
 class PlainTexts(NamedTuple):

@@ -63,6 +63,10 @@ class Slots:
         # below): vectorised code works on a column, the small-message loop takes a
         # message's rows with one gather and writes them back with one assignment
         self.meta = np.zeros((0, len(COLUMNS)), np.int64)
+        # pending bytes, `width` per slot: a bytearray (the small-message loop slices it at
+        # Python speed) with `pending` its numpy view (the whole-array code gathers from it)
+        self.width = PENDING
+        self.pend_buf = bytearray()
         self.pending = np.zeros((0, PENDING), np.uint8)
         self.ring = np.zeros((0, RING), np.int32)  # the last RING ids of each plain slot
         self.rids: list[str | None] = []
@@ -82,23 +86,28 @@ class Slots:
         if need <= self.capacity:
             return
         cap = max(need, 2 * self.capacity, 64)
-        for name in ("meta", "pending", "ring"):
+        for name in ("meta", "ring"):
             old = getattr(self, name)
             new = np.zeros((cap, *old.shape[1:]), old.dtype)
             new[:len(old)] = old
             setattr(self, name, new)
         self._views()
+        self._pending(cap, self.width)
         self.rids += [None] * (cap - self.capacity)
         self.objs += [None] * (cap - self.capacity)
         self.capacity = cap
 
     def widen(self, width: int) -> None:
         """Room for `width` pending bytes per slot (a byte-fallback run has no bound)."""
-        if width <= self.pending.shape[1]:
-            return
-        new = np.zeros((self.capacity, max(width, 2 * self.pending.shape[1])), np.uint8)
-        new[:, :self.pending.shape[1]] = self.pending
-        self.pending = new
+        if width > self.width:
+            self._pending(self.capacity, max(width, 2 * self.width))
+
+    def _pending(self, cap: int, width: int) -> None:
+        old, old_width = self.pending, self.width
+        self.pend_buf = bytearray(cap * width)
+        self.pending = np.frombuffer(self.pend_buf, np.uint8).reshape(cap, width)
+        self.pending[:len(old), :old_width] = old
+        self.width = width
 
     # ------------------------------------------------------------------ one slot
     def bind_plain(self, slot: int, rid: str, skip_special: bool,

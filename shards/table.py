@@ -39,7 +39,7 @@ from sglang_tok.tokenizer import TokenizerInfo
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
-from .slots import COLUMNS, FREE, KIND, PLAIN, ROW, Slots
+from .slots import KIND, PLAIN, ROW, SKIP, Slots
 from .small import decode_small
 
 I64 = npt.NDArray[np.int64]
@@ -246,30 +246,41 @@ class RidTable:
         self.counters.rows += n
         self.counters.tokens += len(ids)
         ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
-        meta = state.meta[msg.slots].tolist()
-        plain_rows = [r for r in range(n) if meta[r][KIND] == PLAIN and r not in ends]
-        if sp.counts:
-            cuts = [0, *accumulate(np.frombuffer(sp.counts, np.uint32).tolist())]
-            row_ids = [ids[cuts[r]:cuts[r + 1]] for r in plain_rows]
-        else:
-            row_ids = [ids[r:r + 1] for r in plain_rows]
+        heads = state.meta[msg.slots, :SKIP + 1].tolist()
+        plain_rows = [r for r in range(n) if heads[r][KIND] == PLAIN and r not in ends]
         done = 0
         if plain_rows:
-            slots = [slot_list[r] for r in plain_rows]
-            rows_meta = [meta[r] for r in plain_rows]
-            texts = decode_small(plain.tables, plain.vocab, state, slots, rows_meta, row_ids)
-            state.meta[slots] = np.fromiter(chain.from_iterable(rows_meta), np.int64,
-                                            len(rows_meta) * len(COLUMNS)).reshape(len(slots), -1)
+            all_rows = len(plain_rows) == n
+            slots = slot_list if all_rows else [slot_list[r] for r in plain_rows]
+            rows_heads = heads if all_rows else [heads[r] for r in plain_rows]
+            if sp.counts:
+                cuts = [0, *accumulate(np.frombuffer(sp.counts, np.uint32).tolist())]
+                row_ids: list[list[int]] = [ids[cuts[r]:cuts[r + 1]] for r in plain_rows]
+                singles = None
+            else:
+                singles = ids if all_rows else [ids[r] for r in plain_rows]
+                row_ids = [[i] for i in singles]
+            texts = decode_small(plain.tables, plain.vocab, state, slots, rows_heads,
+                                 None if singles is not None else row_ids, singles)
+            slot_arr = np.array(slots, np.int64)
+            if singles is not None:
+                flat, starts = np.array(singles, np.int64), np.arange(len(slots) + 1)
+            else:
+                flat = np.array([i for r in row_ids for i in r], np.int64)
+                starts = starts_of(np.array(list(map(len, row_ids)), np.int64))
+            state.completion[slot_arr] += np.diff(starts)
+            state.record_ids(slot_arr, flat, starts, plain.vocab)
             rids = cast(list[str], [state.rids[s] for s in slots])
             _small_out(out, rids, texts, row_ids, plain_rows, n, _Families(sp.families, n),
                        sp.families)
             done = len(plain_rows)
         if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
-            done += self._rest_of_small(msg, plain_rows, ends, out)
+            kinds = [h[KIND] for h in heads]
+            done += self._rest_of_small(msg, plain_rows, kinds, ends, out)
         self.counters.late_rows += n - done
         return True
 
-    def _rest_of_small(self, msg: Arrays, plain_rows: list[int],
+    def _rest_of_small(self, msg: Arrays, plain_rows: list[int], kinds: list[int],
                        ends: dict[int, tuple[dict[str, Any], int, int, int]],
                        out: Sink) -> int:
         """The rows of a small message that are not plain running rows, by the same code as
@@ -280,15 +291,14 @@ class RidTable:
             id_starts = starts_of(np.frombuffer(msg.sparse.counts, np.uint32).astype(np.int64))
         else:
             id_starts = np.arange(n + 1, dtype=np.int64)
-        kinds = self.state.kind[slots]
         fams = _Families(msg.sparse.families, n)
-        skip = set(plain_rows)
         quick = [r for r in ends if kinds[r] == PLAIN
                  and not isinstance(ends[r][0].get("matched"), str)]
         if quick:
             self._plain_ends(quick, slots, msg, id_starts, ends, fams, out)
-        others = [r for r in range(n) if r not in skip and r not in quick
-                  and (kinds[r] == ROW or r in ends)]
+        # the rest: rows of per-row requests, and last rows the quick end did not take
+        taken = set(quick)
+        others = sorted(r for r in range(n) if kinds[r] == ROW or (r in ends and r not in taken))
         ran = self._row_path(np.array(others, np.int64), slots, msg, id_starts, ends, fams,
                              out) if others else 0
         return len(quick) + ran
@@ -342,13 +352,16 @@ class RidTable:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
-        ids, st = msg.ids, id_starts.tolist()
-        kinds = self.state.kind
+        ids, st = msg.ids.tolist(), id_starts.tolist()
+        objs, rids, vocab = self.state.objs, self.state.rids, self.info.vocab_size
+        carrying = fams.get().carrying.tolist() if fams.families else None
         ran = 0
         for row, slot in zip(rows.tolist(), slots[rows].tolist()):
-            if kinds[slot] == FREE:
-                continue  # ended earlier in this message (a stop string), or never bound
-            req = self._as_request(slot)
+            req = objs[slot]
+            if req is None:
+                if rids[slot] is None:
+                    continue  # ended earlier in this message (a stop string), or never bound
+                req = self._as_request(slot)
             end = ends.get(row)
             if end is None:
                 fin, prompt, cached = None, req.prompt_tokens, req.cached_tokens
@@ -356,10 +369,9 @@ class RidTable:
             else:
                 fin, prompt, cached, why = end
             lp = top = tid = None
-            if fams.carries(row):
+            if carrying is not None and carrying[row]:
                 lp, top, tid = fams.extras(row)
-            row_ids = ids[st[row]:st[row + 1]].tolist()
-            vocab = self.info.vocab_size
+            row_ids = ids[st[row]:st[row + 1]]
             safe = None
             if row_ids and (min(row_ids) < 0 or max(row_ids) >= vocab):
                 safe = [i if 0 <= i < vocab else vocab for i in row_ids]
@@ -517,8 +529,8 @@ def _small_out(out: Sink, rids: list[str], texts: list[str], row_ids: list[list[
     counts = list(map(len, row_ids))
     if isinstance(out, PackedOut):
         base = len(out.rids)
-        flat = [i for r in row_ids for i in r] if len(counts) != len(rids) or \
-            max(counts) > 1 else [r[0] for r in row_ids]
+        flat = [r[0] for r in row_ids] if counts.count(1) == len(counts) else \
+            [i for r in row_ids for i in r]
         out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts, flat)
         if families:
             if base == 0 and len(rows) == n:  # the message's rows, numbered as they are

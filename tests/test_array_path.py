@@ -220,3 +220,21 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
         if d is not None:
             want.append(d)
     assert [(d.text, d.finish) for d in got] == [(d.text, d.finish) for d in want]
+
+
+def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row() -> None:
+    """Found by the property above: E5 A7 C2 holds C2 and sends U+FFFD for E5 A7; with C2
+    cut off, E5 A7 must not join the next row's A1 into one character (U+59E1)."""
+    info = tokenizer("deepseek-v4")
+    assert info.byte_table is not None and info.byte_table_skip is not None
+    tab = flat_table(info.byte_table, info.byte_table_skip)
+    t = info.byte_table
+    e5a7, c2, a1 = (next(i for i in range(info.vocab_size) if t[i] == b)
+                    for b in (b"\xe5\xa7", b"\xc2", b"\xa1"))
+    d = decode_rows(tab, np.array([e5a7, c2, a1], np.int64), np.array([0, 2, 3], np.int64),
+                    np.zeros(2, np.int64), np.zeros((2, 4), np.uint8), np.zeros(2, np.int64),
+                    np.zeros(2, bool))
+    refs = [ByteStream(t), ByteStream(t)]
+    assert d is not None
+    assert [d.text[d.chars[r]:d.chars[r + 1]] for r in (0, 1)] == \
+        [refs[0].push([e5a7, c2]), refs[1].push([a1])] == ["\ufffd", "\ufffd"]

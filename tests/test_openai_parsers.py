@@ -105,7 +105,15 @@ def test_the_body_selects_or_disables_parsers(base: str) -> None:
 # every tool parser the example's simulated model can write (a new parser joins by name,
 # once `sim_scheduler.tool_call_text` writes its format)
 TOOL_PARSERS = ["deepseekv4", "deepseekv32", "deepseekv3", "deepseekv31", "hermes", "mistral",
-                "qwen3_coder"]
+                "qwen3_coder", "glm45", "glm47", "minimax_m2", "kimi_k2", "gpt-oss",
+                "llama3_json", "pythonic"]
+
+
+def test_every_format_is_simulated() -> None:
+    """A new format must join TOOL_PARSERS (and get a writer in `tool_call_text`); names
+    that are aliases of one format need not."""
+    from sglang_tok.parsers import FORMATS
+    assert {id(FORMATS[n]) for n in TOOL_PARSERS} == {id(f) for f in FORMATS.values()}
 
 
 def accumulate(stream: Any) -> tuple[list[dict[str, Any]], str | None, Any]:

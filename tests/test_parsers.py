@@ -253,6 +253,32 @@ def test_min_tokens_exempts_the_first_ids_text_from_stop_matching() -> None:
     assert merge([p.feed("bc"), p.finish()]).text == "bc"
 
 
+@pytest.mark.parametrize("min_tokens,stop", [(14, "e"), (15, None), (216, None)])
+@pytest.mark.parametrize("skip", [False, True])
+@pytest.mark.parametrize("started", [False, True])
+def test_min_tokens_never_reached_exempts_the_text_a_malformed_call_gives_back(
+        min_tokens: int, stop: str | None, skip: bool, started: bool) -> None:
+    """Found by the qwen-style property (hermes, whole, rows of 1 id): an output shorter
+    than min_tokens is exempt to its end, including the malformed call's text that
+    `finish` gives back; at exactly min_tokens ids that text is matched (released after
+    the exemption ended). Stream and batch reference agree in both cases."""
+    info = qwen_style()
+    text = "</think><tool_call>{badHello </think> "
+    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+    assert len(ids) == 14
+    p = make_parsed_stream("qwen3", started, "hermes", stop=["e"], min_tokens=min_tokens,
+                           tool_stream="whole")
+    keep = marker_token_ids(info, p.markers)
+    table = skip_table(info, keep) if skip else info.byte_table
+    assert table is not None
+    got = merge(decode_rows(info, ids, [[i] for i in ids], table, p, min_tokens))
+    whole, want = batch_reference(info, ids, table, p, skip, keep, min_tokens)
+    assert stream_of(got) == stream_of(want)
+    assert got.stop == stop
+    if stop is None:  # the call's text is content, unmatched (`e` is in "Hello")
+        assert got.text == (whole.removeprefix("</think>") if started else whole)
+
+
 def test_unknown_names_raise_a_clear_error() -> None:
     with pytest.raises(ParserError, match="unknown reasoning_parser 'nope'.*deepseek-r1"):
         make_reasoning_parser("nope")
@@ -519,6 +545,17 @@ def decode_rows(info: TokenizerInfo, ids: list[int], rows: list[list[int]],
     return out
 
 
+def batch_reference(info: TokenizerInfo, ids: list[int], table: list[bytes], p: ParsedStream,
+                    skip: bool, keep: frozenset[int], min_tokens: int) -> tuple[str, ParsedDelta]:
+    """The full decode (same skip set), then `parse_full` on all of it."""
+    kept = [i for i in ids if not skip or i not in info.special_ids or i in keep]
+    whole = info.tokenizer.decode(kept, skip_special_tokens=False)
+    if min_tokens > len(ids):  # never reached: the whole output, finish included, is exempt
+        return whole, p.parse_full(whole, len(whole), min_tokens_reached=False)
+    exempt = len(ByteStream(table, []).push(ids[:min_tokens])) if min_tokens else 0
+    return whole, p.parse_full(whole, exempt)
+
+
 JSON_TYPES = {str: "string", bool: "boolean", int: "integer", float: "number",
               type(None): "null", list: "array", dict: "object"}
 
@@ -557,6 +594,21 @@ def schema_of(text: str, fmt: str = "qwen3_coder") -> list[dict[str, Any]] | Non
             for n in ["get_weather", "search", "run_code", "f", "lookup.v2"]]
 
 
+def typed(calls: list[tuple[str, str]],
+          tools: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The expected calls when `schema_of` typed a key by what was written: a string value
+    the generator drew that is JSON text (`0`, `3.14`) has that key's non-string type."""
+    props = tools[0]["function"]["parameters"]["properties"]
+    out = []
+    for name, arguments in calls:
+        args = json.loads(arguments)
+        for k, v in args.items():
+            if isinstance(v, str) and props.get(k, {}).get("type") != "string":
+                args[k] = json.loads(v)
+        out.append((name, json.dumps(args, ensure_ascii=False)))
+    return out
+
+
 def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started: bool,
               fmt: str, wellformed: bool, mode: str = "incremental") -> None:
     text, want_r, want_c, want_calls = data.draw(outputs(fmt, started, wellformed), label="out")
@@ -574,18 +626,13 @@ def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started:
     shape = data.draw(st.sampled_from(["one", "all", "random"]), label="rows")
     sizes = {"one": [1], "all": [max(1, len(ids))]}.get(shape) or data.draw(chunk_sizes)
     deltas = decode_rows(info, ids, chunk(ids, sizes), table, p, min_tokens)
-    # the batch reference: the full decode (same skip set), then the parser on all of it
-    kept = [i for i in ids if not skip or i not in info.special_ids or i in keep]
-    whole = info.tokenizer.decode(kept, skip_special_tokens=False)
-    exempt = 0
-    if min_tokens > len(ids):  # never reached: the whole output, flush included, is exempt
-        exempt = len(whole)
-    elif min_tokens:
-        exempt = len(ByteStream(table, []).push(ids[:min_tokens]))
+    whole, want = batch_reference(info, ids, table, p, skip, keep, min_tokens)
     got = merge(deltas)
-    assert stream_of(got) == stream_of(p.parse_full(whole, exempt))
+    assert stream_of(got) == stream_of(want)
     check_call_deltas(deltas, mode)
     if wellformed and whole == text and (tools is not None or fmt not in TYPED):
+        if tools is not None:  # a string value that reads as JSON ("0") was typed so
+            want_calls = typed(want_calls, tools)
         assert (got.reasoning, got.text) == (want_r, want_c)
         calls = [(c.name, c.arguments) for c in got.tool_calls or ()]
         if mode == "whole" or fmt in (*TYPED, "deepseekv4") and '">\n{' not in text:

@@ -58,6 +58,8 @@ def reference(info: TokenizerInfo, opts: Open, ids: list[int]) -> ParsedDelta:
     s = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
     head = s.push(ids[:opts.min_tokens]) if opts.min_tokens else ""
     full = head + s.push(ids[opts.min_tokens:]) + s.flush()
+    if opts.min_tokens > len(ids):  # never reached: all exempt, finish's release included
+        return ps.parse_full(full, len(full), min_tokens_reached=False)
     return ps.parse_full(full, len(head) if opts.min_tokens else 0)
 
 

@@ -186,6 +186,25 @@ def test_bench_stages_runs_every_stage_on_a_small_trace() -> None:
     assert r.stdout.count("| egress, 1 shard") == 2 and "saturates first" in r.stdout
 
 
+def test_bench_parsers_table_runs_every_format_in_both_modes_exactly() -> None:
+    """`bench_parsers --table` drives the shard's table in-process (it once called a method
+    the table had lost): every format of this branch, both tool_stream modes, each request
+    equal to parse_full (exit status), and each writer's calls found by its parser."""
+    from sglang_tok.parsers import FORMATS
+
+    r = run(str(SCRIPTS / "bench_parsers.py"), "--table", "--requests", "12", "--repeat", "1",
+            timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "all requests equal parse_full" in r.stdout and "no trace writer" not in r.stdout
+    rows = [row for row in map(str.split, r.stdout.splitlines())
+            if row and row[0].endswith(("/incremental", "/whole"))]
+    benched = {row[0].split("/")[0] for row in rows}
+    assert benched == {n for n in FORMATS if n not in ("deepseekv31", "qwen25", "qwen")}
+    for row in rows:
+        found, written = row[-1].split("/")
+        assert found == written, row
+
+
 def test_fault_injection_kills_each_kind_and_loses_nothing() -> None:
     """A short `scripts/faults.py`: each kill hits the role it names (by /health's roles),
     and no request is lost or wrong (protocol section 5, rules 5, 7 and 8)."""

@@ -142,7 +142,7 @@ def test_logprobs_only_on_the_rows_that_carry_them_in_both_sinks() -> None:
             {"rid": "q", "ids": IDS[:2], "output_logprobs": [[-0.5, IDS[0]], [-1.0, IDS[1]]]}]
     plain = feed(RidTable(INFO, 0), rows)
     assert plain[0].logprobs is None
-    assert plain[1].logprobs == [[-0.5, IDS[0]], [-1.0, IDS[1]]]
+    assert plain[1].logprobs == [(-0.5, IDS[0]), (-1.0, IDS[1])]  # lists once on the wire
     cols = feed(RidTable(INFO, 0), rows, ColumnsOut())
     msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
     assert isinstance(msg, protocol.Columns)
@@ -176,3 +176,16 @@ def test_a_second_last_row_in_the_same_frame_is_late_not_an_error() -> None:
                    {"rid": "r", "ids": IDS[4:5]}])
     assert [d.finish for d in out] == [fin]
     assert t.counters.late_rows == 2 and "r" in t.ended
+
+
+def test_rows_without_ids_in_small_and_large_messages() -> None:
+    """Found by the ring fuzz: a running row with no ids (a scheduler step that produced
+    nothing for it) beside rows with ids, on the small-message loop and on whole arrays."""
+    for min_rows in (48, 1):
+        t = RidTable(INFO, 0, array_min_rows=min_rows)
+        out = feed(t, [{"rid": "a", "ids": IDS[:1]}, {"rid": "b", "ids": []}],
+                   protocol.output_sink("packed"))
+        out = feed(t, [{"rid": "a", "ids": []}, {"rid": "b", "ids": IDS[:2]}], out)
+        msg = protocol.decode_output(protocol.encode_output("packed", 0, 0, out))
+        assert [(d.rid, d.ids) for d in msg.deltas] == [("a", IDS[:1]), ("b", []), ("a", []),
+                                                        ("b", IDS[:2])]

@@ -14,7 +14,8 @@ API (everything a shard needs; each object is per request, the grammars are shar
     ParsedStream.feed(text) -> ParsedDelta     # per decoded piece, in order
     ParsedStream.exempt_end() -> None          # after the text of the min_tokens-th id
     ParsedStream.finish() -> ParsedDelta       # once, at the end: the final flush, never skipped
-    ParsedStream.parse_full(text, exempt_chars=0) -> ParsedDelta   # the batch reference
+    ParsedStream.parse_full(text, exempt_chars=0, min_tokens_reached=True) -> ParsedDelta
+                                               # the batch reference (False: all exempt)
     ParsedDelta(text, reasoning, tool_calls: list[ToolCallDelta] | None, stop: str | None,
                 ended_with_tool_calls: bool)
     ToolCallDelta(index, name | None, arguments, malformed, cut)
@@ -68,6 +69,7 @@ from __future__ import annotations
 from typing import Any
 
 from .formats import FORMATS, REASONING_OF
+from .harmony import HarmonyParser
 from .markers import MarkerSet, marker_token_ids, skip_table
 from .reasoning import ReasoningParser
 from .schema import Schemas, tool_schemas
@@ -75,10 +77,14 @@ from .stream import ParsedStream
 from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
 from .types import ParsedDelta, ParserError, ToolCallDelta, merge, merge_calls
 
+HARMONY = "gpt-oss"
+
 # name -> a marker that also ends the block (stays in content for the tool parser)
 REASONING_PARSERS: dict[str, str | None] = {
     "deepseek-r1": None, "deepseek-v4": "<｜DSML｜tool_calls>", "qwen3": "<tool_call>",
-    "glm45": "<tool_call>", "minimax": None}
+    "glm45": "<tool_call>", "minimax": None, "kimi_k2": "<|tool_calls_section_begin|>",
+    HARMONY: None,  # not a `<think>` parser: Harmony's channels (harmony.py)
+}
 # name -> whether the output starts inside the block when OPEN does not say
 # (`reasoning_started` absent): SGLang's `force_reasoning` defaults. R1-style templates end
 # the prompt with `<think>`; a `<think>` the model repeats at the start is dropped anyway.
@@ -88,16 +94,27 @@ REASONING_STARTED: dict[str, bool] = {"deepseek-r1": True}
 STARTS_IN_REASONING = frozenset({"minimax"})
 TOOL_PARSERS = FORMATS
 
-__all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "REASONING_STARTED", "TOOL_PARSERS",
-           "TOOL_STREAMS",
+__all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "REASONING_STARTED",
+           "STARTS_IN_REASONING", "TOOL_PARSERS", "TOOL_STREAMS",
            "CallReader", "Event", "MarkerSet", "ParsedDelta", "ParsedStream", "ParserError",
            "ReasoningParser", "Schemas", "ToolCallDelta", "ToolFormat", "ToolParser",
-           "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
+           "make_parsed_stream", "make_reasoning_parser", "make_tool_parser", "pairing_error",
            "marker_token_ids", "merge", "merge_calls", "skip_table", "tool_schemas"]
+
+
+def pairing_error(reasoning_parser: str, tool_parser: str) -> str | None:
+    """Why these two parsers cannot run together (checked at OPEN), or None."""
+    if HARMONY in (reasoning_parser, tool_parser) and \
+            {reasoning_parser, tool_parser} - {"", HARMONY}:
+        return "gpt-oss pairs only with gpt-oss (reasoning_parser and tool_parser)"
+    return None
 
 
 def make_reasoning_parser(name: str, started: bool | None = None) -> ReasoningParser:
     """`started` None: the parser's default (`REASONING_STARTED`, else False)."""
+    if name == HARMONY:
+        raise ParserError("gpt-oss reasoning is Harmony's analysis channel: use "
+                          "make_parsed_stream(reasoning_parser='gpt-oss')")
     if name not in REASONING_PARSERS:
         raise ParserError(f"unknown reasoning_parser {name!r}; known: "
                           f"{', '.join(sorted(REASONING_PARSERS))}")
@@ -117,7 +134,7 @@ def make_tool_parser(name: str, tool_stream: str = "incremental",
     if tool_stream not in TOOL_STREAMS:
         raise ParserError(f"unknown tool_stream {tool_stream!r}; known: "
                           f"{', '.join(TOOL_STREAMS)}")
-    return ToolParser(fmt, tool_stream, None if tools is None else tool_schemas(tools))
+    return fmt.parser(fmt, tool_stream, None if tools is None else tool_schemas(tools))
 
 
 def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool | None = None,
@@ -125,6 +142,20 @@ def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool | Non
                        include_stop_str: bool = False, min_tokens: int = 0,
                        tool_stream: str = "incremental",
                        tools: list[Any] | None = None) -> ParsedStream:
+    if HARMONY in (reasoning_parser, tool_parser):
+        # one parser frames Harmony's channels: reasoning, content and calls together
+        problem = pairing_error(reasoning_parser, tool_parser)
+        if problem:
+            raise ParserError(problem)
+        if tool_stream not in TOOL_STREAMS:
+            raise ParserError(f"unknown tool_stream {tool_stream!r}; known: "
+                              f"{', '.join(TOOL_STREAMS)}")
+        harmony = HarmonyParser(FORMATS[HARMONY], tool_stream,
+                                None if tools is None else tool_schemas(tools),
+                                reasoning=reasoning_parser == HARMONY,
+                                calls=tool_parser == HARMONY,
+                                started=bool(reasoning_started))
+        return ParsedStream(None, harmony, stop, include_stop_str, min_tokens)
     reasoning = make_reasoning_parser(reasoning_parser, reasoning_started) \
         if reasoning_parser else None
     tools_ = make_tool_parser(tool_parser, tool_stream, tools) if tool_parser else None

@@ -11,7 +11,7 @@ What real output looks like (issue 18, item 4), each handled here or in the engi
 - `<｜DSML｜invoke name="f"/>` (self-closing) is a call with `{}` (SGLang
   test_deepseekv4_detector / test_function_call_parser `test_self_closing_*`);
 - an invoke without the `<｜DSML｜tool_calls>` wrapper is a call (SGLang
-  `test_preamble_before_bare_invoke_without_wrapper`; the engine's `bare`);
+  `test_preamble_before_bare_invoke_without_wrapper`; the engine's `unwrapped`);
 - a damaged wrapper (`<｜DSML｜toolcalls>`, no `>`, stray words on its line: vLLM #51914,
   #56141) is markup when a call follows (the engine's `loose`);
 - DSML inside a Markdown code fence or inline code span is text (the engine's `quotes`);
@@ -215,4 +215,4 @@ class DsmlReader:
 def dsml(name: str, section: str) -> ToolFormat:
     return ToolFormat(name, f"<{DSML}invoke", DsmlEnd, parse_dsml_invoke, DsmlReader,
                       (f"<{DSML}{section}>", f"</{DSML}{section}>"), (PARAM_OPEN, PARAM_CLOSE),
-                      bare=True, loose=(f"<{DSML}", f"</{DSML}"), quotes=True)
+                      unwrapped=True, loose=(f"<{DSML}", f"</{DSML}"), quotes=True)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from .dsml import dsml
 from .glm import glm
+from .harmony import gpt_oss
 from .json_calls import deepseekv3, hermes, mistral
+from .kimi_k2 import kimi_k2
+from .llama import llama3_json, pythonic
 from .minimax import minimax_m2
 from .qwen3_coder import qwen3_coder
 from .tools import ToolFormat
@@ -23,6 +26,10 @@ FORMATS: dict[str, ToolFormat] = {
     "glm45": glm("glm45"),
     "glm47": glm("glm47"),
     "minimax_m2": minimax_m2(),
+    "kimi_k2": kimi_k2(),
+    "gpt-oss": gpt_oss(),  # its own framing (harmony.HarmonyParser), reasoning included
+    "llama3_json": llama3_json(),
+    "pythonic": pythonic(),
 }
 FORMATS["deepseekv31"] = FORMATS["deepseekv3"]
 FORMATS["qwen25"] = FORMATS["qwen"] = FORMATS["hermes"]
@@ -33,4 +40,5 @@ REASONING_OF: dict[str, str] = {
     "qwen3_coder": "qwen3",
     "glm45": "glm45", "glm47": "glm45",
     "minimax_m2": "minimax",
+    "kimi_k2": "kimi_k2", "gpt-oss": "gpt-oss",
 }

@@ -225,6 +225,14 @@ class HermesReader:
         self.obj.read(body, ready, out)
         return out
 
+    def fast(self, at: int, text: str) -> str | None:
+        """Inside the named call's arguments: `RawArgs.fast`."""
+        obj = self.obj
+        if obj is None or obj.state != ARGS or not obj.named:
+            return None
+        assert obj.args is not None
+        return obj.args.fast(at, text)
+
     def close(self, body: str) -> list[Event] | None:
         obj = self.obj
         if obj is None or obj.state != DONE or not obj.named or body[obj.end:].strip() \
@@ -478,6 +486,10 @@ class DeepSeekV3Reader:
             out.append((None, frag))
         return out
 
+    def fast(self, at: int, text: str) -> str | None:
+        """Inside the arguments: `RawArgs.fast`."""
+        return None if self.args is None or self.bad else self.args.fast(at, text)
+
     def close(self, body: str) -> list[Event] | None:
         args = self.args
         if args is None or args.end < 0:
@@ -507,5 +519,5 @@ def deepseekv3() -> ToolFormat:
         "deepseekv3", "<｜tool▁call▁begin｜>", lambda: CloseMarker("<｜tool▁call▁end｜>"),
         parse_deepseekv3, DeepSeekV3Reader,
         ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), (DS_SEP,),
-        bare=True)  # V3.1 may write a call without the section (SGLang's DeepSeekV31Detector)
+        unwrapped=True)  # V3.1 may write a call without the section (SGLang's DeepSeekV31Detector)
 

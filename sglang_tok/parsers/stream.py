@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ..stops import StopMatcher
 from .reasoning import CONTENT, REASONING, ReasoningParser
-from .tools import ToolParser
-from .types import ParsedDelta, ToolCallDelta, merge
+from .tools import Item, ToolParser
+from .types import ParsedDelta, Thought, ToolCallDelta, merge
 
 
 class ParsedStream:
@@ -116,13 +116,23 @@ class ParsedStream:
         delta.ended_with_tool_calls = self.called
         return delta
 
-    def parse_full(self, text: str, exempt_chars: int = 0) -> ParsedDelta:
+    def parse_full(self, text: str, exempt_chars: int = 0,
+                   min_tokens_reached: bool = True) -> ParsedDelta:
         """Batch reference: a fresh pipeline fed the whole output at once (`exempt_chars`:
-        the output's length after the `min_tokens`-th id)."""
+        the output's length after the `min_tokens`-th id).
+
+        `min_tokens_reached=False`: the output ended before its `min_tokens`-th id, so
+        `exempt_end` is never called and everything is exempt, including what `finish`
+        releases (a held partial marker, a malformed call given back as text). The shard
+        does the same; `exempt_chars=len(text)` alone would end the exemption before
+        `finish`, as it does when the last id is the `min_tokens`-th."""
+        exempt = exempt_chars > 0 or not min_tokens_reached
         fresh = ParsedStream(
             None if self.reasoning is None else self.reasoning.fresh(),
             None if self.tools is None else self.tools.fresh(),
-            self.stops.stops if self.stops else None, self.include_stop, int(exempt_chars > 0))
+            self.stops.stops if self.stops else None, self.include_stop, int(exempt))
+        if not min_tokens_reached:
+            return merge([fresh.feed(text), fresh.finish()])
         parts = [fresh.feed(text[:exempt_chars])] if exempt_chars else []
         fresh.exempt_end()
         parts += [fresh.feed(text[exempt_chars:]), fresh.finish()]
@@ -132,7 +142,7 @@ class ParsedStream:
     def _content(self, text: str, reasoning: str, final: bool) -> ParsedDelta:
         tools = self.tools
         if tools is None:
-            items: list[str | ToolCallDelta] = [text] if text else []
+            items: list[Item] = [text] if text else []
         elif (not final and tools.idle and self.tool_first is not None
               and self.tool_first not in text):
             items = [text] if text else []  # the common case: no marker in sight
@@ -146,13 +156,15 @@ class ParsedStream:
             return self._plain(items, reasoning)
         return self._stopped(items, reasoning, final)
 
-    def _plain(self, items: list[str | ToolCallDelta], reasoning: str) -> ParsedDelta:
+    def _plain(self, items: list[Item], reasoning: str) -> ParsedDelta:
         if len(items) == 1 and isinstance(items[0], str):
             return ParsedDelta(items[0], reasoning)
         texts, calls = [], []
         for item in items:
             if isinstance(item, str):
                 texts.append(item)
+            elif isinstance(item, Thought):  # Harmony's analysis channel
+                reasoning += item.text
             else:
                 calls.append(item)
         if calls:
@@ -168,13 +180,15 @@ class ParsedStream:
                 live.add(c.index)
         self.called = bool(live)
 
-    def _stopped(self, items: list[str | ToolCallDelta], reasoning: str,
-                 final: bool) -> ParsedDelta:
+    def _stopped(self, items: list[Item], reasoning: str, final: bool) -> ParsedDelta:
         stops = self.stops
         assert stops is not None
         texts: list[str] = []
         calls: list[ToolCallDelta] = []
         for item in items:
+            if isinstance(item, Thought):  # reasoning: never matched
+                reasoning += item.text
+                continue
             if isinstance(item, str):
                 out, _, matched = stops.feed(item)
             else:

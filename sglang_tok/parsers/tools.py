@@ -5,8 +5,9 @@ How to add a format (why it is shaped this way):
   `formats.FORMATS`. A format says only what is specific to it: where a call opens
   (`call_open`, optionally inside a section wrapper), how its end is found (`CloseMarker`
   or an object with `end(body)`), and a per-call `CallReader` that turns the call's body,
-  as it grows, into `Event`s: `(name, "")` when a call's name is known, then `(None,
-  fragment)` for its arguments JSON. Everything that must be the same for every format
+  as it grows, into `Event`s: `(name, "")` when a call's name is known (`(name, id)` when
+  the format writes a call id, which reaches the client as the first delta's `id`), then
+  `(None, fragment)` for its arguments JSON. Everything that must be the same for every format
   lives in the engine and nowhere else: holding partial markers, call indices, rejecting
   names not in the request's `tools`, flags for malformed and cut calls, giving malformed
   calls back as text, and markup (wrappers, whitespace) around calls. So a new format
@@ -50,11 +51,16 @@ from typing import Any, Protocol
 
 from .markers import MarkerSet
 from .schema import Schemas
-from .types import ParsedDelta, ToolCallDelta
+from .types import ParsedDelta, Thought, ToolCallDelta
 
-Calls = list[tuple[str, str]]
-# (name, "") opens a call; (None, fragment) extends the call opened last
+# (name, arguments) or (name, arguments, id): one call of a whole-call parse
+Call = tuple[str, str] | tuple[str, str, str]
+Calls = list[Call]
+# (name, "" or its id) opens a call; (None, fragment) extends the call opened last
 Event = tuple[str | None, str]
+
+# what a step releases, in output order: content, call deltas, reasoning (Harmony only)
+Item = str | ToolCallDelta | Thought
 
 TEXT, SECTION, CALL = 0, 1, 2
 WHOLE, INCREMENTAL = "whole", "incremental"
@@ -190,6 +196,78 @@ class RawArgs:
         self.sent = self.end
         return frag
 
+    def fast(self, at: int, text: str) -> str | None:
+        """`read` for a piece appended at `at` (all of it ready), when everything before it
+        was scanned and sent and the piece cannot change the scan's state: no quote or
+        backslash inside a string, no bracket or quote outside one. Then all of it is
+        inside the value and leaves as is. None: not such a piece (`read` decides)."""
+        j = self.json
+        if self.end >= 0 or j.pos != at or self.sent != at:
+            return None
+        if j.in_string:
+            if '"' in text or "\\" in text:
+                return None
+        elif _STRUCTURE.search(text) is not None:
+            return None
+        j.pos = self.sent = at + len(text)
+        return text
+
+
+_WS = re.compile(r"\s*")
+
+
+class ObjectArgs:
+    """A call whose arguments are one JSON object from `after` on (whitespace around it;
+    only whitespace: `{}`), passed through as written (`RawArgs`). `read`/`close` give the
+    argument events of a `CallReader` whose name is already known (kimi_k2, gpt-oss)."""
+
+    __slots__ = ("after", "args", "bad")
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.args: RawArgs | None = None
+        self.bad = False
+
+    def read(self, body: str, ready: int, out: list[Event]) -> None:
+        if self.bad:
+            return
+        if self.args is None:
+            j = _WS.match(body, self.after, ready).end()  # type: ignore[union-attr]
+            if j >= ready:
+                return
+            if body[j] != "{":
+                self.bad = True
+                return
+            self.args = RawArgs(j)
+        frag = self.args.read(body, ready)
+        if frag:
+            out.append((None, frag))
+
+    def close(self, body: str) -> list[Event] | None:
+        args = self.args
+        if self.bad:
+            return None
+        if args is None:
+            return None if body[self.after:].strip() else [(None, "{}")]
+        if args.end < 0 or body[args.end:].strip():
+            return None
+        try:
+            if not isinstance(loads(body[args.start:args.end]), dict):
+                return None
+        except ValueError:
+            return None
+        return [(None, args.rest(body))]
+
+
+def object_arguments(text: str) -> str | None:
+    """Whole mode for `ObjectArgs`: the object re-serialised, `{}` for blank, or None."""
+    if not text.strip():
+        return "{}"
+    try:
+        return arguments_json(loads(text))
+    except ValueError:
+        return None
+
 
 # ------------------------------------------------------------------ formats
 class CallReader(Protocol):
@@ -225,10 +303,10 @@ def parse_with_reader(make_reader: ReaderFactory) -> Callable[[str, Schemas | No
         calls: list[list[str]] = []
         for name, frag in events + rest:
             if name is not None:
-                calls.append([name, ""])
+                calls.append([name, "", frag])
             elif calls:
                 calls[-1][1] += frag
-        return [(n, a) for n, a in calls] or None
+        return [(n, a, i) if i else (n, a) for n, a, i in calls] or None
     return parse
 
 
@@ -238,37 +316,57 @@ class ToolFormat:
     `parse(body)` is the whole-mode parse (`tool_stream: "whole"`, today's bytes);
     `reader(schemas)` makes the per-call incremental reader. A schema-typed format passes
     `typed_parse` instead of `parse`: its whole mode is its reader run once.
+
+    Options, for what models really write rather than what their templates say:
+    - `unwrapped`: `call_open` outside any section opens a call too, because models drop
+      the section wrapper (DeepSeek V3.1 and DSML calls, Llama 4's `[f()]` without
+      `<|python_start|>`). Such a call returns to text, not to a section; the section's
+      closer right after it (only whitespace between) is the dropped wrapper's other half,
+      so it is markup.
+    - `unmarked`: what a call's body starts with when it opens with no marker at all,
+      because some formats have no opener the model reliably writes (llama3_json's `{`):
+      at the start of the output (after whitespace), and after a call when `chain` (a
+      separator, whitespace around it: llama3_json's `;`) follows it. The markup that
+      opens it (whitespace, separator) is pending markup, as a wrapper is. Anywhere else
+      the same text is content, so prose with JSON in it stays prose.
+    - `loose`: prefixes of a damaged section wrapper (opener, closer), because models
+      misspell wrappers: an opener prefix that is no known marker starts a section; the
+      rest of a section opener's line is markup (dropped if a call follows, text
+      otherwise); a closer prefix after a call closes it up to its `>` or its line's end.
+    - `quotes`: markers inside a Markdown code fence or an inline code span are text,
+      because a model explaining its own format quotes the markup.
+    - `parser`: the per-request class, for a format with its own framing that cannot be
+      one content channel with calls in it (Harmony's messages subclass ToolParser).
     """
 
     def __init__(self, name: str, call_open: str, end: Callable[[], Any],
                  parse: Callable[[str], Calls | None] | None, reader: ReaderFactory,
                  section: tuple[str, str] | None = None, inner: tuple[str, ...] = (),
-                 bare: bool = False, loose: tuple[str, str] | None = None,
-                 quotes: bool = False) -> None:
-        """`bare`: a call opener outside a section is a call too (models drop the wrapper).
-        `loose`: prefixes of a damaged section wrapper (opener, closer): an opener prefix
-        that is no known marker starts a section; the rest of a section opener's line is
-        markup (dropped if a call follows, text otherwise); a closer prefix after a call
-        closes it up to its `>` or its line's end.
-        `quotes`: markers inside a Markdown code fence or an inline code span are text."""
+                 unwrapped: bool = False, unmarked: str = "", chain: str = "",
+                 loose: tuple[str, str] | None = None, quotes: bool = False,
+                 parser: type[ToolParser] | None = None) -> None:
         self.name = name
         self.section = section
         self.call_open = call_open
+        self.unmarked = unmarked
+        self.chain = chain if unmarked else ""
+        self.parser = parser or ToolParser
         self.make_end = end
         self.reader = reader
         whole = parse_with_reader(reader)
         self.parse: Callable[[str, Schemas | None], Calls | None] = \
             whole if parse is None else (lambda body, _schemas: parse(body))
-        self.bare = bare and section is not None
+        # without a section every call is unwrapped already
+        self.unwrapped = unwrapped and section is not None
         self.loose = loose if section is not None else None
         self.quotes = quotes
         openers = [section[0] if section else call_open]
-        if self.bare:
+        if self.unwrapped:
             openers.append(call_open)
         if self.loose is not None:
             openers.append(self.loose[0])
-        # closers a TEXT state drops right after a call (the section of bare calls)
-        self.text_closers = ((section[1],) if self.bare and section else ()) + \
+        # closers a TEXT state drops right after a call (the section of unwrapped calls)
+        self.text_closers = ((section[1],) if self.unwrapped and section else ()) + \
             ((self.loose[1],) if self.loose else ())
         self.opener = MarkerSet(openers + list(self.text_closers))
         closer = end()
@@ -370,18 +468,20 @@ class ToolParser:
 
     __slots__ = (
         "after_call",
-        "bare_call",
         "body",
         "count",
         "delivered",
         "ender",
         "fast",
+        "fresh_start",
         "fmt",
         "held",
+        "home",
         "incremental",
         "loose_line",
         "markup_ok",
         "opened",
+        "opened_by",
         "out",
         "pending",
         "quotes",
@@ -408,14 +508,16 @@ class ToolParser:
         self.rejected = False  # incremental: the open body is already known to be text
         self.section_ok = False  # a valid call was released in the current section
         self.after_call = False  # a valid call was released: whitespace may be markup
-        self.bare_call = False  # the open call has no section around it
         self.loose_line = False  # in a damaged wrapper's line: all of it is markup
         self.markup_ok = False  # only whitespace since a valid call (a closer is markup)
         self.quotes = Quotes() if fmt.quotes else None
+        self.opened_by = ""  # the marker that opened the open call ("" for an unmarked one)
+        self.home = TEXT  # the state the open call returns to: TEXT when it is unwrapped
+        self.fresh_start = bool(fmt.unmarked)  # `unmarked`: only whitespace seen so far
         self.count = 0  # indices given out (a malformed call's index is not reused)
         self.delivered = 0  # calls that stand (valid, or cut by the end of the output)
         # str (content) and ToolCallDelta items in output order, fresh per step
-        self.out: list[str | ToolCallDelta] = []
+        self.out: list[Item] = []
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -430,7 +532,7 @@ class ToolParser:
         if self.state != CALL or close is None or close in text:
             return None
         body = self.body
-        at = body.find(close, len(body) - reach)
+        at = body.find(close, max(0, len(body) - reach))  # a negative start counts from the end
         while at >= 0:  # a close marker under way at the end of the body?
             if self.fmt.close_marker.startswith(body[at:]):
                 return None
@@ -451,9 +553,10 @@ class ToolParser:
     @property
     def idle(self) -> bool:
         """Nothing held and no markup context: a piece with no marker start may skip the engine."""
-        return self.state == TEXT and not self.held and not self.pending and not self.after_call
+        return (self.state == TEXT and not self.held and not self.pending
+                and not self.after_call and not self.fresh_start)
 
-    def step(self, text: str) -> list[str | ToolCallDelta]:
+    def step(self, text: str) -> list[Item]:
         """Run a piece through; return (and reset) the ordered output items."""
         out = self.out = []
         s = self.held + text if self.held else text
@@ -468,7 +571,7 @@ class ToolParser:
                 s = self._call(s)
         return out
 
-    def flush(self) -> list[str | ToolCallDelta]:
+    def flush(self) -> list[Item]:
         """End of output: held prefixes and non-blank markup become text; an open call is
         text, or (incremental, already sent) stands as sent and is flagged cut."""
         out = self.out = []
@@ -480,7 +583,7 @@ class ToolParser:
                 self.delivered += len(self.opened)
                 tail = ""
             else:
-                tail = self.pending + self.fmt.call_open + self.body
+                tail = self.pending + self.opened_by + self.body
         tail += self.held
         if tail:
             out.append(tail)
@@ -488,12 +591,16 @@ class ToolParser:
         self.opened = []
         self.reader = None
         self.state = TEXT
-        self.loose_line = self.bare_call = self.markup_ok = False
+        self.loose_line = self.markup_ok = False
         return out
 
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
         fmt = self.fmt
+        if self.fresh_start or (self.after_call and fmt.chain):
+            rest = self._unmarked(s)
+            if rest is not None:
+                return rest
         opener = fmt.opener
         at, m = opener.find(s)
         if at >= 0 and (fmt.loose is not None and m in fmt.loose or m in fmt.text_closers):
@@ -519,7 +626,7 @@ class ToolParser:
         self._stray(s[:at], self.after_call)
         if m in fmt.text_closers:
             end = self._closer_end(s, at, m)
-            if self.markup_ok:  # the end of a bare call's (damaged) section: markup
+            if self.markup_ok:  # the end of an unwrapped call's (damaged) section: markup
                 self.pending = ""
                 if quotes is not None:
                     quotes.markup()
@@ -528,9 +635,8 @@ class ToolParser:
             return s[end:]
         if quotes is not None:
             quotes.markup()
-        if m == fmt.call_open:
-            self._open_call()
-            self.bare_call = True
+        if m == fmt.call_open:  # a call without its section (`unwrapped`), or no section
+            self._open_call(m)
         else:
             self.state = SECTION
             self.pending += m
@@ -555,6 +661,35 @@ class ToolParser:
         if gt >= 0 and (nl < 0 or gt < nl):
             return gt + 1
         return nl
+
+    def _unmarked(self, s: str) -> str | None:
+        """A call with no opener (`fmt.unmarked`) at the output's start or after `chain`:
+        returns the rest of s from the call's body on, "" when undecided (the tail is
+        held), None when this is not such a call (s goes the usual way)."""
+        start, chain = self.fmt.unmarked, self.fmt.chain
+        t = s.lstrip()
+        if self.fresh_start:
+            if not t:
+                self.held = s  # only whitespace so far: undecided
+                return ""
+            self.fresh_start = False
+            if not t.startswith(start):
+                return None
+            self.pending += s[:len(s) - len(t)]
+            self._open_call("")
+            return t
+        if not t.startswith(chain):
+            return None  # (whitespace alone after a call is pending markup, as usual)
+        u = t[len(chain):].lstrip()
+        if not u:  # a separator, and maybe whitespace: undecided
+            self.pending += s[:len(s) - len(t)]
+            self.held = t
+            return ""
+        if not u.startswith(start):
+            return None
+        self.pending += s[:len(s) - len(u)]
+        self._open_call("")
+        return u
 
     def _section(self, s: str) -> str:
         markers = self.fmt.in_section
@@ -590,8 +725,7 @@ class ToolParser:
             return ""
         self._stray(s[:at], True)
         if m == self.fmt.call_open:
-            self._open_call()
-            self.bare_call = False
+            self._open_call(m)
         else:
             if not self.section_ok:
                 self.out.append(self.pending + s[at:end])
@@ -600,7 +734,9 @@ class ToolParser:
             self.markup_ok = False
         return s[end:]
 
-    def _open_call(self) -> None:
+    def _open_call(self, marker: str) -> None:
+        self.opened_by = marker
+        self.home = self.state
         self.state = CALL
         self.body = ""
         self.ender = self.fmt.make_end()
@@ -622,7 +758,7 @@ class ToolParser:
                 self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
             return ""
         self.ender = None
-        self.state = SECTION if self.fmt.section is not None and not self.bare_call else TEXT
+        self.state = self.home
         inner = body[:end_body]
         if self.incremental:
             ok = self._close(inner)
@@ -632,19 +768,20 @@ class ToolParser:
             except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
                 calls = None
             if calls is not None and self.schemas is not None and \
-                    any(name not in self.schemas for name, _ in calls):
+                    any(call[0] not in self.schemas for call in calls):
                 calls = None  # a name not in the request's tools: text, as malformed
             ok = calls is not None
             if calls is not None:
-                for name, arguments in calls:
-                    self.out.append(ToolCallDelta(self.count, name, arguments))
+                for call in calls:
+                    self.out.append(ToolCallDelta(self.count, call[0], call[1],
+                                                  id=call[2] if len(call) > 2 else None))
                     self.count += 1
                 self.delivered += len(calls)
         if ok:
             self.section_ok = self.after_call = self.markup_ok = True
         else:
             self.markup_ok = False
-            self.out.append(self.pending + self.fmt.call_open + body[:end_call])
+            self.out.append(self.pending + self.opened_by + body[:end_call])
         self.pending = ""
         return body[end_call:]
 
@@ -678,7 +815,7 @@ class ToolParser:
                 if self.schemas is not None and name not in self.schemas:
                     self.rejected = True
                     return False
-                out.append(ToolCallDelta(self.count, name, ""))
+                out.append(ToolCallDelta(self.count, name, "", id=frag or None))
                 self.opened.append(self.count)
                 self.count += 1
             elif frag and self.opened:
@@ -716,7 +853,7 @@ class ToolParser:
         return delta
 
     def fresh(self) -> ToolParser:
-        return ToolParser(self.fmt, INCREMENTAL if self.incremental else WHOLE, self.schemas)
+        return type(self)(self.fmt, INCREMENTAL if self.incremental else WHOLE, self.schemas)
 
     def parse_full(self, text: str) -> ParsedDelta:
         """The batch reference: a fresh parser of the same format over the whole output."""
@@ -733,9 +870,10 @@ def _grows(markers: tuple[str, ...], s: str, at: int, m: str) -> bool:
     return any(len(x) > len(tail) and x.startswith(tail) for x in markers if x != m)
 
 
-def _delta(items: list[str | ToolCallDelta]) -> ParsedDelta:
+def _delta(items: list[Item]) -> ParsedDelta:
     if not items:
         return ParsedDelta()
     texts = [i for i in items if isinstance(i, str)]
-    calls = [i for i in items if not isinstance(i, str)]
-    return ParsedDelta("".join(texts), "", calls or None)
+    calls = [i for i in items if isinstance(i, ToolCallDelta)]
+    thoughts = [i.text for i in items if isinstance(i, Thought)]
+    return ParsedDelta("".join(texts), "".join(thoughts), calls or None)

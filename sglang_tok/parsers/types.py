@@ -7,11 +7,20 @@ import msgspec
 # on the wire as is (Delta.tool_calls): defined with the other frames
 from ..protocol import ToolCallDelta
 
-__all__ = ["ParsedDelta", "ParserError", "ToolCallDelta", "merge", "merge_calls"]
+__all__ = ["ParsedDelta", "ParserError", "Thought", "ToolCallDelta", "merge", "merge_calls"]
 
 
 class ParserError(ValueError):
     """An OPEN names a parser that does not exist; the shard turns it into a terminal error."""
+
+
+class Thought:
+    """Reasoning text from a tool parser that frames its own channels (Harmony's analysis)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 class ParsedDelta(msgspec.Struct, omit_defaults=True, gc=False):
@@ -49,10 +58,11 @@ def merge_calls(have: list[ToolCallDelta] | None,
     for c in new:
         old = out.get(c.index)
         if old is None:
-            out[c.index] = ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut)
+            out[c.index] = ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut, c.id)
         else:
             out[c.index] = ToolCallDelta(c.index, old.name if c.name is None else c.name,
                                          old.arguments + c.arguments,
-                                         old.malformed or c.malformed, old.cut or c.cut)
+                                         old.malformed or c.malformed, old.cut or c.cut,
+                                         old.id if c.id is None else c.id)
     kept = [c for c in out.values() if not c.malformed]
     return kept or None

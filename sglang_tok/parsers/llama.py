@@ -1,0 +1,439 @@
+"""Llama's tool-call formats: `llama3_json` (Llama 3.1-3.3) and `pythonic` (Llama 4).
+
+llama3_json: `{"name": ..., "parameters": {...}}` objects (`arguments` is read too), each
+opened by `<|python_tag|>`, or with no opener at all at the start of the output or after
+a call and a `;` separator (`{...}; {...}`). A call ends where its JSON object ends (there
+is no end marker); text after it is content. The object is read as hermes' is
+(`json_calls.HermesReader`): the model's own arguments JSON passes through.
+
+pythonic: a Python list of calls, `[f(a=1, b="x"), g()]`, optionally inside
+`<|python_start|>` ... `<|python_end|>` (markup, dropped around delivered calls). Any `[`
+in the content may open one: it is a call list only if an identifier and `(` follow, and
+the list ends at its closing `]` (brackets counted outside Python strings). Each call is
+parsed by Python's `ast` once its `)` arrives; keyword arguments only, values Python
+literals (`ast.literal_eval`), converted to JSON as `json.dumps` writes them
+(`ensure_ascii` off; tuples become arrays). Anything else (positional arguments, names,
+sets, bytes, NaN) makes the list malformed, so it is text. Incremental: a keyword's plain
+string value streams as it is generated (each escape once complete), another value leaves
+when it ends, and the call's whole parse at `)` must extend what was sent (else the call
+is flagged malformed); the closing brace leaves when the next call starts or the list
+ends. Both modes give the same bytes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import warnings
+from typing import Any
+
+from .json_calls import HermesReader, parse_hermes
+from .schema import Schemas
+from .tools import Calls, Event, JsonEnd, ToolFormat, escape
+
+PYTHON_TAG = "<|python_tag|>"
+PY_SECTION = ("<|python_start|>", "<|python_end|>")
+
+
+# ------------------------------------------------------------------ llama3_json
+class ObjectEnd:
+    """The call is one JSON object; it ends where the object ends. A body whose first
+    non-blank character is not `{` ends (malformed) at that character."""
+
+    __slots__ = ("json",)
+
+    def __init__(self) -> None:
+        self.json: JsonEnd | None = None
+
+    def end(self, body: str) -> tuple[int, int]:
+        if self.json is None:
+            t = body.lstrip()
+            if not t:
+                return -1, -1
+            start = len(body) - len(t)
+            if t[0] != "{":
+                return start, start
+            self.json = JsonEnd(start)
+        at = self.json.end(body)
+        return at, at
+
+
+def llama3_json() -> ToolFormat:
+    return ToolFormat("llama3_json", PYTHON_TAG, ObjectEnd, parse_hermes, HermesReader,
+                      unmarked="{", chain=";")
+
+
+# ------------------------------------------------------------------ pythonic
+_WS = re.compile(r"\s*")
+# a (dotted) name and `(`; Python allows whitespace around the dots inside brackets
+_HEAD = re.compile(r"\s*([A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*)\s*\(")
+_HEAD_PREFIX = re.compile(r"\s*(?:[A-Za-z_]\w*(?:\s*\.\s*(?:[A-Za-z_]\w*)?)*\s*)?")
+_SPACE = re.compile(r"\s+")
+_PY_STRUCT = re.compile(r"[\[\](){}'\"\\]")
+_PY_STRUCT_COMMA = re.compile(r"[\[\](){}'\"\\,]")
+_OPENERS = "([{"
+
+
+class PyScan:
+    """Resumable bracket depth of Python source, outside string literals."""
+
+    __slots__ = ("depth", "pos", "quote")
+
+    def __init__(self, pos: int, depth: int) -> None:
+        self.pos = pos
+        self.depth = depth
+        self.quote = ""
+
+    def close(self, text: str, n: int, comma: bool = False) -> int:
+        """Index of the closer that brings the depth to 0 in text[pos:n] (or, with
+        `comma`, of a comma at depth 1), or -1."""
+        i = self.pos
+        find = _PY_STRUCT_COMMA if comma else _PY_STRUCT
+        while True:
+            m = find.search(text, i, n)
+            if m is None:
+                self.pos = n
+                return -1
+            j = m.start()
+            c = text[j]
+            if c == "\\":
+                if j + 1 >= n:
+                    self.pos = j  # the escaped character has not arrived yet
+                    return -1
+                i = j + 2
+                continue
+            if self.quote:
+                if c == self.quote:
+                    self.quote = ""
+            elif c in "'\"":
+                self.quote = c
+            elif c == ",":
+                if self.depth == 1:
+                    self.pos = j + 1
+                    return j
+            elif c in _OPENERS:
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if self.depth <= 0:
+                    self.pos = j + 1
+                    return j
+            i = j + 1
+
+
+class ListEnd:
+    """The call list (after `[`) ends at its closing `]`; it must start `name(`, else it
+    ends (malformed) at the first character that rules that out."""
+
+    __slots__ = ("scan",)
+
+    def __init__(self) -> None:
+        self.scan: PyScan | None = None
+
+    def end(self, body: str) -> tuple[int, int]:
+        if self.scan is None:
+            m = _HEAD.match(body)
+            if m is None:
+                e = _HEAD_PREFIX.match(body).end()  # type: ignore[union-attr]
+                return (-1, -1) if e == len(body) else (e, e)
+            self.scan = PyScan(m.end(), 2)  # inside the list and the first call
+        at = self.scan.close(body, len(body))
+        if at < 0:
+            return -1, -1
+        # closed by `)` or `}`: not a list, the closer stays in the (malformed) body
+        return (at, at + 1) if body[at] == "]" else (at + 1, at + 1)
+
+
+def _func_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _func_name(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _call_json(node: ast.expr) -> tuple[str, str] | None:
+    if not isinstance(node, ast.Call) or node.args:
+        return None
+    name = _func_name(node.func)
+    if name is None:
+        return None
+    args: dict[str, Any] = {}
+    for kw in node.keywords:
+        if kw.arg is None:
+            return None  # **kwargs
+        args[kw.arg] = ast.literal_eval(kw.value)
+    return name, json.dumps(args, ensure_ascii=False, allow_nan=False)
+
+
+def _parse(source: str) -> ast.expr | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes such as "\d" still parse
+            return ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def parse_call(source: str) -> tuple[str, str] | None:
+    """One `name(k=v, ...)` -> (name, arguments JSON), or None (inside brackets, as in
+    its list, so newlines may separate its tokens)."""
+    node = _parse("(" + source + ")")
+    try:
+        return None if node is None else _call_json(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def parse_pythonic(body: str) -> Calls | None:
+    """The list's inside (without its brackets) -> calls, or None."""
+    node = _parse("[" + body + "]")
+    if not isinstance(node, ast.List) or not node.elts:
+        return None
+    calls: Calls = []
+    for elt in node.elts:
+        try:
+            call = _call_json(elt)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+        if call is None:
+            return None
+        calls.append(call)
+    return calls
+
+
+_KW = re.compile(r"([A-Za-z_]\w*)\s*=\s*")
+_KW_PREFIX = re.compile(r"[A-Za-z_]\w*\s*(?:=\s*)?")
+_IN_STR = {q: re.compile("[\\\\\n" + q + "]") for q in "'\""}
+_OCTAL = "01234567"
+_ESCAPE_LEN = {"x": 2, "u": 4, "U": 8}
+
+HEAD, KW, STR, STR_END, OTHER, REST, AFTER, BAD = range(8)
+
+
+def _literal_json(source: str) -> str:
+    value = ast.literal_eval(source)
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+class PythonicReader:
+    """Call by call: the name at `name(`; a keyword's plain string value streams as it is
+    generated (JSON-escaped, each Python escape once complete), another value leaves when
+    it ends. When the call's `)` arrives, `ast` parses the whole call: its JSON must start
+    with what was sent (else the call is malformed), and the rest leaves, except the
+    closing brace (sent when the next call starts or the list ends)."""
+
+    __slots__ = ("held", "key", "pos", "quote", "scan", "sent", "start", "state", "vstart")
+
+    def __init__(self, schemas: Schemas | None = None) -> None:
+        self.state = HEAD
+        self.pos = 0
+        self.start = 0  # the call's source start
+        self.vstart = 0  # OTHER: the value's source start
+        self.key = ""  # OTHER: its keyword
+        self.scan: PyScan | None = None
+        self.quote = ""
+        self.sent = ""  # what was sent of the current call's arguments
+        self.held = ""  # the last call's closing brace
+
+    def _emit(self, out: list[Event], text: str) -> None:
+        if text:
+            self.sent += text
+            out.append((None, text))
+
+    def read(self, body: str, ready: int) -> list[Event]:
+        out: list[Event] = []
+        pos = self.pos
+        while pos < ready:
+            st = self.state
+            if st == HEAD:
+                m = _HEAD.match(body, pos, ready)
+                if m is None:
+                    e = _HEAD_PREFIX.match(body, pos, ready).end()  # type: ignore[union-attr]
+                    if e < ready:
+                        self.state = BAD
+                    break
+                if self.held:
+                    out.append((None, self.held))
+                    self.held = ""
+                out.append((_SPACE.sub("", m.group(1)), ""))
+                self.start, self.sent = pos, ""
+                pos = m.end()
+                self.state = KW
+            elif st == KW:
+                pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+                if pos >= ready:
+                    break
+                if body[pos] == ")":
+                    pos = self._finish(body, pos + 1, out)
+                    continue
+                m = _KW.match(body, pos, ready)
+                if m is None or m.end() >= ready:
+                    e = _KW_PREFIX.match(body, pos, ready)
+                    if e is None or e.end() < ready:
+                        self.scan = PyScan(pos, 1)  # not `key=`: ast decides at `)`
+                        self.state = REST
+                        continue
+                    break  # `key=` and its value's first character not there yet
+                v = m.end()
+                q = body[v]
+                if q in "'\"":
+                    if v + 1 >= ready:
+                        break
+                    if body[v + 1] != q:  # a plain string (not '' nor a triple quote)
+                        self._emit(out, ("{" if not self.sent else ", ")
+                                   + json.dumps(m.group(1), ensure_ascii=False) + ': "')
+                        self.quote = q
+                        pos = v + 1
+                        self.state = STR
+                        continue
+                self.key, self.vstart = m.group(1), v
+                self.scan = PyScan(v, 1)
+                self.state = OTHER
+                pos = v
+            elif st == STR:
+                pos = self._string(body, pos, ready, out)
+                if self.state == STR:
+                    break
+            elif st == STR_END:
+                pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+                if pos >= ready:
+                    break
+                c = body[pos]
+                if c in ",)":
+                    self._emit(out, '"')
+                    pos += 1
+                    if c == ")":
+                        pos = self._finish(body, pos, out)
+                    else:
+                        self.state = KW
+                else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
+                    self.scan = PyScan(pos, 1)
+                    self.state = REST
+            elif st in (OTHER, REST):
+                scan = self.scan
+                assert scan is not None
+                at = scan.close(body, ready, comma=st == OTHER)
+                if at < 0:
+                    pos = scan.pos
+                    break
+                pos = at + 1
+                ok = st == OTHER and self._value(body, at, out)
+                if body[at] == ",":
+                    if ok:
+                        self.state = KW
+                    else:  # a value that does not convert: ast decides at `)`
+                        self.scan = PyScan(pos, 1)
+                        self.state = REST
+                    continue
+                pos = self._finish(body, pos, out)
+            elif st == AFTER:
+                t = body[pos:ready].lstrip()
+                if not t:
+                    pos = ready
+                    break
+                if t[0] != ",":
+                    self.state = BAD
+                    break
+                pos = ready - len(t) + 1
+                self.state = HEAD
+            else:
+                break
+        self.pos = pos
+        return out
+
+    def _string(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """STR: send the string's characters as far as they are certain."""
+        find = _IN_STR[self.quote]
+        piece = ""
+        while True:
+            m = find.search(body, pos, ready)
+            j = ready if m is None else m.start()
+            piece += body[pos:j]
+            pos = j
+            if m is None:
+                break
+            c = body[j]
+            if c == self.quote:
+                pos = j + 1
+                self.state = STR_END
+                break
+            if c == "\n":  # a newline in a one-line string: not Python
+                self.state = BAD
+                break
+            got = self._escape(body, j, ready)
+            if got is None:
+                break  # the escape is not complete yet
+            if not got[1]:
+                self.state = BAD
+                break
+            piece += got[0]
+            pos = got[1]
+        self._emit(out, escape(piece))
+        return pos
+
+    def _escape(self, body: str, j: int, ready: int) -> tuple[str, int] | None:
+        """The escape at body[j] (a backslash): (its value, where it ends), None when it
+        is not complete yet, or ("", 0) when Python rejects it."""
+        if j + 1 >= ready:
+            return None
+        c = body[j + 1]
+        if c in _ESCAPE_LEN:
+            end = j + 2 + _ESCAPE_LEN[c]
+            if end > ready:
+                return None
+        elif c == "N":
+            k = body.find("}", j + 2, ready)
+            if k < 0:
+                return None
+            end = k + 1
+        elif c in _OCTAL:
+            end = j + 1
+            while end < ready and end < j + 4 and body[end] in _OCTAL:
+                end += 1
+            if end == ready and end < j + 4:
+                return None
+        else:
+            end = j + 2
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "\d" is kept as written, as Python does
+                value = ast.literal_eval(self.quote + body[j:end] + self.quote)
+        except (SyntaxError, ValueError):
+            return "", 0
+        return value, end
+
+    def _value(self, body: str, at: int, out: list[Event]) -> bool:
+        """OTHER: the value body[vstart:at] ended; send its key and JSON (False: it does
+        not convert, and the call's parse decides)."""
+        try:
+            text = _literal_json("(" + body[self.vstart:at] + ")")
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        self._emit(out, ("{" if not self.sent else ", ")
+                   + json.dumps(self.key, ensure_ascii=False) + ": " + text)
+        return True
+
+    def _finish(self, body: str, end: int, out: list[Event]) -> int:
+        """The call's `)` is at end - 1: its whole parse must extend what was sent."""
+        call = parse_call(body[self.start:end].strip())
+        if call is None or not call[1].startswith(self.sent):
+            self.state = BAD
+            return end
+        self._emit(out, call[1][len(self.sent):-1])
+        self.held = "}"
+        self.state = AFTER
+        return end
+
+    def close(self, body: str) -> list[Event] | None:
+        trailing_comma = self.state == HEAD and self.held and not body[self.pos:].strip()
+        if (self.state != AFTER and not trailing_comma) or parse_pythonic(body) is None:
+            return None
+        return [(None, self.held)]
+
+
+def pythonic() -> ToolFormat:
+    return ToolFormat("pythonic", "[", ListEnd, parse_pythonic, PythonicReader, PY_SECTION,
+                      unwrapped=True)
