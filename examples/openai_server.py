@@ -3,11 +3,12 @@
 
     python examples/openai_server.py --port 8000 [--shards N] [--tokenizer NAME_OR_PATH]
 
-Starts the sglang-tok service (through `sglang_tok.testing.Service`), a simulated scheduler
-that pushes one BATCH per step through the kit's writer (`sim_scheduler.py`), and the kit's
-asyncio client on the service's output. Serves `POST /v1/completions` and
-`POST /v1/chat/completions` (SSE streaming with `data: [DONE]`, or one JSON response), with
-`stop`, `max_tokens`, `logprobs`/`top_logprobs` (token texts from the service),
+Starts the sglang-tok service (through the harness, `sglang_tok.testing.service.Service`), a
+simulated scheduler that pushes one BATCH per step through the kit's writer
+(`sim_scheduler.py`), and the kit's asyncio client on the service's output. Serves
+`POST /v1/completions` and `POST /v1/chat/completions` (SSE streaming with `data: [DONE]`,
+or one JSON response), with `stop`, `max_tokens`, `logprobs`/`top_logprobs` (token texts
+from the service),
 `stream_options.include_usage` / `continuous_usage_stats`, `n=1`, reasoning and tool
 calls parsed in the service (`--reasoning-parser`, `--tool-call-parser`, or the body's
 `reasoning_parser` / `tool_parser`: `delta.reasoning_content`, `delta.tool_calls`,
@@ -50,7 +51,7 @@ from starlette.routing import Route
 
 from sglang_tok.client import Client, RequestStream
 from sglang_tok.protocol import Delta
-from sglang_tok.testing import Service
+from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 _json = msgspec.json.Encoder().encode
@@ -471,7 +472,7 @@ def main() -> int:
         app = App(svc, info, a.model, a.step_ms / 1000, a.idle_timeout, a.reasoning_parser,
                   a.tool_call_parser)
         web = Starlette(routes=app.routes(), lifespan=app.lifespan)
-        print(f"serving on http://{a.host}:{a.port} (service: {a.shards} shards, "
+        print(f"serving on http://{a.host}:{a.port} (service: {svc.shards} shards, "
               f"{a.tokenizer})", flush=True)
         # httptools (the `examples` extra) when installed: h11 costs more per chunk
         uvicorn.run(web, host=a.host, port=a.port, loop="uvloop", http="auto",

@@ -18,9 +18,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_tok.load.workload import BUILTIN_TEXTS
 from sglang_tok.scheduler import Scheduler
 from sglang_tok.tokenizer import TokenizerInfo
-from sglang_tok.workload import BUILTIN_TEXTS
 
 TEXTS = [
     *BUILTIN_TEXTS,

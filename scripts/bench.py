@@ -39,8 +39,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from replay import Target, replay, start_baseline, start_service
 from synth import synthesise
 
-from sglang_tok.tracefile import read
-from sglang_tok.workload import PlanSpec
+from sglang_tok.load.tracefile import read
+from sglang_tok.load.workload import PlanSpec
 
 PEER = "peer vllm"
 SYSTEMS = ["sglang-tok x1", "sglang-tok x2", PEER, "peer sglang"]

@@ -32,15 +32,15 @@ from tokenizers.decoders import DecodeStream
 
 from sglang_tok import protocol
 from sglang_tok.decoder import make_stream
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from sglang_tok.workload import PlanSpec, make_requests, schedule
 
 
 def texts() -> list[str]:
     try:
         from faker import Faker
     except ImportError:
-        from sglang_tok.workload import BUILTIN_TEXTS
+        from sglang_tok.load.workload import BUILTIN_TEXTS
         return BUILTIN_TEXTS
     out = []
     for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN"):

@@ -56,7 +56,7 @@ def corpus() -> str:
     try:
         from faker import Faker
     except ImportError:
-        from sglang_tok.workload import BUILTIN_TEXTS
+        from sglang_tok.load.workload import BUILTIN_TEXTS
         return "\n".join(BUILTIN_TEXTS * 400)
     parts = []
     for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN"):

@@ -42,6 +42,7 @@ from sglang_tok.ring import link
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok.decoder import ByteStream
+from sglang_tok.load.workload import BUILTIN_TEXTS
 from sglang_tok.parsers import (
     FORMATS,
     ParsedDelta,
@@ -54,7 +55,6 @@ from sglang_tok.protocol import Batch, Delta, Open, decode_batch
 from sglang_tok.scheduler import encode_step
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from sglang_tok.workload import BUILTIN_TEXTS
 
 CODE = ["def area(r: float) -> float:\n    return 3.14159 * r ** 2  # 🙂\n",
         "for (let i = 0; i < n; i++) { console.log(`值 ${i}`); }",

@@ -41,9 +41,9 @@ from sglang_tok.shards.main import Shard
 
 from sglang_tok import protocol
 from sglang_tok.config import Config, finalize
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule
 from sglang_tok.process import Status, service_roles
 from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.workload import PlanSpec, make_requests, schedule
 
 CORES = (2, 4, 8, 16, 64)
 

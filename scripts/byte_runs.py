@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from tokenizers import Tokenizer, decoders, models, normalizers, trainers  # noqa: E402
 from tokenizers.decoders import DecodeStream  # noqa: E402
 
-from sglang_tok.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
+from sglang_tok.testing.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
 
 LOCALES = ("en_US", "zh_CN", "ja_JP", "ko_KR", "ru_RU", "ar_AA", "hi_IN", "th_TH", "el_GR",
            "he_IL")

@@ -3,7 +3,8 @@
 
     python scripts/faults.py --seconds 60 --kills 6
 
-Streams a synthetic workload into a real service (2 shards) at a steady pace, kills a
+Streams a synthetic workload into a real service (2 shards; `--service-args "--shards 4"`
+runs 4, the barrier counts what the service reports on /health) at a steady pace, kills a
 random process kind at random moments, then waits for everything to settle and prints:
 faults injected by kind; requests completed exact, failed with a terminal error, lost
 (no last delta: must be 0), wrong (a last delta without error whose text is not exact);
@@ -30,10 +31,10 @@ from typing import Any
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+from sglang_tok.load.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
 from sglang_tok.protocol import EGRESS  # noqa: E402
-from sglang_tok.testing import Service  # noqa: E402
+from sglang_tok.testing.service import Service  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402
-from sglang_tok.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
 
 
 def pick_victim(svc: Service, kind: str) -> int | None:
@@ -123,6 +124,7 @@ def main() -> int:
     steps = list(schedule(reqs, spec.concurrency, a.seed))
     svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-faults-")), shards=2,
                   args=a.service_args.split()).start()
+    print(f"service: {svc.shards} shards (its /health)", flush=True)
     kinds = a.kinds.split(",")
     kill_at = sorted(random.uniform(0.1, 0.9) * len(steps) for _ in range(a.kills))
     injected: Counter[str] = Counter()

@@ -25,8 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from sglang_tok.fuzzing import dropped, fuzz_round, tracebacks  # noqa: E402
-from sglang_tok.testing import Service  # noqa: E402
+from sglang_tok.testing.fuzzing import dropped, fuzz_round, tracebacks  # noqa: E402
+from sglang_tok.testing.service import Service  # noqa: E402
 
 
 def main() -> int:

@@ -29,15 +29,15 @@ import psutil  # noqa: E402
 
 from sglang_tok import protocol  # noqa: E402
 from sglang_tok.client import Frontend, Scheduler  # noqa: E402
-from sglang_tok.testing import Service  # noqa: E402
-from sglang_tok.tokenizer import TokenizerInfo, load  # noqa: E402
-from sglang_tok.workload import (  # noqa: E402
+from sglang_tok.load.workload import (  # noqa: E402
     PlannedRequest,
     PlanSpec,
     make_requests,
     schedule,
     verify,
 )
+from sglang_tok.testing.service import Service  # noqa: E402
+from sglang_tok.tokenizer import TokenizerInfo, load  # noqa: E402
 
 
 def rss_mib(svc: Service) -> float:

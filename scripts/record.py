@@ -23,8 +23,8 @@ sys.path.insert(0, HERE)  # a sibling script module, when imported from elsewher
 
 from sglang_tok.ring.sockets import make_socket  # noqa: E402
 
+from sglang_tok.load.tracefile import TraceWriter  # noqa: E402
 from sglang_tok.scheduler import Scheduler  # noqa: E402
-from sglang_tok.tracefile import TraceWriter  # noqa: E402
 
 
 def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepseek-v4",

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from sglang_tok import protocol
 from sglang_tok.client import Frontend
-from sglang_tok.frame_latency import DeltaMap
+from sglang_tok.load.frame_latency import DeltaMap
+from sglang_tok.load.tracefile import Trace, read, requests
+from sglang_tok.load.workload import verify
+from sglang_tok.testing.service import report_shards, wait_healthy
 from sglang_tok.tokenizer import load
-from sglang_tok.tracefile import Trace, read, requests
-from sglang_tok.workload import verify
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -71,19 +72,22 @@ class Target:
                 self.proc.kill()
 
 
-def start_service(shards: int, tokenizer: str, workdir: Path, extra: list[str] = ()) -> Target:  # type: ignore[assignment]
+def start_service(shards: int, tokenizer: str, workdir: Path,
+                  extra: Sequence[str] = ()) -> Target:
+    """`sglang-tok serve --shards N` plus `extra` flags; the barrier's shard count is the one
+    the service reports on /health (a `--shards` in `extra` wins in `serve`)."""
     rt = Path(tempfile.mkdtemp(prefix=f"svc{shards}-", dir=workdir))
     inp, out = f"ipc://{rt}/input.ipc", f"ipc://{workdir}/front.ipc"
     cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
            "--tokenizer", tokenizer, "--runtime-dir", str(rt), "--http", "127.0.0.1:0",
            "--input", inp, "--output", out, "--log-level", "WARNING", *extra]
     proc = subprocess.Popen(cmd)
-    deadline = time.monotonic() + 60
-    while not (rt / "http.port").exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("service failed to start")
-        time.sleep(0.05)
-    return Target(inp, out, shards, proc)
+    try:
+        report = wait_healthy(proc, rt, timeout=60)
+    except (RuntimeError, TimeoutError) as exc:
+        Target(inp, out, shards, proc).stop()
+        raise RuntimeError(f"service failed to start: {exc}") from exc
+    return Target(inp, out, report_shards(report), proc)
 
 
 def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import psutil
 
-from sglang_tok.testing import Service
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import load
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 
 def shard_stats(svc: Service) -> list[tuple[int, int]]:

@@ -18,9 +18,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from sglang_tok.load.tracefile import TraceWriter
+from sglang_tok.load.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule
 from sglang_tok.tokenizer import load
-from sglang_tok.tracefile import TraceWriter
-from sglang_tok.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule
 
 LOCALES = ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN")
 EXTRA = [

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from .config import default_shards
-from .testing import Service
+from .load.workload import PlanSpec, make_requests, schedule, verify
+from .testing.service import Service
 from .tokenizer import load
-from .workload import PlanSpec, make_requests, schedule, verify
 
 
 def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> int:
@@ -48,7 +48,7 @@ def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> 
         problems = [p for r in reqs for p in verify(r, front.requests.get(r.rid), info)]
         for r in reqs[:3]:
             print(f"  {r.rid}: {front.requests[r.rid].text[:70]!r}")
-        print(f"{len(reqs)} requests, {tokens} tokens through {shards} shards in "
+        print(f"{len(reqs)} requests, {tokens} tokens through {svc.shards} shards in "
               f"{elapsed:.2f}s ({tokens / elapsed:,.0f} tokens/s incl. the client)")
         print(f"exact: {len(reqs) - len({p.split(':')[0] for p in problems})}/{len(reqs)}; "
               f"protocol violations: {len(front.violations)}")

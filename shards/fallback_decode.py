@@ -235,18 +235,8 @@ def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel
     seg_run = tab.kind[tid] == BYTE
     src = tab.data
     if run_len.any():  # the open runs as one more segment in front of each row's ids
-        width = run_bytes.shape[1]
-        src = np.concatenate((tab.data, run_bytes.reshape(-1)))
-        firsts = id_starts[:-1] + np.arange(n)
-        mask = np.ones(len(ids) + n, bool)
-        mask[firsts] = False
-        off = np.empty(len(ids) + n, np.int64)
-        size = np.empty(len(ids) + n, np.int64)
-        run = np.empty(len(ids) + n, bool)
-        off[firsts], size[firsts], run[firsts] = len(tab.data) + np.arange(n) * width, run_len, True
-        off[mask], size[mask], run[mask] = seg_off, seg_size, seg_run
-        seg_off, seg_size, seg_run = off, size, run
-        row_bytes = np.add.reduceat(size, firsts) if n else np.zeros(0, np.int64)
+        src, seg_off, seg_size, seg_run, row_bytes = _runs_in_front(
+            tab, id_starts, run_bytes, run_len, seg_off, seg_size, seg_run)
     else:
         total = starts_of(seg_size)
         row_bytes = total[id_starts[1:]] - total[id_starts[:-1]]
@@ -257,19 +247,8 @@ def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel
     held_data = np.zeros(0, np.uint8)
     run_at = None
     if seg_run.any():
-        run_at = np.repeat(seg_run, seg_size)
-        # per byte: 1 + the position of the last text byte at or before it (0: none)
-        last_text = np.maximum.accumulate(np.where(run_at, 0, np.arange(1, len(buf) + 1)))
-        tail_from = np.maximum(last_text[np.maximum(ends - 1, 0)], starts)
-        held = np.where(ends > starts, ends - tail_from, 0)
-        if held.any():  # each row's trailing run: held for the slot, not sent
-            drop = ragged_index(ends - held, held)
-            held_data = buf[drop]
-            keep = np.ones(len(buf), bool)
-            keep[drop] = False
-            buf, run_at = buf[keep], run_at[keep]
-            kept_before = starts_of(keep.astype(np.int64))
-            starts, ends = kept_before[starts], kept_before[ends]
+        buf, run_at, starts, ends, held, held_data = _hold_trailing_runs(
+            buf, seg_run, seg_size, starts, ends)
     cuts = np.empty(n + 1, np.int64)
     cuts[0] = 0
     cuts[1:] = ends
@@ -283,13 +262,8 @@ def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel
             buf, cuts = _replace_invalid_runs(raw, buf, run_at, cuts)
             raw = buf.tobytes()
     if tab.strip and len(buf) and not started.all():
-        lead = buf[np.minimum(cuts[:-1], len(buf) - 1)]
-        strip_rows = np.flatnonzero(~started & sent & (lead == 0x20))
-        if len(strip_rows):
-            keep = np.ones(len(buf), bool)
-            keep[cuts[strip_rows]] = False
-            buf = buf[keep]
-            cuts = starts_of(keep.astype(np.int64))[cuts]
+        buf, cuts, stripped = _strip_first_space(buf, cuts, started, sent)
+        if stripped:
             raw = buf.tobytes()
     text = raw.decode()
     if len(text) == len(raw):  # ASCII: characters are bytes
@@ -301,6 +275,62 @@ def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel
     if (skip.astype(bool) & sent).any():
         text, buf, cuts, chars, new_skip, parts = _pass_over(text, chars, skip)
     return FallbackDecoded(text, buf, cuts, chars, held_data, held, new_started, new_skip, parts)
+
+
+def _runs_in_front(tab: FallbackTable, id_starts: I64, run_bytes: U8, run_len: I64,
+                   seg_off: I64, seg_size: I64,
+                   seg_run: B) -> tuple[U8, I64, I64, B, I64]:
+    """Each row's open run as one more segment in front of its ids' segments: the bytes the
+    segments index (the table's, then the runs'), each segment's offset, size and whether
+    it is a byte run, and each row's byte count."""
+    n = len(id_starts) - 1
+    n_ids = len(seg_off)
+    width = run_bytes.shape[1]
+    src = np.concatenate((tab.data, run_bytes.reshape(-1)))
+    firsts = id_starts[:-1] + np.arange(n)
+    mask = np.ones(n_ids + n, bool)
+    mask[firsts] = False
+    off = np.empty(n_ids + n, np.int64)
+    size = np.empty(n_ids + n, np.int64)
+    run = np.empty(n_ids + n, bool)
+    off[firsts], size[firsts], run[firsts] = len(tab.data) + np.arange(n) * width, run_len, True
+    off[mask], size[mask], run[mask] = seg_off, seg_size, seg_run
+    row_bytes = np.add.reduceat(size, firsts) if n else np.zeros(0, np.int64)
+    return src, off, size, run, row_bytes
+
+
+def _hold_trailing_runs(buf: U8, seg_run: B, seg_size: I64, starts: I64,
+                        ends: I64) -> tuple[U8, B, I64, I64, I64, U8]:
+    """Each row's trailing byte run is held for its slot, not sent: the bytes left, which of
+    them are run bytes, the rows' new starts and ends, the held count per row and the held
+    bytes."""
+    held_data = np.zeros(0, np.uint8)
+    run_at = np.repeat(seg_run, seg_size)
+    # per byte: 1 + the position of the last text byte at or before it (0: none)
+    last_text = np.maximum.accumulate(np.where(run_at, 0, np.arange(1, len(buf) + 1)))
+    tail_from = np.maximum(last_text[np.maximum(ends - 1, 0)], starts)
+    held = np.where(ends > starts, ends - tail_from, 0)
+    if held.any():
+        drop = ragged_index(ends - held, held)
+        held_data = buf[drop]
+        keep = np.ones(len(buf), bool)
+        keep[drop] = False
+        buf, run_at = buf[keep], run_at[keep]
+        kept_before = starts_of(keep.astype(np.int64))
+        starts, ends = kept_before[starts], kept_before[ends]
+    return buf, run_at, starts, ends, held, held_data
+
+
+def _strip_first_space(buf: U8, cuts: I64, started: B, sent: B) -> tuple[U8, I64, bool]:
+    """A row that sends its first text drops that text's leading space (the tokenizer's
+    Strip decoder): the bytes and cuts after, and whether any row had one."""
+    lead = buf[np.minimum(cuts[:-1], len(buf) - 1)]
+    strip_rows = np.flatnonzero(~started & sent & (lead == 0x20))
+    if not len(strip_rows):
+        return buf, cuts, False
+    keep = np.ones(len(buf), bool)
+    keep[cuts[strip_rows]] = False
+    return buf[keep], starts_of(keep.astype(np.int64))[cuts], True
 
 
 def _replace_invalid_runs(raw: bytes, buf: U8, run_at: B, cuts: I64) -> tuple[U8, I64]:

@@ -127,16 +127,16 @@ class PlainDecoder:
 
     def _arrays(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts | None:
         pend_len = state.pend_len[slots]
-        d = decode_rows(self.flat, ids, id_starts, state.table_sel[slots],
-                        state.pending[slots], pend_len, state.skip[slots] > 0)
-        if d is None:
+        decoded = decode_rows(self.flat, ids, id_starts, state.table_sel[slots],
+                              state.pending[slots], pend_len, state.skip[slots] > 0)
+        if decoded is None:
             return None
-        state.pend_len[slots] = d.held
-        if len(d.held_data):
-            rows = np.flatnonzero(d.held)
-            dest = ragged_index(slots[rows] * PENDING, d.held[rows])
-            state.pending.reshape(-1)[dest] = d.held_data
-        return PlainTexts(d.text, d.chars, d.parts, d.buf.tobytes())
+        state.pend_len[slots] = decoded.held
+        if len(decoded.held_data):
+            rows = np.flatnonzero(decoded.held)
+            dest = ragged_index(slots[rows] * PENDING, decoded.held[rows])
+            state.pending.reshape(-1)[dest] = decoded.held_data
+        return PlainTexts(decoded.text, decoded.chars, decoded.parts, decoded.buf.tobytes())
 
     def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         """Row by row, in order, as `ByteStream.push` (the reference) does it."""
@@ -148,18 +148,18 @@ class PlainDecoder:
         pend: dict[int, bytes] = {}  # slot -> pending bytes, as this message leaves them
         skips: dict[int, bool] = {}
         texts: list[str] = []
-        for r, slot in enumerate(slot_list):
-            table = tables[sel[r]]
-            a, b = st[r], st[r + 1]
+        for row, slot in enumerate(slot_list):
+            table = tables[sel[row]]
+            a, b = st[row], st[row + 1]
             data = table[id_list[a]] if b - a == 1 else b"".join([table[x] for x in id_list[a:b]])
             held = pend.get(slot)
             if held is None:
-                held = pending[slot, :pend_len[r]].tobytes() if pend_len[r] else b""
+                held = pending[slot, :pend_len[row]].tobytes() if pend_len[row] else b""
             if held:
                 data = held + data
             text, used = utf_8_decode(data, "replace", False)
             pend[slot] = data[used:] if used != len(data) else b""
-            if skips.get(slot, skip[r]) and text:
+            if skips.get(slot, skip[row]) and text:
                 text = text[1:]
                 skips[slot] = False
             texts.append(text)

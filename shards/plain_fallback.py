@@ -48,13 +48,13 @@ class FallbackStream:
         safe = np.array([i if 0 <= i < stride - 1 else stride - 1 for i in ids], np.int64)
         run = np.frombuffer(self.run, np.uint8).reshape(1, -1) if self.run else \
             np.zeros((1, 1), np.uint8)
-        d = decode_rows_loop(self.tab, safe, np.array([0, len(ids)], np.int64),
-                             np.array([self.sel], np.int64), run,
-                             np.array([len(self.run)], np.int64),
-                             np.array([self.started], bool), np.array([self.skip], np.int64))
-        self.run = d.held_data.tobytes()
-        self.started, self.skip = bool(d.started[0]), int(d.skip[0])
-        return d.text
+        decoded = decode_rows_loop(self.tab, safe, np.array([0, len(ids)], np.int64),
+                                   np.array([self.sel], np.int64), run,
+                                   np.array([len(self.run)], np.int64),
+                                   np.array([self.started], bool), np.array([self.skip], np.int64))
+        self.run = decoded.held_data.tobytes()
+        self.started, self.skip = bool(decoded.started[0]), int(decoded.skip[0])
+        return decoded.text
 
     def push_one(self, tid: int) -> str:
         return self.push([tid])
@@ -117,28 +117,28 @@ class FallbackPlainDecoder:
         state.completion[slots] += counts
         args = (self.tab, ids, id_starts, state.table_sel[slots], state.pending[slots],
                 state.pend_len[slots], state.started[slots].astype(bool), state.skip[slots])
-        d = decode_rows_fallback(*args) if len(slots) >= self.min_rows else \
+        decoded = decode_rows_fallback(*args) if len(slots) >= self.min_rows else \
             decode_rows_loop(*args)
-        self._store(state, slots, d)
-        return PlainTexts(d.text, d.chars, d.parts, d.buf.tobytes())
+        self._store(state, slots, decoded)
+        return PlainTexts(decoded.text, decoded.chars, decoded.parts, decoded.buf.tobytes())
 
-    def _store(self, state: Slots, slots: I64, d: FallbackDecoded) -> None:
-        state.started[slots] = d.started
-        state.skip[slots] = d.skip
-        state.pend_len[slots] = d.held
-        if len(d.held_data):
-            state.widen(int(d.held.max()))
-            rows = np.flatnonzero(d.held)
-            dest = ragged_index(slots[rows] * state.pending.shape[1], d.held[rows])
-            state.pending.reshape(-1)[dest] = d.held_data
+    def _store(self, state: Slots, slots: I64, decoded: FallbackDecoded) -> None:
+        state.started[slots] = decoded.started
+        state.skip[slots] = decoded.skip
+        state.pend_len[slots] = decoded.held
+        if len(decoded.held_data):
+            state.widen(int(decoded.held.max()))
+            rows = np.flatnonzero(decoded.held)
+            dest = ragged_index(slots[rows] * state.pending.shape[1], decoded.held[rows])
+            state.pending.reshape(-1)[dest] = decoded.held_data
 
     def _one_by_one(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         texts: list[str] = []
-        for r in range(len(slots)):
-            one = slots[r:r + 1]
-            a, b = int(id_starts[r]), int(id_starts[r + 1])
-            texts.append(self.decode(state, one, ids[a:b], np.array([0, b - a], np.int64),
-                                     True).text)
+        for row in range(len(slots)):
+            one = slots[row:row + 1]
+            id_from, id_to = int(id_starts[row]), int(id_starts[row + 1])
+            texts.append(self.decode(state, one, ids[id_from:id_to],
+                                     np.array([0, id_to - id_from], np.int64), True).text)
         joined = "".join(texts)
         chars = np.concatenate(([0], np.cumsum([len(t) for t in texts]))).astype(np.int64)
         return PlainTexts(joined, chars, texts, joined.encode())

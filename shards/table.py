@@ -187,22 +187,23 @@ class RidTable:
         if len(msg.slots) < self.small_rows and self._on_small(msg, out):
             return
         slots = msg.slots.astype(np.int64)
-        sp = msg.sparse
-        n = len(slots)
-        if sp.counts:
-            id_starts = starts_of(np.frombuffer(sp.counts, np.uint32).astype(np.int64))
+        sparse = msg.sparse
+        n_rows = len(slots)
+        if sparse.counts:
+            id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64))
         else:
-            id_starts = np.arange(n + 1, dtype=np.int64)
-        for row, rid, prompt, cached in sp.new:
+            id_starts = np.arange(n_rows + 1, dtype=np.int64)
+        for row, rid, prompt, cached in sparse.new:
             self._bind(int(slots[row]), rid, prompt, cached, out)
-        self.counters.rows += n
+        self.counters.rows += n_rows
         self.counters.tokens += len(msg.ids)
-        kinds = self.state.kind[slots] if n else np.zeros(0, np.uint8)
+        kinds = self.state.kind[slots] if n_rows else np.zeros(0, np.uint8)
         distinct = self.state.marks.distinct(slots, self.state.capacity)
         plain = kinds == PLAIN
-        special = np.zeros(n, bool)  # rows for the per-row path whatever their request
-        ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
-        fams = _Families(sp.families, n)
+        special = np.zeros(n_rows, bool)  # rows for the per-row path whatever their request
+        ends = {row: (fin, prompt, cached, reasoning)
+                for row, fin, prompt, cached, reasoning in sparse.ends}
+        fams = _Families(sparse.families, n_rows)
         quick_ends: list[int] = []
         if ends:
             end_rows = np.fromiter(ends, np.int64, len(ends))
@@ -210,8 +211,8 @@ class RidTable:
             plain[end_rows] = False
             if not distinct:
                 _late_after_end(slots, end_rows, plain, special)
-            quick_ends = [r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
-                          if special[r] and not isinstance(ends[r][0].get("matched"), str)]
+            quick_ends = [row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
+                          if special[row] and not isinstance(ends[row][0].get("matched"), str)]
             special[quick_ends] = False
         rows_out = _RowsOut(out, msg, id_starts, fams)
         plain_rows = np.flatnonzero(plain)
@@ -227,7 +228,7 @@ class RidTable:
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
         ran = self._row_path(others, slots, msg, id_starts, ends, fams, out) if len(others) \
             else 0
-        self.counters.late_rows += n - len(plain_rows) - len(quick_ends) - ran
+        self.counters.late_rows += n_rows - len(plain_rows) - len(quick_ends) - ran
 
 
     def _on_small(self, msg: Arrays, out: Sink) -> bool:
@@ -309,14 +310,14 @@ class RidTable:
         out of the text, usage; from the slot's arrays, with no Request built."""
         assert self.plain is not None
         state, st = self.state, id_starts.tolist()
-        for r in rows:
-            slot = int(slots[r])
+        for row in rows:
+            slot = int(slots[row])
             rid = state.rids[slot]
             if rid is None:  # ended by an earlier row of this message (a stop string)
                 self.counters.late_rows += 1
                 continue
-            fin, prompt, cached, reasoning = ends[r]
-            row_ids = msg.ids[st[r]:st[r + 1]].tolist()
+            fin, prompt, cached, reasoning = ends[row]
+            row_ids = msg.ids[st[row]:st[row + 1]].tolist()
             opts = self.opts.get(slot)
             decode_ids = row_ids
             if row_ids and not (opts is not None and opts.no_stop_trim) and \
@@ -324,11 +325,11 @@ class RidTable:
                 decode_ids = row_ids[:-1]
             text = self.plain.finish(state, slot, decode_ids)
             completion = int(state.completion[slot]) + len(row_ids)
-            d = Delta(rid, text, row_ids, finish=fin,
-                      usage=Usage(prompt, completion, prompt + completion, cached, reasoning))
-            if fams.carries(r):
-                d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
-            out.append(d)
+            delta = Delta(rid, text, row_ids, finish=fin,
+                          usage=Usage(prompt, completion, prompt + completion, cached, reasoning))
+            if fams.carries(row):
+                delta.logprobs, delta.top_logprobs, delta.token_ids_logprobs = fams.extras(row)
+            out.append(delta)
             self._finish(rid, False, completion, reasoning)
 
     def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64,
@@ -355,22 +356,22 @@ class RidTable:
         objs, rids, vocab = self.state.objs, self.state.rids, self.info.vocab_size
         carrying = fams.get().carrying.tolist() if fams.families else None
         ran = 0
-        for r, slot in zip(rows.tolist(), slots[rows].tolist()):
+        for row, slot in zip(rows.tolist(), slots[rows].tolist()):
             req = objs[slot]
             if req is None:
                 if rids[slot] is None:
                     continue  # ended earlier in this message (a stop string), or never bound
                 req = self._as_request(slot)
-            end = ends.get(r)
+            end = ends.get(row)
             if end is None:
                 fin, prompt, cached = None, req.prompt_tokens, req.cached_tokens
-                why = req.reasoning_tokens if reasoning is None else reasoning[r]
+                why = req.reasoning_tokens if reasoning is None else reasoning[row]
             else:
                 fin, prompt, cached, why = end
             lp = top = tid = None
-            if carrying is not None and carrying[r]:
-                lp, top, tid = fams.extras(r)
-            row_ids = ids[st[r]:st[r + 1]]
+            if carrying is not None and carrying[row]:
+                lp, top, tid = fams.extras(row)
+            row_ids = ids[st[row]:st[row + 1]]
             safe = None
             if row_ids and (min(row_ids) < 0 or max(row_ids) >= vocab):
                 safe = [i if 0 <= i < vocab else vocab for i in row_ids]
@@ -465,12 +466,12 @@ def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
     """Rows after their request's last row in the same message (no scheduler sends one;
     a fuzzed frame may, even a second last row) are late: neither path sees them."""
     first_end: dict[int, int] = {}
-    for r, slot in zip(end_rows.tolist(), slots[end_rows].tolist()):
-        if slot not in first_end or r < first_end[slot]:
-            first_end[slot] = r
-    for r in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
-        if r > first_end[int(slots[r])]:
-            plain[r] = special[r] = False
+    for row, slot in zip(end_rows.tolist(), slots[end_rows].tolist()):
+        if slot not in first_end or row < first_end[slot]:
+            first_end[slot] = row
+    for row in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
+        if row > first_end[int(slots[row])]:
+            plain[row] = special[row] = False
 
 
 class _RowsOut:
@@ -504,20 +505,20 @@ class _RowsOut:
             return
         flat = row_ids.tolist()
         cuts = starts_of(counts).tolist()
-        for j, (rid, text, r) in enumerate(zip(rids, texts.texts(), rows.tolist())):
-            d = Delta(rid, text, flat[cuts[j]:cuts[j + 1]])
-            if fams.carries(r):
-                d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
-            out.append(d)
+        for j, (rid, text, row) in enumerate(zip(rids, texts.texts(), rows.tolist())):
+            delta = Delta(rid, text, flat[cuts[j]:cuts[j + 1]])
+            if fams.carries(row):
+                delta.logprobs, delta.top_logprobs, delta.token_ids_logprobs = fams.extras(row)
+            out.append(delta)
 
 
     def _logprobs(self, out: ColumnsOut, rows: I64, base: int) -> None:
         """Only the rows that carry values cost a Python step."""
         fams = self.fams.get()
         for j in np.flatnonzero(fams.carrying[rows]).tolist():
-            r = int(rows[j])
+            row = int(rows[j])
             for field in FIELDS.values():
-                val = fams.row(field, r)
+                val = fams.row(field, row)
                 if val is not None:
                     out.add_sparse(field, base + j, val)
 
@@ -574,12 +575,12 @@ class _Families:
             self._read = RowFamilies(self.families, self.rows)
         return self._read
 
-    def carries(self, r: int) -> bool:
-        return bool(self.families) and bool(self.get().carrying[r])
+    def carries(self, row: int) -> bool:
+        return bool(self.families) and bool(self.get().carrying[row])
 
-    def extras(self, r: int) -> tuple[Any, Any, Any]:
+    def extras(self, row: int) -> tuple[Any, Any, Any]:
         fams = self.get()
-        lp, top, tid = (fams.row(f, r) for f in FIELDS.values())
+        lp, top, tid = (fams.row(f, row) for f in FIELDS.values())
         return lp, top, tid
 
 

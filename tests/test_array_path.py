@@ -25,9 +25,9 @@ from sglang_tok.shards.table import RidTable, plain_decoder
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
 from sglang_tok.decoder import ByteStream
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 
 @functools.cache

@@ -14,9 +14,9 @@ from sglang_tok.egress.split import LocalRoute
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok import protocol
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Columns, Delta, Deltas, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 INFO: TokenizerInfo = load("deepseek-v4")
 

@@ -137,7 +137,7 @@ def test_invalid_bytes_then_more_invalid_bytes_do_not_grow_work() -> None:
 # Llama-2-style tokenizers (Metaspace + ByteFallback) spell rare characters as runs of
 # <0xNN> ids, which `tokenizers` decodes all-or-nothing: the window path holds an open run
 # and must release everything before it, and attribution must be per character.
-from sglang_tok.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
+from sglang_tok.testing.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
 
 FALLBACK = ["metaspace_byte_fallback", "unigram_byte_fallback"]
 RARE = ["🚶\ufe0f", "🚶", "\ufe0f", "\u200d", "👩\u200d👩\u200d👧\u200d👦", "🧑🏾\u200d💻", "🇯🇵",

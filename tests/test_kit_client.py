@@ -11,11 +11,11 @@ import pytest
 
 from sglang_tok import protocol
 from sglang_tok.client import IDLE_TIMEOUT_ERROR, QUEUE_LIMIT_ERROR, Client, RequestStream
+from sglang_tok.load.workload import PlannedRequest, PlanSpec, expected, make_requests
 from sglang_tok.protocol import Delta
 from sglang_tok.scheduler import Scheduler
-from sglang_tok.testing import Service
+from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.workload import PlannedRequest, PlanSpec, expected, make_requests
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +212,7 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     from sglang_tok.egress.split import LocalRoute
     from sglang_tok.shards.table import RidTable
 
-    from sglang_tok.workload import PlanSpec, make_requests, schedule
+    from sglang_tok.load.workload import PlanSpec, make_requests, schedule
 
     spec = PlanSpec(requests=80, concurrency=30, ids_per_row=(1, 3), min_tokens=2,
                     max_tokens=20, logprob_share=0.3, stop_share=0.1, options_share=0.2,

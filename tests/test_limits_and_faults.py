@@ -129,7 +129,7 @@ def test_double_fault_shard_then_egress_leaves_no_request_waiting(tmp_path: Path
                                                                   gap_s: float) -> None:
     """A shard dies, then the egress, before the shard's error deltas left it: the
     replacement egress finds the dead shard's rids in the journal and fails them."""
-    from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
+    from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
     svc = Service(tmp_path, shards=2).start()
     try:
         spec = PlanSpec(requests=120, concurrency=120, min_tokens=30, max_tokens=30, seed=4)

@@ -21,7 +21,7 @@ def test_wheel_installs_only_sglang_tok_at_the_top_level(tmp_path: Path) -> None
     tops = {n.split("/")[0] for n in names}
     assert "sglang_tok" in tops
     assert all(t == "sglang_tok" or t.endswith(".dist-info") for t in tops), tops
-    for sub in ("ring", "egress", "shards", "encoders", "parsers"):
+    for sub in ("ring", "egress", "shards", "encoders", "parsers", "testing", "load"):
         assert f"sglang_tok/{sub}/__init__.py" in names, sub
     assert "sglang_tok/py.typed" in names
     site = tmp_path / "site"

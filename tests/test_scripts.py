@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tok.tracefile import read, requests
+from sglang_tok.load.tracefile import read, requests
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
@@ -96,8 +96,8 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     ended (later rows give no delta) must not turn request lifetimes into frame latencies:
     mapping a rid's k-th row to its k-th delta gave a p99.9 of whole lifetimes here."""
     from sglang_tok import protocol
+    from sglang_tok.load.workload import expected
     from sglang_tok.tokenizer import load
-    from sglang_tok.workload import expected
 
     trace = tmp_path / "t.trace"
     assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "120", "--concurrency",
@@ -139,7 +139,7 @@ def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
     """The frame each delta answers, and frames in flight, on hand-made frames and outputs
     (DELTAS and COLUMNS messages)."""
     from sglang_tok import protocol
-    from sglang_tok.frame_latency import DeltaMap
+    from sglang_tok.load.frame_latency import DeltaMap
     from sglang_tok.protocol import Delta, Deltas
 
     def batch(*rows: tuple[str, dict | None]) -> bytes:

@@ -13,8 +13,8 @@ import pytest
 from service import Service
 
 from sglang_tok import protocol
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 INFO: TokenizerInfo = load("deepseek-v4")
 
@@ -287,3 +287,28 @@ def test_each_shard_start_is_logged_once(service: Service) -> None:
     logs = service.log_path.read_text()
     for k in range(service.shards):
         assert len(re.findall(rf"shard {k} \(pid \d+\) started", logs)) == 1, logs[-3000:]
+
+
+def test_the_harness_takes_the_shard_count_from_the_service(tmp_path: Path) -> None:
+    """A `--shards` among the flags passed through to `serve` wins there; the harness must
+    barrier on the PONGs of every shard the service runs, as its /health reports them
+    (issue 19: `faults.py --service-args "--shards 4"` waited for 2 and judged too early)."""
+    svc = Service(tmp_path, shards=1, args=["--shards", "3"]).start()
+    try:
+        assert svc.shards == 3 == svc.health()[1]["shards"]
+        spec = PlanSpec(requests=60, concurrency=30, seed=19)
+        reqs = make_requests(INFO, spec)
+        last_shard = svc.child_pid(3)  # slot k + 1 is shard k
+        os.kill(last_shard, signal.SIGSTOP)  # well under --heartbeat-timeout
+        try:
+            svc.send_steps(schedule(reqs, spec.concurrency, spec.seed))
+            with pytest.raises(TimeoutError):
+                svc.barrier(timeout=1.0)  # shard 2 cannot answer: no barrier yet
+        finally:
+            os.kill(last_shard, signal.SIGCONT)
+        svc.barrier()
+        problems = [p for r in reqs for p in verify(r, svc.front.requests.get(r.rid), INFO)]
+        assert not problems, problems[:10]
+        assert {svc.front.requests[r.rid].shard for r in reqs} == {0, 1, 2}
+    finally:
+        svc.stop()

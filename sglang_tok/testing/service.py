@@ -5,6 +5,11 @@ same way (a subprocess of `sglang-tok serve` on a fresh runtime directory, ready
 `http.port` file exists and `/health` answers 200), barrier the same way (PING/PONG), and
 send synthetic steps the same way (`send_steps`). Nothing here is mocked: it is the
 installed service, as a deployment runs it.
+
+What the harness knows of the service's shape (how many shards, so how many PONGs a
+barrier waits for) it reads from the service's own `/health` once it is up
+(`wait_healthy`), never from the flags it meant to pass: a `--shards` among the extra flags
+wins in `serve`, and a barrier that waited for fewer PONGs would judge too early.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from typing import IO, Any
 
 import psutil
 
-from .client import Frontend, barrier
-from .scheduler import Scheduler
-from .workload import Step
+from ..client import Frontend, barrier
+from ..load.workload import Step
+from ..scheduler import Scheduler
 
 
 class Service:
@@ -33,7 +38,8 @@ class Service:
 
     With `frontend=False` nothing binds the output endpoint: the caller binds it (e.g.
     with the asyncio `Client`) before or after `start()`; the service's PUSH connects
-    either way.
+    either way. `shards` is the `--shards` flag asked for; once started, `self.shards` is
+    the count the service reports on `/health` (extra `args` may hold another `--shards`).
     """
 
     def __init__(self, tmp: Path, shards: int = 2, args: list[str] | None = None,
@@ -71,37 +77,26 @@ class Service:
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Return once the HTTP port is published and /health says every process is up."""
+        """Return once the HTTP port is published and /health says every process is up;
+        take the shard count from that report."""
         assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        port_file = self.runtime / "http.port"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited {self.proc.returncode}:\n{self.logs()}")
-            if port_file.exists() and self.health()[0] == 200:
-                return
-            time.sleep(0.1)
-        raise TimeoutError(f"service not ready in {timeout}s:\n{self.logs()}")
+        report = wait_healthy(self.proc, self.runtime, timeout, self.logs)
+        self.shards = report_shards(report)
 
     @property
     def port(self) -> int:
         return int((self.runtime / "http.port").read_text())
 
     def get(self, path: str) -> tuple[int, str]:
+        """(status, body); (0, why) while no HTTP process has published its port."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-        except (urllib.error.URLError, OSError) as exc:
+            port = self.port
+        except OSError as exc:  # http.port is gone while the HTTP process restarts
             return 0, str(exc)
+        return http_get(port, path)
 
     def health(self) -> tuple[int, dict[str, Any]]:
-        code, body = self.get("/health")
-        try:
-            return code, json.loads(body)
-        except ValueError:
-            return code, {}
+        return _report(*self.get("/health"))
 
     def metrics(self) -> dict[str, float]:
         code, body = self.get("/metrics")
@@ -191,6 +186,55 @@ class Service:
             self.log.close()
             self.log = None
         return rc
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """GET a path of the service's HTTP process: (status, body); (0, why) when unreachable."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except (urllib.error.URLError, OSError) as exc:
+        return 0, str(exc)
+
+
+def _report(code: int, body: str) -> tuple[int, dict[str, Any]]:
+    """/health's answer: (status, report); the report is {} when it is not JSON."""
+    try:
+        return code, json.loads(body)
+    except ValueError:
+        return code, {}
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], runtime: Path, timeout: float = 60.0,
+                 logs: Callable[[], str] = lambda: "") -> dict[str, Any]:
+    """Wait until `serve` (started with `--runtime-dir runtime --http 127.0.0.1:0`) has
+    published its HTTP port and /health answers 200; return that report."""
+    deadline = time.monotonic() + timeout
+    port_file = runtime / "http.port"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"service exited {proc.returncode}:\n{logs()}")
+        try:
+            port = int(port_file.read_text())
+        except OSError:  # not published yet
+            port = 0
+        if port:
+            code, report = _report(*http_get(port, "/health"))
+            if code == 200:
+                return report
+        time.sleep(0.1)
+    raise TimeoutError(f"service not ready in {timeout}s:\n{logs()}")
+
+
+def report_shards(report: dict[str, Any]) -> int:
+    """How many shards the service runs, by its own /health report: the PONGs a barrier
+    needs are the egress's and these shards'."""
+    shards = report.get("shards")
+    if not isinstance(shards, int) or shards < 1:
+        raise RuntimeError(f"/health does not say how many shards run: {report}")
+    return shards
 
 
 def send_steps(sched: Scheduler, steps: Iterable[Step], front: Frontend | None = None,

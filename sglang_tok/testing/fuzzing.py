@@ -13,10 +13,10 @@ import msgspec
 from hypothesis import strategies as st
 
 from sglang_tok import protocol
+from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import FrameError
-from sglang_tok.testing import Service
+from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.workload import PlanSpec, make_requests, schedule, verify
 
 TAGS = [protocol.TAG_RESULT, protocol.TAG_BATCH, protocol.TAG_ERROR, protocol.TAG_OPEN,
         protocol.TAG_ABORT, protocol.TAG_PING]

@@ -7,7 +7,7 @@
 A frame is any protocol input frame, so a recorded trace of a real scheduler replays as
 is. What each request must produce is derived from the frames themselves (`requests`):
 its OPEN options, every id it received, and how it ended, fed to the protocol's
-reference (`sglang_tok.workload.expected`).
+reference (`sglang_tok.load.workload.expected`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sglang_tok import protocol
-from sglang_tok.workload import PlannedRequest
+from sglang_tok.load.workload import PlannedRequest
 
 MAGIC = b"SGTKTRC1"
 _REC = struct.Struct("<dI")

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import protocol
-from .tokenizer import TokenizerInfo
+from .. import protocol
+from ..tokenizer import TokenizerInfo
 
 BUILTIN_TEXTS = [
     "The detokenizer turns token ids into text, one step at a time, for every request.",
