@@ -36,31 +36,31 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     Rows are grouped by shard with one stable sort, so each shard's slots and ids are
     slices of two gathers, whatever the number of shards.
     """
-    h = batch.header
-    n = len(codes)
-    lens = h.tok_lens
-    one_each = lens.count(1) == n
-    fins = h.finish_reasons
-    end_rows = [] if fins.count(None) == n else list(compress(range(n), fins))
-    reasoning = np.array(h.reasoning_tokens, np.uint32) \
-        if h.reasoning_tokens.count(0) != n else None
+    header = batch.header
+    n_rows = len(codes)
+    lens = header.tok_lens
+    one_each = lens.count(1) == n_rows
+    fins = header.finish_reasons
+    end_rows = [] if fins.count(None) == n_rows else list(compress(range(n_rows), fins))
+    reasoning = np.array(header.reasoning_tokens, np.uint32) \
+        if header.reasoning_tokens.count(0) != n_rows else None
     if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
         # the frame's own ids buffer as is; slots by `array` (no numpy call for a small
         # frame, whose latency is per-call overheads)
-        sparse = _sparse_all(h, one_each, lens, new_rows, end_rows, reasoning,
+        sparse = _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
                              _families(batch, None))
         slots: npt.NDArray[np.uint32] | array[int] = \
-            array("I", map(SLOT_BITS.__rrshift__, codes)) if n < 64 else \
-            (np.fromiter(codes, np.int64, n) >> SLOT_BITS).astype(np.uint32)
+            array("I", map(SLOT_BITS.__rrshift__, codes)) if n_rows < 64 else \
+            (np.fromiter(codes, np.int64, n_rows) >> SLOT_BITS).astype(np.uint32)
         return [(0, link.arrays(stamp, slots, batch.data[:8 * batch.total_ids], sparse))]
-    code = np.fromiter(codes, np.int64, n)
+    code = np.fromiter(codes, np.int64, n_rows)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     shard_of = code & SHARD_MASK
     order = np.argsort(shard_of, kind="stable")
     per_shard = np.bincount(shard_of, minlength=SHARD_MASK + 1)  # LATE rows sort last
     first = starts_of(per_shard)
-    pos = np.empty(n, np.int64)  # frame row -> its row in its shard's message
-    pos[order] = np.arange(n) - first[shard_of[order]]
+    pos = np.empty(n_rows, np.int64)  # frame row -> its row in its shard's message
+    pos[order] = np.arange(n_rows) - first[shard_of[order]]
     slots = (code[order] >> SLOT_BITS).astype(np.uint32)
     if one_each:
         ids_sorted, id_first = ids[order], first
@@ -75,45 +75,45 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     shards_of_events = shard_of[[i for i, _ in new_rows] + end_rows].tolist() \
         if new_rows or end_rows else []
     out: list[tuple[int, bytes]] = []
-    for k in np.flatnonzero(per_shard[:nshards]).tolist():
-        a, b = int(first[k]), int(first[k + 1])
+    for shard in np.flatnonzero(per_shard[:nshards]).tolist():
+        row_from, row_to = int(first[shard]), int(first[shard + 1])
         sparse = Sparse()
         if counts is not None:
-            sparse.counts = counts[a:b].astype(np.uint32).tobytes()
+            sparse.counts = counts[row_from:row_to].astype(np.uint32).tobytes()
         if shards_of_events:
-            _events(sparse, h, k, shards_of_events, pos, new_rows, end_rows)
+            _events(sparse, header, shard, shards_of_events, pos, new_rows, end_rows)
         if reasoning is not None:
-            sparse.reasoning = reasoning[order[a:b]].tobytes()
+            sparse.reasoning = reasoning[order[row_from:row_to]].tobytes()
         if families:
-            sparse.families = [f.part(k) for f in families]
-        out.append((k, link.arrays(stamp, slots[a:b],
-                                   ids_sorted[int(id_first[k]):int(id_first[k + 1])], sparse)))
+            sparse.families = [f.part(shard) for f in families]
+        shard_ids = ids_sorted[int(id_first[shard]):int(id_first[shard + 1])]
+        out.append((shard, link.arrays(stamp, slots[row_from:row_to], shard_ids, sparse)))
     return out
 
 
-def _sparse_all(h: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],
+def _sparse_all(header: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],
                 end_rows: list[int], reasoning: npt.NDArray[np.uint32] | None,
                 families: list[_Family]) -> Sparse:
     """The sparse part of a message holding every row of the frame, rows unrenumbered."""
-    prompt, cached, fins = h.prompt_tokens, h.cached_tokens, h.finish_reasons
+    prompt, cached, fins = header.prompt_tokens, header.cached_tokens, header.finish_reasons
     return Sparse(
         b"" if one_each else np.array(lens, np.uint32).tobytes(),
         [(i, rid, prompt[i], cached[i]) for i, rid in new_rows],
-        [(i, fins[i], prompt[i], cached[i], h.reasoning_tokens[i]) for i in end_rows],
+        [(i, fins[i], prompt[i], cached[i], header.reasoning_tokens[i]) for i in end_rows],
         b"" if reasoning is None else reasoning.tobytes(),
         [f.part(0) for f in families])
 
 
-def _events(sparse: Sparse, h: Any, k: int, owners: list[int], pos: I64,
+def _events(sparse: Sparse, header: Any, shard: int, owners: list[int], pos: I64,
             new_rows: list[tuple[int, str]], end_rows: list[int]) -> None:
-    """The rows of shard k that give a rid its slot or end it, renumbered as its rows."""
-    prompt, cached, reasoning, fins = (h.prompt_tokens, h.cached_tokens, h.reasoning_tokens,
-                                       h.finish_reasons)
+    """The rows of `shard` that give a rid its slot or end it, renumbered as its rows."""
+    prompt, cached, reasoning, fins = (header.prompt_tokens, header.cached_tokens,
+                                       header.reasoning_tokens, header.finish_reasons)
     n_new = len(new_rows)
     sparse.new = [(int(pos[i]), rid, prompt[i], cached[i])
-                  for j, (i, rid) in enumerate(new_rows) if owners[j] == k]
+                  for j, (i, rid) in enumerate(new_rows) if owners[j] == shard]
     sparse.ends = [(int(pos[i]), fins[i], prompt[i], cached[i], reasoning[i])
-                   for j, i in enumerate(end_rows, n_new) if owners[j] == k]
+                   for j, i in enumerate(end_rows, n_new) if owners[j] == shard]
 
 
 class _Family:
