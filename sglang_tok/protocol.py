@@ -776,19 +776,6 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
         ends = np.cumsum(np.frombuffer(self.id_lens, _U32S)).tolist()
         return list(map(ids.__getitem__, map(slice, [0, *ends[:-1]], ends)))
 
-    def columns(self) -> Columns:
-        """The same message as COLUMNS (what a reader of section 5.2 expects)."""
-        id_lens = np.frombuffer(self.id_lens, _U32S).tolist() if self.id_lens else \
-            [1] * len(self.rids)
-        cols = Columns(self.shard, self.seq, self.rids, self.texts(), id_lens,
-                       np.frombuffer(self.ids, "<i8").tolist())
-        for r, d in enumerate(self.deltas):
-            for name in SPARSE_COLUMNS:
-                val = getattr(d, name)
-                if val is not None and val != "":
-                    getattr(cols, name).append((r, val))
-        return cols
-
     @property
     def deltas(self) -> list[Delta]:
         out = list(map(Delta, self.rids, self.texts(), self.id_rows()))

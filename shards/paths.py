@@ -13,10 +13,6 @@ from sglang_tok.protocol import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
 ARRAY = "array"
-# every reason a request takes the per-row path, for the metric's label values
-ROW_REASONS = ("tokenizer", "stream_false", "stop", "logprob_text", "attribution",
-               "continuous_usage", "parser", "min_tokens")
-
 
 def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> str | None:
     """None for the array path, else why the request needs the per-row path.

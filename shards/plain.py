@@ -63,9 +63,7 @@ class PlainDecoder:
     def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64,
                distinct: bool = True) -> PlainTexts:
         """Decode rows (row r: ids[id_starts[r]:id_starts[r + 1]] for slot slots[r]) and
-        advance their slots; ids may be any int64 (out of range decodes to nothing)."""
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab):
-            ids = np.where((ids < 0) | (ids >= self.vocab), self.vocab, ids)
+        advance their slots; ids in [0, vocab] (vocab: out of the vocabulary, no text)."""
         counts = np.diff(id_starts)
         if len(slots) >= self.min_rows and distinct:
             state.completion[slots] += counts

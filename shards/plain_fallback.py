@@ -108,9 +108,7 @@ class FallbackPlainDecoder:
 
     def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64,
                distinct: bool = True) -> PlainTexts:
-        stride = self.tab.stride
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= stride - 1):
-            ids = np.where((ids < 0) | (ids >= stride - 1), stride - 1, ids)
+        """As `PlainDecoder.decode`; ids in [0, vocab] (vocab: out of the vocabulary)."""
         counts = np.diff(id_starts)
         if not distinct:  # rows of one slot, in order
             return self._one_by_one(state, slots, ids, id_starts)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from sglang_tok.decoder import Stream
-from sglang_tok.request import SENT_TAIL, Request  # noqa: F401 (SENT_TAIL: see RING)
+from sglang_tok.request import Request
 
 FREE, PLAIN, ROW = 0, 1, 2
 # a slot's numbers: its path (FREE, PLAIN, ROW), its byte table (0 specials kept, 1
@@ -31,7 +31,7 @@ COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "ri
            "prompt", "cached")
 KIND, SEL, PEND, SKIP, STARTED, COMPLETION, RING_LEN, PROMPT, CACHED = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
-# ids kept per plain slot, for the text it sent last (`Request.tail`, SENT_TAIL characters:
+# ids kept per plain slot, for the text it sent last (`Request.tail`, request.SENT_TAIL chars:
 # 320 ids of at least one byte each hold 78 characters even after a cut character at each
 # end; only a run of skipped special tokens (no text) can make them hold fewer)
 RING = 320
@@ -166,22 +166,20 @@ class Slots:
         return ring[at:].tolist() + ring[:at].tolist(), None
 
     # ------------------------------------------------------------------ many slots
-    def record_ids(self, slots: Any, ids: Any, id_starts: Any, vocab: int,
-                   distinct: bool = True) -> None:
-        """Append each row's ids (clipped into the table: any other id decodes to nothing)
-        to its slot's ring."""
+    def record_ids(self, slots: Any, ids: Any, id_starts: Any, distinct: bool = True) -> None:
+        """Append each row's ids (in [0, vocab]: the caller maps the others to vocab) to its
+        slot's ring."""
         counts = np.diff(id_starts)
         if not distinct:  # a slot named twice: in order
             for r in range(len(slots)):
                 self.record_ids(slots[r:r + 1], ids[id_starts[r]:id_starts[r + 1]],
-                                np.array([0, counts[r]], np.int64), vocab)
+                                np.array([0, counts[r]], np.int64))
             return
         base = self.ring_len[slots]
-        clipped = np.where((ids < 0) | (ids > vocab), vocab, ids) if len(ids) else ids
         if len(ids) == len(slots):  # one id per row
-            self.ring[slots, base % RING] = clipped
+            self.ring[slots, base % RING] = ids
         else:
             within = np.arange(len(ids), dtype=np.int64) - np.repeat(id_starts[:-1], counts)
             where = np.repeat(slots * RING, counts) + (np.repeat(base, counts) + within) % RING
-            self.ring.reshape(-1)[where] = clipped  # a row longer than the ring: its last win
+            self.ring.reshape(-1)[where] = ids  # a row longer than the ring: its last win
         self.ring_len[slots] = base + counts

@@ -269,7 +269,7 @@ class RidTable:
                 flat = np.array([i for r in row_ids for i in r], np.int64)
                 starts = starts_of(np.array(list(map(len, row_ids)), np.int64))
             state.completion[slot_arr] += np.diff(starts)
-            state.record_ids(slot_arr, flat, starts, plain.vocab)
+            state.record_ids(slot_arr, _in_vocab(flat, plain.vocab), starts)
             rids = cast(list[str], [state.rids[s] for s in slots])
             _small_out(out, rids, texts, row_ids, plain_rows, n, _Families(sp.families, n),
                        sp.families)
@@ -343,7 +343,8 @@ class RidTable:
             else:
                 ids, id_starts = ids[ragged_index(id_starts[rows], counts)], starts_of(counts)
             slots = slots[rows]
-        self.state.record_ids(slots, ids, id_starts, self.info.vocab_size, distinct)
+        ids = _in_vocab(ids, self.info.vocab_size)
+        self.state.record_ids(slots, ids, id_starts, distinct)
         return self.plain.decode(self.state, slots, ids, id_starts, distinct)
 
     def _row_path(self, rows: I64, slots: I64, msg: Arrays, id_starts: I64,
@@ -461,6 +462,14 @@ def plain_decoder(info: TokenizerInfo,
     return FallbackPlainDecoder.of(info, min_rows)
 
 
+def _in_vocab(ids: I64, vocab: int) -> I64:
+    """Ids as the byte tables index them: any id outside the vocabulary becomes `vocab`,
+    whose entry is empty (the full decode drops such an id)."""
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        return np.where((ids < 0) | (ids >= vocab), vocab, ids)
+    return ids
+
+
 def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
                     special: npt.NDArray[np.bool_]) -> None:
     """Rows after their request's last row in the same message (no scheduler sends one;
@@ -486,7 +495,7 @@ class _RowsOut:
         out, ids, st = self.out, self.msg.ids, self.id_starts
         counts = st[rows + 1] - st[rows]
         one_each = len(ids) == len(self.msg.slots) and (counts == 1).all()
-        row_ids = ids[rows] if one_each else ids[_index(st, rows, counts)]
+        row_ids = ids[rows] if one_each else ids[ragged_index(st[rows], counts)]
         fams = self.fams
         if isinstance(out, PackedOut):
             base = len(out.rids)
@@ -513,10 +522,15 @@ class _RowsOut:
 
 
     def _logprobs(self, out: ColumnsOut, rows: I64, base: int) -> None:
-        """Only the rows that carry values cost a Python step."""
-        fams = self.fams.get()
-        for j in np.flatnonzero(fams.carrying[rows]).tolist():
-            row = int(rows[j])
+        _logprob_columns(out, self.fams.get(), rows.tolist(), base)
+
+
+def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: int) -> None:
+    """The logprob values of these message rows, appended from output row `base` on as
+    COLUMNS' sparse columns; only the rows that carry values cost a Python step."""
+    carrying = fams.carrying
+    for j, row in enumerate(rows):
+        if carrying[row]:
             for field in FIELDS.values():
                 val = fams.row(field, row)
                 if val is not None:
@@ -546,13 +560,7 @@ def _small_out(out: Sink, rids: list[str], texts: list[str], row_ids: list[list[
         out.id_lens += counts
         out.ids += [i for r in row_ids for i in r]
         if families:
-            read = fams.get()
-            for j, r in enumerate(rows):
-                if read.carrying[r]:
-                    for field in FIELDS.values():
-                        val = read.row(field, r)
-                        if val is not None:
-                            out.add_sparse(field, base + j, val)
+            _logprob_columns(out, fams.get(), rows, base)
         return
     for rid, text, ids_, r in zip(rids, texts, row_ids, rows):
         d = Delta(rid, text, ids_)
@@ -582,10 +590,6 @@ class _Families:
         fams = self.get()
         lp, top, tid = (fams.row(f, row) for f in FIELDS.values())
         return lp, top, tid
-
-
-def _index(st: I64, rows: I64, counts: I64) -> I64:
-    return ragged_index(st[rows], counts)
 
 
 def _terminal(rid: str, error: str | None) -> Delta:
