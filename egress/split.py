@@ -169,8 +169,7 @@ class _Family:
             take = ragged_index(starts_of(col)[order], lens)
             pos_first = starts_of(lens)  # flat: a row's "positions" are its values
             value_first = None
-        total = int(starts_of(np.array(self.poslens, np.int64))[-1]) if self.ragged \
-            else int(col.sum())
+        total = sum(self.poslens) if self.ragged else int(col.sum())
         values = np.frombuffer(data, np.float32, total, pos)[take]
         ids = np.frombuffer(data, np.int32, total, pos + 4 * total)[take]
         return (lens.astype(np.uint32), row_first, poslens.astype(np.uint32), pos_first,

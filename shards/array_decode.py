@@ -128,7 +128,7 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     id_bytes = tab.data[ragged_index(id_off, id_size)]
     row_id_bytes = _row_sums(id_size, id_starts, counts)
     if pend_len.any():  # pending bytes go in front of their rows' id bytes
-        row_bytes, buf = _pending_in_front(id_bytes, row_id_bytes, pending, pend_len)
+        row_bytes, buf, _ = pending_in_front(id_bytes, row_id_bytes, pending, pend_len)
     else:
         row_bytes, buf = row_id_bytes, id_bytes
     ends = np.cumsum(row_bytes)
@@ -174,10 +174,11 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     return Decoded(text, buf, cuts, chars, held_data, held, None)
 
 
-def _pending_in_front(id_bytes: U8, row_id_bytes: I64, pending: U8,
-                      pend_len: I64) -> tuple[I64, U8]:
+def pending_in_front(id_bytes: U8, row_id_bytes: I64, pending: U8,
+                     pend_len: I64) -> tuple[I64, U8, npt.NDArray[np.bool_]]:
     """Each row's pending bytes (row r: pending[r, :pend_len[r]]) in front of its id bytes:
-    the rows' byte counts and their bytes, concatenated."""
+    the rows' byte counts, their bytes concatenated, and which bytes were pending. Placed
+    beside the id bytes, never by copying the byte table (megabytes) per message."""
     row_bytes = row_id_bytes + pend_len
     total = int(row_bytes.sum())
     prow = np.flatnonzero(pend_len)
@@ -188,7 +189,7 @@ def _pending_in_front(id_bytes: U8, row_id_bytes: I64, pending: U8,
     buf = np.empty(total, np.uint8)
     buf[pdst] = pending.reshape(-1)[ragged_index(prow * pending.shape[1], pend_len[prow])]
     buf[~is_pending] = id_bytes
-    return row_bytes, buf
+    return row_bytes, buf, is_pending
 
 
 def _with_replacements(raw: bytes, cuts: I64, held_data: U8, held: I64) -> Decoded:

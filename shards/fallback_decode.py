@@ -37,6 +37,8 @@ import numpy.typing as npt
 from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
+from .array_decode import pending_in_front
+
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -231,24 +233,26 @@ def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel
                                 skip)
     counts = np.diff(id_starts)
     tid = ids + np.repeat(table_sel * tab.stride, counts)
-    seg_off, seg_size = tab.off[tid], tab.size[tid]
-    seg_run = tab.kind[tid] == BYTE
-    src = tab.data
-    if run_len.any():  # the open runs as one more segment in front of each row's ids
-        src, seg_off, seg_size, seg_run, row_bytes = _runs_in_front(
-            tab, id_starts, run_bytes, run_len, seg_off, seg_size, seg_run)
+    seg_size = tab.size[tid]
+    id_bytes = tab.data[ragged_index(tab.off[tid], seg_size)]
+    id_run = np.repeat(tab.kind[tid] == BYTE, seg_size)  # per byte: of a byte run
+    total = starts_of(seg_size)
+    row_bytes = total[id_starts[1:]] - total[id_starts[:-1]]
+    if run_len.any():  # the open runs in front of each row's ids
+        row_bytes, buf, is_run = pending_in_front(id_bytes, row_bytes, run_bytes, run_len)
+        run_flags = np.empty(len(buf), bool)
+        run_flags[is_run] = True
+        run_flags[~is_run] = id_run
     else:
-        total = starts_of(seg_size)
-        row_bytes = total[id_starts[1:]] - total[id_starts[:-1]]
-    buf = src[ragged_index(seg_off, seg_size)]
+        buf, run_flags = id_bytes, id_run
     ends = np.cumsum(row_bytes)
     starts = ends - row_bytes
     held = np.zeros(n, np.int64)
     held_data = np.zeros(0, np.uint8)
     run_at = None
-    if seg_run.any():
+    if run_flags.any():
         buf, run_at, starts, ends, held, held_data = _hold_trailing_runs(
-            buf, seg_run, seg_size, starts, ends)
+            buf, run_flags, starts, ends)
     cuts = np.empty(n + 1, np.int64)
     cuts[0] = 0
     cuts[1:] = ends
@@ -277,35 +281,12 @@ def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel
     return FallbackDecoded(text, buf, cuts, chars, held_data, held, new_started, new_skip, parts)
 
 
-def _runs_in_front(tab: FallbackTable, id_starts: I64, run_bytes: U8, run_len: I64,
-                   seg_off: I64, seg_size: I64,
-                   seg_run: B) -> tuple[U8, I64, I64, B, I64]:
-    """Each row's open run as one more segment in front of its ids' segments: the bytes the
-    segments index (the table's, then the runs'), each segment's offset, size and whether
-    it is a byte run, and each row's byte count."""
-    n = len(id_starts) - 1
-    n_ids = len(seg_off)
-    width = run_bytes.shape[1]
-    src = np.concatenate((tab.data, run_bytes.reshape(-1)))
-    firsts = id_starts[:-1] + np.arange(n)
-    mask = np.ones(n_ids + n, bool)
-    mask[firsts] = False
-    off = np.empty(n_ids + n, np.int64)
-    size = np.empty(n_ids + n, np.int64)
-    run = np.empty(n_ids + n, bool)
-    off[firsts], size[firsts], run[firsts] = len(tab.data) + np.arange(n) * width, run_len, True
-    off[mask], size[mask], run[mask] = seg_off, seg_size, seg_run
-    row_bytes = np.add.reduceat(size, firsts) if n else np.zeros(0, np.int64)
-    return src, off, size, run, row_bytes
-
-
-def _hold_trailing_runs(buf: U8, seg_run: B, seg_size: I64, starts: I64,
+def _hold_trailing_runs(buf: U8, run_at: B, starts: I64,
                         ends: I64) -> tuple[U8, B, I64, I64, I64, U8]:
     """Each row's trailing byte run is held for its slot, not sent: the bytes left, which of
     them are run bytes, the rows' new starts and ends, the held count per row and the held
     bytes."""
     held_data = np.zeros(0, np.uint8)
-    run_at = np.repeat(seg_run, seg_size)
     # per byte: 1 + the position of the last text byte at or before it (0: none)
     last_text = np.maximum.accumulate(np.where(run_at, 0, np.arange(1, len(buf) + 1)))
     tail_from = np.maximum(last_text[np.maximum(ends - 1, 0)], starts)
