@@ -28,12 +28,11 @@ from typing import Any
 import pytest
 import zoo
 from parser_cases_load import load_cases
-from tokenizers import AddedToken, Tokenizer
 
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.request import make_request, refusal
-from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from sglang_tok.tokenizer import TokenizerInfo, load
 
 # case file -> the tokenizer its text is encoded with ("deepseek-v4" or a list of specials)
 QWEN_SPECIALS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
@@ -88,9 +87,7 @@ EXPECTED_DIFFERENCES: dict[str, str] = {
 def tokenizer(kind: str | tuple[str, ...]) -> TokenizerInfo:
     if isinstance(kind, str):
         return load(kind)
-    tok = Tokenizer.from_str(zoo.byte_level_bpe().to_str())
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in kind])
-    return describe(tok, "+".join(kind))
+    return zoo.with_markers(kind)
 
 
 def rows_of(ids: list[int], seed: int) -> list[list[int]]:

@@ -22,7 +22,6 @@ import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import PIECES, chunk, chunk_sizes
-from tokenizers import AddedToken, Tokenizer
 
 from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import (
@@ -38,18 +37,15 @@ from sglang_tok.parsers import (
     merge,
     skip_table,
 )
-from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from sglang_tok.tokenizer import TokenizerInfo, load
 
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]"]
 MODES = ["incremental", "whole"]
 
 
-@functools.cache
 def qwen_style() -> TokenizerInfo:
     """Byte-level BPE whose reasoning and tool markers are special added tokens (as Qwen3's)."""
-    tok = Tokenizer.from_str(zoo.byte_level_bpe().to_str())
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN_SPECIALS])
-    info = describe(tok, "qwen-style")
+    info = zoo.with_markers(tuple(QWEN_SPECIALS), "qwen-style")
     assert info.byte_table is not None
     return info
 
@@ -59,13 +55,10 @@ GLM_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>
 MINIMAX_SPECIALS = ["<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>"]
 
 
-@functools.cache
 def styled(specials: tuple[str, ...], name: str) -> TokenizerInfo:
-    """Byte-level BPE with a model's markers as special added tokens (GLM-4.5/4.7 and
-    MiniMax-M2 ship theirs so; `<invoke`, `<parameter` are ordinary text in MiniMax's)."""
-    tok = Tokenizer.from_str(zoo.byte_level_bpe().to_str())
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
-    return describe(tok, name)
+    """GLM-4.5/4.7 and MiniMax-M2 ship their markers as special tokens (`<invoke`,
+    `<parameter` are ordinary text in MiniMax's)."""
+    return zoo.with_markers(specials, name)
 
 
 def glm_style() -> TokenizerInfo:

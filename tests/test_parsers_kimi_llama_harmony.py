@@ -10,7 +10,6 @@ full decode; for well-formed outputs it must also give back the structure.
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -21,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes
 from test_parsers import arguments, check_call_deltas, decode_rows, names, split_text, words
-from tokenizers import AddedToken, Tokenizer
 
 from sglang_tok.parsers import (
     ParsedDelta,
@@ -34,7 +32,7 @@ from sglang_tok.parsers import (
     skip_table,
 )
 from sglang_tok.protocol import Open
-from sglang_tok.tokenizer import TokenizerInfo, describe
+from sglang_tok.tokenizer import TokenizerInfo
 from shards.table import RidTable
 
 MODES = ["incremental", "whole"]
@@ -46,11 +44,8 @@ LLAMA = ["<|python_tag|>", "<|python_start|>", "<|python_end|>", "<|eot_id|>"]
 SPECIALS = ["<think>", "</think>", *KIMI, *HARMONY, *LLAMA]
 
 
-@functools.cache
 def marker_tokenizer() -> TokenizerInfo:
-    tok = Tokenizer.from_str(zoo.byte_level_bpe().to_str())
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
-    info = describe(tok, "markers-as-specials")
+    info = zoo.with_markers(tuple(SPECIALS), "markers-as-specials")
     assert info.byte_table is not None
     return info
 

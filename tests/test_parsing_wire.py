@@ -6,7 +6,6 @@ of the same ids (with the same kept markers), exactly what a batch parser would 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import msgspec
@@ -15,14 +14,13 @@ import zoo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes
-from tokenizers import AddedToken, Tokenizer
 
 from sglang_tok import protocol
 from sglang_tok.decoder import make_stream
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids
 from sglang_tok.protocol import Delta, Open, ToolCallDelta
 from sglang_tok.request import ParsedRequest, Request, make_request, refusal
-from sglang_tok.tokenizer import TokenizerInfo, describe, load, no_tokenizer
+from sglang_tok.tokenizer import TokenizerInfo, load, no_tokenizer
 
 DS: TokenizerInfo = load("deepseek-v4")
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>"]
@@ -38,12 +36,9 @@ QWEN_OUTPUT = ("<think>plan: call f</think>Sure.<tool_call>\n"
                "{\"name\": \"f\", \"arguments\": {\"q\": \"日本語 👍🏽\"}}\n</tool_call><|im_end|>")
 
 
-@functools.cache
 def qwen_style() -> TokenizerInfo:
     """Byte-level BPE whose reasoning and tool markers are special added tokens (as Qwen3's)."""
-    tok = Tokenizer.from_str(zoo.byte_level_bpe().to_str())
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN_SPECIALS])
-    return describe(tok, "qwen-style")
+    return zoo.with_markers(tuple(QWEN_SPECIALS), "qwen-style")
 
 
 def enc(info: TokenizerInfo, s: str) -> list[int]:
@@ -285,9 +280,7 @@ def test_open_fields_default_and_decode() -> None:
 @pytest.mark.parametrize("skip", [True, False])
 def test_window_path_keeps_markers(skip: bool) -> None:
     """A non-byte-level tokenizer (window path) drops `special_ids - keep`."""
-    tok = Tokenizer.from_str(zoo.metaspace_byte_fallback_bpe().to_str())
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN_SPECIALS])
-    info = describe(tok, "window")
+    info = zoo.with_markers(tuple(QWEN_SPECIALS), "window", "metaspace_byte_fallback_bpe")
     assert info.byte_table is None
     text = "<think>hmm</think>ok<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
     ids = enc(info, text)

@@ -10,7 +10,17 @@ from __future__ import annotations
 import functools
 import json
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
+
+from sglang_tok.tokenizer import TokenizerInfo, describe
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. It's 2026; don't panic!",
@@ -103,3 +113,13 @@ FAMILIES = {
     "unigram_byte_fallback": unigram_byte_fallback,
     "wordpiece": wordpiece,
 }
+
+
+@functools.cache
+def with_markers(markers: tuple[str, ...], name: str = "",
+                 base: str = "byte_level_bpe") -> TokenizerInfo:
+    """A trained tokenizer (`base`: a function of this module) with a model's reasoning and
+    tool markers as special added tokens, as Qwen, GLM, Kimi and gpt-oss ship theirs."""
+    tok = Tokenizer.from_str(globals()[base]().to_str())
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
+    return describe(tok, name or "+".join(markers))
