@@ -495,58 +495,59 @@ class Client:
         for d in self._deliver_running(deltas):
             self._deliver(d)
 
+    def _open_streams(self, rids: list[str]) -> list[RequestStream] | None:
+        """The streams of these rids when each is registered, distinct, still open and has
+        room in its queue (what lets a message's rows be queued by `map`), else None."""
+        found = list(map(self.streams.get, rids))
+        if None in found:
+            return None
+        streams = cast(list[RequestStream], found)
+        if len(set(map(id, streams))) != len(streams) or any(map(_DONE, streams)):
+            return None
+        if streams and max(map(len, map(_QUEUE, streams))) >= self.queue_limit:
+            return None
+        return streams
+
+    @staticmethod
+    def _queue_all(streams: list[RequestStream], items: Any) -> None:
+        """Each item to its stream's queue at C speed; only waiting consumers are woken."""
+        for _ in map(deque.append, map(_QUEUE, streams), items):
+            pass
+        for s in filter(_WAITER, streams):
+            s._wake()
+
     def _deliver_packed(self, rows: _PackedRows) -> list[Delta]:
         """A PACKED message: its running rows go to their queues as (message, row), made
         into Deltas only when read (`_delta`), so demultiplexing builds nothing per row.
         Returns the Deltas left for `_deliver` (as `_deliver_running` does)."""
         msg = rows.msg
         n = len(msg.rids)
-        end_rows = [r for r, _ in msg.finish]
-        found = list(map(self.streams.get, msg.rids))
-        ok = None not in found
-        if ok:
-            streams = cast(list[RequestStream], found)
-            ok = len(set(map(id, streams))) == n and not any(map(_DONE, streams))
-            if ok and streams and max(map(len, map(_QUEUE, streams))) >= self.queue_limit:
-                ok = False
-        if not ok:
+        streams = self._open_streams(msg.rids)
+        if streams is None:
             return rows.deltas()
+        end_rows = [r for r, _ in msg.finish]
+        running = list(range(n))
         if end_rows:
             keep = [True] * n
             for r in end_rows:
                 keep[r] = False
-            running, streams_run = list(compress(range(n), keep)), list(compress(streams, keep))
-        else:
-            running, streams_run = list(range(n)), streams
-        for _ in map(deque.append, map(_QUEUE, streams_run), map(_Row, repeat(rows), running)):
-            pass
-        for s in filter(_WAITER, streams_run):
-            s._wake()
+            running, streams = list(compress(running, keep)), list(compress(streams, keep))
+        self._queue_all(streams, map(_Row, repeat(rows), running))
         return [rows.delta(r) for r in end_rows]
 
     def _deliver_running(self, deltas: list[Delta]) -> list[Delta]:
         """The rows that do not end their request, at C speed, when each is of a distinct,
-        registered, open stream with room in its queue: each queue gets its delta by
-        `map`, and only streams whose consumer waits cost a Python step (to wake it).
-        Returns what is left for `_deliver`, row by row: the last rows (after the others,
-        so a rid's order holds), or the whole message if it is not of that kind."""
+        registered, open stream with room in its queue. Returns what is left for
+        `_deliver`, row by row: the last rows (after the others, so a rid's order holds),
+        or the whole message if it is not of that kind."""
         ends = list(filter(_FINISH, deltas))
         running = list(filterfalse(_FINISH, deltas)) if ends else deltas
-        found = list(map(self.streams.get, map(_RID, running)))
-        if None in found:
-            return deltas
-        streams = cast(list[RequestStream], found)
-        if len(set(map(id, streams))) != len(streams) or any(map(_DONE, streams)):
-            return deltas
-        queues = list(map(_QUEUE, streams))
-        if queues and max(map(len, queues)) >= self.queue_limit:
+        streams = self._open_streams(list(map(_RID, running)))
+        if streams is None:
             return deltas
         if ends and not set(map(_RID, ends)).isdisjoint(map(_RID, running)):
             return deltas  # a rid with both kinds of row in one message: keep it simple
-        for _ in map(deque.append, queues, running):
-            pass
-        for s in filter(_WAITER, streams):
-            s._wake()
+        self._queue_all(streams, running)
         return ends
 
     def _deliver(self, d: Delta) -> None:
