@@ -7,9 +7,11 @@ section 5: a later delta for that rid is dropped and counted until the rid is re
 again). One slow consumer cannot stall the others: past `queue_limit` undelivered deltas
 its request is ended with an error delta (and `on_abandon` is called, so the caller can
 send ABORT). No request waits forever: past `idle_timeout` seconds without a delta, the
-same. `barrier()` is the PING/PONG barrier. When the egress is replaced (RESTARTED, protocol
-section 5.3), every request in flight ends with the egress-restarted error: rows of some
-of them may have died with the old egress unseen, so only the frontend can end them.
+same. `barrier()` is the PING/PONG barrier; `ready()` waits until every service process's
+output reaches this socket (a frontend bound again where another closed). When the egress
+is replaced (RESTARTED, protocol section 5.3), every request in flight ends with the
+egress-restarted error: rows of some of them may have died with the old egress unseen, so
+only the frontend can end them.
 
 `Frontend` is the synchronous variant for scripts and tests: it gathers every delta of
 every rid and checks the protocol's ordering promises as they arrive (one shard per rid,
@@ -282,6 +284,25 @@ def barrier(sched: Scheduler, front: Frontend, shards: int, timeout_s: float = 3
     """Wait until every delta of every frame sent so far has arrived (protocol PING)."""
     nonce = sched.ping()
     return front.wait_pongs(nonce, set(range(-1, shards)), timeout_s)
+
+
+def ready(sched: Scheduler, front: Frontend, shards: int, timeout_s: float = 30.0,
+          every_s: float = 0.1) -> bool:
+    """`Client.ready` for `Frontend`: PING until some PONG has come from every process."""
+    want = set(range(-1, shards))
+    nonces: set[int] = set()
+    now = time.monotonic()
+    deadline, next_ping = now + timeout_s, now
+    while True:
+        if time.monotonic() >= next_ping:
+            nonces.add(sched.ping())
+            next_ping = time.monotonic() + every_s
+        front.poll(max(0.0, min(next_ping, deadline) - time.monotonic()))
+        if want <= {p.shard for p in front.pongs if p.nonce in nonces}:
+            front.pongs = [p for p in front.pongs if p.nonce not in nonces]
+            return True
+        if time.monotonic() >= deadline:
+            return False
 
 
 # --------------------------------------------------------------------------- asyncio
@@ -582,6 +603,39 @@ class Client:
         got.add(p.shard)
         if got >= self._processes and not fut.done():  # the egress (-1) and every shard
             fut.set_result(None)
+
+    async def ready(self, ping: Callable[[], int], timeout: float = 30.0,
+                    every: float = 0.1) -> bool:
+        """Wait until every process's output reaches this socket: PING every `every` s,
+        until some PONG has come from each.
+
+        A client bound where another just closed (a restarted frontend, a test after a
+        test) needs this before it relies on delivery: until a service process notices the
+        old peer is gone, what it sends is written into that dead connection and lost.
+        One PONG from a process through this socket means its output is connected here;
+        all it sends after comes in order. `barrier` alone cannot tell: its one PING's
+        PONGs may be among what is lost.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        got: set[int] = set()  # shared by every PING's entry: any PONG of a process counts
+        nonces: list[int] = []
+        deadline = loop.time() + timeout
+        try:
+            while True:
+                nonce = ping()
+                nonces.append(nonce)
+                self._pongs[nonce] = (got, fut)
+                left = deadline - loop.time()
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), max(0.0, min(every, left)))
+                    return True
+                except TimeoutError:
+                    if loop.time() >= deadline:
+                        return False
+        finally:
+            for nonce in nonces:
+                self._pongs.pop(nonce, None)
 
     async def barrier(self, ping: Callable[[], int], timeout: float = 30.0) -> bool:
         """Send a PING with `ping` (e.g. `Scheduler.ping`); wait for every process's PONG.

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +32,15 @@ def svc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
                 args=["--output-format", request.param]).start()
     yield s
     s.stop()
+
+
+@contextlib.asynccontextmanager
+async def connected(svc: Service, **kw: Any) -> AsyncIterator[Client]:
+    """A Client bound where the previous test's closed: ready before anything is sent, or
+    what the service sends before it notices the old one is gone would be lost."""
+    async with Client(svc.output, svc.shards, **kw) as client:
+        assert svc.sched is not None and await client.ready(svc.sched.ping)
+        yield client
 
 
 def run(coro) -> None:  # type: ignore[no-untyped-def]
@@ -61,7 +72,7 @@ def test_each_stream_is_exact_and_ends_at_its_terminal_delta(svc: Service,
                                         seed=11), prefix="exact")
 
     async def main() -> None:
-        async with Client(svc.output, svc.shards) as client:
+        async with connected(svc) as client:
             streams = [client.stream(r.rid) for r in reqs]
             tasks = [asyncio.create_task(consume(s)) for s in streams]
             assert svc.sched is not None
@@ -80,7 +91,7 @@ def test_each_stream_is_exact_and_ends_at_its_terminal_delta(svc: Service,
 
 def test_later_deltas_for_an_ended_rid_are_dropped_and_counted(svc: Service) -> None:
     async def main() -> None:
-        async with Client(svc.output, svc.shards) as client:
+        async with connected(svc) as client:
             sched = svc.sched
             assert sched is not None
             s = client.stream("late-1")
@@ -114,7 +125,7 @@ def test_a_slow_consumer_ends_its_own_request_not_the_others(svc: Service) -> No
             abandoned.append(rid)
             sched.abort(rid)  # what the service sees: an ABORT, then the rid is freed
 
-        async with Client(svc.output, svc.shards, queue_limit=8, on_abandon=abort) as client:
+        async with connected(svc, queue_limit=8, on_abandon=abort) as client:
             slow, fast = client.stream("slow-1"), client.stream("fast-1")
             fast_task = asyncio.create_task(consume(fast))
             for k in range(30):
@@ -138,13 +149,31 @@ def test_a_slow_consumer_ends_its_own_request_not_the_others(svc: Service) -> No
 
 def test_a_silent_request_times_out_and_the_barrier_still_works(svc: Service) -> None:
     async def main() -> None:
-        async with Client(svc.output, svc.shards, idle_timeout=0.3) as client:
+        async with connected(svc, idle_timeout=0.3) as client:
             got = await consume(client.stream("silent-1"))
             assert len(got) == 1 and got[0].error == IDLE_TIMEOUT_ERROR
             assert client.stats.timed_out == 1
             assert svc.sched is not None
             assert await client.barrier(svc.sched.ping, 30)
             assert not await client.barrier(lambda: 10**9, 0.3)  # nobody answers that nonce
+
+    run(main())
+
+
+def test_a_client_bound_again_where_one_closed_loses_nothing_once_ready(svc: Service) -> None:
+    """A frontend restarting on the same endpoint: what the service sends before it notices
+    the old socket is gone dies in the dead connection (seen without `ready`: one PING in
+    ten lost its PONGs). After `ready`, every delta of every request arrives."""
+    async def main() -> None:
+        sched = svc.sched
+        assert sched is not None
+        for k in range(25):
+            async with connected(svc) as client:
+                s = client.stream(f"again-{k}")
+                sched.step([f"again-{k}"], [[100, 200]],
+                           finish_reasons=[{"type": "length", "length": 2}])
+                assert await client.barrier(sched.ping, 30)
+                assert [d.ids for d in await consume(s)] == [[100, 200]]
 
     run(main())
 

@@ -12,7 +12,7 @@ import pytest
 from service import Service
 
 from sglang_tok import protocol
-from sglang_tok.client import Frontend, Scheduler, barrier
+from sglang_tok.client import Frontend, Scheduler, barrier, ready
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")
@@ -96,8 +96,8 @@ def test_scheduler_that_reconnects_and_frontend_that_restarts(small: Service) ->
     small.front.close()
     small.front = Frontend(small.output)
     # what was in flight into the closing socket is the old frontend's loss; once the
-    # service has reconnected (a PING answered), nothing more is lost
-    assert any(barrier(small.sched, small.front, 1, 2.0) for _ in range(15))  # type: ignore[arg-type]
+    # service has reconnected (a PONG from each process), nothing more is lost
+    assert ready(small.sched, small.front, 1)  # type: ignore[arg-type]
     small.send(protocol.encode_batch([{"rid": "fr", "ids": IDS, "finish": FIN}]))
     small.barrier()
     assert small.front.requests["fr"].text == "limits hold"
