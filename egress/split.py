@@ -47,8 +47,10 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
         # the frame's own ids buffer as is; slots by `array` (no numpy call for a small
         # frame, whose latency is per-call overheads)
-        sparse = _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
-                             _families(batch, None))
+        sparse = None if one_each and not new_rows and not end_rows and reasoning is None \
+            and not batch.layout else \
+            _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
+                        _whole_families(batch) if batch.layout else [])
         slots: npt.NDArray[np.uint32] | array[int] = \
             array("I", map(SLOT_BITS.__rrshift__, codes)) if n_rows < 64 else \
             (np.fromiter(codes, np.int64, n_rows) >> SLOT_BITS).astype(np.uint32)
@@ -93,7 +95,7 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
 
 def _sparse_all(header: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],
                 end_rows: list[int], reasoning: npt.NDArray[np.uint32] | None,
-                families: list[_Family]) -> Sparse:
+                families: list[Family]) -> Sparse:
     """The sparse part of a message holding every row of the frame, rows unrenumbered."""
     prompt, cached, fins = header.prompt_tokens, header.cached_tokens, header.finish_reasons
     return Sparse(
@@ -101,7 +103,24 @@ def _sparse_all(header: Any, one_each: bool, lens: list[int], new_rows: list[tup
         [(i, rid, prompt[i], cached[i]) for i, rid in new_rows],
         [(i, fins[i], prompt[i], cached[i], header.reasoning_tokens[i]) for i in end_rows],
         b"" if reasoning is None else reasoning.tobytes(),
-        [f.part(0) for f in families])
+        families)
+
+
+def _whole_families(batch: Batch) -> list[Family]:
+    """The output families of a frame that is one shard's whole, as they came: each
+    family's section of the data buffer is its values then its ids, of equal size (the
+    next section's offset tells it without summing the lengths again)."""
+    h, data, layout = batch.header, batch.data, batch.layout
+    out: list[Family] = []
+    for j, (name, idx, kind, pos) in enumerate(layout):
+        if name not in _OUTPUT_FAMILIES:
+            continue
+        half = ((layout[j + 1][3] if j + 1 < len(layout) else len(data)) - pos) // 2
+        poslens = getattr(h, HEADER_FIELDS[idx + 1]) if kind == "ragged" else ()
+        out.append((name, b"", array("I", getattr(h, HEADER_FIELDS[idx])).tobytes(),
+                    array("I", poslens).tobytes(), bytes(data[pos:pos + half]),
+                    bytes(data[pos + half:pos + 2 * half])))
+    return out
 
 
 def _events(sparse: Sparse, header: Any, shard: int, owners: list[int], pos: I64,

@@ -296,10 +296,13 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
             raise FrameError("limit_rid_length",
                              f"rid longer than --max-rid-length {max_rid_len}",
                              [r for r in rids if len(r) <= max_rid_len])
-    for col in HEADER_FIELDS[1:REQUIRED_COLUMNS]:
-        if len(getattr(h, col)) != n:
-            raise FrameError("columns", f"column {col} has {len(getattr(h, col))} entries, "
-                             f"expected {n}", rids)
+    cols = msgspec.structs.astuple(h)  # one C call; then lengths as one list
+    sizes = list(map(len, cols))
+    if sizes[:REQUIRED_COLUMNS].count(n) != REQUIRED_COLUMNS:
+        for col, got in zip(HEADER_FIELDS[1:REQUIRED_COLUMNS], sizes[1:REQUIRED_COLUMNS]):
+            if got != n:
+                raise FrameError("columns", f"column {col} has {got} entries, expected {n}",
+                                 rids)
     fins = h.finish_reasons
     ending = n - fins.count(None)  # C-speed scans; most rows of most frames are still running
     if ending:
@@ -315,37 +318,41 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     if max_row_ids and total_ids > max_row_ids and max(h.tok_lens) > max_row_ids:
         raise FrameError("limit_row_ids", f"row with more than --max-row-ids {max_row_ids} ids",
                          rids)
-    for col in HEADER_FIELDS[TRAILING_FIRST:]:
-        got = len(getattr(h, col))
-        if got and got != n:
-            raise FrameError("columns", f"column {col} has {got} entries, expected {n}", rids)
+    trailing = sizes[TRAILING_FIRST:]
+    if trailing.count(0) + trailing.count(n) != len(trailing):
+        for col, got in zip(HEADER_FIELDS[TRAILING_FIRST:], trailing):
+            if got and got != n:
+                raise FrameError("columns", f"column {col} has {got} entries, expected {n}",
+                                 rids)
     pos = total_ids * 8
     layout: list[tuple[str, int, str, int]] = []
-    for name, idx, kind in FAMILIES:
-        lens: list[int] = getattr(h, HEADER_FIELDS[idx])
-        if kind == "flat":
-            if not lens:
-                continue
-            if len(lens) != n:
-                raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has {len(lens)} "
-                                 f"entries, expected {n}", rids)
-            count = sum(lens)
-        else:
-            poslens = getattr(h, HEADER_FIELDS[idx + 1])
-            if not lens:
-                if poslens:
-                    raise FrameError("ragged", f"{HEADER_FIELDS[idx + 1]} without reqlens", rids)
-                continue
-            if len(lens) != n:
-                raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has {len(lens)} "
-                                 f"entries, expected {n}", rids)
-            positions = sum(lens)
-            if positions != len(poslens):
-                raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={positions} but "
-                                 f"{len(poslens)} poslens", rids)
-            count = sum(poslens)
-        layout.append((name, idx, kind, pos))
-        pos += 4 * count * (1 if kind == "hidden" else 2)
+    if any(sizes[REQUIRED_COLUMNS:TRAILING_FIRST]):  # some logprob family is present
+        for name, idx, kind in FAMILIES:
+            lens: list[int] = cols[idx]
+            if kind == "flat":
+                if not lens:
+                    continue
+                if len(lens) != n:
+                    raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has "
+                                     f"{len(lens)} entries, expected {n}", rids)
+                count = sum(lens)
+            else:
+                poslens = cols[idx + 1]
+                if not lens:
+                    if poslens:
+                        raise FrameError("ragged", f"{HEADER_FIELDS[idx + 1]} without reqlens",
+                                         rids)
+                    continue
+                if len(lens) != n:
+                    raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has "
+                                     f"{len(lens)} entries, expected {n}", rids)
+                positions = sum(lens)
+                if positions != len(poslens):
+                    raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={positions} but "
+                                     f"{len(poslens)} poslens", rids)
+                count = sum(poslens)
+            layout.append((name, idx, kind, pos))
+            pos += 4 * count * (1 if kind == "hidden" else 2)
     data = mv[5 + hlen:]
     if len(data) != pos:
         raise FrameError("data_length", f"data buffer is {len(data)} bytes, header implies {pos}",

@@ -50,6 +50,22 @@ class PlainTexts(NamedTuple):
         return list(map(self.text.__getitem__, map(slice, c, c[1:])))
 
 
+def whole_char_texts(table: list[bytes], skip: list[bytes]
+                     ) -> tuple[list[str | None], list[str | None]]:
+    """Each id's text when its bytes are whole UTF-8 characters (None when not): a row of
+    one such id, on a slot with nothing pending, is that text without a codec call. The
+    two tables share the strings of the ids they agree on."""
+    def text(b: bytes) -> str | None:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    kept = list(map(text, table))
+    skipped = [t if a is b else text(b) for t, a, b in zip(kept, table, skip)]
+    return kept, skipped
+
+
 class PlainDecoder:
     """One tokenizer's byte tables, flat (array path) and as lists (the loop)."""
 
@@ -57,6 +73,7 @@ class PlainDecoder:
         assert info.byte_table is not None and info.byte_table_skip is not None
         self.vocab = info.vocab_size
         self.tables = (info.byte_table, info.byte_table_skip)
+        self.strs = whole_char_texts(info.byte_table, info.byte_table_skip)
         self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip)
         self.min_rows = min_rows
 

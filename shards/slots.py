@@ -166,10 +166,24 @@ class Slots:
         return ring[at:].tolist() + ring[:at].tolist(), None
 
     # ------------------------------------------------------------------ many slots
+    def record_small(self, slots: list[int], heads: list[list[int]], ids: list[int],
+                     counts: list[int] | None) -> None:
+        """`record_ids` and the completion counts for a small message (distinct slots, as
+        Python lists; `heads` each slot's `meta` columns through RING_LEN, read before):
+        two whole-array assignments, since each numpy call costs more than 16 rows' work."""
+        if counts is None:  # one id per row
+            where = [s * RING + h[RING_LEN] % RING for s, h in zip(slots, heads)]
+            self.meta[slots, COMPLETION:RING_LEN + 1] += 1
+        else:  # a row longer than the ring: its last ids win (later writes land last)
+            where = [s * RING + (h[RING_LEN] + j) % RING
+                     for s, h, c in zip(slots, heads, counts) for j in range(c)]
+            self.meta[slots, COMPLETION:RING_LEN + 1] += np.array(counts, np.int64)[:, None]
+        self.ring.reshape(-1)[where] = ids
+
     def record_ids(self, slots: Any, ids: Any, id_starts: Any, distinct: bool = True) -> None:
         """Append each row's ids (in [0, vocab]: the caller maps the others to vocab) to its
         slot's ring."""
-        counts = np.diff(id_starts)
+        counts = id_starts[1:] - id_starts[:-1]
         if not distinct:  # a slot named twice: in order
             for r in range(len(slots)):
                 self.record_ids(slots[r:r + 1], ids[id_starts[r]:id_starts[r + 1]],

@@ -19,33 +19,48 @@ from .slots import PEND, SEL, SKIP, Slots
 
 def decode_small(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slots,
                  slots: list[int], heads: list[list[int]], row_ids: list[list[int]] | None,
-                 singles: list[int] | None) -> list[str]:
+                 singles: list[int] | None,
+                 strs: tuple[list[str | None], list[str | None]] | None = None) -> list[str]:
     """Decode one row per slot (slots distinct): row r's ids are `row_ids[r]`, or the one id
-    `singles[r]`. `heads` are the slots' first columns of `state.meta`."""
-    buf, width, meta = state.pend_buf, state.width, state.meta
+    `singles[r]`. `heads` are the slots' first columns of `state.meta`. With `strs` (each
+    id's text when its bytes are whole characters), a one-id row on a slot with nothing
+    pending or to pass over is a list lookup: most rows of most text."""
     texts: list[str] = []
-    for r, (slot, head) in enumerate(zip(slots, heads)):
+    if singles is not None:
+        for slot, head, i in zip(slots, heads, singles):
+            if not 0 <= i < vocab:
+                i = vocab
+            if strs is not None and not (head[PEND] or head[SKIP]):
+                whole = strs[head[SEL]][i]
+                if whole is not None:
+                    texts.append(whole)
+                    continue
+            texts.append(_push(state, slot, head, tables[head[SEL]][i]))
+        return texts
+    assert row_ids is not None
+    for slot, head, ids in zip(slots, heads, row_ids):
         table = tables[head[SEL]]
-        if singles is not None:
-            i = singles[r]
-            data = table[i if 0 <= i < vocab else vocab]
-        else:
-            assert row_ids is not None
-            ids = row_ids[r]
-            data = b"".join([table[i if 0 <= i < vocab else vocab] for i in ids])
-        held = head[PEND]
-        if held:
-            at = slot * width
-            data = bytes(buf[at:at + held]) + data
-        text, used = utf_8_decode(data, "replace", False)
-        rest = len(data) - used
-        if rest:
-            at = slot * width
-            buf[at:at + rest] = data[used:]
-        if rest != held:
-            meta[slot, PEND] = rest
-        if head[SKIP] and text:
-            text = text[1:]
-            meta[slot, SKIP] = 0
-        texts.append(text)
+        texts.append(_push(state, slot, head,
+                           b"".join([table[i if 0 <= i < vocab else vocab] for i in ids])))
     return texts
+
+
+def _push(state: Slots, slot: int, head: list[int], data: bytes) -> str:
+    """A row's bytes after the slot's pending ones: the whole characters, as text (the
+    codec's replacement rules for broken bytes); an incomplete tail stays pending."""
+    buf, width = state.pend_buf, state.width
+    held = head[PEND]
+    if held:
+        at = slot * width
+        data = bytes(buf[at:at + held]) + data
+    text, used = utf_8_decode(data, "replace", False)
+    rest = len(data) - used
+    if rest:
+        at = slot * width
+        buf[at:at + rest] = data[used:]
+    if rest != held:
+        state.meta[slot, PEND] = rest
+    if head[SKIP] and text:
+        text = text[1:]
+        state.meta[slot, SKIP] = 0
+    return text

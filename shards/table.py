@@ -39,7 +39,7 @@ from sglang_tok.tokenizer import TokenizerInfo
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
-from .slots import KIND, PLAIN, ROW, SKIP, Slots
+from .slots import KIND, PLAIN, RING_LEN, ROW, Slots
 from .small import decode_small
 
 I64 = npt.NDArray[np.int64]
@@ -246,33 +246,32 @@ class RidTable:
         self.counters.rows += n
         self.counters.tokens += len(ids)
         ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
-        heads = state.meta[msg.slots, :SKIP + 1].tolist()
+        heads = state.meta[msg.slots, :RING_LEN + 1].tolist()
         plain_rows = [r for r in range(n) if heads[r][KIND] == PLAIN and r not in ends]
         done = 0
         if plain_rows:
             all_rows = len(plain_rows) == n
             slots = slot_list if all_rows else [slot_list[r] for r in plain_rows]
             rows_heads = heads if all_rows else [heads[r] for r in plain_rows]
+            row_ids: list[list[int]] | None = None
+            counts: list[int] | None = None
             if sp.counts:
                 cuts = [0, *accumulate(np.frombuffer(sp.counts, np.uint32).tolist())]
-                row_ids: list[list[int]] = [ids[cuts[r]:cuts[r + 1]] for r in plain_rows]
+                row_ids = [ids[cuts[r]:cuts[r + 1]] for r in plain_rows]
+                counts = list(map(len, row_ids))
+                flat = list(chain.from_iterable(row_ids))
                 singles = None
             else:
-                singles = ids if all_rows else [ids[r] for r in plain_rows]
-                row_ids = [[i] for i in singles]
+                flat = flat_ids = singles = ids if all_rows else [ids[r] for r in plain_rows]
             texts = decode_small(plain.tables, plain.vocab, state, slots, rows_heads,
-                                 None if singles is not None else row_ids, singles)
-            slot_arr = np.array(slots, np.int64)
-            if singles is not None:
-                flat, starts = np.array(singles, np.int64), np.arange(len(slots) + 1)
-            else:
-                flat = np.array([i for r in row_ids for i in r], np.int64)
-                starts = starts_of(np.array(list(map(len, row_ids)), np.int64))
-            state.completion[slot_arr] += np.diff(starts)
-            state.record_ids(slot_arr, _in_vocab(flat, plain.vocab), starts)
-            rids = cast(list[str], [state.rids[s] for s in slots])
-            _small_out(out, rids, texts, row_ids, plain_rows, n, _Families(sp.families, n),
-                       sp.families)
+                                 row_ids, singles, plain.strs)
+            vocab = plain.vocab
+            if flat and (min(flat) < 0 or max(flat) >= vocab):  # as the byte tables index
+                flat = [i if 0 <= i < vocab else vocab for i in flat]
+            state.record_small(slots, rows_heads, flat, counts)
+            rids = cast(list[str], list(map(state.rids.__getitem__, slots)))
+            _small_out(out, rids, texts, row_ids if row_ids is not None else flat_ids, counts,
+                       plain_rows, n, _Families(sp.families, n), sp.families)
             done = len(plain_rows)
         if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
             kinds = [h[KIND] for h in heads]
@@ -537,15 +536,22 @@ def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: 
                     out.add_sparse(field, base + j, val)
 
 
-def _small_out(out: Sink, rids: list[str], texts: list[str], row_ids: list[list[int]],
-               rows: list[int], n: int, fams: _Families, families: list[Any]) -> None:
-    """A small message's plain rows into the output, as `_RowsOut.plain` does."""
-    counts = list(map(len, row_ids))
+def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]] | list[int],
+               counts: list[int] | None, rows: list[int], n: int, fams: _Families,
+               families: list[Any]) -> None:
+    """A small message's plain rows into the output, as `_RowsOut.plain` does: `ids` per
+    row with their `counts`, or (counts None) each row's one id."""
+    singles = cast(list[int], ids) if counts is None else None
+    row_ids = [[i] for i in singles] if singles is not None else cast(list[list[int]], ids)
     if isinstance(out, PackedOut):
         base = len(out.rids)
-        flat = [r[0] for r in row_ids] if counts.count(1) == len(counts) else \
-            [i for r in row_ids for i in r]
-        out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts, flat)
+        if singles is not None:
+            out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)),
+                         [1] * len(singles), singles)
+        else:
+            assert counts is not None
+            out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts,
+                         list(chain.from_iterable(row_ids)))
         if families:
             if base == 0 and len(rows) == n:  # the message's rows, numbered as they are
                 out.families += families
@@ -557,8 +563,8 @@ def _small_out(out: Sink, rids: list[str], texts: list[str], row_ids: list[list[
         base = len(out.rids)
         out.rids += rids
         out.texts += texts
-        out.id_lens += counts
-        out.ids += [i for r in row_ids for i in r]
+        out.id_lens += counts if counts is not None else [1] * len(row_ids)
+        out.ids += list(chain.from_iterable(row_ids))
         if families:
             _logprob_columns(out, fams.get(), rows, base)
         return
