@@ -37,6 +37,18 @@ _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _EMPTY = repeat("")  # map(dict.get, ids, _EMPTY): "" for an id without text
 
 
+def logprob_texts(info: TokenizerInfo, logprobs: list[Any] | None, top: list[Any] | None
+                  ) -> tuple[list[str] | None, list[Any] | None]:
+    """`logprob_text`: the text of each logprob id of a row (`logprobs` as [value, id],
+    `top` as [[id, value], ...] or None per position), looked up with map() over the ids:
+    C speed per id. Both paths (per row, array) use this."""
+    get = info.token_texts.get
+    texts = None if logprobs is None else list(map(get, map(_SECOND, logprobs), _EMPTY))
+    top_texts = None if top is None else \
+        [None if pos is None else list(map(get, map(_FIRST, pos), _EMPTY)) for pos in top]
+    return texts, top_texts
+
+
 class Request:
     __slots__ = ("rid", "opts", "info", "stream", "stops", "attr", "completion", "prompt_tokens",
                  "cached_tokens", "reasoning_tokens", "sent", "tail", "acc", "fast")
@@ -181,13 +193,7 @@ class Request:
         opts = self.opts
         token_texts = top_texts = None
         if opts.logprob_text:
-            # texts looked up with map() over the row's ids: C speed per id
-            get = self.info.token_texts.get
-            if logprobs is not None:
-                token_texts = list(map(get, map(_SECOND, logprobs), _EMPTY))
-            if top is not None:
-                top_texts = [None if pos is None else list(map(get, map(_FIRST, pos), _EMPTY))
-                             for pos in top]
+            token_texts, top_texts = logprob_texts(self.info, logprobs, top)
         acc = self.acc
         if acc is not None:
             acc.text += text

@@ -28,7 +28,7 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "stream_false"
     if opts.stop:
         return "stop"
-    if opts.logprob_text:
+    if opts.logprob_text and not info.token_texts:
         return "logprob_text"
     if opts.attribution:
         return "attribution"

@@ -3,7 +3,7 @@
 The egress gives each rid a slot in its shard when it first sees it (ring/link.py, ARRAYS),
 so a shard's rows arrive as slot numbers and the state of a plain request is one entry of
 each array below: no dict lookup, no object, no string per row. A request that needs more
-(stop strings, logprob texts, attribution, parsers, `stream: false`, a window-path
+(stop strings, attribution, parsers, `stream: false`, a window-path
 tokenizer) keeps a `Request` object in `objs[slot]` and takes the per-row path
 (shards/paths.py decides, once, at its first row).
 
@@ -25,11 +25,12 @@ FREE, PLAIN, ROW = 0, 1, 2
 # a slot's numbers: its path (FREE, PLAIN, ROW), its byte table (0 specials kept, 1
 # skipped), pending bytes, characters still to pass over (what the prompt's own decode
 # showed of an incomplete character or byte run), whether its text began (byte fallback:
-# the leading-space strip is spent), completion tokens, ids written to its ring, and the
-# usage fields of its first row
+# the leading-space strip is spent), completion tokens, ids written to its ring, the
+# usage fields of its first row, and whether its logprobs carry token texts
 COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "ring_len",
-           "prompt", "cached")
-KIND, SEL, PEND, SKIP, STARTED, COMPLETION, RING_LEN, PROMPT, CACHED = range(len(COLUMNS))
+           "prompt", "cached", "lp_text")
+(KIND, SEL, PEND, SKIP, STARTED, COMPLETION, RING_LEN, PROMPT, CACHED,
+ LP_TEXT) = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
 # ids kept per plain slot, for the text it sent last (`Request.tail`, request.SENT_TAIL chars:
 # 320 ids of at least one byte each hold 78 characters even after a cut character at each
@@ -80,7 +81,8 @@ class Slots:
     def _views(self) -> None:
         meta = self.meta
         (self.kind, self.table_sel, self.pend_len, self.skip, self.started, self.completion,
-         self.ring_len, self.prompt, self.cached) = (meta[:, k] for k in range(len(COLUMNS)))
+         self.ring_len, self.prompt, self.cached, self.lp_text) = \
+            (meta[:, k] for k in range(len(COLUMNS)))
 
     def grow(self, need: int) -> None:
         if need <= self.capacity:
@@ -111,7 +113,8 @@ class Slots:
 
     # ------------------------------------------------------------------ one slot
     def bind_plain(self, slot: int, rid: str, skip_special: bool,
-                   start: tuple[bytes, int, bool], prompt: int, cached: int) -> None:
+                   start: tuple[bytes, int, bool], prompt: int, cached: int,
+                   logprob_text: bool = False) -> None:
         """A plain request takes the slot; `start` is what its prompt left: pending bytes,
         characters to pass over, whether the text has begun."""
         self.grow(slot + 1)
@@ -130,6 +133,7 @@ class Slots:
         else:
             self.starts.pop(slot, None)
         self.prompt[slot], self.cached[slot] = prompt, cached
+        self.lp_text[slot] = logprob_text
         self.rids[slot] = rid
         self.objs[slot] = None
 

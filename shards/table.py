@@ -33,13 +33,13 @@ from sglang_tok.protocol import (
     terminal,
 )
 from sglang_tok.ragged import ragged_index, starts_of
-from sglang_tok.request import Request, _is_stop_token, make_request, refusal
+from sglang_tok.request import Request, _is_stop_token, logprob_texts, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
-from .slots import KIND, PLAIN, RING_LEN, ROW, Slots
+from .slots import KIND, LP_TEXT, PLAIN, ROW, Slots
 from .small import decode_small
 
 I64 = npt.NDArray[np.int64]
@@ -153,7 +153,7 @@ class RidTable:
             return
         assert opened.start is not None
         self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, opened.start, prompt,
-                              cached)
+                              cached, opened.opts.logprob_text)
         if opened.opts is not _DEFAULT_OPEN:
             self.opts[slot] = opened.opts
 
@@ -214,15 +214,16 @@ class RidTable:
             quick_ends = [row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
                           if special[row] and not isinstance(ends[row][0].get("matched"), str)]
             special[quick_ends] = False
-        rows_out = _RowsOut(out, msg, id_starts, fams)
+        rows_out = _RowsOut(out, msg, id_starts, fams, self.info)
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
             assert self.plain is not None
             texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts, distinct)
             # a plain slot always holds its rid (Slots.bind_plain)
-            rids = cast(list[str], list(map(self.state.rids.__getitem__,
-                                            slots[plain_rows].tolist())))
-            rows_out.plain(plain_rows, rids, texts)
+            plain_slots = slots[plain_rows]
+            rids = cast(list[str], list(map(self.state.rids.__getitem__, plain_slots.tolist())))
+            rows_out.plain(plain_rows, rids, texts,
+                           self.state.lp_text[plain_slots].tolist() if fams.families else None)
         if quick_ends:
             self._plain_ends(quick_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
@@ -246,7 +247,7 @@ class RidTable:
         self.counters.rows += n
         self.counters.tokens += len(ids)
         ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
-        heads = state.meta[msg.slots, :RING_LEN + 1].tolist()
+        heads = state.meta[msg.slots].tolist()
         plain_rows = [r for r in range(n) if heads[r][KIND] == PLAIN and r not in ends]
         done = 0
         if plain_rows:
@@ -271,7 +272,8 @@ class RidTable:
             state.record_small(slots, rows_heads, flat, counts)
             rids = cast(list[str], list(map(state.rids.__getitem__, slots)))
             _small_out(out, rids, texts, row_ids if row_ids is not None else flat_ids, counts,
-                       plain_rows, n, _Families(sp.families, n), sp.families)
+                       plain_rows, n, _Families(sp.families, n), sp.families,
+                       [h[LP_TEXT] for h in rows_heads] if sp.families else None, self.info)
             done = len(plain_rows)
         if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
             kinds = [h[KIND] for h in heads]
@@ -328,6 +330,9 @@ class RidTable:
                           usage=Usage(prompt, completion, prompt + completion, cached, reasoning))
             if fams.carries(row):
                 delta.logprobs, delta.top_logprobs, delta.token_ids_logprobs = fams.extras(row)
+                if opts is not None and opts.logprob_text:
+                    delta.token_texts, delta.top_texts = logprob_texts(
+                        self.info, delta.logprobs, delta.top_logprobs)
             out.append(delta)
             self._finish(rid, False, completion, reasoning)
 
@@ -485,12 +490,24 @@ def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
 class _RowsOut:
     """Appends a message's plain rows to the output: columns at C speed, or Deltas."""
 
-    __slots__ = ("out", "msg", "id_starts", "fams")
+    __slots__ = ("out", "msg", "id_starts", "fams", "info")
 
-    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: _Families) -> None:
+    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: _Families,
+                 info: TokenizerInfo) -> None:
         self.out, self.msg, self.id_starts, self.fams = out, msg, id_starts, fams
+        self.info = info
 
-    def plain(self, rows: I64, rids: list[str], texts: PlainTexts) -> None:
+    def plain(self, rows: I64, rids: list[str], texts: PlainTexts,
+              lp_text: list[int] | None = None) -> None:
+        """`lp_text`: per row, whether its request wants its logprobs' token texts (None
+        when the message carries no logprobs)."""
+        out = self.out
+        base = len(out.rids) if isinstance(out, ColumnsOut) else len(out)
+        self._plain(rows, rids, texts)
+        if lp_text is not None and any(lp_text):
+            _logprob_texts(out, base, rows.tolist(), lp_text, self.fams, self.info)
+
+    def _plain(self, rows: I64, rids: list[str], texts: PlainTexts) -> None:
         out, ids, st = self.out, self.msg.ids, self.id_starts
         counts = st[rows + 1] - st[rows]
         one_each = len(ids) == len(self.msg.slots) and (counts == 1).all()
@@ -536,11 +553,41 @@ def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: 
                     out.add_sparse(field, base + j, val)
 
 
+def _logprob_texts(out: Sink, base: int, rows: list[int], lp_text: list[int],
+                   fams: _Families, info: TokenizerInfo) -> None:
+    """`logprob_text` on the array path: the token texts of the rows (output rows base,
+    base + 1, ...) whose request wants them and that carry logprobs; only those rows cost
+    a Python step."""
+    read = fams.get()
+    carrying = read.carrying
+    for j, (row, wants) in enumerate(zip(rows, lp_text)):
+        if not (wants and carrying[row]):
+            continue
+        texts, top_texts = logprob_texts(info, read.row("logprobs", row),
+                                         read.row("top_logprobs", row))
+        if isinstance(out, ColumnsOut):
+            if texts is not None:
+                out.add_sparse("token_texts", base + j, texts)
+            if top_texts is not None:
+                out.add_sparse("top_texts", base + j, top_texts)
+        else:
+            out[base + j].token_texts, out[base + j].top_texts = texts, top_texts
+
+
 def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]] | list[int],
                counts: list[int] | None, rows: list[int], n: int, fams: _Families,
-               families: list[Any]) -> None:
+               families: list[Any], lp_text: list[int] | None, info: TokenizerInfo) -> None:
     """A small message's plain rows into the output, as `_RowsOut.plain` does: `ids` per
     row with their `counts`, or (counts None) each row's one id."""
+    base = len(out.rids) if isinstance(out, ColumnsOut) else len(out)
+    _small_rows(out, rids, texts, ids, counts, rows, n, fams, families)
+    if lp_text is not None and any(lp_text):
+        _logprob_texts(out, base, rows, lp_text, fams, info)
+
+
+def _small_rows(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]] | list[int],
+                counts: list[int] | None, rows: list[int], n: int, fams: _Families,
+                families: list[Any]) -> None:
     singles = cast(list[int], ids) if counts is None else None
     row_ids = [[i] for i in singles] if singles is not None else cast(list[list[int]], ids)
     if isinstance(out, PackedOut):

@@ -235,6 +235,28 @@ def verify(req: PlannedRequest, out: Any, info: TokenizerInfo) -> list[str]:
             problems.append(f"{req.rid}: {len(out.deltas)} deltas for {want_deltas} rows")
     if last.usage is None or last.usage.completion_tokens != len(out.ids):
         problems.append(f"{req.rid}: usage {last.usage} for {len(out.ids)} ids")
+    if req.logprobs and not stopped_early:
+        problems += _verify_logprobs(req, out, info, opts.logprob_text)
+    return problems
+
+
+def _verify_logprobs(req: PlannedRequest, out: Any, info: TokenizerInfo,
+                     texts: bool) -> list[str]:
+    """The plan sends one logprob per id, the id itself (and top alternatives id + q); with
+    `logprob_text` each carries the text of its id."""
+    lp = [p for d in out.deltas for p in (d.logprobs or [])]
+    top = [pos for d in out.deltas for pos in (d.top_logprobs or [])]
+    if [int(p[1]) for p in lp] != req.ids or len(top) != len(req.ids):
+        return [f"{req.rid}: logprobs do not follow the ids"]
+    if not texts:
+        return []
+    got = [t for d in out.deltas for t in (d.token_texts or [])]
+    got_top = [pos for d in out.deltas for pos in (d.top_texts or [])]
+    problems = []
+    if got != [info.token_text(i) for i in req.ids]:
+        problems.append(f"{req.rid}: token_texts {got[:4]} are not the ids' texts")
+    if got_top != [[info.token_text(int(a[0])) for a in pos] for pos in top]:
+        problems.append(f"{req.rid}: top_texts {got_top[:2]} are not the ids' texts")
     return problems
 
 
