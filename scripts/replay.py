@@ -53,8 +53,9 @@ class Target:
     """A running system under test: endpoints, how many PONGs a barrier needs, its pids."""
 
     def __init__(self, input_ep: str, output_ep: str, shards: int,
-                 proc: subprocess.Popen[bytes] | None = None) -> None:
+                 proc: subprocess.Popen[bytes] | None = None, baseline: bool = False) -> None:
         self.input, self.output, self.shards, self.proc = input_ep, output_ep, shards, proc
+        self.baseline = baseline  # produces text, ids, finish and the last usage only
 
     def pids(self) -> list[int]:
         if self.proc is None:
@@ -102,7 +103,7 @@ def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"baseline {kind} failed to start")
         time.sleep(0.05)
-    return Target(inp, out, 1, proc)
+    return Target(inp, out, 1, proc, baseline=True)
 
 
 def _drain(sock: zmq.Socket, raw: list[tuple[float, bytes]], dmap: DeltaMap | None) -> None:
@@ -185,7 +186,8 @@ def replay(trace: Trace, target: Target, speed: float | None, progress: bool = T
     push.close(linger=0)
     for t, r in raw[fed:]:
         dmap.feed(t, r)
-    report = analyse(trace, front, raw, dmap, t0, complete=not want)
+    report = analyse(trace, front, raw, dmap, t0, complete=not want,
+                     features=not target.baseline)
     report["window"] = window
     report["probe"] = p1 - p0
     front.close()
@@ -200,7 +202,7 @@ def _ms(xs: list[float], qs: tuple[float, ...]) -> dict[str, float]:
 
 
 def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]], dmap: DeltaMap,
-            t0: float, complete: bool) -> dict[str, Any]:
+            t0: float, complete: bool, features: bool = True) -> dict[str, Any]:
     last = t0
     for t, r in raw:
         front.take(r)
@@ -216,7 +218,8 @@ def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]], dmap:
     ttft_t = dmap.first_delta(t0)
     info = load(trace.meta.get("tokenizer", "deepseek-v4"))
     reqs = requests(trace.frames)
-    problems = [p for r in reqs.values() for p in verify(r, front.requests.get(r.rid), info)]
+    problems = [p for r in reqs.values()
+                for p in verify(r, front.requests.get(r.rid), info, features)]
     errors = sum(1 for r in front.requests.values() if r.deltas and r.last.error)
     elapsed = max(1e-9, last - t0)
     return {

@@ -32,8 +32,6 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "logprob_text"
     if opts.attribution:
         return "attribution"
-    if opts.continuous_usage:
-        return "continuous_usage"
     if opts.reasoning_parser or opts.tool_parser:
         return "parser"
     if opts.min_tokens > 0:

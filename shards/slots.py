@@ -26,11 +26,12 @@ FREE, PLAIN, ROW = 0, 1, 2
 # skipped), pending bytes, characters still to pass over (what the prompt's own decode
 # showed of an incomplete character or byte run), whether its text began (byte fallback:
 # the leading-space strip is spent), completion tokens, ids written to its ring, the
-# usage fields of its first row, and whether its logprobs carry token texts
+# usage fields of its first row, whether its logprobs carry token texts, and whether each
+# of its deltas carries usage (continuous_usage)
 COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "ring_len",
-           "prompt", "cached", "lp_text")
+           "prompt", "cached", "lp_text", "cont_usage")
 (KIND, SEL, PEND, SKIP, STARTED, COMPLETION, RING_LEN, PROMPT, CACHED,
- LP_TEXT) = range(len(COLUMNS))
+ LP_TEXT, CONT_USAGE) = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
 # ids kept per plain slot, for the text it sent last (`Request.tail`, request.SENT_TAIL chars:
 # 320 ids of at least one byte each hold 78 characters even after a cut character at each
@@ -76,12 +77,14 @@ class Slots:
         # the text its ring of ids decodes to
         self.starts: dict[int, tuple[bytes, int, bool]] = {}
         self.marks = SlotMarks()
+        # plain slots with continuous_usage: while none is, no message looks for them
+        self.usage_live = 0
         self.grow(capacity)
 
     def _views(self) -> None:
         meta = self.meta
         (self.kind, self.table_sel, self.pend_len, self.skip, self.started, self.completion,
-         self.ring_len, self.prompt, self.cached, self.lp_text) = \
+         self.ring_len, self.prompt, self.cached, self.lp_text, self.cont_usage) = \
             (meta[:, k] for k in range(len(COLUMNS)))
 
     def grow(self, need: int) -> None:
@@ -114,7 +117,7 @@ class Slots:
     # ------------------------------------------------------------------ one slot
     def bind_plain(self, slot: int, rid: str, skip_special: bool,
                    start: tuple[bytes, int, bool], prompt: int, cached: int,
-                   logprob_text: bool = False) -> None:
+                   logprob_text: bool = False, continuous_usage: bool = False) -> None:
         """A plain request takes the slot; `start` is what its prompt left: pending bytes,
         characters to pass over, whether the text has begun."""
         self.grow(slot + 1)
@@ -134,19 +137,28 @@ class Slots:
             self.starts.pop(slot, None)
         self.prompt[slot], self.cached[slot] = prompt, cached
         self.lp_text[slot] = logprob_text
+        self._usage_flag(slot, continuous_usage)
         self.rids[slot] = rid
         self.objs[slot] = None
 
     def bind_row(self, slot: int, req: Request) -> None:
         self.grow(slot + 1)
         self.kind[slot] = ROW
+        self._usage_flag(slot, False)
         self.rids[slot] = req.rid
         self.objs[slot] = req
 
     def free(self, slot: int) -> None:
         self.kind[slot] = FREE
+        self._usage_flag(slot, False)
         self.rids[slot] = None
         self.objs[slot] = None
+
+    def _usage_flag(self, slot: int, on: bool) -> None:
+        was = bool(self.cont_usage[slot])
+        if was != on:
+            self.cont_usage[slot] = on
+            self.usage_live += 1 if on else -1
 
     def to_request(self, slot: int, req: Request, stream: Stream, tail: str) -> Request:
         """Move a plain slot's state into `req` (built with the same options; `stream` is

@@ -39,7 +39,7 @@ from sglang_tok.tokenizer import TokenizerInfo
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
-from .slots import KIND, LP_TEXT, PLAIN, ROW, Slots
+from .slots import CACHED, COMPLETION, CONT_USAGE, KIND, LP_TEXT, PLAIN, PROMPT, ROW, Slots
 from .small import decode_small
 
 I64 = npt.NDArray[np.int64]
@@ -153,7 +153,7 @@ class RidTable:
             return
         assert opened.start is not None
         self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, opened.start, prompt,
-                              cached, opened.opts.logprob_text)
+                              cached, opened.opts.logprob_text, opened.opts.continuous_usage)
         if opened.opts is not _DEFAULT_OPEN:
             self.opts[slot] = opened.opts
 
@@ -224,6 +224,9 @@ class RidTable:
             rids = cast(list[str], list(map(self.state.rids.__getitem__, plain_slots.tolist())))
             rows_out.plain(plain_rows, rids, texts,
                            self.state.lp_text[plain_slots].tolist() if fams.families else None)
+            if self.state.usage_live:
+                _continuous_usage(out, len(out) - len(plain_rows), plain_rows.tolist(),
+                                  plain_slots.tolist(), self.state, sparse.reasoning)
         if quick_ends:
             self._plain_ends(quick_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
@@ -274,6 +277,9 @@ class RidTable:
             _small_out(out, rids, texts, row_ids if row_ids is not None else flat_ids, counts,
                        plain_rows, n, _Families(sp.families, n), sp.families,
                        [h[LP_TEXT] for h in rows_heads] if sp.families else None, self.info)
+            if state.usage_live:
+                _continuous_usage(out, len(out) - len(plain_rows), plain_rows, slots, state,
+                                  sp.reasoning)
             done = len(plain_rows)
         if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
             kinds = [h[KIND] for h in heads]
@@ -572,6 +578,27 @@ def _logprob_texts(out: Sink, base: int, rows: list[int], lp_text: list[int],
                 out.add_sparse("top_texts", base + j, top_texts)
         else:
             out[base + j].token_texts, out[base + j].top_texts = texts, top_texts
+
+
+def _continuous_usage(out: Sink, base: int, rows: list[int], slots: list[int], state: Slots,
+                      reasoning: bytes) -> None:
+    """`continuous_usage` on the array path: the usage so far of each row (output rows
+    base, base + 1, ...) whose request asked for it: its slot's completion count after the
+    row, its first row's prompt and cached tokens, the row's reasoning tokens. Only those
+    rows cost a Python step."""
+    per_row = np.frombuffer(reasoning, np.uint32).tolist() if reasoning else None
+    meta = state.meta
+    for j, (row, slot) in enumerate(zip(rows, slots)):
+        numbers = meta[slot].tolist()
+        if not numbers[CONT_USAGE]:
+            continue
+        completion, prompt = numbers[COMPLETION], numbers[PROMPT]
+        usage = Usage(prompt, completion, prompt + completion, numbers[CACHED],
+                      per_row[row] if per_row is not None else 0)
+        if isinstance(out, ColumnsOut):
+            out.add_sparse("usage", base + j, usage)
+        else:
+            out[base + j].usage = usage
 
 
 def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]] | list[int],

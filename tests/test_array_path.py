@@ -159,6 +159,8 @@ def test_the_path_is_decided_once_with_a_reason() -> None:
     assert row_reason(Open("r", tool_parser="hermes"), info, True) == "parser"
     # logprob token texts are a lookup in the tokenizer's table: the array path has them
     assert row_reason(Open("r", logprob_text=True), info, True) is None
+    assert row_reason(Open("r", continuous_usage=True), info, True) is None
+    assert row_reason(Open("r", attribution=True), info, True) == "attribution"
     assert row_reason(None, info, False) == "tokenizer"
     # which tokenizers have an array decoder: byte-level BPE and SentencePiece byte fallback
     assert plain_decoder(describe(zoo.wordpiece(), "wp"), 48) is None

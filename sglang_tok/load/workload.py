@@ -204,8 +204,11 @@ def expected(req: PlannedRequest, info: TokenizerInfo) -> tuple[str, dict[str, A
     return text, fin
 
 
-def verify(req: PlannedRequest, out: Any, info: TokenizerInfo) -> list[str]:
-    """Problems with one request's outputs (empty when it is exact)."""
+def verify(req: PlannedRequest, out: Any, info: TokenizerInfo,
+           features: bool = True) -> list[str]:
+    """Problems with one request's outputs (empty when it is exact). `features` False:
+    leave out what only the service produces (logprobs and their texts, continuous usage),
+    for the lean baselines."""
     problems = []
     if out is None:
         return [f"{req.rid}: no output at all"]
@@ -235,8 +238,19 @@ def verify(req: PlannedRequest, out: Any, info: TokenizerInfo) -> list[str]:
             problems.append(f"{req.rid}: {len(out.deltas)} deltas for {want_deltas} rows")
     if last.usage is None or last.usage.completion_tokens != len(out.ids):
         problems.append(f"{req.rid}: usage {last.usage} for {len(out.ids)} ids")
+    if not features:
+        return problems
     if req.logprobs and not stopped_early:
         problems += _verify_logprobs(req, out, info, opts.logprob_text)
+    if opts.continuous_usage and opts.stream:
+        seen = 0
+        for d in out.deltas:
+            seen += len(d.ids)
+            u = d.usage
+            if u is None or u.completion_tokens != seen or \
+                    u.total_tokens != u.prompt_tokens + seen:
+                problems.append(f"{req.rid}: continuous usage {u} after {seen} ids")
+                break
     return problems
 
 
