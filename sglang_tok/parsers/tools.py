@@ -554,11 +554,12 @@ class ToolParser:
     def markers(self) -> tuple[str, ...]:
         return self.fmt.markers
 
-    def absorb(self, text: str) -> str | None:
-        """Inside a call, a piece that cannot start or finish its close marker only grows it:
-        None if it must go through `step`; else what it adds to the open call's arguments
-        ("" in whole mode, where nothing of a call leaves before its end; in incremental
-        mode the reader's `fast` answer, when it has one for its state)."""
+    def absorb(self, text: str) -> str | list[Item] | None:
+        """Inside a call, a piece that cannot start or finish its close marker only grows it,
+        so it needs none of `step`'s search for the call's end: None if it must go through
+        `step`; else what it adds to the open call's arguments ("" in whole mode, where
+        nothing of a call leaves before its end), or, when the reader's events are more than
+        one fragment (the call's name, a malformed element), the items they make."""
         close, reach = self.fmt.close_first, self.fmt.close_reach
         if self.state != CALL or close is None or close in text:
             return None
@@ -569,17 +570,34 @@ class ToolParser:
                 return None
             at = body.find(close, at + 1)
         frag: str | None = ""
-        if self.incremental:
+        if self.incremental and not self.rejected:
             fast = self.fast
-            if fast is None or self.rejected or not self.opened:
-                return None
-            frag = fast(len(body), text)
-            if frag is None:
-                return None
+            frag = fast(len(body), text) if fast is not None and self.opened else None
+            if frag is None:  # the reader reads it, all of it ready (no marker can start)
+                self.body = ""
+                body += text
+                self.body = body
+                events = self.reader.read(body, len(body))  # type: ignore[union-attr]
+                if not events:
+                    return ""
+                ev = events[0]
+                if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
+                        and self.opened:  # type: ignore[index]
+                    return ev[1]  # type: ignore[index]
+                out = self.out = []
+                self._events(events)
+                return out
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
         return frag
+
+    def plain_text(self, text: str) -> bool:
+        """An idle parser's piece with a marker's first character but no marker and no
+        marker prefix at its end: all content, as `step` would find, without its
+        machinery (code and `<think>` tags in content are common)."""
+        opener = self.fmt.opener
+        return opener.find(text)[0] < 0 and opener.hold_from(text) == len(text)
 
     @property
     def idle(self) -> bool:
