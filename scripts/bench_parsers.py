@@ -492,10 +492,28 @@ def measure(args: argparse.Namespace) -> int:
 # DeepSeek-V4 tokenizer, so a marker is one id as it is in production
 LONG = "".join(f"def f{i}(x):\n    return x * {i}  # 值 {i} 🙂\n" for i in range(60))
 XML_SPECIALS = ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-                "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>"]
+                "</arg_value>", "<minimax:tool_call>", "</minimax:tool_call>", "[TOOL_CALLS]",
+                "[ARGS]"]
+DSML_CALL = ('<｜DSML｜{W}>\n<｜DSML｜invoke name="write">\n<｜DSML｜parameter name="content" '
+             'string="true">{RAW}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜{W}>')
 LATENCY_CALLS: dict[str, tuple[dict[str, Any], str]] = {
     # config, the output: {RAW} is LONG as written, {ARGS} the JSON arguments object,
     # {PY} LONG as a Python literal
+    "deepseekv4": ({"reasoning_parser": "deepseek-r1", "reasoning_started": False,
+                    "tool_parser": "deepseekv4"}, DSML_CALL.replace("{W}", "tool_calls")),
+    "deepseekv32": ({"reasoning_parser": "deepseek-r1", "reasoning_started": False,
+                     "tool_parser": "deepseekv32"}, DSML_CALL.replace("{W}", "function_calls")),
+    "deepseekv3": ({"tool_parser": "deepseekv3"},
+                   "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>write\n"
+                   "```json\n{ARGS}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+    "deepseekv31": ({"tool_parser": "deepseekv31"},
+                    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write<｜tool▁sep｜>{ARGS}"
+                    "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
+    "hermes": ({"tool_parser": "hermes"},
+               '<tool_call>\n{"name": "write", "arguments": {ARGS}}\n</tool_call>'),
+    "mistral": ({"tool_parser": "mistral"},
+                '[TOOL_CALLS] [{"name": "write", "arguments": {ARGS}}]'),
+    "mistral v11": ({"tool_parser": "mistral"}, "[TOOL_CALLS]write[ARGS]{ARGS}"),
     "qwen3_coder": ({"tool_parser": "qwen3_coder"},
                     "<tool_call>\n<function=write>\n<parameter=content>\n{RAW}\n</parameter>\n"
                     "</function>\n</tool_call>"),
@@ -561,7 +579,14 @@ def latency_mode(info: TokenizerInfo) -> int:
             named = at.get("name", -1)
             print(f"{name:<12} {mode:<12} {len(ids):>9} {named - at.get('text', -1):>10} "
                   f"{at.get('args', -1) - named:>10} {at.get('value', -1) - named:>11}")
-    return 0
+    covered = {c["tool_parser"] for c, _ in LATENCY_CALLS.values()}
+    aliases = {n for n in FORMATS if n not in covered
+               and any(FORMATS[n] is FORMATS[c] for c in covered)}
+    missing = sorted(set(FORMATS) - covered - aliases)
+    print(f"aliases of a format above: {', '.join(sorted(aliases))}")
+    if missing:
+        print(f"no latency case (add one to LATENCY_CALLS): {', '.join(missing)}")
+    return 1 if missing else 0
 
 
 def main() -> int:

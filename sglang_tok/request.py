@@ -353,7 +353,8 @@ class ParsedRequest(Request):
                     s.skip = 0
             parsed = self.parsed
             first = parsed.tool_first
-            if parsed.plain and (first is None or first not in piece):
+            if parsed.plain and (first is None or (first not in piece
+                                                    and parsed.tool_second not in piece)):
                 # what `feed` returns for a piece with nothing to parse, without building it
                 if parsed.quotes is not None:
                     parsed.quotes.feed(piece)

@@ -321,6 +321,10 @@ MARKER_BITS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALL
                "{", "}", '"', "\\", "<", "</", "<thi", "<｜", " ", "\n", "  \n", "x", "END",
                "日本語", "👩‍👩‍👧‍👦", "def f(x):\n    return x", "<function=f>", "</function>",
                "<parameter=a>", "<parameter=n>", "</parameter>", "\n3\n", "<function=", ">",
+               # hermes arrays of calls, with malformed siblings
+               '<tool_call>[{"name": "f", "arguments": {"x": 1}}, {"name": "f", "arguments": '
+               '{bad}, {"name": "f"}]</tool_call>', '[{"name": "f"}, "junk"]', ", ", ",",
+               ', {"name": "f", "arguments": {bad}', '{"name": "g"}',
                *(text for _, text, _, _ in CALL_EXAMPLES), *(text for _, text in MALFORMED)]
 bits = st.lists(st.sampled_from(MARKER_BITS), max_size=25)
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
@@ -505,11 +509,16 @@ def outputs(draw: st.DrawFn, fmt: str, started: bool,
         out = ("" if started else "<think>") + reasoning + "</think>"
     out += content
     body = "\n".join(write_call(fmt, n, a, v) for n, a, v in calls)
+    if calls and fmt == "hermes" and draw(st.booleans()):  # one `<tool_call>` with an array
+        body = "<tool_call>\n" + json.dumps(
+            [{"name": n, "arguments": a} for n, a, _ in calls],
+            ensure_ascii=bool(calls[0][2])) + "\n</tool_call>"
     if calls and fmt in SECTIONS:
         body = SECTIONS[fmt][0] + body + SECTIONS[fmt][1]
     out += body
     if not wellformed:
         junk = st.sampled_from(["<tool_call>{bad", "</think>", "<think>", "[TOOL_CALLS] no",
+                                ', {"name": "b", "arguments": {bad}', ', "junk"', "]",
                                 "<｜DSML｜tool_calls>\n<｜DSML｜invoke", '{"x": }', "<|im_end|>",
                                 "<｜end▁of▁sentence｜>", "z"])
         for _ in range(draw(st.integers(0, 3))):

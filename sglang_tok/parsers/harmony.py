@@ -102,6 +102,9 @@ class HarmonyParser(ToolParser):
     def absorb(self, text: str) -> str | None:
         return None
 
+    def plain_text(self, text: str) -> bool:
+        return False  # Harmony's framing is its own: every marker piece goes through `step`
+
     def fresh(self) -> HarmonyParser:
         return HarmonyParser(self.fmt, INCREMENTAL if self.incremental else WHOLE,
                              self.schemas, self.reasoning_on, self.calls_on, self.started)

@@ -1,5 +1,9 @@
 """Formats whose calls carry the model's own JSON: hermes/qwen25, mistral, deepseekv3/v31.
 
+A hermes `<tool_call>` may hold a JSON array of calls (`CallArray`): a malformed element
+costs only itself, because models that batch calls this way should not lose every call
+to one bad sibling (issue 18; SGLang keeps the valid ones too).
+
 Whole mode re-serialises the parsed arguments (today's bytes). Incremental mode passes
 the arguments object through exactly as the model wrote it (no re-serialisation, so no
 escaping or key-order drift: vLLM #13826, #46308), found by scanning the call's JSON
@@ -18,6 +22,7 @@ from .schema import Schemas
 from .tools import (
     Calls,
     CloseMarker,
+    Dropped,
     Event,
     JsonEnd,
     RawArgs,
@@ -207,19 +212,65 @@ def parse_hermes(body: str) -> Calls | None:
     return None if call is None else [call]
 
 
-class HermesReader:
-    """`<tool_call>` + one JSON object + `</tool_call>`."""
+def parse_hermes_typed(body: str, schemas: Schemas | None) -> Calls | None:
+    """Whole mode: one object as `parse_hermes`; an array by the incremental reader's own
+    element rules (so both modes agree on which elements stand), arguments re-serialised."""
+    if not body.lstrip().startswith("["):
+        return parse_hermes(body)
+    reader = HermesReader(schemas)
+    events = reader.read(body, len(body))
+    rest = reader.close(body)
+    if rest is None:
+        return None
+    items: list[list[str] | Dropped] = []
+    call: list[str] | None = None
+    for event in events + rest:
+        if isinstance(event, Dropped):
+            if event.named and call is not None:
+                items.pop()  # the call its name opened
+            call = None
+            items.append(Dropped(event.text))
+            continue
+        name, frag = event
+        if name is not None:
+            call = [name, ""]
+            items.append(call)
+        elif call is not None:
+            call[1] += frag
+    calls: Calls = []
+    for item in items:
+        if isinstance(item, Dropped):
+            calls.append(item)
+            continue
+        text = arguments_json(loads(item[1]))
+        assert text is not None  # the reader lets only a valid object stand
+        calls.append((item[0], text))
+    return calls
 
-    __slots__ = ("obj",)
+
+class HermesReader:
+    """`<tool_call>` + one JSON object + `</tool_call>`, or a JSON array of such objects
+    (`CallArray`)."""
+
+    __slots__ = ("array", "obj", "schemas")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
         self.obj: CallObject | None = None
+        self.array: CallArray | None = None
+        self.schemas = schemas
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
+        if self.array is not None:
+            self.array.read(body, ready, out)
+            return out
         if self.obj is None:
             pos = _WS.match(body, 0, ready).end()  # type: ignore[union-attr]
             if pos >= ready:
+                return out
+            if body[pos] == "[":
+                self.array = CallArray(pos + 1, self.schemas)
+                self.array.read(body, ready, out)
                 return out
             self.obj = CallObject(pos)
         self.obj.read(body, ready, out)
@@ -227,18 +278,202 @@ class HermesReader:
 
     def fast(self, at: int, text: str) -> str | None:
         """Inside the named call's arguments: `RawArgs.fast`."""
-        obj = self.obj
+        obj = self.obj if self.array is None else self.array.live()
         if obj is None or obj.state != ARGS or not obj.named:
             return None
         assert obj.args is not None
         return obj.args.fast(at, text)
 
     def close(self, body: str) -> list[Event] | None:
+        if self.array is not None:
+            return self.array.close(body)
         obj = self.obj
         if obj is None or obj.state != DONE or not obj.named or body[obj.end:].strip() \
                 or parse_hermes(body) is None:
             return None
         return [obj.rest(body)]
+
+
+A_START, A_OBJ, A_VALUE, A_AFTER, A_END, A_BAD, A_TAIL = range(7)
+_NEXT_OBJECT = re.compile(r",\s*\{")
+
+
+class CallArray:
+    """The elements of a `[...]` of call objects, each a call of its own.
+
+    An element that is not a well-formed call (bad JSON, not an object, no name, a name
+    not in the request's tools) costs only itself: it becomes a `Dropped` piece of text
+    and the next element is read as usual. Element boundaries: a complete JSON value
+    ends an element; once an object can no longer be a call object, its text runs to the
+    next `,` + `{` (the next element's start) or to the array's `]` at the end of the body.
+    Text after the `]` is one more malformed piece. A well-formed element's closing brace
+    leaves when it ends: its validity is final then, whatever its siblings do.
+    """
+
+    __slots__ = ("dropped", "elem", "obj", "pos", "prev_end", "rejected", "scan", "schemas",
+                 "state", "valid", "value")
+
+    def __init__(self, pos: int, schemas: Schemas | None) -> None:
+        self.pos = pos  # where reading resumes
+        self.state = A_START
+        self.elem = -1  # where the current element (or malformed piece) starts
+        self.obj: CallObject | None = None
+        self.value: JsonEnd | None = None  # a non-object element that is an array
+        self.scan = 0  # A_BAD: where the search for the next element resumes
+        self.rejected = False  # the current element's name is not in the request's tools
+        self.prev_end = 0  # where the previous element (or malformed piece) ended
+        self.dropped = False  # a malformed piece was given back already
+        self.valid = 0  # elements that stand
+        self.schemas = schemas
+
+    def live(self) -> CallObject | None:
+        """The element being read when it is a call whose name was sent."""
+        return self.obj if self.state == A_OBJ and not self.rejected else None
+
+    def read(self, body: str, ready: int, out: list[Event]) -> None:
+        pos = self.pos
+        while True:
+            st = self.state
+            if st == A_OBJ:
+                obj = self.obj
+                assert obj is not None
+                if self.rejected:
+                    obj.read(body, ready, [])
+                else:
+                    events: list[Event] = []
+                    obj.read(body, ready, events)
+                    for ev in events:
+                        name = ev[0]  # type: ignore[index]
+                        if name is not None and self.schemas is not None \
+                                and name not in self.schemas:
+                            self.rejected = True  # never sent: the element is text
+                            break
+                        out.append(ev)
+                if obj.state == DONE:
+                    pos = obj.end
+                    text = body[self.elem:pos]
+                    if obj.named and not self.rejected and parse_hermes(text) is not None:
+                        out.append(obj.rest(body))
+                        self.obj = None
+                        self.valid += 1
+                        self.prev_end = pos
+                    else:
+                        self._drop(body, pos, out)
+                    self.state = A_AFTER
+                    continue
+                if obj.state == BAD:
+                    pos = self.scan = obj.pos
+                    self.state = A_BAD
+                    continue
+                break
+            if st == A_VALUE:
+                end = self._value_end(body, ready)
+                if end < 0:
+                    break
+                pos = end
+                self._drop(body, pos, out)
+                self.state = A_AFTER
+                continue
+            if st == A_BAD:
+                m = _NEXT_OBJECT.search(body, max(self.elem, self._back(body, self.scan)),
+                                        ready)
+                if m is None:
+                    self.scan = max(self.scan, ready)
+                    break
+                self._drop(body, m.start(), out)
+                pos = m.end() - 1
+                self._element(body, pos)
+                continue
+            if st == A_TAIL:
+                break
+            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+            if pos >= ready:
+                break
+            c = body[pos]
+            if st == A_END:
+                self.elem = pos  # text after the array: malformed, to the body's end
+                self.state = A_TAIL
+                break
+            if st == A_AFTER:
+                if c == ",":
+                    pos += 1
+                    self.state = A_START
+                elif c == "]":
+                    pos += 1
+                    self.state = A_END
+                else:
+                    self.elem = self.scan = pos
+                    self.state = A_BAD
+                continue
+            # A_START
+            if c == "]" and self.elem < 0:
+                pos += 1
+                self.state = A_END  # `[]`: no call at all
+            elif c in ",]":
+                self.elem = self.scan = pos
+                self.state = A_BAD
+            else:
+                self._element(body, pos)
+        self.pos = pos
+
+    @staticmethod
+    def _back(body: str, at: int) -> int:
+        """The search for `,{` starts at the comma before `at` when only blanks are between
+        (an object that went bad at its `{` after a comma: that `{` opens the next one)."""
+        j = at
+        while j > 0 and body[j - 1] in " \t\r\n":
+            j -= 1
+        return j - 1 if j > 0 and body[j - 1] == "," else at
+
+    def _element(self, body: str, pos: int) -> None:
+        self.elem = pos
+        self.rejected = False
+        if body[pos] == "{":
+            self.obj = CallObject(pos)
+            self.state = A_OBJ
+        else:
+            self.obj = None
+            self.value = JsonEnd(pos) if body[pos] == "[" else None
+            self.state = A_VALUE
+
+    def _value_end(self, body: str, ready: int) -> int:
+        """Where a non-object element ends (-1: not yet): a string, an array, a scalar."""
+        at = self.elem
+        if self.value is not None:
+            return self.value.end(body, ready)
+        if body[at] == '"':
+            m = _STRING.match(body, at, ready)
+            return -1 if m is None else m.end()
+        m2 = _SCALAR_END.search(body, at, ready)
+        return -1 if m2 is None else m2.start()
+
+    def _drop(self, body: str, end: int, out: list[Event]) -> None:
+        """The malformed piece from `elem` to `end` (its trailing blanks are markup). All
+        pieces together are the text from the first one's start to the last one's end
+        with the calls that stand cut out, each with the separator written before it: so
+        every piece after the first takes what was written since the previous element."""
+        obj = self.obj
+        named = obj is not None and obj.named and not self.rejected
+        self.obj = None
+        start = self.elem
+        e = start + len(body[start:end].rstrip())
+        if e == start and not named:
+            return
+        out.append(Dropped(body[self.prev_end if self.dropped else start:e], named))
+        self.dropped = True
+        self.prev_end = e
+
+    def close(self, body: str) -> list[Event] | None:
+        """After the last `read` (of the whole body): what is still open is malformed, up
+        to the array's closing `]`; None when no element stood (then all of it is text)."""
+        out: list[Event] = []
+        st = self.state
+        if st not in (A_END, A_START, A_AFTER):
+            end = len(body.rstrip())
+            if st != A_TAIL and body[:end].endswith("]"):
+                end = len(body[:end - 1].rstrip())
+            self._drop(body, max(end, self.elem), out)
+        return out if self.valid else None
 
 
 # ------------------------------------------------------------------ mistral
@@ -498,7 +733,8 @@ class DeepSeekV3Reader:
         if (_V3_TAIL.fullmatch(tail) is None) if self.v3 else bool(tail.strip()):
             return None
         calls = parse_deepseekv3(body)
-        if calls is None or calls[0][0] != self.name:
+        first = calls[0] if calls else None
+        if not isinstance(first, tuple) or first[0] != self.name:
             return None
         return [(None, args.rest(body))]
 
@@ -506,7 +742,7 @@ class DeepSeekV3Reader:
 # ------------------------------------------------------------------ the formats
 def hermes() -> ToolFormat:
     return ToolFormat("hermes", "<tool_call>", lambda: CloseMarker("</tool_call>"),
-                      parse_hermes, HermesReader)
+                      parse_hermes, HermesReader, typed_whole=parse_hermes_typed)
 
 
 def mistral() -> ToolFormat:

@@ -36,6 +36,7 @@ class ParsedStream:
         "quotes",
         "thinking",
         "tool_first",
+        "tool_second",
         "tools",
     )
 
@@ -51,11 +52,14 @@ class ParsedStream:
         self.called = False  # a call stands (sent, and not flagged malformed)
         self.live: set[int] = set()
         # the hot path: a piece holding no character that starts a marker, while nothing is
-        # held anywhere, passes through with one `in` test per channel
-        self.tool_first = _first_chars(tools.fmt.opener.markers if tools else ())
+        # held anywhere, passes through with one `in` test per channel (two for a format
+        # whose markers start with two characters: pythonic's `[` and `<|python_start|>`;
+        # NUL stands for "no second": a piece with one only takes the slow, exact way)
+        self.tool_first, self.tool_second = _first_chars(
+            tools.fmt.opener.markers if tools else (), 2)
         # a format that reads Markdown quoting: a skipped piece still updates its state
         self.quotes = tools.quotes if tools is not None else None
-        self.close_first = _first_chars(reasoning.close_markers if reasoning else ())
+        self.close_first = _first_chars(reasoning.close_markers if reasoning else (), 1)[0]
         self.plain = False
         self._update()
 
@@ -73,7 +77,8 @@ class ParsedStream:
     def feed(self, text: str) -> ParsedDelta:
         if self.plain:
             first = self.tool_first
-            if first is None or first not in text:
+            if first is None or (first not in text and self.tool_second not in text) or \
+                    self.tools.plain_text(text):  # type: ignore[union-attr]
                 if self.quotes is not None:
                     self.quotes.feed(text)
                 return ParsedDelta(text)
@@ -87,7 +92,13 @@ class ParsedStream:
             if frag is not None:
                 if not frag:
                     return ParsedDelta()
-                return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
+                if frag.__class__ is str:
+                    return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
+                # a call's name or flags: as `_content` sends a step's items (stops flushed)
+                items: list[Item] = frag  # type: ignore[assignment]
+                if self.stops is None or self.exempt:
+                    return self._plain(items, "")
+                return self._stopped(items, "", False)
         reasoning = ""
         if self.reasoning is not None:
             text, reasoning = self.reasoning.split(text)
@@ -144,7 +155,7 @@ class ParsedStream:
         if tools is None:
             items: list[Item] = [text] if text else []
         elif (not final and tools.idle and self.tool_first is not None
-              and self.tool_first not in text):
+              and self.tool_first not in text and self.tool_second not in text):
             items = [text] if text else []  # the common case: no marker in sight
             if self.quotes is not None:
                 self.quotes.feed(text)
@@ -214,7 +225,10 @@ class ParsedStream:
         return ParsedDelta("".join(texts), reasoning, calls or None, matched, self.called)
 
 
-def _first_chars(markers: tuple[str, ...]) -> str | None:
-    """The one character every marker starts with, or None (no piece skips the tool engine)."""
-    firsts = {m[0] for m in markers if m}
-    return firsts.pop() if len(firsts) == 1 else None
+def _first_chars(markers: tuple[str, ...], most: int) -> tuple[str | None, str]:
+    """The characters every marker starts with, when there are at most `most` of them:
+    (first, second or NUL); (None, NUL) when no piece may skip the parser."""
+    firsts = sorted({m[0] for m in markers if m})
+    if not firsts or len(firsts) > most:
+        return None, "\0"
+    return firsts[0], firsts[1] if len(firsts) > 1 else "\0"

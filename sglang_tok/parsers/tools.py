@@ -35,6 +35,9 @@ decision depends only on the text so far, never on how it was chunked):
   sent, its last delta saying `cut: true`.
 - With the request's `tools`, a call to a name not among them is not a call: it is text,
   like a malformed call (decided as soon as the name is known, so never sent as a call).
+- A body that holds several calls (hermes' JSON array) reports a malformed element as a
+  `Dropped` event: that element alone is text (and flagged, if its name was sent), given
+  back when the body ends; the body is text as a whole only if no element stands.
 - A section wrapper, and whitespace between calls, are held as "pending markup": dropped
   once a valid call follows, released as text if text or a malformed call follows, and at
   `finish` released only if it holds more than whitespace (an opened section with no valid
@@ -53,11 +56,28 @@ from .markers import MarkerSet
 from .schema import Schemas
 from .types import ParsedDelta, Thought, ToolCallDelta
 
-# (name, arguments) or (name, arguments, id): one call of a whole-call parse
+
+class Dropped:
+    """A malformed element of a call body that holds several calls (hermes' JSON array).
+
+    Its siblings must not pay for it: the engine gives its text back as content and, when
+    its name was already sent (`named`), flags that call malformed, while the well-formed
+    elements stand. Only when no element stands is the whole body text, as for one call.
+    """
+
+    __slots__ = ("named", "text")
+
+    def __init__(self, text: str, named: bool = False) -> None:
+        self.text = text
+        self.named = named
+
+
+# (name, arguments) or (name, arguments, id): one call of a whole-call parse; a `Dropped`
+# element where the body holds several calls and one is malformed
 Call = tuple[str, str] | tuple[str, str, str]
-Calls = list[Call]
+Calls = list[Call | Dropped]
 # (name, "" or its id) opens a call; (None, fragment) extends the call opened last
-Event = tuple[str | None, str]
+Event = tuple[str | None, str] | Dropped
 
 # what a step releases, in output order: content, call deltas, reasoning (Harmony only)
 Item = str | ToolCallDelta | Thought
@@ -301,12 +321,15 @@ def parse_with_reader(make_reader: ReaderFactory) -> Callable[[str, Schemas | No
         if rest is None:
             return None
         calls: list[list[str]] = []
-        for name, frag in events + rest:
+        for event in events + rest:
+            if isinstance(event, Dropped):  # (no reader run this way emits these)
+                return None
+            name, frag = event
             if name is not None:
                 calls.append([name, "", frag])
             elif calls:
                 calls[-1][1] += frag
-        return [(n, a, i) if i else (n, a) for n, a, i in calls] or None
+        return [(n, a, i) if i else (n, a) for n, a, i in calls] or None  # type: ignore[misc]
     return parse
 
 
@@ -337,6 +360,8 @@ class ToolFormat:
       because a model explaining its own format quotes the markup.
     - `parser`: the per-request class, for a format with its own framing that cannot be
       one content channel with calls in it (Harmony's messages subclass ToolParser).
+    - `typed_whole`: a whole-mode parse that takes the request's tools, for a body that
+      holds several calls where a name not in `tools` costs only its own element.
     """
 
     def __init__(self, name: str, call_open: str, end: Callable[[], Any],
@@ -344,7 +369,9 @@ class ToolFormat:
                  section: tuple[str, str] | None = None, inner: tuple[str, ...] = (),
                  unwrapped: bool = False, unmarked: str = "", chain: str = "",
                  loose: tuple[str, str] | None = None, quotes: bool = False,
-                 parser: type[ToolParser] | None = None) -> None:
+                 parser: type[ToolParser] | None = None,
+                 typed_whole: Callable[[str, Schemas | None], Calls | None] | None = None
+                 ) -> None:
         self.name = name
         self.section = section
         self.call_open = call_open
@@ -356,6 +383,8 @@ class ToolFormat:
         whole = parse_with_reader(reader)
         self.parse: Callable[[str, Schemas | None], Calls | None] = \
             whole if parse is None else (lambda body, _schemas: parse(body))
+        if typed_whole is not None:  # a whole parse that needs the request's tools itself
+            self.parse = typed_whole
         # without a section every call is unwrapped already
         self.unwrapped = unwrapped and section is not None
         self.loose = loose if section is not None else None
@@ -471,6 +500,7 @@ class ToolParser:
         "body",
         "count",
         "delivered",
+        "dropped",
         "ender",
         "fast",
         "fresh_start",
@@ -505,6 +535,7 @@ class ToolParser:
         self.reader: CallReader | None = None  # incremental: the open call's reader
         self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
         self.opened: list[int] = []  # incremental: indices of the open body's sent calls
+        self.dropped = ""  # incremental: text of the open body's malformed elements
         self.rejected = False  # incremental: the open body is already known to be text
         self.section_ok = False  # a valid call was released in the current section
         self.after_call = False  # a valid call was released: whitespace may be markup
@@ -523,11 +554,12 @@ class ToolParser:
     def markers(self) -> tuple[str, ...]:
         return self.fmt.markers
 
-    def absorb(self, text: str) -> str | None:
-        """Inside a call, a piece that cannot start or finish its close marker only grows it:
-        None if it must go through `step`; else what it adds to the open call's arguments
-        ("" in whole mode, where nothing of a call leaves before its end; in incremental
-        mode the reader's `fast` answer, when it has one for its state)."""
+    def absorb(self, text: str) -> str | list[Item] | None:
+        """Inside a call, a piece that cannot start or finish its close marker only grows it,
+        so it needs none of `step`'s search for the call's end: None if it must go through
+        `step`; else what it adds to the open call's arguments ("" in whole mode, where
+        nothing of a call leaves before its end), or, when the reader's events are more than
+        one fragment (the call's name, a malformed element), the items they make."""
         close, reach = self.fmt.close_first, self.fmt.close_reach
         if self.state != CALL or close is None or close in text:
             return None
@@ -538,17 +570,34 @@ class ToolParser:
                 return None
             at = body.find(close, at + 1)
         frag: str | None = ""
-        if self.incremental:
+        if self.incremental and not self.rejected:
             fast = self.fast
-            if fast is None or self.rejected or not self.opened:
-                return None
-            frag = fast(len(body), text)
-            if frag is None:
-                return None
+            frag = fast(len(body), text) if fast is not None and self.opened else None
+            if frag is None:  # the reader reads it, all of it ready (no marker can start)
+                self.body = ""
+                body += text
+                self.body = body
+                events = self.reader.read(body, len(body))  # type: ignore[union-attr]
+                if not events:
+                    return ""
+                ev = events[0]
+                if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
+                        and self.opened:  # type: ignore[index]
+                    return ev[1]  # type: ignore[index]
+                out = self.out = []
+                self._events(events)
+                return out
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
         return frag
+
+    def plain_text(self, text: str) -> bool:
+        """An idle parser's piece with a marker's first character but no marker and no
+        marker prefix at its end: all content, as `step` would find, without its
+        machinery (code and `<think>` tags in content are common)."""
+        opener = self.fmt.opener
+        return opener.find(text)[0] < 0 and opener.hold_from(text) == len(text)
 
     @property
     def idle(self) -> bool:
@@ -581,13 +630,13 @@ class ToolParser:
                 for i in self.opened:
                     out.append(ToolCallDelta(i, cut=True))
                 self.delivered += len(self.opened)
-                tail = ""
+                tail = self.dropped  # the calls stand: only malformed elements are text
             else:
                 tail = self.pending + self.opened_by + self.body
         tail += self.held
         if tail:
             out.append(tail)
-        self.held = self.pending = self.body = ""
+        self.held = self.pending = self.body = self.dropped = ""
         self.opened = []
         self.reader = None
         self.state = TEXT
@@ -744,6 +793,7 @@ class ToolParser:
             self.reader = self.fmt.reader(self.schemas)
             self.fast = getattr(self.reader, "fast", None)
             self.opened = []
+            self.dropped = ""
             self.rejected = False
 
     def _call(self, s: str) -> str:
@@ -767,16 +817,20 @@ class ToolParser:
                 calls = self.fmt.parse(inner, self.schemas)
             except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
                 calls = None
-            if calls is not None and self.schemas is not None and \
-                    any(call[0] not in self.schemas for call in calls):
-                calls = None  # a name not in the request's tools: text, as malformed
-            ok = calls is not None
-            if calls is not None:
-                for call in calls:
+            good = [] if calls is None else \
+                [c for c in calls if not isinstance(c, Dropped)]
+            if self.schemas is not None and any(c[0] not in self.schemas for c in good):
+                good = []  # a name not in the request's tools: text, as malformed
+            ok = bool(good)
+            if ok:
+                for call in good:
                     self.out.append(ToolCallDelta(self.count, call[0], call[1],
                                                   id=call[2] if len(call) > 2 else None))
                     self.count += 1
-                self.delivered += len(calls)
+                self.delivered += len(good)
+                dropped = "".join(c.text for c in calls or () if isinstance(c, Dropped))
+                if dropped:  # malformed elements beside the calls that stand
+                    self.out.append(dropped)
         if ok:
             self.section_ok = self.after_call = self.markup_ok = True
         else:
@@ -800,17 +854,26 @@ class ToolParser:
             ok = rest is not None and self._events(rest) and bool(self.opened)
         if ok:
             self.delivered += len(self.opened)
+            if self.dropped:  # malformed elements beside the calls that stand
+                self.out.append(self.dropped)
         else:
             for i in self.opened:
                 self.out.append(ToolCallDelta(i, malformed=True))
         self.opened = []
+        self.dropped = ""
         self.rejected = False
         return ok
 
     def _events(self, events: list[Event]) -> bool:
         """Send a reader's events as call deltas; False once a name is rejected."""
         out = self.out
-        for name, frag in events:
+        for event in events:
+            if isinstance(event, Dropped):
+                self.dropped += event.text
+                if event.named and self.opened:  # its name was sent: flag that call
+                    out.append(ToolCallDelta(self.opened.pop(), malformed=True))
+                continue
+            name, frag = event
             if name is not None:
                 if self.schemas is not None and name not in self.schemas:
                     self.rejected = True
