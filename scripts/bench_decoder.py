@@ -6,7 +6,10 @@ Compares, in the same run, on the same ids in the same step order:
   ours/stream    our incremental decoder (make_stream) pushed per id, like DecodeStream
   ours/plain     a shard's rid table on BATCH frames (frame decode, deltas), default options
   ours/full      the same with stop strings, logprob texts (top-5), attribution and
-                 continuous usage on every request
+                 continuous usage on every request (per row: stops and attribution)
+  ours/lp+usage  logprob texts (top-5) and continuous usage on every request, what the
+                 array path now takes; `packed`: the shard's PACKED output message encoded
+                 (logprob values pass through as numbers), the default output
 Prints tokens/s of each and the ratios to DecodeStream (ratios, not absolute times: the
 machine is shared and noisy). Every output of ours is checked against a full decode.
 
@@ -31,6 +34,7 @@ from sglang_tok.shards.table import RidTable
 from tokenizers.decoders import DecodeStream
 
 from sglang_tok import protocol
+from sglang_tok.client import decode_frame
 from sglang_tok.decoder import make_stream
 from sglang_tok.load.workload import PlanSpec, make_requests, schedule
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
@@ -78,6 +82,8 @@ def main() -> int:
     # every row carries a logprob with top-5 alternatives
     full_opens = [protocol.Open(r.rid, stop=["<<never>>", "\n\n\n\n"], logprob_text=True,
                                 attribution=True, continuous_usage=True) for r in reqs]
+    array_opens = [protocol.Open(r.rid, logprob_text=True, continuous_usage=True)
+                   for r in reqs]
     for r in reqs:
         r.logprobs = True
     steps_full = [s.batch for s in schedule(reqs, args.concurrency, 2, top_k=5) if s.batch]
@@ -115,7 +121,8 @@ def main() -> int:
                     parts.append(push([i]))
         return time.perf_counter() - t0, got
 
-    def run_ours(frames: list[bytes], opens: list[protocol.Open] | None) -> tuple[float, dict]:
+    def run_ours(frames: list[bytes], opens: list[protocol.Open] | None,
+                 packed: bool = False) -> tuple[float, dict]:
         """The shard's table alone: the egress's routing (LocalRoute) is done before the
         clock starts, as it runs in another process."""
         table = RidTable(info, 0, max_requests=1 << 20)
@@ -130,19 +137,32 @@ def main() -> int:
                 msgs.append(msg)
         out: list = []
         texts_by_rid: dict[str, list[str]] = {}
+        encoded: list[bytes] = []
         t0 = time.perf_counter()
         if opens:
             for o in opens:
                 table.on_open(o, out)
         for msg in msgs:
+            if packed:
+                sink = protocol.PackedOut()
+                table.on_arrays(msg, sink)
+                encoded.append(protocol.encode_output("packed", 0, 0, sink))
+                continue
             out = []
             table.on_arrays(msg, out)
             for d in out:
                 texts_by_rid.setdefault(d.rid, []).append(d.text)
-        return time.perf_counter() - t0, texts_by_rid
+        dt = time.perf_counter() - t0
+        for raw in encoded:  # after the clock: the frontend's work
+            decoded = decode_frame(raw)
+            assert isinstance(decoded, tuple)
+            for d in decoded[2]:
+                texts_by_rid.setdefault(d.rid, []).append(d.text)
+        return dt, texts_by_rid
 
     results: dict[str, list[float]] = {"DecodeStream": [], "ours/stream": [], "ours/plain": [],
-                                       "ours/full": []}
+                                       "ours/full": [], "ours/lp+usage": [],
+                                       "ours/lp+usage packed": []}
     for _ in range(args.repeat):
         results["DecodeStream"].append(total / run_decodestream())
         dt, _ = run_stream()
@@ -151,15 +171,22 @@ def main() -> int:
         results["ours/plain"].append(total / dt)
         dt2, got_full = run_ours(steps_full, full_opens)
         results["ours/full"].append(total / dt2)
+        dt3, got_array = run_ours(steps_full, array_opens)
+        results["ours/lp+usage"].append(total / dt3)
+        dt4, got_packed = run_ours(steps_full, array_opens, packed=True)
+        results["ours/lp+usage packed"].append(total / dt4)
     bad = sum(1 for r in reqs if "".join(got[r.rid]) != tok.decode(
         r.ids[:-1] if (r.finish or {}).get("matched") == (r.ids or [None])[-1] else r.ids))
-    bad_full = sum(1 for r in reqs if "".join(got_full[r.rid]) != "".join(got[r.rid]))
+    bad_full = sum(1 for r in reqs if "".join(got_full[r.rid]) != "".join(got[r.rid])
+                   or "".join(got_array[r.rid]) != "".join(got[r.rid])
+                   or "".join(got_packed[r.rid]) != "".join(got[r.rid]))
     base = max(results["DecodeStream"])
-    print(f"{'decoder':<14} {f'tokens/s (best of {args.repeat})':>22} {'ratio':>8}")
+    print(f"{'decoder':<20} {f'tokens/s (best of {args.repeat})':>22} {'ratio':>8}")
     for name, vals in results.items():
-        print(f"{name:<14} {max(vals):>22,.0f} {max(vals) / base:>7.2f}x")
+        print(f"{name:<20} {max(vals):>22,.0f} {max(vals) / base:>7.2f}x")
     print(f"exactness: ours/plain {len(reqs) - bad}/{len(reqs)} exact; "
-          f"ours/full == ours/plain text for {len(reqs) - bad_full}/{len(reqs)}")
+          f"ours/full and ours/lp+usage (both) == ours/plain text for {len(reqs) - bad_full}/"
+          f"{len(reqs)}")
     return 0 if not bad and not bad_full else 1
 
 

@@ -7,6 +7,7 @@ writing PACKED passes the numbers through (`shift`), a frontend builds the lists
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -42,13 +43,19 @@ class RowFamilies:
         reader = self.readers.get(field)
         return None if reader is None else reader.row(r)
 
+    def texts(self, field: str, r: int, text_of: dict[int, str]) -> list[Any] | None:
+        """`logprob_text`'s texts of row r's ids in `field` (see `_Reader.texts`)."""
+        reader = self.readers.get(field)
+        return None if reader is None else reader.texts(r, text_of)
+
 
 class _Reader:
     __slots__ = ("lens", "ragged", "vals", "ids", "row_starts", "poslens", "pos_starts",
-                 "lists")
+                 "lists", "_texts")
 
     def __init__(self, fam: Any, rows: int, lists: bool) -> None:
         self.lists = lists
+        self._texts: list[str] | None = None
         name, frows, flens, fposlens, fvalues, fids = fam
         if frows or not flens:  # the listed rows only (maybe none)
             self.lens = np.zeros(rows, np.int64)  # per row of the message: 0 unless listed
@@ -66,6 +73,25 @@ class _Reader:
             self.row_starts: list[int] = starts_of(poslens)[pos_starts].tolist()
         else:
             self.row_starts = starts_of(self.lens).tolist()
+
+    def texts(self, r: int, text_of: dict[int, str]) -> list[Any] | None:
+        """Row r's ids as texts (`text_of[id]`, "" for an id without one), in the row's
+        shape: a list (flat family) or a list per position, None where it has no values.
+        Every id of the message is looked up once, at C speed, on first use."""
+        if self._texts is None:
+            self._texts = list(map(text_of.get, self.ids, repeat("")))
+        t, a = self._texts, self.row_starts[r]
+        if not self.ragged:
+            b = self.row_starts[r + 1]
+            return None if a == b else t[a:b]
+        p0, p1 = self.pos_starts[r], self.pos_starts[r + 1]
+        if p0 == p1:
+            return None
+        out: list[Any] = []
+        for k in self.poslens[p0:p1]:
+            out.append(t[a:a + k] if k else None)
+            a += k
+        return out
 
     def row(self, r: int) -> list[Any] | None:
         a = self.row_starts[r]

@@ -569,8 +569,8 @@ def _logprob_texts(out: Sink, base: int, rows: list[int], lp_text: list[int],
     for j, (row, wants) in enumerate(zip(rows, lp_text)):
         if not (wants and carrying[row]):
             continue
-        texts, top_texts = logprob_texts(info, read.row("logprobs", row),
-                                         read.row("top_logprobs", row))
+        texts = read.texts("logprobs", row, info.token_texts)
+        top_texts = read.texts("top_logprobs", row, info.token_texts)
         if isinstance(out, ColumnsOut):
             if texts is not None:
                 out.add_sparse("token_texts", base + j, texts)
@@ -587,9 +587,7 @@ def _continuous_usage(out: Sink, base: int, rows: list[int], slots: list[int], s
     row, its first row's prompt and cached tokens, the row's reasoning tokens. Only those
     rows cost a Python step."""
     per_row = np.frombuffer(reasoning, np.uint32).tolist() if reasoning else None
-    meta = state.meta
-    for j, (row, slot) in enumerate(zip(rows, slots)):
-        numbers = meta[slot].tolist()
+    for j, (row, numbers) in enumerate(zip(rows, state.meta[slots].tolist())):
         if not numbers[CONT_USAGE]:
             continue
         completion, prompt = numbers[COMPLETION], numbers[PROMPT]
