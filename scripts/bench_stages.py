@@ -276,10 +276,12 @@ def demux_packed_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
             pass
 
 
-def measure_client(msgs: list[bytes], repeat: int, runtime: str) -> float:
+def measure_client(msgs: list[bytes], repeat: int, runtime: str, read: bool = False) -> float:
     """The kit's asyncio `Client.dispatch` (what a frontend built on the kit runs per
-    message), every rid registered, no consumer waiting; per delta."""
-    from sglang_tok.client import Client
+    message), every rid registered, no consumer waiting; per delta. With `read`, each
+    stream's consumer work too: every queued delta made into its Delta (a PACKED row's
+    text, ids and logprob lists are made when read)."""
+    from sglang_tok.client import Client, _delta
 
     rids: list[str] = []
     for raw in msgs:
@@ -297,6 +299,10 @@ def measure_client(msgs: list[bytes], repeat: int, runtime: str) -> float:
     def run() -> None:
         for raw in msgs:
             client.dispatch(raw)
+        if read:
+            for s in client.streams.values():
+                for item in s._queue:
+                    _delta(item)
     t = best(run, repeat, setup)
     client.sock.close(linger=0)
     return t / len(rids)
@@ -394,6 +400,8 @@ def main() -> int:
         fpc = measure_frontend(out_p, demux_packed_c, a.repeat)
         kit_p = measure_client(out_p, a.repeat, runtime)
         kit_c = measure_client(out_c, a.repeat, runtime)
+        kit_pr = measure_client(out_p, a.repeat, runtime, read=True)
+        kit_cr = measure_client(out_c, a.repeat, runtime, read=True)
         fdc = measure_frontend(out_d, demux_deltas_c, a.repeat)
         dd, dc = decode_only(out_d, a.repeat), decode_only(out_c, a.repeat)
         print("| stage | us/row |\n|---|---|")
@@ -416,6 +424,9 @@ def main() -> int:
         print(f"| frontend: PACKED decode + each text to its rid (map) | {fpc * 1e6:.3f} |")
         print(f"| frontend: the kit's Client.dispatch, PACKED (per delta) | {kit_p * 1e6:.3f} |")
         print(f"| frontend: the kit's Client.dispatch, COLUMNS (per delta) | {kit_c * 1e6:.3f} |")
+        print(f"| frontend: dispatch + every delta read, PACKED (per delta) | {kit_pr * 1e6:.3f} |")
+        print(f"| frontend: dispatch + every delta read, COLUMNS (per delta) | "
+              f"{kit_cr * 1e6:.3f} |")
         print(f"\nratios to one DecodeStream.step per id: shard row (COLUMNS out) "
               f"{s1c / per_row / step:.2f}x, (PACKED out) {s1p / per_row / step:.2f}x, "
               f"egress row (2 shards) {e2 / per_row / step:.2f}x")

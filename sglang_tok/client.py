@@ -76,7 +76,7 @@ class _PackedRows:
     reads them: the text is decoded and the offsets summed once per message, on first use,
     and each row costs only its own slices."""
 
-    __slots__ = ("msg", "_text", "_chars", "_ids", "_id_ends", "_extras")
+    __slots__ = ("msg", "_text", "_chars", "_ids", "_id_ends", "_extras", "_fams")
 
     def __init__(self, msg: protocol.Packed) -> None:
         self.msg = msg
@@ -85,6 +85,7 @@ class _PackedRows:
         self._ids: Any = None
         self._id_ends: list[int] | None = None
         self._extras: dict[int, Delta] = {}
+        self._fams: RowFamilies | None = None  # logprobs as numbers, read per row on demand
 
     def _prepare(self) -> str:
         msg = self.msg
@@ -102,17 +103,42 @@ class _PackedRows:
         ids = self._ids[r:r + 1] if ends is None else self._ids[ends[r]:ends[r + 1]]
         d = self._extras.get(r)
         if d is None:
-            return Delta(self.msg.rids[r], text[chars[r]:chars[r + 1]], ids.tolist())
-        d.text, d.ids = text[chars[r]:chars[r + 1]], ids.tolist()
+            d = Delta(self.msg.rids[r], text[chars[r]:chars[r + 1]], ids.tolist())
+        else:
+            d.text, d.ids = text[chars[r]:chars[r + 1]], ids.tolist()
+        if self.msg.families and _carries(self.msg.families, r):
+            fams = self._fams
+            if fams is None:
+                fams = self._fams = RowFamilies(self.msg.families, len(self.msg.rids),
+                                                lists=True)
+            if fams.carrying[r]:
+                for field_name in FIELDS.values():
+                    val = fams.row(field_name, r)
+                    if val is not None:
+                        setattr(d, field_name, val)
         return d
 
     def deltas(self) -> list[Delta]:
         return list(map(self.delta, range(len(self.msg.rids))))
 
 
+def _carries(families: list[Any], r: int) -> bool:
+    """Whether row r carries logprob values, from the families' lengths as they came (the
+    rows a message lists, or every row's length), without reading any family."""
+    for _, rows, lens, *_ in families:
+        if rows:
+            if r in np.frombuffer(rows, "<u4"):
+                return True
+        elif lens and np.frombuffer(lens, "<u4")[r]:
+            return True
+    return False
+
+
 def _extras(msg: protocol.Packed) -> dict[int, Delta]:
     """The rows of a PACKED message that carry any sparse value (a few per message), as
-    Deltas whose text and ids are filled in when read."""
+    Deltas whose text and ids are filled in when read. Logprob families are not read
+    here: a row's lists are made when that row is read (`_PackedRows.delta`), by its
+    consumer, not by the demultiplexer."""
     marked: dict[int, Delta] = {}
     for name in protocol.SPARSE_COLUMNS:
         for r, val in getattr(msg, name):
@@ -120,16 +146,6 @@ def _extras(msg: protocol.Packed) -> dict[int, Delta]:
             if d is None:
                 d = marked[r] = Delta(msg.rids[r])
             setattr(d, name, val)
-    if msg.families:
-        fams = RowFamilies(msg.families, len(msg.rids), lists=True)
-        for r in np.flatnonzero(fams.carrying).tolist():
-            d = marked.get(r)
-            if d is None:
-                d = marked[r] = Delta(msg.rids[r])
-            for field_name in FIELDS.values():
-                val = fams.row(field_name, r)
-                if val is not None:
-                    setattr(d, field_name, val)
     return marked
 
 

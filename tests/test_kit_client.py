@@ -12,8 +12,21 @@ from typing import Any
 import pytest
 
 from sglang_tok import protocol
-from sglang_tok.client import IDLE_TIMEOUT_ERROR, QUEUE_LIMIT_ERROR, Client, RequestStream
-from sglang_tok.load.workload import PlannedRequest, PlanSpec, expected, make_requests
+from sglang_tok.client import (
+    IDLE_TIMEOUT_ERROR,
+    QUEUE_LIMIT_ERROR,
+    Client,
+    RequestOutput,
+    RequestStream,
+)
+from sglang_tok.load.workload import (
+    PlannedRequest,
+    PlanSpec,
+    expected,
+    make_requests,
+    schedule,
+    verify,
+)
 from sglang_tok.protocol import Delta
 from sglang_tok.scheduler import Scheduler
 from sglang_tok.testing.service import Service
@@ -85,6 +98,34 @@ def test_each_stream_is_exact_and_ends_at_its_terminal_delta(svc: Service,
                 assert out[-1].finish == fin and all(d.finish is None for d in out[:-1])
             assert client.stats.unknown == 0 and client.stats.seq_gaps == 0
             assert not client.streams  # every ended stream released
+
+    run(main())
+
+
+def test_logprobs_their_texts_and_usage_reach_each_stream(svc: Service,
+                                                         info: TokenizerInfo) -> None:
+    """Every output format, logprobs on half the requests, options (logprob texts,
+    continuous usage, stream false...) on most: each stream's deltas carry what the oracle
+    checks (logprob ids, token and top texts, usage on every delta), also when a PACKED
+    message's logprobs are read per row by the stream's consumer."""
+    reqs = make_requests(info, PlanSpec(requests=80, concurrency=40, min_tokens=4,
+                                        max_tokens=30, ids_per_row=(1, 3), logprob_share=0.5,
+                                        options_share=0.6, seed=12), prefix="lp")
+
+    async def main() -> None:
+        async with connected(svc) as client:
+            sched = svc.sched
+            assert sched is not None
+            tasks = {r.rid: asyncio.create_task(consume(client.stream(r.rid))) for r in reqs}
+            for step in schedule(reqs, 40, 12):
+                for frame in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
+                    sched.send(frame)
+            assert await client.barrier(sched.ping, 30)
+            problems = []
+            for r in reqs:
+                problems += verify(r, RequestOutput(r.rid, 0, await tasks[r.rid], True), info)
+            assert not problems, problems[:5]
+            assert sum(r.logprobs for r in reqs) > 20
 
     run(main())
 
