@@ -186,6 +186,15 @@ def test_bench_stages_runs_every_stage_on_a_small_trace() -> None:
     assert r.stdout.count("| egress, 1 shard") == 2 and "saturates first" in r.stdout
 
 
+def test_bench_small_frames_measures_both_stages_per_frame() -> None:
+    """It runs from the project's root (it imports that checkout's bench_stages)."""
+    r = subprocess.run([sys.executable, str(SCRIPTS / "bench_small_frames.py"), "--requests",
+                        "40", "--repeat", "1"], capture_output=True, text=True, timeout=300,
+                       cwd=SCRIPTS.parent)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "per frame: egress" in r.stdout and "shard" in r.stdout
+
+
 def test_bench_parsers_table_runs_every_format_in_both_modes_exactly() -> None:
     """`bench_parsers --table` drives the shard's table in-process (it once called a method
     the table had lost): every format of this branch, both tool_stream modes, each request
