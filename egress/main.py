@@ -22,7 +22,7 @@ from sglang_tok.ring.sockets import make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import DROP_REASONS, Metrics
-from sglang_tok.process import Beat, Status, pin, setup_child
+from sglang_tok.process import Beat, Status, freeze_heap, pin, setup_child
 from sglang_tok.protocol import (
     EGRESS,
     EGRESS_RESTARTED,
@@ -126,6 +126,7 @@ class Egress:
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
         log.info("egress routing to %d shards; input ring %s", self.n, self.cfg.input)
+        freeze_heap()
         if self.restarted:
             # the frontend ends every request in flight: rows of some may have died unread
             # in the old egress's sockets, and only the frontend knows those rids

@@ -15,7 +15,7 @@ from sglang_tok.ring.sockets import make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import Metrics
-from sglang_tok.process import Beat, Status, parent_alive, pin, setup_child
+from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Restarted, Result
 from sglang_tok.tokenizer import load
 
@@ -82,6 +82,7 @@ class Shard:
         self._paths_sent: dict[str, int] = {}
 
     def run(self) -> None:
+        freeze_heap()
         inbox = self.inbox
         while True:
             self.beat()

@@ -225,8 +225,11 @@ class RidTable:
             rows_out.plain(plain_rows, rids, texts,
                            self.state.lp_text[plain_slots].tolist() if fams.families else None)
             if self.state.usage_live:
-                _continuous_usage(out, len(out) - len(plain_rows), plain_rows.tolist(),
-                                  plain_slots.tolist(), self.state, sparse.reasoning)
+                asked = np.flatnonzero(self.state.cont_usage[plain_slots])
+                if len(asked):
+                    _continuous_usage(out, len(out) - len(plain_rows), plain_rows.tolist(),
+                                      plain_slots.tolist(), self.state, sparse.reasoning,
+                                      asked.tolist())
         if quick_ends:
             self._plain_ends(quick_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
@@ -581,15 +584,19 @@ def _logprob_texts(out: Sink, base: int, rows: list[int], lp_text: list[int],
 
 
 def _continuous_usage(out: Sink, base: int, rows: list[int], slots: list[int], state: Slots,
-                      reasoning: bytes) -> None:
+                      reasoning: bytes, asked: list[int] | None = None) -> None:
     """`continuous_usage` on the array path: the usage so far of each row (output rows
-    base, base + 1, ...) whose request asked for it: its slot's completion count after the
-    row, its first row's prompt and cached tokens, the row's reasoning tokens. Only those
-    rows cost a Python step."""
+    base, base + 1, ...) whose request asked for it (`asked`: their positions in `rows`,
+    when known): its slot's completion count after the row, its first row's prompt and
+    cached tokens, the row's reasoning tokens. Only those rows cost a Python step."""
     per_row = np.frombuffer(reasoning, np.uint32).tolist() if reasoning else None
-    for j, (row, numbers) in enumerate(zip(rows, state.meta[slots].tolist())):
+    if asked is None:
+        asked = list(range(len(rows)))
+    picked = [slots[j] for j in asked]
+    for j, numbers in zip(asked, state.meta[picked].tolist()):
         if not numbers[CONT_USAGE]:
             continue
+        row = rows[j]
         completion, prompt = numbers[COMPLETION], numbers[PROMPT]
         usage = Usage(prompt, completion, prompt + completion, numbers[CACHED],
                       per_row[row] if per_row is not None else 0)
