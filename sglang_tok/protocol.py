@@ -805,7 +805,7 @@ class PackedOut(ColumnsOut):
     """A PACKED message under construction: runs of rows whose text is one UTF-8 buffer
     (the array path) or single Deltas (every other path), kept in order."""
 
-    __slots__ = ("parts", "char_lens", "id_arrays", "multi", "families")
+    __slots__ = ("parts", "char_lens", "id_arrays", "multi", "families", "_own_tail")
 
     def __init__(self) -> None:
         super().__init__()
@@ -814,14 +814,22 @@ class PackedOut(ColumnsOut):
         self.char_lens: list[Any] = []  # u32 arrays or lists
         self.id_arrays: list[Any] = []  # int64 arrays or lists
         self.multi = False  # some row has other than one id
+        self._own_tail = False  # the last runs are lists `append` made: it extends them
 
     def append(self, d: Delta) -> None:
+        """One delta of another path: consecutive ones share one run (a run per delta made
+        building the message cost a conversion call per delta)."""
         row = len(self.rids)
         self.rids.append(d.rid)
         self.parts.append(d.text.encode())
-        self.char_lens.append([len(d.text)])
+        if self._own_tail:
+            self.char_lens[-1].append(len(d.text))
+            self.id_arrays[-1].extend(d.ids)
+        else:
+            self.char_lens.append([len(d.text)])
+            self.id_arrays.append(list(d.ids))
+            self._own_tail = True
         self.id_lens.append(len(d.ids))
-        self.id_arrays.append(d.ids)
         if len(d.ids) != 1:
             self.multi = True
         self._sparse(d, row)
@@ -835,6 +843,7 @@ class PackedOut(ColumnsOut):
         self.char_lens.append(char_lens)
         self.id_lens += id_lens if isinstance(id_lens, list) else id_lens.tolist()
         self.id_arrays.append(ids)
+        self._own_tail = False
         if len(ids) != len(rids):
             self.multi = True
 

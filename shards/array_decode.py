@@ -122,7 +122,7 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     left to the exact loop (None).
     """
     n = len(id_starts) - 1
-    counts = np.diff(id_starts)
+    counts = id_starts[1:] - id_starts[:-1]
     tid = ids + np.repeat(table_sel * tab.stride, counts)
     id_off, id_size = tab.off[tid], tab.size[tid]
     id_bytes = tab.data[ragged_index(id_off, id_size)]

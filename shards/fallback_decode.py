@@ -231,7 +231,7 @@ def decode_rows_fallback(tab: FallbackTable, ids: I64, id_starts: I64, table_sel
     if not n:
         return decode_rows_loop(tab, ids, id_starts, table_sel, run_bytes, run_len, started,
                                 skip)
-    counts = np.diff(id_starts)
+    counts = id_starts[1:] - id_starts[:-1]
     tid = ids + np.repeat(table_sel * tab.stride, counts)
     seg_size = tab.size[tid]
     id_bytes = tab.data[ragged_index(tab.off[tid], seg_size)]

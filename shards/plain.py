@@ -41,7 +41,7 @@ class PlainTexts(NamedTuple):
     data: bytes  # `text` as UTF-8
 
     def char_lens(self) -> I64:
-        return np.diff(self.chars)
+        return self.chars[1:] - self.chars[:-1]
 
     def texts(self) -> list[str]:
         if self.parts is not None:
@@ -81,7 +81,7 @@ class PlainDecoder:
                distinct: bool = True) -> PlainTexts:
         """Decode rows (row r: ids[id_starts[r]:id_starts[r + 1]] for slot slots[r]) and
         advance their slots; ids in [0, vocab] (vocab: out of the vocabulary, no text)."""
-        counts = np.diff(id_starts)
+        counts = id_starts[1:] - id_starts[:-1]
         if len(slots) >= self.min_rows and distinct:
             state.completion[slots] += counts
             out = self._arrays(state, slots, ids, id_starts)

@@ -109,7 +109,7 @@ class FallbackPlainDecoder:
     def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64,
                distinct: bool = True) -> PlainTexts:
         """As `PlainDecoder.decode`; ids in [0, vocab] (vocab: out of the vocabulary)."""
-        counts = np.diff(id_starts)
+        counts = id_starts[1:] - id_starts[:-1]
         if not distinct:  # rows of one slot, in order
             return self._one_by_one(state, slots, ids, id_starts)
         state.completion[slots] += counts
