@@ -58,7 +58,8 @@ class CallObject:
         self.args: RawArgs | None = None
         self.skip: JsonEnd | None = None
         self.named = False
-        self.unsent = ""  # arguments scanned before the name was known
+        # arguments scanned before the name was known, in pieces (joined once it is)
+        self.unsent: list[str] = []
         self.end = -1
 
     def read(self, body: str, ready: int, out: list[Event]) -> None:
@@ -72,8 +73,8 @@ class CallObject:
                 if self.named:
                     if frag:
                         out.append((None, frag))
-                else:
-                    self.unsent += frag
+                elif frag:
+                    self.unsent.append(frag)
                 if args.end < 0:
                     break
                 pos = args.end
@@ -172,8 +173,8 @@ class CallObject:
                 self.named = True
                 out.append((name, ""))
                 if self.unsent:
-                    out.append((None, self.unsent))
-                    self.unsent = ""
+                    out.append((None, "".join(self.unsent)))
+                    self.unsent = []
             self.state = AFTER
             return m.end()
         if key == "name":

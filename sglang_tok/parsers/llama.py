@@ -235,12 +235,14 @@ class PythonicReader:
         self.key = ""  # OTHER: its keyword
         self.scan: PyScan | None = None
         self.quote = ""
-        self.sent = ""  # what was sent of the current call's arguments
+        # what was sent of the current call's arguments, in pieces: joined once, at the
+        # call's `)` (a string grown per row would copy all of it on every row)
+        self.sent: list[str] = []
         self.held = ""  # the last call's closing brace
 
     def _emit(self, out: list[Event], text: str) -> None:
         if text:
-            self.sent += text
+            self.sent.append(text)
             out.append((None, text))
 
     def read(self, body: str, ready: int) -> list[Event]:
@@ -259,7 +261,7 @@ class PythonicReader:
                     out.append((None, self.held))
                     self.held = ""
                 out.append((_SPACE.sub("", m.group(1)), ""))
-                self.start, self.sent = pos, ""
+                self.start, self.sent = pos, []
                 pos = m.end()
                 self.state = KW
             elif st == KW:
@@ -419,10 +421,11 @@ class PythonicReader:
     def _finish(self, body: str, end: int, out: list[Event]) -> int:
         """The call's `)` is at end - 1: its whole parse must extend what was sent."""
         call = parse_call(body[self.start:end].strip())
-        if call is None or not call[1].startswith(self.sent):
+        sent = "".join(self.sent)
+        if call is None or not call[1].startswith(sent):
             self.state = BAD
             return end
-        self._emit(out, call[1][len(self.sent):-1])
+        self._emit(out, call[1][len(sent):-1])
         self.held = "}"
         self.state = AFTER
         return end
