@@ -683,7 +683,9 @@ class ToolParser:
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
         fmt = self.fmt
-        if self.fresh_start or (self.after_call and fmt.chain):
+        # `chain` only right after a call (whitespace between): once text has come since,
+        # a separator is text, whatever the rows (a batch parse sees the text before it)
+        if self.fresh_start or (self.markup_ok and fmt.chain):
             rest = self._unmarked(s)
             if rest is not None:
                 return rest
