@@ -354,7 +354,8 @@ class ParsedRequest(Request):
             parsed = self.parsed
             first = parsed.tool_first
             if parsed.plain and (first is None or (first not in piece
-                                                    and parsed.tool_second not in piece)):
+                                                    and parsed.tool_second not in piece)) \
+                    and not (parsed.after and piece[-1:].isspace()):
                 # what `feed` returns for a piece with nothing to parse, without building it
                 if parsed.quotes is not None:
                     parsed.quotes.feed(piece)

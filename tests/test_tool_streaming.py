@@ -428,3 +428,29 @@ def test_a_row_inside_a_long_call_does_not_copy_the_call(fmt: str, head: str, ta
     got = client(deltas)
     assert [c["name"] for c in got.values()] == ["search"]
     assert json.loads(got[0]["arguments"])["query"] == value
+
+
+@pytest.mark.parametrize("fmt,call", [
+    ("hermes", '<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>'),
+    ("qwen3_coder", "<tool_call>\n<function=search>\n<parameter=query>\na\n</parameter>\n"
+     "</function>\n</tool_call>"),
+])
+def test_content_after_a_call_takes_the_plain_route_and_keeps_its_whitespace_rule(
+        fmt: str, call: str) -> None:
+    """After a call, content rows skip the engine again once its text has left (they all
+    went through `step` before), except a piece ending with whitespace: after a call that
+    whitespace waits as markup, dropped if another call follows, so the route must not
+    release it."""
+    p = make_parsed_stream("", False, fmt, tools=[tool("search", query="string")])
+    pieces = [call, "Done", ".", " Next", " \n", call, " bye"]
+    deltas, plain = [], []
+    for x in pieces:
+        deltas.append(p.feed(x))
+        plain.append(p.plain)
+    deltas.append(p.finish())
+    assert plain[1:4] == [True, True, True]  # "Done", ".", " Next": all content
+    assert plain[4] is False  # " \n" is held, as markup
+    got = merge(deltas)
+    assert got == p.parse_full("".join(pieces))
+    assert got.text == "Done. Next bye"
+    assert len(got.tool_calls or ()) == 2

@@ -24,6 +24,7 @@ class ParsedStream:
     # `plain` and `tool_first` are public for the shard's hot branch (request.py), which
     # tests them inline to skip `feed` for a piece that passes through unchanged
     __slots__ = (
+        "after",
         "close_first",
         "called",
         "exempt",
@@ -61,6 +62,8 @@ class ParsedStream:
         self.quotes = tools.quotes if tools is not None else None
         self.close_first = _first_chars(reasoning.close_markers if reasoning else (), 1)[0]
         self.plain = False
+        # a call was delivered: a plain piece must not end with whitespace (`ToolParser.idle`)
+        self.after = False
         self._update()
 
     @property
@@ -77,8 +80,10 @@ class ParsedStream:
     def feed(self, text: str) -> ParsedDelta:
         if self.plain:
             first = self.tool_first
-            if first is None or (first not in text and self.tool_second not in text) or \
-                    self.tools.plain_text(text):  # type: ignore[union-attr]
+            tools = self.tools
+            if (first is None or (first not in text and self.tool_second not in text)
+                    or (tools is not None and tools.plain_text(text))) \
+                    and not (self.after and text[-1:].isspace()):
                 if self.quotes is not None:
                     self.quotes.feed(text)
                 return ParsedDelta(text)
@@ -112,6 +117,7 @@ class ParsedStream:
         # first character is all reasoning
         self.thinking = (r is not None and r.state == REASONING and not r.held
                          and self.close_first is not None)
+        self.after = t is not None and t.after_call
         self.plain = ((r is None or r.state == CONTENT)
                       and (t is None or (t.idle and self.tool_first is not None))
                       and (self.stops is None or self.exempt) and self.stopped is None)
@@ -155,7 +161,8 @@ class ParsedStream:
         if tools is None:
             items: list[Item] = [text] if text else []
         elif (not final and tools.idle and self.tool_first is not None
-              and self.tool_first not in text and self.tool_second not in text):
+              and self.tool_first not in text and self.tool_second not in text
+              and not (tools.after_call and text[-1:].isspace())):
             items = [text] if text else []  # the common case: no marker in sight
             if self.quotes is not None:
                 self.quotes.feed(text)

@@ -638,9 +638,12 @@ class ToolParser:
 
     @property
     def idle(self) -> bool:
-        """Nothing held and no markup context: a piece with no marker start may skip the engine."""
+        """Nothing held and no markup context: a piece with no marker start may skip the
+        engine. After a call (`after_call`), whitespace ending a piece is held as pending
+        markup, so there only a piece that does not end with whitespace may skip it (the
+        caller's test); without that, every content row after a call paid for `step`."""
         return (self.state == TEXT and not self.held and not self.pending
-                and not self.after_call and not self.fresh_start)
+                and not self.markup_ok and not self.fresh_start)
 
     def step(self, text: str) -> list[Item]:
         """Run a piece through; return (and reset) the ordered output items."""
