@@ -370,7 +370,19 @@ class ParsedRequest(Request):
                 delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
                 delta.reasoning = piece
                 return delta
-            pd = parsed.feed(piece)
+            if parsed.calling:  # `feed`'s in-call route, without building its ParsedDelta
+                tools = parsed.tools
+                frag = tools.absorb(piece)  # type: ignore[union-attr]
+                if frag.__class__ is str:
+                    delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
+                    if frag:
+                        delta.tool_calls = [ToolCallDelta(tools.opened[-1], None,  # type: ignore[union-attr]
+                                                          frag)]  # type: ignore[arg-type]
+                    return delta
+                pd = parsed.step(piece) if frag is None else \
+                    parsed.absorbed(frag)  # type: ignore[arg-type]
+            else:
+                pd = parsed.feed(piece)
             if pd.stop is None:
                 text = pd.text
                 delta = Delta(self.rid, text, ids, logprobs, top, tid_lp)

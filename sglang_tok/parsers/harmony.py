@@ -104,6 +104,10 @@ class HarmonyParser(ToolParser):
         return not self.held and (self.hstate == OUT or (self.hstate == BODY
                                                          and self.kind in (CONTENT, RAW)))
 
+    @property
+    def in_call(self) -> bool:
+        return self.hstate == BODY and self.kind == TOOL
+
     def absorb(self, text: str) -> str | list[Item] | None:
         """Inside a call's message, a piece with no `<` (every marker that ends a body
         starts with `<|`), after a body whose tail holds none (no marker under way), only

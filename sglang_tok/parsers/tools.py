@@ -637,6 +637,11 @@ class ToolParser:
         return opener.find(text)[0] < 0 and opener.hold_from(text) == len(text)
 
     @property
+    def in_call(self) -> bool:
+        """Inside a call's body: a piece may be `absorb`ed."""
+        return self.state == CALL
+
+    @property
     def idle(self) -> bool:
         """Nothing held and no markup context: a piece with no marker start may skip the
         engine. After a call (`after_call`), whitespace ending a piece is held as pending
