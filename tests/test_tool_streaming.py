@@ -454,3 +454,18 @@ def test_content_after_a_call_takes_the_plain_route_and_keeps_its_whitespace_rul
     assert got == p.parse_full("".join(pieces))
     assert got.text == "Done. Next bye"
     assert len(got.tool_calls or ()) == 2
+
+
+@pytest.mark.parametrize("value", ["'a\\nb\\tc\\rd'", "'\\\\ \\' \\\" \\a\\b\\f\\v'", "0", "-0",
+                                   " 12 ", "\n-5\n", "123456789012345678",
+                                   "1234567890123456789", "True", " None ", "False\n", "007"])
+def test_pythonic_shortcut_conversions_equal_ast(value: str) -> None:
+    """Incremental pythonic converts ints, constants and one-letter escapes itself (no
+    compile each); whole mode converts the call by `ast`: both must give the same bytes,
+    and a value Python rejects (`007`) stays text in both."""
+    text = f"[f(v={value}, w=1)]"
+    inc = make_parsed_stream("", False, "pythonic")
+    streamed = merge([inc.feed(c) for c in text] + [inc.finish()])
+    whole = make_parsed_stream("", False, "pythonic", tool_stream="whole").parse_full(text)
+    assert (streamed.text, streamed.tool_calls) == (whole.text, whole.tool_calls)
+    assert (whole.tool_calls is None) == (value == "007")
