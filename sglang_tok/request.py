@@ -354,7 +354,8 @@ class ParsedRequest(Request):
             parsed = self.parsed
             first = parsed.tool_first
             if parsed.plain and (first is None or (first not in piece
-                                                    and parsed.tool_second not in piece)):
+                                                    and parsed.tool_second not in piece)) \
+                    and not (parsed.after and piece[-1:].isspace()):
                 # what `feed` returns for a piece with nothing to parse, without building it
                 if parsed.quotes is not None:
                     parsed.quotes.feed(piece)
@@ -369,7 +370,19 @@ class ParsedRequest(Request):
                 delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
                 delta.reasoning = piece
                 return delta
-            pd = parsed.feed(piece)
+            if parsed.calling:  # `feed`'s in-call route, without building its ParsedDelta
+                tools = parsed.tools
+                frag = tools.absorb(piece)  # type: ignore[union-attr]
+                if frag.__class__ is str:
+                    delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
+                    if frag:
+                        delta.tool_calls = [ToolCallDelta(tools.opened[-1], None,  # type: ignore[union-attr]
+                                                          frag)]  # type: ignore[arg-type]
+                    return delta
+                pd = parsed.step(piece) if frag is None else \
+                    parsed.absorbed(frag)  # type: ignore[arg-type]
+            else:
+                pd = parsed.feed(piece)
             if pd.stop is None:
                 text = pd.text
                 delta = Delta(self.rid, text, ids, logprobs, top, tid_lp)

@@ -141,6 +141,29 @@ def test_llama3_json(text: str, content: str, calls: list[tuple[str, str]], mode
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("text,content,calls", [
+    ('{"name": "f", "parameters": {}}x; {"name": "g", "parameters": {}}',
+     'x; {"name": "g", "parameters": {}}', [("f", "{}")]),
+    ('{"name": "f", "parameters": {}} \n; {"name": "g", "parameters": {}}', "",
+     [("f", "{}"), ("g", "{}")]),
+    ('{"name": "f", "parameters": {}}<; {"name": "g", "parameters": {}}',
+     '<; {"name": "g", "parameters": {}}', [("f", "{}")]),
+])
+def test_llama3_json_chain_only_right_after_a_call(text: str, content: str,
+                                                   calls: list[tuple[str, str]],
+                                                   mode: str) -> None:
+    """A `;` separator opens an unmarked call only with nothing but whitespace since the
+    last call: text in between makes it text, whether the text arrives in one piece or
+    character by character (the engine once kept chaining after text when it came in
+    another piece; found by the stream == batch property)."""
+    p = make_parsed_stream("", False, "llama3_json", tool_stream=mode)
+    streamed = merge([p.feed(c) for c in text] + [p.finish()])
+    for d in (streamed, full(fmt="llama3_json", text=text, tool_stream=mode)):
+        assert d.text == content
+        assert [(c.name, c.arguments) for c in d.tool_calls or ()] == calls
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("text,content,calls", [
     ("[get_weather(city='Paris', days=[1, 2]), now()]", "",
      [("get_weather", '{"city": "Paris", "days": [1, 2]}'), ("now", "{}")]),
     ('Sure: <|python_start|>[a.b(x=None, y=True, t=(1, "é"))]<|python_end|> done', "Sure:  done",

@@ -79,6 +79,11 @@ class ArgsReader:
     def close(self, body: str) -> list[Event] | None:
         return self.args.close(body)
 
+    def fast(self, at: int, text: str) -> str | None:
+        """Inside the arguments object: `RawArgs.fast`."""
+        args = self.args
+        return None if args.args is None or args.bad else args.args.fast(at, text)
+
 
 class HarmonyParser(ToolParser):
     __slots__ = ("calls_on", "head", "hstate", "kind", "name", "reasoning_on", "started")
@@ -99,8 +104,21 @@ class HarmonyParser(ToolParser):
         return not self.held and (self.hstate == OUT or (self.hstate == BODY
                                                          and self.kind in (CONTENT, RAW)))
 
-    def absorb(self, text: str) -> str | None:
-        return None
+    @property
+    def in_call(self) -> bool:
+        return self.hstate == BODY and self.kind == TOOL
+
+    def absorb(self, text: str) -> str | list[Item] | None:
+        """Inside a call's message, a piece with no `<` (every marker that ends a body
+        starts with `<|`), after a body whose tail holds none (no marker under way), only
+        grows it: the engine's `_grow`, without the search for the body's end."""
+        if self.hstate != BODY or self.kind != TOOL or "<" in text:
+            return None
+        body = self.body
+        if body.find("<", max(0, len(body) - _BODY_END.reach)) >= 0:
+            return None
+        del body  # `_grow` must hold the body's only reference, to grow it in place
+        return self._grow(text)
 
     def plain_text(self, text: str) -> bool:
         return False  # Harmony's framing is its own: every marker piece goes through `step`
@@ -191,6 +209,7 @@ class HarmonyParser(ToolParser):
                 self.name = recipient[len(FUNCTIONS):]
                 if self.incremental:
                     self.reader = ArgsReader()
+                    self.fast = self.reader.fast
                     self.opened = []
                     self.rejected = False
                     self._events([(self.name, "")])

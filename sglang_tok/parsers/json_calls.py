@@ -58,7 +58,8 @@ class CallObject:
         self.args: RawArgs | None = None
         self.skip: JsonEnd | None = None
         self.named = False
-        self.unsent = ""  # arguments scanned before the name was known
+        # arguments scanned before the name was known, in pieces (joined once it is)
+        self.unsent: list[str] = []
         self.end = -1
 
     def read(self, body: str, ready: int, out: list[Event]) -> None:
@@ -72,8 +73,8 @@ class CallObject:
                 if self.named:
                     if frag:
                         out.append((None, frag))
-                else:
-                    self.unsent += frag
+                elif frag:
+                    self.unsent.append(frag)
                 if args.end < 0:
                     break
                 pos = args.end
@@ -172,8 +173,8 @@ class CallObject:
                 self.named = True
                 out.append((name, ""))
                 if self.unsent:
-                    out.append((None, self.unsent))
-                    self.unsent = ""
+                    out.append((None, "".join(self.unsent)))
+                    self.unsent = []
             self.state = AFTER
             return m.end()
         if key == "name":
@@ -504,6 +505,10 @@ class MistralEnd:
         at = self.json.end(body)
         return at, at
 
+    def skip(self, at: int, text: str) -> bool:
+        """`JsonEnd.skip`, once the JSON value has started."""
+        return self.json is not None and self.json.skip(at, text)
+
     @staticmethod
     def _json_start(body: str) -> int:
         """Index of the JSON value; -1: undecided yet; <= -2: malformed at -(r + 2)."""
@@ -560,6 +565,20 @@ class MistralReader:
         self.in_array = False
         self.objs: list[CallObject] = []
         self.args: RawArgs | None = None
+
+    def fast(self, at: int, text: str) -> str | None:
+        """Inside a named call's arguments (an element's, or v11's): `RawArgs.fast`."""
+        st = self.state
+        if st == M_ELEM:
+            obj = self.objs[-1]
+            if obj.state != ARGS or not obj.named:
+                return None
+            args = obj.args
+        elif st == M_V11:
+            args = self.args
+        else:
+            return None
+        return None if args is None else args.fast(at, text)
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []

@@ -58,6 +58,10 @@ class ObjectEnd:
         at = self.json.end(body)
         return at, at
 
+    def skip(self, at: int, text: str) -> bool:
+        """`JsonEnd.skip`, once the object has started."""
+        return self.json is not None and self.json.skip(at, text)
+
 
 def llama3_json() -> ToolFormat:
     return ToolFormat("llama3_json", PYTHON_TAG, ObjectEnd, parse_hermes, HermesReader,
@@ -121,6 +125,21 @@ class PyScan:
                     return j
             i = j + 1
 
+    def skip(self, at: int, text: str) -> bool:
+        """`close` (without `comma`) for a piece appended at `at`, when the scan has
+        reached `at` and the piece cannot change its state (inside a string: no closing
+        quote or backslash; outside: no bracket or quote): the scan only moves past it.
+        False: not such a piece (`close` decides)."""
+        if self.pos != at:
+            return False
+        if self.quote:
+            if self.quote in text or "\\" in text:
+                return False
+        elif _PY_STRUCT.search(text) is not None:
+            return False
+        self.pos = at + len(text)
+        return True
+
 
 class ListEnd:
     """The call list (after `[`) ends at its closing `]`; it must start `name(`, else it
@@ -143,6 +162,10 @@ class ListEnd:
             return -1, -1
         # closed by `)` or `}`: not a list, the closer stays in the (malformed) body
         return (at, at + 1) if body[at] == "]" else (at + 1, at + 1)
+
+    def skip(self, at: int, text: str) -> bool:
+        """`PyScan.skip`, once the list's first call has started."""
+        return self.scan is not None and self.scan.skip(at, text)
 
 
 def _func_name(node: ast.expr) -> str | None:
@@ -208,13 +231,28 @@ _KW = re.compile(r"([A-Za-z_]\w*)\s*=\s*")
 _KW_PREFIX = re.compile(r"[A-Za-z_]\w*\s*(?:=\s*)?")
 _IN_STR = {q: re.compile("[\\\\\n" + q + "]") for q in "'\""}
 _OCTAL = "01234567"
+# escapes whose value is fixed, without `ast` (a compile per escape)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"',
+                   "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
 _ESCAPE_LEN = {"x": 2, "u": 4, "U": 8}
 
 HEAD, KW, STR, STR_END, OTHER, REST, AFTER, BAD = range(8)
 
 
+# values common enough to skip `ast` (a compile per value): a decimal int of at most 18
+# digits (no leading zero, so always valid Python; `int` reads it exactly), True, False, None
+_SIMPLE_INT = re.compile(r"[ \t\n]*-?(?:0|[1-9][0-9]{0,17})[ \t\n]*")
+_SIMPLE_CONST = {"True": "true", "False": "false", "None": "null"}
+
+
 def _literal_json(source: str) -> str:
-    value = ast.literal_eval(source)
+    """A keyword's value (its source, without the parentheses `ast` gets it in) as JSON."""
+    if _SIMPLE_INT.fullmatch(source) is not None:
+        return str(int(source))
+    const = _SIMPLE_CONST.get(source.strip(" \t\n"))
+    if const is not None:
+        return const
+    value = ast.literal_eval("(" + source + ")")
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
@@ -235,12 +273,14 @@ class PythonicReader:
         self.key = ""  # OTHER: its keyword
         self.scan: PyScan | None = None
         self.quote = ""
-        self.sent = ""  # what was sent of the current call's arguments
+        # what was sent of the current call's arguments, in pieces: joined once, at the
+        # call's `)` (a string grown per row would copy all of it on every row)
+        self.sent: list[str] = []
         self.held = ""  # the last call's closing brace
 
     def _emit(self, out: list[Event], text: str) -> None:
         if text:
-            self.sent += text
+            self.sent.append(text)
             out.append((None, text))
 
     def read(self, body: str, ready: int) -> list[Event]:
@@ -259,7 +299,7 @@ class PythonicReader:
                     out.append((None, self.held))
                     self.held = ""
                 out.append((_SPACE.sub("", m.group(1)), ""))
-                self.start, self.sent = pos, ""
+                self.start, self.sent = pos, []
                 pos = m.end()
                 self.state = KW
             elif st == KW:
@@ -344,6 +384,19 @@ class PythonicReader:
         self.pos = pos
         return out
 
+    def fast(self, at: int, text: str) -> str | None:
+        """`read` for a piece appended at `at` inside a plain string value that cannot end
+        or change it (no quote of its kind, backslash or newline): its escaping, sent as
+        is. None: not such a piece (`read` decides)."""
+        if self.state != STR or self.pos != at or self.quote in text or "\\" in text \
+                or "\n" in text:
+            return None
+        self.pos = at + len(text)
+        frag = escape(text)
+        if frag:
+            self.sent.append(frag)
+        return frag
+
     def _string(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
         """STR: send the string's characters as far as they are certain."""
         find = _IN_STR[self.quote]
@@ -396,6 +449,9 @@ class PythonicReader:
             if end == ready and end < j + 4:
                 return None
         else:
+            simple = _SIMPLE_ESCAPES.get(c)
+            if simple is not None:
+                return simple, j + 2
             end = j + 2
         try:
             with warnings.catch_warnings():
@@ -409,7 +465,7 @@ class PythonicReader:
         """OTHER: the value body[vstart:at] ended; send its key and JSON (False: it does
         not convert, and the call's parse decides)."""
         try:
-            text = _literal_json("(" + body[self.vstart:at] + ")")
+            text = _literal_json(body[self.vstart:at])
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return False
         self._emit(out, ("{" if not self.sent else ", ")
@@ -419,10 +475,11 @@ class PythonicReader:
     def _finish(self, body: str, end: int, out: list[Event]) -> int:
         """The call's `)` is at end - 1: its whole parse must extend what was sent."""
         call = parse_call(body[self.start:end].strip())
-        if call is None or not call[1].startswith(self.sent):
+        sent = "".join(self.sent)
+        if call is None or not call[1].startswith(sent):
             self.state = BAD
             return end
-        self._emit(out, call[1][len(self.sent):-1])
+        self._emit(out, call[1][len(sent):-1])
         self.held = "}"
         self.state = AFTER
         return end

@@ -24,6 +24,8 @@ class ParsedStream:
     # `plain` and `tool_first` are public for the shard's hot branch (request.py), which
     # tests them inline to skip `feed` for a piece that passes through unchanged
     __slots__ = (
+        "after",
+        "calling",
         "close_first",
         "called",
         "exempt",
@@ -61,6 +63,9 @@ class ParsedStream:
         self.quotes = tools.quotes if tools is not None else None
         self.close_first = _first_chars(reasoning.close_markers if reasoning else (), 1)[0]
         self.plain = False
+        # a call was delivered: a plain piece must not end with whitespace (`ToolParser.idle`)
+        self.after = False
+        self.calling = False  # see `_update`
         self._update()
 
     @property
@@ -77,8 +82,10 @@ class ParsedStream:
     def feed(self, text: str) -> ParsedDelta:
         if self.plain:
             first = self.tool_first
-            if first is None or (first not in text and self.tool_second not in text) or \
-                    self.tools.plain_text(text):  # type: ignore[union-attr]
+            tools = self.tools
+            if (first is None or (first not in text and self.tool_second not in text)
+                    or (tools is not None and tools.plain_text(text))) \
+                    and not (self.after and text[-1:].isspace()):
                 if self.quotes is not None:
                     self.quotes.feed(text)
                 return ParsedDelta(text)
@@ -94,11 +101,20 @@ class ParsedStream:
                     return ParsedDelta()
                 if frag.__class__ is str:
                     return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
-                # a call's name or flags: as `_content` sends a step's items (stops flushed)
-                items: list[Item] = frag  # type: ignore[assignment]
-                if self.stops is None or self.exempt:
-                    return self._plain(items, "")
-                return self._stopped(items, "", False)
+                return self.absorbed(frag)  # type: ignore[arg-type]
+        return self.step(text)
+
+    def absorbed(self, items: list[Item]) -> ParsedDelta:
+        """The items of a piece the tool parser absorbed (a call's name or flags): as
+        `_content` sends a step's items (stops flushed)."""
+        if self.stops is None or self.exempt:
+            return self._plain(items, "")
+        delta = self._stopped(items, "", False)
+        self._update()  # (a stop string may have matched)
+        return delta
+
+    def step(self, text: str) -> ParsedDelta:
+        """`feed`'s full way, for a piece none of its shortcuts took."""
         reasoning = ""
         if self.reasoning is not None:
             text, reasoning = self.reasoning.split(text)
@@ -112,6 +128,10 @@ class ParsedStream:
         # first character is all reasoning
         self.thinking = (r is not None and r.state == REASONING and not r.held
                          and self.close_first is not None)
+        self.after = t is not None and t.after_call
+        # inside a call, content channel: a piece goes straight to `tools.absorb`
+        self.calling = (t is not None and t.in_call and (r is None or r.state == CONTENT)
+                        and self.stopped is None)
         self.plain = ((r is None or r.state == CONTENT)
                       and (t is None or (t.idle and self.tool_first is not None))
                       and (self.stops is None or self.exempt) and self.stopped is None)
@@ -155,7 +175,8 @@ class ParsedStream:
         if tools is None:
             items: list[Item] = [text] if text else []
         elif (not final and tools.idle and self.tool_first is not None
-              and self.tool_first not in text and self.tool_second not in text):
+              and self.tool_first not in text and self.tool_second not in text
+              and not (tools.after_call and text[-1:].isspace())):
             items = [text] if text else []  # the common case: no marker in sight
             if self.quotes is not None:
                 self.quotes.feed(text)

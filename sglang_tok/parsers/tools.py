@@ -183,6 +183,21 @@ class JsonEnd:
                     return j + 1
             i = j + 1
 
+    def skip(self, at: int, text: str) -> bool:
+        """`end` for a piece appended at `at`, when the scan has reached `at` and the piece
+        cannot change its state (inside a string: no quote or backslash; outside: no
+        bracket or quote): the scan only moves past it, without a search of the body.
+        False: not such a piece (`end` decides)."""
+        if self.pos != at:
+            return False
+        if self.in_string:
+            if '"' in text or "\\" in text:
+                return False
+        elif _STRUCTURE.search(text) is not None:
+            return False
+        self.pos = at + len(text)
+        return True
+
 
 class RawArgs:
     """A JSON object written by the model, passed through as its arguments, unchanged.
@@ -301,6 +316,9 @@ class CallReader(Protocol):
     Optional, for speed: `fast(at, text) -> str | None`, for a piece `text` appended at
     `at` that holds no character starting the call's end marker: the argument fragment
     `read` would give for it, without the scan (None: not in a state that can tell).
+    An end without a close marker (a JSON value's, a Python list's) may likewise have
+    `skip(at, text) -> bool`: True when the piece cannot end the call (its state advanced
+    past it as `end` would), so the piece skips the engine's end search.
     """
 
     def read(self, body: str, ready: int) -> list[Event]: ...
@@ -519,6 +537,7 @@ class ToolParser:
         "rejected",
         "schemas",
         "section_ok",
+        "skip_end",
         "state",
     )
 
@@ -534,6 +553,8 @@ class ToolParser:
         self.ender: Any = None
         self.reader: CallReader | None = None  # incremental: the open call's reader
         self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
+        # the open call's end's `skip`, for a format with no close marker (else None)
+        self.skip_end: Callable[[int, str], bool] | None = None
         self.opened: list[int] = []  # incremental: indices of the open body's sent calls
         self.dropped = ""  # incremental: text of the open body's malformed elements
         self.rejected = False  # incremental: the open body is already known to be text
@@ -560,15 +581,31 @@ class ToolParser:
         `step`; else what it adds to the open call's arguments ("" in whole mode, where
         nothing of a call leaves before its end), or, when the reader's events are more than
         one fragment (the call's name, a malformed element), the items they make."""
-        close, reach = self.fmt.close_first, self.fmt.close_reach
-        if self.state != CALL or close is None or close in text:
+        if self.state != CALL:
             return None
         body = self.body
-        at = body.find(close, max(0, len(body) - reach))  # a negative start counts from the end
-        while at >= 0:  # a close marker under way at the end of the body?
-            if self.fmt.close_marker.startswith(body[at:]):
+        close = self.fmt.close_first
+        if close is None:  # an end with no marker: its own `skip` tells
+            skip = self.skip_end
+            if skip is None or not skip(len(body), text):
                 return None
-            at = body.find(close, at + 1)
+        else:
+            if close in text:
+                return None
+            # a close marker under way at the end of the body? (a negative start would
+            # count from the end)
+            at = body.find(close, max(0, len(body) - self.fmt.close_reach))
+            while at >= 0:
+                if self.fmt.close_marker.startswith(body[at:]):
+                    return None
+                at = body.find(close, at + 1)
+        del body  # `_grow` must hold the body's only reference, to grow it in place
+        return self._grow(text)
+
+    def _grow(self, text: str) -> str | list[Item]:
+        """`absorb`'s rest, once the piece is known not to end the call: the body grows
+        by it, and the reader reads it (all of it ready)."""
+        body = self.body
         frag: str | None = ""
         if self.incremental and not self.rejected:
             fast = self.fast
@@ -590,7 +627,7 @@ class ToolParser:
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
-        return frag
+        return frag  # type: ignore[return-value]
 
     def plain_text(self, text: str) -> bool:
         """An idle parser's piece with a marker's first character but no marker and no
@@ -600,10 +637,18 @@ class ToolParser:
         return opener.find(text)[0] < 0 and opener.hold_from(text) == len(text)
 
     @property
+    def in_call(self) -> bool:
+        """Inside a call's body: a piece may be `absorb`ed."""
+        return self.state == CALL
+
+    @property
     def idle(self) -> bool:
-        """Nothing held and no markup context: a piece with no marker start may skip the engine."""
+        """Nothing held and no markup context: a piece with no marker start may skip the
+        engine. After a call (`after_call`), whitespace ending a piece is held as pending
+        markup, so there only a piece that does not end with whitespace may skip it (the
+        caller's test); without that, every content row after a call paid for `step`."""
         return (self.state == TEXT and not self.held and not self.pending
-                and not self.after_call and not self.fresh_start)
+                and not self.markup_ok and not self.fresh_start)
 
     def step(self, text: str) -> list[Item]:
         """Run a piece through; return (and reset) the ordered output items."""
@@ -646,7 +691,9 @@ class ToolParser:
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
         fmt = self.fmt
-        if self.fresh_start or (self.after_call and fmt.chain):
+        # `chain` only right after a call (whitespace between): once text has come since,
+        # a separator is text, whatever the rows (a batch parse sees the text before it)
+        if self.fresh_start or (self.markup_ok and fmt.chain):
             rest = self._unmarked(s)
             if rest is not None:
                 return rest
@@ -795,6 +842,8 @@ class ToolParser:
             self.opened = []
             self.dropped = ""
             self.rejected = False
+        self.skip_end = getattr(self.ender, "skip", None) if self.fmt.close_first is None \
+            else None
 
     def _call(self, s: str) -> str:
         body, self.body = self.body, ""
