@@ -76,7 +76,8 @@ class _PackedRows:
     reads them: the text is decoded and the offsets summed once per message, on first use,
     and each row costs only its own slices."""
 
-    __slots__ = ("msg", "_text", "_chars", "_ids", "_id_ends", "_extras", "_fams")
+    __slots__ = ("msg", "_text", "_chars", "_ids", "_id_ends", "_extras", "_fams",
+                 "_carrying")
 
     def __init__(self, msg: protocol.Packed) -> None:
         self.msg = msg
@@ -86,6 +87,7 @@ class _PackedRows:
         self._id_ends: list[int] | None = None
         self._extras: dict[int, Delta] = {}
         self._fams: RowFamilies | None = None  # logprobs as numbers, read per row on demand
+        self._carrying: list[bool] | None = None  # per row: carries logprobs
 
     def _prepare(self) -> str:
         msg = self.msg
@@ -106,7 +108,7 @@ class _PackedRows:
             d = Delta(self.msg.rids[r], text[chars[r]:chars[r + 1]], ids.tolist())
         else:
             d.text, d.ids = text[chars[r]:chars[r + 1]], ids.tolist()
-        if self.msg.families and _carries(self.msg.families, r):
+        if self.msg.families and self._carries(r):
             fams = self._fams
             if fams is None:
                 fams = self._fams = RowFamilies(self.msg.families, len(self.msg.rids),
@@ -118,20 +120,22 @@ class _PackedRows:
                         setattr(d, field_name, val)
         return d
 
+    def _carries(self, r: int) -> bool:
+        """Whether row r carries logprob values: read once per message from the families'
+        lengths as they came (the rows listed, or every row's length), not per row."""
+        carrying = self._carrying
+        if carrying is None:
+            marks = np.zeros(len(self.msg.rids), bool)
+            for _, rows, lens, *_ in self.msg.families:
+                if rows:
+                    marks[np.frombuffer(rows, "<u4")] = True
+                elif lens:
+                    marks |= np.frombuffer(lens, "<u4") > 0
+            carrying = self._carrying = marks.tolist()
+        return carrying[r]
+
     def deltas(self) -> list[Delta]:
         return list(map(self.delta, range(len(self.msg.rids))))
-
-
-def _carries(families: list[Any], r: int) -> bool:
-    """Whether row r carries logprob values, from the families' lengths as they came (the
-    rows a message lists, or every row's length), without reading any family."""
-    for _, rows, lens, *_ in families:
-        if rows:
-            if r in np.frombuffer(rows, "<u4"):
-                return True
-        elif lens and np.frombuffer(lens, "<u4")[r]:
-            return True
-    return False
 
 
 def _extras(msg: protocol.Packed) -> dict[int, Delta]:
