@@ -79,8 +79,9 @@ def start_service(shards: int, tokenizer: str, workdir: Path,
     the service reports on /health (a `--shards` in `extra` wins in `serve`)."""
     rt = Path(tempfile.mkdtemp(prefix=f"svc{shards}-", dir=workdir))
     inp, out = f"ipc://{rt}/input.ipc", f"ipc://{workdir}/front.ipc"
-    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
-           "--tokenizer", tokenizer, "--runtime-dir", str(rt), "--http", "127.0.0.1:0",
+    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--exit-with-parent",
+           "--shards", str(shards), "--tokenizer", tokenizer, "--runtime-dir", str(rt),
+           "--http", "127.0.0.1:0",
            "--input", inp, "--output", out, "--log-level", "WARNING", *extra]
     proc = subprocess.Popen(cmd)
     try:

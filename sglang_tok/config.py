@@ -72,6 +72,9 @@ class Config(msgspec.Struct, frozen=True):
         "model_name label of the sglang: metrics (default: the --tokenizer value)")] = ""
     engine: Annotated[str, _doc("engine label of the sglang: metrics")] = "0"
     pin: Annotated[bool, _doc("pin the egress and each shard to a core of their own")] = True
+    exit_with_parent: Annotated[bool, _doc(
+        "stop (drain, as on SIGTERM) when the process that started `serve` exits: for test "
+        "harnesses and scripts, whose service must not outlive them when they are killed")] = False
     heartbeat_timeout: Annotated[float, _doc(
         "seconds without a heartbeat after which a process is stuck: SIGABRT (its stack goes "
         "to the log), then SIGKILL, then a restart", gt=0)] = 5.0

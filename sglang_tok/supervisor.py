@@ -122,9 +122,11 @@ class Supervisor:
                  drain: Callable[[float], None] = _nothing,
                  tick: Callable[[], None] = _nothing,
                  on_restart: Callable[[Child], None] = _nothing,
-                 title: str = "") -> None:
+                 title: str = "", parent: int | None = None) -> None:
         """`drain(deadline)` tells the data holders to finish by that monotonic time;
-        `tick()` runs once per loop turn; `title` prefixes the children's process titles."""
+        `tick()` runs once per loop turn; `title` prefixes the children's process titles;
+        with `parent` (a pid), its exit stops the service as SIGTERM would."""
+        self.parent = parent
         self.running = [_Running(c) for c in children]
         self.status = status
         self.timeouts = timeouts
@@ -174,6 +176,9 @@ class Supervisor:
                 self._kill_stuck()
                 self._start_due()
                 self.tick()
+                if self.parent is not None and os.getppid() != self.parent:
+                    log.warning("the process that started the service exited; stopping")
+                    self.signals.append(signal.SIGTERM)
         except Stop as stop:
             log.error("%s Stopping.", stop)
             return stop.code
@@ -427,6 +432,7 @@ def serve(cfg: Config) -> int:
     try:
         return Supervisor(service.children(), service.status, service.timeouts(),
                           drain=service.drain, tick=service.report_ready,
-                          on_restart=service.count_restart, title=TITLE).run()
+                          on_restart=service.count_restart, title=TITLE,
+                          parent=os.getppid() if cfg.exit_with_parent else None).run()
     finally:
         service.close()

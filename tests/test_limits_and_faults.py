@@ -221,3 +221,33 @@ def test_a_shard_killed_before_its_queued_deltas_left_it_ends_those_requests(
         assert not front.violations, front.violations[:5]
     finally:
         svc.stop()
+
+
+def test_a_harness_killed_by_a_timeout_leaves_no_service_running(tmp_path: Path) -> None:
+    """`Service` starts `serve --exit-with-parent`: when the process that started it dies
+    without cleaning up (SIGKILL, a timeout), the service drains and exits on its own."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    code = ("import sys, time\n"
+            "from pathlib import Path\n"
+            "from sglang_tok.testing.service import Service\n"
+            "s = Service(Path(sys.argv[1]), shards=1).start()\n"
+            "print(s.proc.pid, flush=True)\n"
+            "time.sleep(600)\n")
+    harness = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert harness.stdout is not None
+        supervisor = psutil.Process(int(harness.stdout.readline()))
+        family = [supervisor, *supervisor.children(recursive=True)]
+        assert len(family) >= 3  # the supervisor, the egress, a shard (and http)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait(10)
+        _, alive = psutil.wait_procs(family, timeout=30)
+        assert not alive, [p.pid for p in alive]
+    finally:
+        harness.kill()

@@ -56,7 +56,7 @@ class Service:
         self.cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
                     "--runtime-dir", str(self.runtime), "--http", "127.0.0.1:0",
                     "--input", self.input, "--output", self.output,
-                    "--ring-capacity", str(ring_capacity),
+                    "--ring-capacity", str(ring_capacity), "--exit-with-parent",
                     *(["--tokenizer", tokenizer] if tokenizer else []), *(args or [])]
         self.proc: subprocess.Popen[bytes] | None = None
         self.sched: Scheduler | None = None
