@@ -142,7 +142,7 @@ class _Family:
     __slots__ = ("name", "ragged", "col", "poslens", "data", "pos", "split", "_cut")
 
     def __init__(self, batch: Batch, name: str, idx: int, ragged: bool, pos: int,
-                 split: tuple[I64, I64] | None) -> None:
+                 split: tuple[I64, I64]) -> None:
         h = batch.header
         self.col: list[int] = getattr(h, HEADER_FIELDS[idx])  # per row: values or positions
         self.poslens: list[int] = getattr(h, HEADER_FIELDS[idx + 1]) if ragged else []
@@ -152,14 +152,8 @@ class _Family:
 
     def part(self, k: int) -> Family:
         """Shard k's share: its rows' lengths in its message's order, and their positions'
-        and values' runs, which the frame's one sort by shard made contiguous. A frame that
-        is one shard's whole goes as it came."""
-        pos, data, col = self.pos, self.data, self.col
-        if self.split is None:
-            total = sum(self.poslens) if self.ragged else sum(col)
-            return (self.name, b"", array("I", col).tobytes(),
-                    array("I", self.poslens).tobytes(), bytes(data[pos:pos + 4 * total]),
-                    bytes(data[pos + 4 * total:pos + 8 * total]))
+        and values' runs, which the frame's one sort by shard made contiguous (a frame that
+        is one shard's whole goes as it came: `_whole_families`)."""
         if self._cut is None:
             self._cut = self._sorted()
         lens, row_first, poslens, pos_first, values, ids, value_first = self._cut
@@ -172,7 +166,6 @@ class _Family:
     def _sorted(self) -> tuple[Any, ...]:
         """The family reordered by shard with the frame's `order`, once for all shards:
         per row (sorted) its length, positions and values as runs, and where each starts."""
-        assert self.split is not None
         order, row_first = self.split
         col, data, pos = np.array(self.col, np.int64), self.data, self.pos
         lens = col[order]
@@ -195,7 +188,7 @@ class _Family:
                 values, ids, value_first)
 
 
-def _families(batch: Batch, split: tuple[I64, I64] | None) -> list[_Family]:
+def _families(batch: Batch, split: tuple[I64, I64]) -> list[_Family]:
     if not batch.layout:
         return []
     return [_Family(batch, name, idx, kind == "ragged", pos, split)

@@ -20,17 +20,17 @@ from .slots import PEND, SEL, SKIP, Slots
 def decode_small(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slots,
                  slots: list[int], heads: list[list[int]], row_ids: list[list[int]] | None,
                  singles: list[int] | None,
-                 strs: tuple[list[str | None], list[str | None]] | None = None) -> list[str]:
+                 strs: tuple[list[str | None], list[str | None]]) -> list[str]:
     """Decode one row per slot (slots distinct): row r's ids are `row_ids[r]`, or the one id
     `singles[r]`. `heads` are the slots' first columns of `state.meta`. With `strs` (each
-    id's text when its bytes are whole characters), a one-id row on a slot with nothing
-    pending or to pass over is a list lookup: most rows of most text."""
+    id's text when its bytes are whole characters, `PlainDecoder.strs`), a one-id row on a
+    slot with nothing pending or to pass over is a list lookup: most rows of most text."""
     texts: list[str] = []
     if singles is not None:
         for slot, head, i in zip(slots, heads, singles):
             if not 0 <= i < vocab:
                 i = vocab
-            if strs is not None and not (head[PEND] or head[SKIP]):
+            if not (head[PEND] or head[SKIP]):
                 whole = strs[head[SEL]][i]
                 if whole is not None:
                     texts.append(whole)

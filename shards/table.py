@@ -214,7 +214,7 @@ class RidTable:
             quick_ends = [row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
                           if special[row] and not isinstance(ends[row][0].get("matched"), str)]
             special[quick_ends] = False
-        rows_out = _RowsOut(out, msg, id_starts, fams, self.info)
+        rows_out = _RowsOut(out, msg, id_starts, fams)
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
             assert self.plain is not None
@@ -222,14 +222,18 @@ class RidTable:
             # a plain slot always holds its rid (Slots.bind_plain)
             plain_slots = slots[plain_rows]
             rids = cast(list[str], list(map(self.state.rids.__getitem__, plain_slots.tolist())))
-            rows_out.plain(plain_rows, rids, texts,
-                           self.state.lp_text[plain_slots].tolist() if fams.families else None)
+            base = len(out)
+            rows_out.plain(plain_rows, rids, texts)
+            if fams.families:  # the rows whose request wants its logprobs' texts
+                wants = np.flatnonzero(self.state.lp_text[plain_slots])
+                if len(wants):
+                    _logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
+                                   self.info)
             if self.state.usage_live:
                 asked = np.flatnonzero(self.state.cont_usage[plain_slots])
                 if len(asked):
-                    _continuous_usage(out, len(out) - len(plain_rows), plain_rows.tolist(),
-                                      plain_slots.tolist(), self.state, sparse.reasoning,
-                                      asked.tolist())
+                    _continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
+                                      plain_slots[asked].tolist(), self.state, sparse.reasoning)
         if quick_ends:
             self._plain_ends(quick_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
@@ -277,12 +281,19 @@ class RidTable:
                 flat = [i if 0 <= i < vocab else vocab for i in flat]
             state.record_small(slots, rows_heads, flat, counts)
             rids = cast(list[str], list(map(state.rids.__getitem__, slots)))
+            fams, base = _Families(sp.families, n), len(out)
             _small_out(out, rids, texts, row_ids if row_ids is not None else flat_ids, counts,
-                       plain_rows, n, _Families(sp.families, n), sp.families,
-                       [h[LP_TEXT] for h in rows_heads] if sp.families else None, self.info)
+                       plain_rows, n, fams, sp.families)
+            if sp.families:
+                wants = [j for j, h in enumerate(rows_heads) if h[LP_TEXT]]
+                if wants:
+                    _logprob_texts(out, base, wants, [plain_rows[j] for j in wants], fams,
+                                   self.info)
             if state.usage_live:
-                _continuous_usage(out, len(out) - len(plain_rows), plain_rows, slots, state,
-                                  sp.reasoning)
+                asked = [j for j, h in enumerate(rows_heads) if h[CONT_USAGE]]
+                if asked:
+                    _continuous_usage(out, base, asked, [plain_rows[j] for j in asked],
+                                      [slots[j] for j in asked], state, sp.reasoning)
             done = len(plain_rows)
         if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
             kinds = [h[KIND] for h in heads]
@@ -499,24 +510,12 @@ def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
 class _RowsOut:
     """Appends a message's plain rows to the output: columns at C speed, or Deltas."""
 
-    __slots__ = ("out", "msg", "id_starts", "fams", "info")
+    __slots__ = ("out", "msg", "id_starts", "fams")
 
-    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: _Families,
-                 info: TokenizerInfo) -> None:
+    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: _Families) -> None:
         self.out, self.msg, self.id_starts, self.fams = out, msg, id_starts, fams
-        self.info = info
 
-    def plain(self, rows: I64, rids: list[str], texts: PlainTexts,
-              lp_text: list[int] | None = None) -> None:
-        """`lp_text`: per row, whether its request wants its logprobs' token texts (None
-        when the message carries no logprobs)."""
-        out = self.out
-        base = len(out.rids) if isinstance(out, ColumnsOut) else len(out)
-        self._plain(rows, rids, texts)
-        if lp_text is not None and any(lp_text):
-            _logprob_texts(out, base, rows.tolist(), lp_text, self.fams, self.info)
-
-    def _plain(self, rows: I64, rids: list[str], texts: PlainTexts) -> None:
+    def plain(self, rows: I64, rids: list[str], texts: PlainTexts) -> None:
         out, ids, st = self.out, self.msg.ids, self.id_starts
         counts = st[rows + 1] - st[rows]
         one_each = len(ids) == len(self.msg.slots) and (counts == 1).all()
@@ -562,15 +561,15 @@ def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: 
                     out.add_sparse(field, base + j, val)
 
 
-def _logprob_texts(out: Sink, base: int, rows: list[int], lp_text: list[int],
+def _logprob_texts(out: Sink, base: int, outs: list[int], rows: list[int],
                    fams: _Families, info: TokenizerInfo) -> None:
-    """`logprob_text` on the array path: the token texts of the rows (output rows base,
-    base + 1, ...) whose request wants them and that carry logprobs; only those rows cost
-    a Python step."""
+    """`logprob_text` on the array path: the token texts of message rows `rows`, whose
+    request wants them, written to output rows base + outs[k]; only those rows cost a
+    Python step, and only the ones that carry logprobs get any."""
     read = fams.get()
     carrying = read.carrying
-    for j, (row, wants) in enumerate(zip(rows, lp_text)):
-        if not (wants and carrying[row]):
+    for j, row in zip(outs, rows):
+        if not carrying[row]:
             continue
         texts = read.texts("logprobs", row, info.token_texts)
         top_texts = read.texts("top_logprobs", row, info.token_texts)
@@ -583,20 +582,14 @@ def _logprob_texts(out: Sink, base: int, rows: list[int], lp_text: list[int],
             out[base + j].token_texts, out[base + j].top_texts = texts, top_texts
 
 
-def _continuous_usage(out: Sink, base: int, rows: list[int], slots: list[int], state: Slots,
-                      reasoning: bytes, asked: list[int] | None = None) -> None:
-    """`continuous_usage` on the array path: the usage so far of each row (output rows
-    base, base + 1, ...) whose request asked for it (`asked`: their positions in `rows`,
-    when known): its slot's completion count after the row, its first row's prompt and
-    cached tokens, the row's reasoning tokens. Only those rows cost a Python step."""
+def _continuous_usage(out: Sink, base: int, outs: list[int], rows: list[int], slots: list[int],
+                      state: Slots, reasoning: bytes) -> None:
+    """`continuous_usage` on the array path: the usage so far of message rows `rows` (of
+    slots `slots`), whose request asked for it, written to output rows base + outs[k]: the
+    slot's completion count after the row, its first row's prompt and cached tokens, the
+    row's reasoning tokens. Only those rows cost a Python step."""
     per_row = np.frombuffer(reasoning, np.uint32).tolist() if reasoning else None
-    if asked is None:
-        asked = list(range(len(rows)))
-    picked = [slots[j] for j in asked]
-    for j, numbers in zip(asked, state.meta[picked].tolist()):
-        if not numbers[CONT_USAGE]:
-            continue
-        row = rows[j]
+    for j, row, numbers in zip(outs, rows, state.meta[slots].tolist()):
         completion, prompt = numbers[COMPLETION], numbers[PROMPT]
         usage = Usage(prompt, completion, prompt + completion, numbers[CACHED],
                       per_row[row] if per_row is not None else 0)
@@ -608,18 +601,9 @@ def _continuous_usage(out: Sink, base: int, rows: list[int], slots: list[int], s
 
 def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]] | list[int],
                counts: list[int] | None, rows: list[int], n: int, fams: _Families,
-               families: list[Any], lp_text: list[int] | None, info: TokenizerInfo) -> None:
+               families: list[Any]) -> None:
     """A small message's plain rows into the output, as `_RowsOut.plain` does: `ids` per
     row with their `counts`, or (counts None) each row's one id."""
-    base = len(out.rids) if isinstance(out, ColumnsOut) else len(out)
-    _small_rows(out, rids, texts, ids, counts, rows, n, fams, families)
-    if lp_text is not None and any(lp_text):
-        _logprob_texts(out, base, rows, lp_text, fams, info)
-
-
-def _small_rows(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]] | list[int],
-                counts: list[int] | None, rows: list[int], n: int, fams: _Families,
-                families: list[Any]) -> None:
     singles = cast(list[int], ids) if counts is None else None
     row_ids = [[i] for i in singles] if singles is not None else cast(list[list[int]], ids)
     if isinstance(out, PackedOut):
