@@ -70,7 +70,8 @@ class Journal:
         self._rewrite(live or {})
 
     def write(self, opened: Iterable[str] = (), ended: Iterable[str] = ()) -> None:
-        opened, ended = list(opened), [r for r in ended if r in self.live]
+        # a rid can end twice between two acknowledgements (ended, OPENed again, ended)
+        opened, ended = list(opened), [r for r in dict.fromkeys(ended) if r in self.live]
         if not opened and not ended:
             return
         self.live.update(dict.fromkeys(opened))

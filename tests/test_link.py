@@ -73,6 +73,17 @@ def test_journal_replays_open_rids_ignores_a_torn_tail_and_compacts(tmp_path: Pa
     assert not path.exists() and replay(path) == {}
 
 
+def test_journal_takes_a_rid_ended_twice_in_one_write(tmp_path: Path) -> None:
+    """Found by test_kit_client under load: a rid ended, OPENed again and ended again
+    before its shard's acknowledgement names both ends; the egress died on a KeyError."""
+    path = tmp_path / "j"
+    j = Journal(path)
+    j.write(opened=["a", "b"])
+    j.write(ended=["a", "a", "b"])
+    assert replay(path) == {} and j.live == {}
+    j.close()
+
+
 # --------------------------------------------------------------------------- harness
 def config(tmp: Path, shards: int = 1, **kw: Any) -> Config:
     rt = tmp / "rt"
