@@ -16,6 +16,8 @@ to each other.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from codecs import utf_8_decode
 from typing import NamedTuple
 
 import numpy as np
@@ -90,11 +92,13 @@ def held_tail(buf: U8, ends: I64, starts: I64) -> I64:
     second = buf[np.maximum(ends - 2, 0)].astype(np.int64)
     second[size < 2] = 0
     held = _HOLD2[second << 8 | last].astype(np.int64)
-    deep = np.flatnonzero(((second & 0xC0) == 0x80) & ((last & 0xC0) == 0x80) & (size >= 3))
-    if len(deep):  # lead F0..F4 then a valid second byte: three bytes of four are held
-        lead = buf[ends[deep] - 3]
-        sec = second[deep]
-        four = (_SEQ_LEN[lead] == 4) & (sec >= _LO[lead]) & (sec <= _HI[lead])
+    third = buf[np.maximum(ends - 3, 0)]
+    deep = np.flatnonzero(third >= 0xF0)  # rare: a 4-byte character's lead 3 bytes back
+    if len(deep):  # lead F0..F4, a valid second byte, a continuation: three of four held
+        deep = deep[size[deep] >= 3]
+        lead, sec, lst = third[deep], second[deep], last[deep]
+        four = ((_SEQ_LEN[lead] == 4) & (sec >= _LO[lead]) & (sec <= _HI[lead])
+                & ((lst & 0xC0) == 0x80))
         held[deep[four]] = 3
     return held
 
@@ -146,12 +150,9 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
         # a prompt that ended mid-character: its held bytes and the row's first character
         # resolve by the codec's own rules (once per such request): the exact loop's job
         return None
-    if any_held:
-        keep = np.ones(len(buf), bool)
-        keep[drop] = False
-        kept_before = np.concatenate(([0], np.cumsum(keep)))
-        cut_ends = kept_before[cut_ends]
-        buf = buf[keep]
+    if any_held:  # held bytes are row tails: a row's cut moves by what rows before held
+        cut_ends = cut_ends - (np.cumsum(held) - held)
+        buf = np.delete(buf, drop)
     cuts = np.empty(n + 1, np.int64)
     cuts[0] = 0
     cuts[1:] = cut_ends
@@ -159,10 +160,9 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     # A held tail can expose what stood before it: in E5 A7 | C2 the codec held C2 and
     # judged E5 A7 broken, but cut off, E5 A7 would join the next row's bytes into one
     # character. Such a row's part must be decoded on its own (U+FFFD), not joined.
-    exposed = any_held and bool(held_tail(buf, cut_ends[hrows], cuts[hrows]).any())
+    if any_held and _exposed(buf, cut_ends[hrows], cuts[hrows]):
+        return _row_by_row(raw, cuts, held_data, held)
     try:
-        if exposed:
-            raise UnicodeDecodeError("utf-8", b"", 0, 1, "a row's part ends mid-character")
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return _with_replacements(raw, cuts, held_data, held)
@@ -192,11 +192,49 @@ def pending_in_front(id_bytes: U8, row_id_bytes: I64, pending: U8,
     return row_bytes, buf, is_pending
 
 
+def _exposed(buf: U8, ends: I64, starts: I64) -> bool:
+    """Whether some row's part, cut before its held tail, ends in an incomplete sequence
+    (only a part ending in a non-ASCII byte can: most held rows are looked at no further)."""
+    if not len(buf):
+        return False
+    non_ascii = np.flatnonzero(buf[np.maximum(ends - 1, 0)] >= 0x80)
+    return len(non_ascii) > 0 and bool(held_tail(buf, ends[non_ascii],
+                                                 starts[non_ascii]).any())
+
+
 def _with_replacements(raw: bytes, cuts: I64, held_data: U8, held: I64) -> Decoded:
-    """Some row's bytes are not valid UTF-8 (the model emitted broken bytes): each row is
-    decoded on its own with the codec's U+FFFD rules. A row's complete part never ends in a
-    valid incomplete sequence (that is held), so no invalid sequence spans two rows and the
-    per-row result is the incremental codec's."""
+    """Some row's bytes are not valid UTF-8 (the model emitted broken bytes): the rows that
+    hold the broken bytes are decoded on their own with the codec's U+FFFD rules, the runs
+    of rows between them at once. A row's complete part never ends in a valid incomplete
+    sequence (that is held; `_exposed` rows went to `_row_by_row`), so a row boundary is a
+    character boundary, no invalid sequence spans two rows, and each broken row's result is
+    the incremental codec's. A Python step per broken row, not per row."""
+    c = cuts.tolist()
+    view, segs = memoryview(raw), []
+    grow = np.zeros(len(c) - 1, np.int64)  # per row: bytes its U+FFFDs add
+    at = 0
+    while True:
+        try:
+            segs.append(utf_8_decode(view[at:c[-1]], "strict", True)[0])
+            break
+        except UnicodeDecodeError as e:
+            r = bisect_right(c, at + e.start) - 1
+            segs.append(utf_8_decode(view[at:c[r]], "strict", True)[0])
+            part = raw[c[r]:c[r + 1]].decode("utf-8", "replace")
+            segs.append(part)
+            grow[r] = len(part.encode()) - (c[r + 1] - c[r])
+            at = c[r + 1]
+    text = "".join(segs)
+    buf = np.frombuffer(text.encode(), np.uint8)
+    byte_cuts = cuts.copy()
+    byte_cuts[1:] += np.cumsum(grow)
+    chars = np.concatenate(([0], np.cumsum((buf & 0xC0) != 0x80)))[byte_cuts]
+    return Decoded(text, buf, byte_cuts, chars, held_data, held, None)
+
+
+def _row_by_row(raw: bytes, cuts: I64, held_data: U8, held: I64) -> Decoded:
+    """Each row decoded on its own with the codec's U+FFFD rules: a row's part that ends
+    mid-character must not be joined to the next row's bytes."""
     c = cuts.tolist()
     parts = [raw[a:b].decode("utf-8", "replace") for a, b in zip(c, c[1:])]
     sent = [p.encode() for p in parts]

@@ -43,6 +43,27 @@ class PlainTexts(NamedTuple):
     def char_lens(self) -> I64:
         return self.chars[1:] - self.chars[:-1]
 
+    def with_suffixes(self, at: list[int], extra: list[str]) -> PlainTexts:
+        """Row at[k]'s text followed by extra[k] (`at` ascending): a request's final flush,
+        rare, so a copy of the text is fine."""
+        c = self.chars.tolist()
+        pieces, prev = [], 0
+        for j, more in zip(at, extra):
+            pieces += (self.text[prev:c[j + 1]], more)
+            prev = c[j + 1]
+        pieces.append(self.text[prev:])
+        add = np.zeros(len(c) - 1, np.int64)
+        add[at] = list(map(len, extra))
+        chars = self.chars.copy()
+        chars[1:] += np.cumsum(add)
+        parts = None
+        if self.parts is not None:
+            parts = list(self.parts)
+            for j, more in zip(at, extra):
+                parts[j] += more
+        text = "".join(pieces)
+        return PlainTexts(text, chars, parts, text.encode())
+
     def texts(self) -> list[str]:
         if self.parts is not None:
             return self.parts

@@ -10,8 +10,10 @@ remembered (bounded) so that late rows are ignored instead of reopening.
 
 from __future__ import annotations
 
+from codecs import utf_8_decode
 from collections import Counter
 from itertools import accumulate, chain
+from operator import itemgetter
 from typing import Any, cast
 
 import msgspec
@@ -205,23 +207,38 @@ class RidTable:
                 for row, fin, prompt, cached, reasoning in sparse.ends}
         fams = _Families(sparse.families, n_rows)
         quick_ends: list[int] = []
+        late_ends: list[int] = []  # last rows ended after the plain rows, one by one
         if ends:
             end_rows = np.fromiter(ends, np.int64, len(ends))
             special[end_rows] = True
             plain[end_rows] = False
             if not distinct:
                 _late_after_end(slots, end_rows, plain, special)
-            quick_ends = [row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
-                          if special[row] and not isinstance(ends[row][0].get("matched"), str)]
+            # last rows of plain requests stay on the array path (their stop token blanked,
+            # their held bytes flushed after); a stop string the scheduler matched is
+            # trimmed from the text by the per-row rules
+            quick_ends = sorted(row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
+                                if special[row]
+                                and not isinstance(ends[row][0].get("matched"), str))
             special[quick_ends] = False
+            if isinstance(self.plain, PlainDecoder):
+                plain[quick_ends] = True
+            else:  # byte fallback: its held byte runs end by the fallback decoder's rules
+                late_ends, quick_ends = quick_ends, []
         rows_out = _RowsOut(out, msg, id_starts, fams)
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
             assert self.plain is not None
-            texts = self._plain_rows(plain_rows, slots, msg.ids, id_starts, distinct)
+            ids = self._blank_stop_tokens(quick_ends, slots, msg.ids, id_starts, ends) \
+                if quick_ends else msg.ids
+            texts = self._plain_rows(plain_rows, slots, ids, id_starts, distinct)
             # a plain slot always holds its rid (Slots.bind_plain)
             plain_slots = slots[plain_rows]
-            rids = cast(list[str], list(map(self.state.rids.__getitem__, plain_slots.tolist())))
+            end_at: list[int] = []  # where the last rows are among the plain rows
+            if quick_ends:
+                end_at = np.searchsorted(plain_rows, quick_ends).tolist()
+                texts = self._flush_ends(texts, end_at, plain_slots[end_at].tolist())
+            rids = cast(list[str], self.state.rid_col.take(plain_slots).tolist())
             base = len(out)
             rows_out.plain(plain_rows, rids, texts)
             if fams.families:  # the rows whose request wants its logprobs' texts
@@ -230,16 +247,80 @@ class RidTable:
                     _logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
                                    self.info)
             if self.state.usage_live:
-                asked = np.flatnonzero(self.state.cont_usage[plain_slots])
+                asked_flags = self.state.cont_usage[plain_slots].astype(bool)
+                asked_flags[end_at] = False  # a last row carries its final usage below
+                asked = np.flatnonzero(asked_flags)
                 if len(asked):
                     _continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
                                       plain_slots[asked].tolist(), self.state, sparse.reasoning)
-        if quick_ends:
-            self._plain_ends(quick_ends, slots, msg, id_starts, ends, fams, out)
+            if quick_ends:
+                self._array_ends(out, base, end_at, quick_ends, rids, plain_slots, ends)
+        if late_ends:
+            self._plain_ends(late_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
         ran = self._row_path(others, slots, msg, id_starts, ends, fams, out) if len(others) \
             else 0
-        self.counters.late_rows += n_rows - len(plain_rows) - len(quick_ends) - ran
+        self.counters.late_rows += n_rows - len(plain_rows) - len(late_ends) - ran
+
+    def _blank_stop_tokens(self, rows: list[int], slots: I64, ids: I64, id_starts: I64,
+                           ends: dict[int, tuple[dict[str, Any], int, int, int]]) -> I64:
+        """The message's ids with the scheduler's stop token of each of these last rows
+        made out-of-vocabulary (no text), as the per-row path leaves it out of the text;
+        the output keeps the real ids (`_RowsOut` reads the message's own)."""
+        blank: list[int] = []
+        for row in rows:
+            fin = ends[row][0]
+            last = int(id_starts[row + 1]) - 1
+            if fin.get("type") != "stop" or last < int(id_starts[row]):
+                continue
+            opts = self.opts.get(int(slots[row]))
+            if (opts is None or not opts.no_stop_trim) and \
+                    _is_stop_token(fin.get("matched"), int(ids[last])):
+                blank.append(last)
+        if not blank:
+            return ids
+        ids = ids.astype(np.int64, copy=True)
+        ids[blank] = self.info.vocab_size
+        return ids
+
+    def _flush_ends(self, texts: PlainTexts, at: list[int], slots: list[int]) -> PlainTexts:
+        """Last rows whose slot still holds bytes of an incomplete character: the codec's
+        final rules for them (U+FFFD), after the row's text, as `ByteStream.flush` does."""
+        state, extra_at, extra = self.state, [], []
+        for j, slot in zip(at, slots):
+            held = int(state.pend_len[slot])
+            if not held:
+                continue
+            text = utf_8_decode(state.pending[slot, :held].tobytes(), "replace", True)[0]
+            if state.skip[slot]:  # the prompt's incomplete character: its first one goes
+                text = text[1:]
+            state.pend_len[slot] = 0
+            if text:
+                extra_at.append(j)
+                extra.append(text)
+        return texts.with_suffixes(extra_at, extra) if extra else texts
+
+    def _array_ends(self, out: Sink, base: int, at: list[int], rows: list[int],
+                    rids: list[str], plain_slots: I64,
+                    ends: dict[int, tuple[dict[str, Any], int, int, int]]) -> None:
+        """The last rows' finish and usage (the request's own prompt and cached tokens, as
+        its last row gives them), then their requests end."""
+        completion = self.state.completion[plain_slots[at]].tolist()
+        columns = isinstance(out, ColumnsOut)
+        for j, row, done in zip(at, rows, completion):
+            fin, prompt, cached, reasoning = ends[row]
+            usage = Usage(prompt, done, prompt + done, cached, reasoning)
+            if columns:
+                assert isinstance(out, ColumnsOut)
+                out.add_sparse("finish", base + j, fin)
+                out.add_sparse("usage", base + j, usage)
+            else:
+                delta = cast(list[Delta], out)[base + j]
+                delta.finish, delta.usage = fin, usage
+            self._finish(rids[j], False, done, reasoning)
+        if columns and self.state.usage_live:  # continuous usage rows came first
+            assert isinstance(out, ColumnsOut)
+            out.sparse["usage"].sort(key=_first)
 
 
     def _on_small(self, msg: Arrays, out: Sink) -> bool:
@@ -474,6 +555,7 @@ class RidTable:
 
 
 _DEFAULT_OPEN = Open("")
+_first = itemgetter(0)
 
 
 def plain_decoder(info: TokenizerInfo,
@@ -524,6 +606,9 @@ class _RowsOut:
         if isinstance(out, PackedOut):
             base = len(out.rids)
             out.add_rows(rids, texts.data, texts.char_lens(), counts, row_ids)
+            if base == 0 and len(rows) == len(self.msg.slots):  # the message's rows, as is
+                out.families += self.msg.sparse.families
+                return
             for fam in self.msg.sparse.families:  # the numbers pass through
                 out.families.append(shift(fam, rows, base))
             return

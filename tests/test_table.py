@@ -150,8 +150,9 @@ def test_logprobs_only_on_the_rows_that_carry_them_in_both_sinks() -> None:
     assert [d.text for d in msg.deltas] == [d.text for d in plain]
 
 
-def test_columns_put_hot_rows_first_but_keep_each_rids_order() -> None:
-    """A rid twice in one frame: its non-final row (hot) and its last row (not)."""
+def test_columns_keep_each_rids_order() -> None:
+    """A rid twice in one frame: its non-final row and its last row, both on the array
+    path (last rows of plain requests are decoded with the others, in row order)."""
     t = RidTable(INFO, 0)
     cols = feed(t, [{"rid": "x", "ids": IDS[:1]},
                     {"rid": "y", "ids": IDS[:1], "finish": {"type": "length", "length": 1}},
@@ -159,8 +160,8 @@ def test_columns_put_hot_rows_first_but_keep_each_rids_order() -> None:
                     {"rid": "z", "ids": IDS[:1]}], ColumnsOut())
     msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
     assert isinstance(msg, protocol.Columns)
-    assert msg.rids == ["x", "z", "y", "x"]
-    assert [r for r, _ in msg.finish] == [2, 3]
+    assert msg.rids == ["x", "y", "x", "z"]
+    assert [r for r, _ in msg.finish] == [1, 2]
     assert "".join(t for r, t in zip(msg.rids, msg.texts) if r == "x") == \
         INFO.tokenizer.decode(IDS[:2])
 
@@ -189,3 +190,43 @@ def test_rows_without_ids_in_small_and_large_messages() -> None:
         msg = protocol.decode_output(protocol.encode_output("packed", 0, 0, out))
         assert [(d.rid, d.ids) for d in msg.deltas] == [("a", IDS[:1]), ("b", []), ("a", []),
                                                         ("b", IDS[:2])]
+
+
+def test_last_rows_on_the_array_path_in_every_output_format() -> None:
+    """Last rows of plain requests are decoded with the other rows of their message: the
+    scheduler's stop token left out of the text, a character cut by the end flushed as
+    U+FFFD, the final usage once (not also the continuous one), in every output format."""
+    assert INFO.byte_table is not None
+    cut = [INFO.byte_table.index(bytes([0xF0]))]  # a 4-byte character's first byte
+    stop = IDS[-1]
+    for make in (list, ColumnsOut, protocol.PackedOut):
+        t = RidTable(INFO, 0, array_min_rows=1)
+        for k in range(3):
+            t.on_open(Open(f"u{k}", continuous_usage=True), [])
+        first = [{"rid": f"u{k}", "ids": IDS[:3], "prompt_tokens": 5} for k in range(3)]
+        out: Any = feed(t, first, make())
+        last = [{"rid": "u0", "ids": IDS[3:5], "finish": {"type": "length", "length": 5},
+                 "prompt_tokens": 5, "reasoning_tokens": 1},
+                {"rid": "u1", "ids": [*IDS[3:5], stop], "prompt_tokens": 6,
+                 "finish": {"type": "stop", "matched": stop}},
+                {"rid": "u2", "ids": cut[:1], "prompt_tokens": 5, "cached_tokens": 2,
+                 "finish": {"type": "length", "length": 4}}]
+        out = feed(t, last, make())
+        if isinstance(out, ColumnsOut):
+            encoded = protocol.encode_output("columnar", 0, 0, out)
+            msg = protocol.decode_output(encoded)
+            assert isinstance(msg, (protocol.Columns, protocol.Packed))
+            deltas = {d.rid: d for d in msg.deltas}
+            rows = [r for r, _ in msg.usage]
+            assert rows == sorted(set(rows)) and len(rows) == 3  # once each, in row order
+        else:
+            deltas = {d.rid: d for d in out}
+        assert deltas["u0"].text == INFO.tokenizer.decode(IDS[3:5])
+        assert deltas["u0"].usage == Usage(5, 5, 10, 0, 1)
+        assert deltas["u1"].text == INFO.tokenizer.decode(IDS[3:5])
+        assert deltas["u1"].ids == [*IDS[3:5], stop]
+        assert deltas["u1"].usage == Usage(6, 6, 12, 0, 0)
+        assert deltas["u2"].text == INFO.tokenizer.decode(cut) == "\ufffd"
+        assert deltas["u2"].usage == Usage(5, 4, 9, 2, 0)
+        assert all(d.finish is not None for d in deltas.values())
+        assert t.live == {}
