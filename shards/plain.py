@@ -47,7 +47,8 @@ class PlainTexts(NamedTuple):
         """Row at[k]'s text followed by extra[k] (`at` ascending): a request's final flush,
         rare, so a copy of the text is fine."""
         c = self.chars.tolist()
-        pieces, prev = [], 0
+        pieces: list[str] = []
+        prev = 0
         for j, more in zip(at, extra):
             pieces += (self.text[prev:c[j + 1]], more)
             prev = c[j + 1]
