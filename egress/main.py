@@ -21,7 +21,7 @@ from sglang_tok.ring.sockets import make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
-from sglang_tok.metrics import DROP_REASONS, Metrics
+from sglang_tok.metrics import DROP_REASONS, LocalCounter, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, pin, setup_child
 from sglang_tok.protocol import (
     EGRESS,
@@ -47,6 +47,7 @@ from .split import split_frame
 
 log = logging.getLogger("sglang_tok.egress")
 POLL_MS = 100
+PUBLISH_EVERY_S = 0.1
 SYNC_RETRY_S = 1.0  # a SYNC can vanish into the pipe of a shard that just died
 # a dead shard's deltas already in the frontend's socket buffers may still be read after
 # the egress's errors for its rids (two sockets have no common order); holding the errors
@@ -95,9 +96,12 @@ class Egress:
         self.draining = False
         self.drain_deadline = 0.0
         self.out_lost = 0  # egress messages dropped because the frontend stopped reading
-        self.iteration = self.metrics.iteration.labels(cfg.model_name, cfg.engine)
-        self.frames = {tag: self.metrics.frames.labels(name)
+        # per-frame metrics counted here, flushed to the shared files by `_publish`
+        self.iteration = LocalHistogram(self.metrics.iteration.labels(cfg.model_name,
+                                                                      cfg.engine))
+        self.frames = {tag: LocalCounter(self.metrics.frames.labels(name))
                        for tag, name in protocol.INPUT_TAGS.items()}
+        self._next_publish = 0.0
         for reason in DROP_REASONS:
             self.metrics.dropped.labels(reason)
         self.late = self.metrics.late_rows.labels("-1")
@@ -149,8 +153,11 @@ class Egress:
         self._shutdown()
 
     def _tick(self) -> None:
-        """Timed work: held errors whose time came, SYNCs to retry, every link's queue."""
+        """Timed work: held errors whose time came, SYNCs to retry, every link's queue,
+        metrics."""
         now = time.monotonic()
+        if now >= self._next_publish:
+            self._publish()
         while self.held and self.held[0][0] <= now:
             self._send_failures(self.held.popleft()[1])
         for k in range(self.n):
@@ -293,7 +300,17 @@ class Egress:
             frame = protocol.encode_control(Abort([rid for rid, _ in ended]))
             self._forward(k, link.forward(stamp, frame), ended)
 
+    def _publish(self) -> None:
+        """The per-frame metrics to the shared files: a few times a second, before a
+        barrier's PONG and at exit, rather than a locked file write per frame."""
+        self._next_publish = time.monotonic() + PUBLISH_EVERY_S
+        self.iteration.flush()
+        for counter in self.frames.values():
+            counter.flush()
+
     def _ping(self, nonce: int, fwd: bytes) -> None:
+        if nonce >= 0:  # a barrier: every frame before it shows in /metrics
+            self._publish()
         self._send_out(protocol.encode_pong(Pong(nonce, EGRESS)), probe=nonce < 0)
         for k in range(self.n):
             self._forward(k, fwd)
@@ -455,6 +472,7 @@ class Egress:
         deadline = self.drain_deadline or time.monotonic() + self.cfg.drain_timeout
         self._drain_ring(limit=1 << 30)
         self.ring.close(linger=0)
+        self._publish()
         while self.held:
             self._send_failures(self.held.popleft()[1])
         for k in range(self.n):

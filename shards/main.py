@@ -14,7 +14,7 @@ from sglang_tok.ring.sockets import make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
-from sglang_tok.metrics import Metrics
+from sglang_tok.metrics import LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Restarted, Result
 from sglang_tok.tokenizer import load
@@ -25,6 +25,9 @@ log = logging.getLogger("sglang_tok.shard")
 POLL_MS = 100
 # acks to the egress and counter updates: when the inbox runs dry, else at this interval
 REPORT_EVERY_S = 0.005
+# metrics go to the shared files at most this often (and before a barrier's PONG, and when
+# idle): a publish per message was a fixed cost of every small frame
+PUBLISH_EVERY_S = 0.1
 
 
 def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: int,
@@ -67,7 +70,7 @@ class Shard:
         self.started = False
         self.token = 0  # of the egress whose SYNC we answered last
         self.processed = 0  # FORWARD and DROP messages since START, acked to the egress
-        self._next_report = 0.0
+        self._next_report = self._next_publish = 0.0
         m = Metrics()
         label = str(shard)
         self.m_rows, self.m_tokens = m.rows.labels(label), m.tokens.labels(label)
@@ -75,8 +78,8 @@ class Shard:
         self.m_ignored = m.ignored_opens.labels(label)
         self.m_rejected = m.rejected.labels(label)
         self.m_live = m.live.labels(label)
-        self.m_decode = m.decode_seconds.labels(label)
-        self.m_latency = m.frame_latency
+        self.m_decode = LocalHistogram(m.decode_seconds.labels(label))
+        self.m_latency = LocalHistogram(m.frame_latency)
         self._last = msgspec.structs.asdict(self.table.counters)
         self.m_paths = m.paths
         self._paths_sent: dict[str, int] = {}
@@ -94,6 +97,7 @@ class Shard:
                 continue
             if not self.handle(inbox.recv()):
                 break
+        self._publish()
         self.close()
 
     def handle(self, raw: bytes) -> bool:
@@ -134,8 +138,9 @@ class Shard:
         now = time.monotonic()
         if now >= self._next_report or not self.inbox.poll(0):
             self._ack()
-            self._publish()
             self._next_report = now + REPORT_EVERY_S
+            if now >= self._next_publish:
+                self._publish()
 
     def _ack(self) -> None:
         table = self.table
@@ -173,6 +178,8 @@ class Shard:
                 case Result() as ctl:
                     table.on_result(ctl, out)
                 case Ping(nonce=nonce):
+                    if nonce >= 0:  # a barrier: what came before it shows in /metrics
+                        self._publish()
                     return self._pong(nonce)
         self._send(out)
         self.m_decode.observe(time.perf_counter() - t0)
@@ -225,7 +232,10 @@ class Shard:
             self.table.self_ended = []
 
     def _publish(self) -> None:
-        """Counters to Prometheus, as differences since the last message."""
+        """Counters to Prometheus, as differences since the last publish."""
+        self._next_publish = time.monotonic() + PUBLISH_EVERY_S
+        self.m_decode.flush()
+        self.m_latency.flush()
         now = msgspec.structs.asdict(self.table.counters)
         last = self._last
         for name, metric in (("rows", self.m_rows), ("tokens", self.m_tokens),
