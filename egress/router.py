@@ -27,6 +27,8 @@ NEVER = 1 << 62  # the first frame of a rid that is not live
 # frames of headers kept while some live rid is older; beyond, the oldest is folded into
 # per-rid counts (a per-row cost paid only while requests outlive this many frames)
 LOG_FRAMES = 2048
+# frames between two trims of the log: trimming costs a few microseconds, paid per frame
+TRIM_EVERY = 8
 
 
 def shard_of(rid: str, nshards: int) -> int:
@@ -236,9 +238,12 @@ class Router:
             for i in compress(range(n), fins):
                 self._last_row(rids, owner, i, finished)
         self.log.append((self.frames, rids, h.tok_lens))
+        # trimmed every TRIM_EVERY frames (a frame kept longer only counts toward nothing:
+        # `_count` and `_fold` look at each rid's own frames), or when the log is full;
         # the rids this frame ends are not in the ledger until dispatched: keep their rows
-        self._trim_log(min((st.first for ended in finished.values() for _, st in ended),
-                           default=self.frames))
+        if not self.frames % TRIM_EVERY or len(self.log) > self.log_frames:
+            self._trim_log(min((st.first for ended in finished.values() for _, st in ended),
+                               default=self.frames))
         return owner, batch.total_ids + prompt_computed, finished
 
     def _first_rows(self, batch: Batch, owner: list[int]) -> int:

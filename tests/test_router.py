@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_tok.egress.router import ENGINE_BATCH_MESSAGES, Router, shard_of
+from sglang_tok.egress.router import ENGINE_BATCH_MESSAGES, TRIM_EVERY, Router, shard_of
 from sglang_tok.ring.link import LATE
 
 from sglang_tok import protocol
@@ -114,7 +114,7 @@ def test_the_usage_an_ack_carries_is_final_and_frees_the_frame_log() -> None:
     _, _, fin = r.route(batch(("req-1", 3, DONE)))
     r.dispatched(0, fin[0])
     assert r.acked(0, 1, 1, [("req-1", 5, 2)]) == ["req-1"]
-    for _ in range(5):
+    for _ in range(TRIM_EVERY):  # the log is trimmed every TRIM_EVERY frames
         r.route(batch(("next", 1, None)))
     assert r.log[0][0] == 3  # req-1's frames are gone: its usage no longer needs them
     [d] = [d for d in r.fail_shard(0, protocol.SHARD_RESTARTED) if d.rid == "req-1"]
@@ -152,6 +152,8 @@ def test_frame_log_keeps_only_what_a_failure_may_need_and_folds_beyond_its_bound
     r.dispatched(0, fin[0])
     settled(r, 0, 2)
     r.route(batch(("req-4", 1, DONE)))
+    while r.frames % TRIM_EVERY:  # the log is trimmed every TRIM_EVERY frames
+        r.route(batch((f"req-{r.frames + 1}", 1, DONE)))
     assert [f for f, _, _ in r.log] == [r.frames]  # no live rid needs older frames
 
 
