@@ -285,9 +285,10 @@ def _order_after_long(s: Service, long: str) -> list[Any]:
 
 
 def test_long_prompt_does_not_delay_short_ones(svc: Service, tok: Tokenizer) -> None:
-    """M = 2: the 20,000-token prompt holds one worker; the short ones go to the other
-    (the control, M = 1, is in test_every_decoder_family_encodes_exactly)."""
-    order = _order_after_long(svc, _long_prompt(tok))
+    """M = 2: the 60,000-token prompt holds one worker; the short ones go to the other (the
+    control, M = 1, is in test_every_decoder_family_encodes_exactly). 20,000 tokens held
+    it on an idle machine; a loaded one once let those finish first."""
+    order = _order_after_long(svc, _long_prompt(tok, 60_000))
     assert order == [*range(4), "long"], order
 
 
