@@ -237,7 +237,7 @@ class RidTable:
             end_at: list[int] = []  # where the last rows are among the plain rows
             if quick_ends:
                 end_at = np.searchsorted(plain_rows, quick_ends).tolist()
-                texts = self._flush_ends(texts, end_at, plain_slots[end_at].tolist())
+                texts = self._flush_ends(texts, end_at, plain_slots[end_at])
             rids = cast(list[str], self.state.rid_col.take(plain_slots).tolist())
             base = len(out)
             rows_out.plain(plain_rows, rids, texts)
@@ -283,14 +283,14 @@ class RidTable:
         ids[blank] = self.info.vocab_size
         return ids
 
-    def _flush_ends(self, texts: PlainTexts, at: list[int], slots: list[int]) -> PlainTexts:
+    def _flush_ends(self, texts: PlainTexts, at: list[int], slots: I64) -> PlainTexts:
         """Last rows whose slot still holds bytes of an incomplete character: the codec's
         final rules for them (U+FFFD), after the row's text, as `ByteStream.flush` does."""
         state, extra_at, extra = self.state, [], []
-        for j, slot in zip(at, slots):
-            held = int(state.pend_len[slot])
-            if not held:
-                continue
+        holding = np.flatnonzero(state.pend_len[slots])  # one gather: most hold nothing
+        for k, slot, held in zip(holding.tolist(), slots[holding].tolist(),
+                                 state.pend_len[slots[holding]].tolist()):
+            j = at[k]
             text = utf_8_decode(state.pending[slot, :held].tobytes(), "replace", True)[0]
             if state.skip[slot]:  # the prompt's incomplete character: its first one goes
                 text = text[1:]
