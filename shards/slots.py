@@ -128,22 +128,19 @@ class Slots:
         characters to pass over, whether the text has begun."""
         self.grow(slot + 1)
         pend, skip, started = start
-        self.widen(len(pend))
-        self.kind[slot] = PLAIN
-        self.table_sel[slot] = 1 if skip_special else 0
-        self.pending[slot, :len(pend)] = np.frombuffer(pend, np.uint8)
-        self.pend_len[slot] = len(pend)
-        self.skip[slot] = skip
-        self.started[slot] = started
-        self.completion[slot] = 0
-        self.ring_len[slot] = 0
+        if pend:
+            self.widen(len(pend))
+            self.pending[slot, :len(pend)] = np.frombuffer(pend, np.uint8)
         if pend or skip:
             self.starts[slot] = start
         else:
             self.starts.pop(slot, None)
-        self.prompt[slot], self.cached[slot] = prompt, cached
-        self.lp_text[slot] = logprob_text
-        self._usage_flag(slot, continuous_usage)
+        was_usage = self.meta[slot, CONT_USAGE]
+        # the slot's numbers in one assignment (a write per column cost a numpy call each)
+        self.meta[slot] = (PLAIN, 1 if skip_special else 0, len(pend), skip, started, 0, 0,
+                           prompt, cached, logprob_text, continuous_usage)
+        if was_usage != continuous_usage:
+            self.usage_live += 1 if continuous_usage else -1
         self.rids[slot] = self.rid_col[slot] = rid
         self.objs[slot] = None
 
