@@ -20,7 +20,7 @@ from sglang_tok.ring import link
 from sglang_tok.ring.link import LATE, SLOT_BITS, Family, Sparse
 
 from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, Batch
-from sglang_tok.ragged import ragged_index, starts_of
+from sglang_tok.ragged import ragged_index, small_ints, starts_of, u32s
 
 I64 = npt.NDArray[np.int64]
 SHARD_MASK = (1 << SLOT_BITS) - 1
@@ -53,9 +53,9 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
                         _whole_families(batch) if batch.layout else [])
         slots: npt.NDArray[np.uint32] | array[int] = \
             array("I", map(SLOT_BITS.__rrshift__, codes)) if n_rows < 64 else \
-            (np.fromiter(codes, np.int64, n_rows) >> SLOT_BITS).astype(np.uint32)
+            u32s(codes) >> SLOT_BITS
         return [(0, link.arrays(stamp, slots, batch.data[:8 * batch.total_ids], sparse))]
-    code = np.fromiter(codes, np.int64, n_rows)
+    code = u32s(codes).astype(np.int64)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     shard_of = code & SHARD_MASK
     order = np.argsort(shard_of, kind="stable")
@@ -68,7 +68,7 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         ids_sorted, id_first = ids[order], first
         counts = None
     else:
-        id_starts = starts_of(np.array(lens, np.int64))
+        id_starts = starts_of(small_ints(lens))
         counts = id_starts[order + 1] - id_starts[order]
         ids_sorted = ids[ragged_index(id_starts[order], counts)]
         id_first = starts_of(np.bincount(shard_of, id_starts[1:] - id_starts[:-1],
@@ -167,10 +167,10 @@ class _Family:
         """The family reordered by shard with the frame's `order`, once for all shards:
         per row (sorted) its length, positions and values as runs, and where each starts."""
         order, row_first = self.split
-        col, data, pos = np.array(self.col, np.int64), self.data, self.pos
+        col, data, pos = small_ints(self.col), self.data, self.pos
         lens = col[order]
         if self.ragged:
-            poslens_all = np.array(self.poslens, np.int64)
+            poslens_all = small_ints(self.poslens)
             positions = ragged_index(starts_of(col)[order], lens)
             poslens = poslens_all[positions]
             take = ragged_index(starts_of(poslens_all)[positions], poslens)

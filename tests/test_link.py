@@ -23,6 +23,7 @@ from sglang_tok import protocol
 from sglang_tok.client import Frontend
 from sglang_tok.config import Config
 from sglang_tok.process import Status, service_roles
+from sglang_tok.ragged import small_ints, u32s
 
 SPAWN = mp.get_context("spawn")
 
@@ -305,3 +306,18 @@ def test_a_dead_shards_late_ack_settles_nothing_of_its_replacement(tmp_path: Pat
     finally:
         eg.ctx.destroy(linger=0)
         fresh_metrics()
+
+
+# --------------------------------------------------------------------------- columns
+@pytest.mark.parametrize("values", [[], [0, 1, 255, 3], [0, 256, 1], [70000, 0], [-1, 2]])
+def test_header_columns_read_fast_equal_what_numpy_reads(values: list[int]) -> None:
+    """`small_ints` reads a count column through `bytes` when it can; any count takes it."""
+    got = small_ints(values)
+    assert got.dtype == np.int64 and got.tolist() == values
+
+
+def test_route_codes_read_as_uint32_and_refuse_what_does_not_fit() -> None:
+    codes = [0, 255, (1 << 24) - 1 << 8 | 3]
+    assert u32s(codes).tolist() == codes
+    with pytest.raises(OverflowError):
+        u32s([1 << 32])
