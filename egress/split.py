@@ -53,7 +53,7 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
                         _whole_families(batch) if batch.layout else [])
         slots: npt.NDArray[np.uint32] | array[int] = \
             array("I", map(SLOT_BITS.__rrshift__, codes)) if n_rows < 64 else \
-            u32s(codes) >> SLOT_BITS
+            (u32s(codes) >> SLOT_BITS).astype(np.uint32, copy=False)
         return [(0, link.arrays(stamp, slots, batch.data[:8 * batch.total_ids], sparse))]
     code = u32s(codes).astype(np.int64)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
