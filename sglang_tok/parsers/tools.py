@@ -111,9 +111,14 @@ def escape(text: str) -> str:
 
 # ------------------------------------------------------------------ call ends
 class CloseMarker:
-    """The call ends at a fixed marker; the search resumes where the last one stopped."""
+    """The call ends at a fixed marker; the search resumes where the last one stopped.
+
+    `settled`: only the marker can end the call from now on, so a piece that cannot
+    complete the marker may skip `end` (`ToolParser.absorb`); a subclass with another
+    way to end (DSML's self-closing head) is unsettled until that way is ruled out."""
 
     __slots__ = ("close", "scan")
+    settled = True
 
     def __init__(self, close: str) -> None:
         self.close = close
@@ -590,7 +595,7 @@ class ToolParser:
             if skip is None or not skip(len(body), text):
                 return None
         else:
-            if close in text:
+            if close in text or not self.ender.settled:
                 return None
             # a close marker under way at the end of the body? (a negative start would
             # count from the end)
