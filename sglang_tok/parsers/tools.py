@@ -189,18 +189,52 @@ class JsonEnd:
             i = j + 1
 
     def skip(self, at: int, text: str) -> bool:
-        """`end` for a piece appended at `at`, when the scan has reached `at` and the piece
-        cannot change its state (inside a string: no quote or backslash; outside: no
-        bracket or quote): the scan only moves past it, without a search of the body.
-        False: not such a piece (`end` decides)."""
+        """`end` for a piece appended at `at`, when the scan has reached `at` and the value
+        does not end in the piece: the scan moves past it, having read only the piece (not
+        the body). False, state unchanged: not such a piece (`end` decides): the scan is
+        behind `at`, the value ends in it, or it ends inside an escape (`end` then stops
+        at the backslash)."""
         if self.pos != at:
             return False
+        n = len(text)
         if self.in_string:
-            if '"' in text or "\\" in text:
-                return False
-        elif _STRUCTURE.search(text) is not None:
-            return False
-        self.pos = at + len(text)
+            if '"' not in text and "\\" not in text:  # the common piece: all string
+                self.pos = at + n
+                return True
+        elif _STRUCTURE.search(text) is None:
+            self.pos = at + n
+            return True
+        # `end`'s loop over the piece alone, its state in locals until it is known to hold
+        in_string, depth, i = self.in_string, self.depth, 0
+        while True:
+            if in_string:
+                m = _IN_STRING.search(text, i)
+                if m is None:
+                    break
+                j = m.start()
+                if text[j] == "\\":
+                    if j + 1 >= n:
+                        return False
+                    i = j + 2
+                    continue
+                in_string = False
+                i = j + 1
+                continue
+            m = _STRUCTURE.search(text, i)
+            if m is None:
+                break
+            j = m.start()
+            c = text[j]
+            if c == '"':
+                in_string = True
+            elif c in "[{":
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    return False
+            i = j + 1
+        self.in_string, self.depth, self.pos = in_string, depth, at + n
         return True
 
 
@@ -238,18 +272,12 @@ class RawArgs:
 
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` (all of it ready), when everything before it
-        was scanned and sent and the piece cannot change the scan's state: no quote or
-        backslash inside a string, no bracket or quote outside one. Then all of it is
-        inside the value and leaves as is. None: not such a piece (`read` decides)."""
-        j = self.json
-        if self.end >= 0 or j.pos != at or self.sent != at:
+        was scanned and sent and the value does not end in the piece (`JsonEnd.skip`):
+        then all of it is inside the value and leaves as is, quotes and brackets included.
+        None: not such a piece (`read` decides)."""
+        if self.end >= 0 or self.sent != at or not self.json.skip(at, text):
             return None
-        if j.in_string:
-            if '"' in text or "\\" in text:
-                return None
-        elif _STRUCTURE.search(text) is not None:
-            return None
-        j.pos = self.sent = at + len(text)
+        self.sent = at + len(text)
         return text
 
 
@@ -456,8 +484,21 @@ class Quotes:
         self.run_line = False
 
     def feed(self, t: str) -> None:
-        if not self.line and not self.run_n and "`" not in t and "\n" not in t and "~" not in t:
-            return  # mid-line, nothing that opens or closes code: the common case
+        if not self.run_n and "`" not in t and "~" not in t:
+            # no run under way and none in the piece: only where lines start can change (a
+            # newline closes an open inline span and starts a line; what follows the last
+            # one, as the loop's gap rule reads it); the common case
+            nl = t.rfind("\n")
+            if nl >= 0:
+                self.inline = 0
+                self.line, self.lead = True, 0
+                t = t[nl + 1:]
+            if self.line and t:
+                if t.strip(" ") or self.lead + len(t) > 3:
+                    self.line = False
+                else:
+                    self.lead += len(t)
+            return
         i, n = 0, len(t)
         while i < n:
             m = _QUOTE_CH.search(t, i)
@@ -595,31 +636,38 @@ class ToolParser:
             if skip is None or not skip(len(body), text):
                 return None
         else:
-            if close in text or not self.ender.settled:
+            if not self.ender.settled:
                 return None
-            # a close marker under way at the end of the body? (a negative start would
-            # count from the end)
-            at = body.find(close, max(0, len(body) - self.fmt.close_reach))
-            while at >= 0:
-                if self.fmt.close_marker.startswith(body[at:]):
+            fmt = self.fmt
+            lo = max(0, len(body) - fmt.close_reach)  # (a negative start counts from the end)
+            if close in text or body.find(close, lo) >= 0:
+                # the marker's first character in the piece, or in the body's last
+                # `close_reach` characters: the piece ends the call if the marker is
+                # complete in them (`step` ends it); else it grows the body, whose part
+                # that could still start the marker is not ready (as `_call` holds it)
+                window = body[lo:] + text
+                if fmt.close_marker in window:
                     return None
-                at = body.find(close, at + 1)
+                del body
+                return self._grow(text, lo + fmt.close_set.hold_from(window))  # type: ignore[union-attr]
         del body  # `_grow` must hold the body's only reference, to grow it in place
         return self._grow(text)
 
-    def _grow(self, text: str) -> str | list[Item]:
+    def _grow(self, text: str, ready: int = -1) -> str | list[Item]:
         """`absorb`'s rest, once the piece is known not to end the call: the body grows
-        by it, and the reader reads it (all of it ready)."""
+        by it, and the reader reads it up to `ready` (-1: all of it, no marker can start;
+        only then may the reader's `fast` take the piece)."""
         body = self.body
         frag: str | None = ""
         if self.incremental and not self.rejected:
             fast = self.fast
-            frag = fast(len(body), text) if fast is not None and self.opened else None
-            if frag is None:  # the reader reads it, all of it ready (no marker can start)
+            frag = fast(len(body), text) if fast is not None and self.opened and ready < 0 \
+                else None
+            if frag is None:  # the reader reads it
                 self.body = ""
                 body += text
                 self.body = body
-                events = self.reader.read(body, len(body))  # type: ignore[union-attr]
+                events = self.reader.read(body, len(body) if ready < 0 else ready)  # type: ignore[union-attr]
                 if not events:
                     return ""
                 ev = events[0]
