@@ -45,8 +45,17 @@ _WS = re.compile(r"\s*")
 _VALUE_END = MarkerSet([PARAM_CLOSE, INVOKE_CLOSE])
 
 
+# values common enough to skip json's parse and dump: a decimal int of at most 18 digits
+# (no leading zero, so always JSON) and the constants, JSON's blanks around them; each is
+# its own re-serialisation
+_SIMPLE = re.compile(r"[ \t\n\r]*(0|-?[1-9][0-9]{0,17}|true|false|null)[ \t\n\r]*")
+
+
 def _json_or_raw(value: str) -> str:
     """A `string="false"` value: its JSON re-serialised, or else the raw text as a string."""
+    m = _SIMPLE.fullmatch(value)
+    if m is not None:
+        return m.group(1)
     try:
         return json.dumps(loads(value), ensure_ascii=False)
     except (ValueError, RecursionError):
