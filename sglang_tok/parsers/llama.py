@@ -237,6 +237,7 @@ _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '
 _ESCAPE_LEN = {"x": 2, "u": 4, "U": 8}
 
 HEAD, KW, STR, STR_END, OTHER, REST, AFTER, BAD = range(8)
+_GAP = re.compile(r"[ \t\n,]*")
 
 
 # values common enough to skip `ast` (a compile per value): a decimal int of at most 18
@@ -263,7 +264,8 @@ class PythonicReader:
     with what was sent (else the call is malformed), and the rest leaves, except the
     closing brace (sent when the next call starts or the list ends)."""
 
-    __slots__ = ("held", "key", "pos", "quote", "scan", "sent", "start", "state", "vstart")
+    __slots__ = ("held", "key", "pos", "quote", "scan", "sent", "spans", "start", "state",
+                 "vstart")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
         self.state = HEAD
@@ -277,6 +279,7 @@ class PythonicReader:
         # call's `)` (a string grown per row would copy all of it on every row)
         self.sent: list[str] = []
         self.held = ""  # the last call's closing brace
+        self.spans: list[int] = []  # each parsed call's source: start, end, start, end, ...
 
     def _emit(self, out: list[Event], text: str) -> None:
         if text:
@@ -474,11 +477,13 @@ class PythonicReader:
 
     def _finish(self, body: str, end: int, out: list[Event]) -> int:
         """The call's `)` is at end - 1: its whole parse must extend what was sent."""
-        call = parse_call(body[self.start:end].strip())
+        source = body[self.start:end]
+        call = parse_call(source.strip())
         sent = "".join(self.sent)
         if call is None or not call[1].startswith(sent):
             self.state = BAD
             return end
+        self.spans += (end - len(source.lstrip()), end)
         self._emit(out, call[1][len(sent):-1])
         self.held = "}"
         self.state = AFTER
@@ -486,9 +491,24 @@ class PythonicReader:
 
     def close(self, body: str) -> list[Event] | None:
         trailing_comma = self.state == HEAD and self.held and not body[self.pos:].strip()
-        if (self.state != AFTER and not trailing_comma) or parse_pythonic(body) is None:
+        if self.state != AFTER and not trailing_comma:
+            return None
+        if not self._joined(body) and parse_pythonic(body) is None:
             return None
         return [(None, self.held)]
+
+    def _joined(self, body: str) -> bool:
+        """Whether the list is valid Python without parsing it again: every call was
+        (`parse_call`, in the same one level of brackets as in the list) and the rest is
+        ASCII blanks and the commas the reader required (a blank Python would reject, a
+        form feed or U+3000, or deep nesting, where the list's parse could hit a limit
+        one call's did not: `parse_pythonic` decides)."""
+        spans = self.spans
+        if not spans or body.count("(") + body.count("[") + body.count("{") > 64:
+            return False
+        gaps = [body[:spans[0]]] + [body[spans[i]:spans[i + 1]]
+                                    for i in range(1, len(spans) - 1, 2)] + [body[spans[-1]:]]
+        return all(_GAP.fullmatch(g) is not None for g in gaps)
 
 
 def pythonic() -> ToolFormat:
