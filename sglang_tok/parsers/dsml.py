@@ -195,14 +195,18 @@ class DsmlReader:
         return out
 
     def fast(self, at: int, text: str) -> str | None:
-        """A piece with no `<` cannot end a value; without `>` it cannot end a head."""
+        """A piece without `>` cannot end a head (a `<` in it included: a head needs its
+        `>`, and a part held for a possible close marker never holds one); with no `<`
+        it cannot end a value."""
+        st = self.state
+        if st in (HEAD, PARAMS) and ">" not in text:
+            return ""
         if "<" in text:
             return None
-        st = self.state
         if st == STRING and self.sent == at:
             self.sent = at + len(text)
             return escape(text)
-        if st == JSONVAL or (st in (HEAD, PARAMS) and ">" not in text):
+        if st == JSONVAL:
             return ""
         return None
 
