@@ -93,6 +93,8 @@ class DsmlEnd(CloseMarker):
     """An invoke ends at `</｜DSML｜invoke>`, or at the `/>` of a self-closing head."""
 
     __slots__ = ("settled",)
+    head_stop = ">"  # a head ends at its `>`; `_HEAD_PREFIX` fails only at a character
+    # a head cannot hold, and it waits for the next `end`, as the match of a `/>` does
 
     def __init__(self) -> None:
         super().__init__(INVOKE_CLOSE)

@@ -115,10 +115,14 @@ class CloseMarker:
 
     `settled`: only the marker can end the call from now on, so a piece that cannot
     complete the marker may skip `end` (`ToolParser.absorb`); a subclass with another
-    way to end (DSML's self-closing head) is unsettled until that way is ruled out."""
+    way to end (DSML's self-closing head) is unsettled until that way is ruled out, and
+    names in `head_stop` the character without which a piece can neither take that way
+    nor rule it out (such a piece may skip `end` too: the next `end` decides as if it
+    had seen it)."""
 
     __slots__ = ("close", "scan")
     settled = True
+    head_stop = ""
 
     def __init__(self, close: str) -> None:
         self.close = close
@@ -457,9 +461,27 @@ class ToolFormat:
         self.close_set = MarkerSet([self.close_marker]) if self.close_marker else None
         self.in_section = MarkerSet([call_open, section[1]] + ([self.loose[1]] if self.loose
                                                                else [])) if section else None
+        # marker prefixes a TEXT (SECTION) state holds whole, with nothing to release: a
+        # piece that keeps the held text one of them only grows it (`ToolParser.absorb`).
+        # A prefix holding a marker the state acts on at once is not among them.
+        self.text_holds = _holds(self.opener, (*(self.loose or ()), *self.text_closers))
+        self.section_holds = frozenset() if self.in_section is None else \
+            _holds(self.in_section, self.loose[1:] if self.loose else ())
         # every marker string (special tokens inside them must reach the parser)
         close = [closer.close] if isinstance(closer, CloseMarker) else []
         self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
+
+
+def _holds(markers: MarkerSet, waiting: tuple[str, ...]) -> frozenset[str]:
+    """The proper prefixes of `markers` in which the earliest marker found, if any, is at
+    the start and one of `waiting` (a marker that waits while it may grow into a longer
+    one): `_text`/`_section` hold such a text whole and release nothing."""
+    out = set()
+    for p in markers.prefixes:
+        at, m = markers.find(p)
+        if at < 0 or (at == 0 and m in waiting):
+            out.add(p)
+    return frozenset(out)
 
 
 _QUOTE_CH = re.compile(r"[`~\n]")
@@ -626,8 +648,18 @@ class ToolParser:
         so it needs none of `step`'s search for the call's end: None if it must go through
         `step`; else what it adds to the open call's arguments ("" in whole mode, where
         nothing of a call leaves before its end), or, when the reader's events are more than
-        one fragment (the call's name, a malformed element), the items they make."""
+        one fragment (the call's name, a malformed element), the items they make.
+
+        Outside a call, a piece that only grows a held marker prefix (the held text and
+        the piece are still a prefix that `step` would hold whole) is absorbed too: ""."""
         if self.state != CALL:
+            held = self.held
+            if held and not self.fresh_start and not self.loose_line and \
+                    (held + text) in (self.fmt.text_holds if self.state == TEXT
+                                      else self.fmt.section_holds) and \
+                    not (self.markup_ok and self.fmt.chain):
+                self.held = held + text
+                return ""
             return None
         body = self.body
         close = self.fmt.close_first
@@ -636,7 +668,8 @@ class ToolParser:
             if skip is None or not skip(len(body), text):
                 return None
         else:
-            if not self.ender.settled:
+            ender = self.ender
+            if not ender.settled and ender.head_stop in text:
                 return None
             fmt = self.fmt
             lo = max(0, len(body) - fmt.close_reach)  # (a negative start counts from the end)
