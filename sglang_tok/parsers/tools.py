@@ -650,15 +650,30 @@ class ToolParser:
         nothing of a call leaves before its end), or, when the reader's events are more than
         one fragment (the call's name, a malformed element), the items they make.
 
-        Outside a call, a piece that only grows a held marker prefix (the held text and
-        the piece are still a prefix that `step` would hold whole) is absorbed too: ""."""
+        Outside a call, with a marker prefix held, a piece that only grows it (the held
+        text and the piece are still a prefix that `step` would hold whole) is absorbed
+        too: ""; and in TEXT state before any call, one after which the held text and the
+        piece are plain text (no marker, nothing to hold: `<think>` in content) releases
+        them: [that text], and the parser is idle again."""
         if self.state != CALL:
             held = self.held
-            if held and not self.fresh_start and not self.loose_line and \
-                    (held + text) in (self.fmt.text_holds if self.state == TEXT
-                                      else self.fmt.section_holds) and \
-                    not (self.markup_ok and self.fmt.chain):
-                self.held = held + text
+            if not held or self.fresh_start or self.loose_line:
+                return None
+            s = held + text
+            fmt = self.fmt
+            if self.state == TEXT:
+                if s in fmt.text_holds and not (self.markup_ok and fmt.chain):
+                    self.held = s
+                    return ""
+                # `_text` on s: no marker and no hold, outside markup context (no call yet)
+                if not self.after_call and self.plain_text(s):
+                    self.held = ""
+                    if self.quotes is not None:
+                        self.quotes.feed(s)
+                    self.markup_ok = False
+                    return [s]
+            elif s in fmt.section_holds:
+                self.held = s
                 return ""
             return None
         body = self.body
