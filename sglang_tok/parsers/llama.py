@@ -127,17 +127,48 @@ class PyScan:
 
     def skip(self, at: int, text: str) -> bool:
         """`close` (without `comma`) for a piece appended at `at`, when the scan has
-        reached `at` and the piece cannot change its state (inside a string: no closing
-        quote or backslash; outside: no bracket or quote): the scan only moves past it.
-        False: not such a piece (`close` decides)."""
+        reached `at` and the depth does not come to 0 in the piece: the scan moves past
+        it, having read only the piece (not the body). False, state unchanged: not such
+        a piece (`close` decides): the scan is behind `at`, the list or call closes in
+        it, or it ends inside an escape (`close` then stops at the backslash)."""
         if self.pos != at:
             return False
-        if self.quote:
-            if self.quote in text or "\\" in text:
-                return False
-        elif _PY_STRUCT.search(text) is not None:
-            return False
-        self.pos = at + len(text)
+        n = len(text)
+        quote = self.quote
+        if quote:
+            if quote not in text and "\\" not in text:  # the common piece: all string
+                self.pos = at + n
+                return True
+        elif _PY_STRUCT.search(text) is None:
+            self.pos = at + n
+            return True
+        # `close`'s loop over the piece alone, its state in locals until it is known to hold
+        depth, i = self.depth, 0
+        search = _PY_STRUCT.search
+        while True:
+            m = search(text, i)
+            if m is None:
+                break
+            j = m.start()
+            c = text[j]
+            if c == "\\":
+                if j + 1 >= n:
+                    return False
+                i = j + 2
+                continue
+            if quote:
+                if c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in _OPENERS:
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    return False
+            i = j + 1
+        self.quote, self.depth, self.pos = quote, depth, at + n
         return True
 
 
