@@ -26,6 +26,7 @@ import ast
 import json
 import re
 import warnings
+from keyword import iskeyword
 from typing import Any
 
 from .json_calls import HermesReader, parse_hermes
@@ -269,6 +270,7 @@ _ESCAPE_LEN = {"x": 2, "u": 4, "U": 8}
 
 HEAD, KW, STR, STR_END, OTHER, REST, AFTER, BAD = range(8)
 _GAP = re.compile(r"[ \t\n,]*")
+_SKELETON = re.compile(r"[ -~\t\n]*")  # printable ASCII, tabs and newlines
 
 
 # values common enough to skip `ast` (a compile per value): a decimal int of at most 18
@@ -295,8 +297,8 @@ class PythonicReader:
     with what was sent (else the call is malformed), and the rest leaves, except the
     closing brace (sent when the next call starts or the list ends)."""
 
-    __slots__ = ("held", "key", "pos", "quote", "scan", "sent", "spans", "start", "state",
-                 "vstart")
+    __slots__ = ("held", "holes", "key", "keys", "pos", "quote", "scan", "sent", "spans",
+                 "start", "state", "vstart", "whole")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
         self.state = HEAD
@@ -311,6 +313,11 @@ class PythonicReader:
         self.sent: list[str] = []
         self.held = ""  # the last call's closing brace
         self.spans: list[int] = []  # each parsed call's source: start, end, start, end, ...
+        # the current call: whether the reader read all of it (no REST), its keywords, and
+        # where its values are (a string's content, another value's source: start, end, ..)
+        self.whole = True
+        self.keys: list[str] = []
+        self.holes: list[int] = []
 
     def _emit(self, out: list[Event], text: str) -> None:
         if text:
@@ -334,6 +341,7 @@ class PythonicReader:
                     self.held = ""
                 out.append((_SPACE.sub("", m.group(1)), ""))
                 self.start, self.sent = pos, []
+                self.whole, self.keys, self.holes = True, [], []
                 pos = m.end()
                 self.state = KW
             elif st == KW:
@@ -349,6 +357,7 @@ class PythonicReader:
                     if e is None or e.end() < ready:
                         self.scan = PyScan(pos, 1)  # not `key=`: ast decides at `)`
                         self.state = REST
+                        self.whole = False
                         continue
                     break  # `key=` and its value's first character not there yet
                 v = m.end()
@@ -361,6 +370,8 @@ class PythonicReader:
                                    + json.dumps(m.group(1), ensure_ascii=False) + ': "')
                         self.quote = q
                         pos = v + 1
+                        self.keys.append(m.group(1))
+                        self.holes.append(pos)
                         self.state = STR
                         continue
                 self.key, self.vstart = m.group(1), v
@@ -386,6 +397,7 @@ class PythonicReader:
                 else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
                     self.scan = PyScan(pos, 1)
                     self.state = REST
+                    self.whole = False
             elif st in (OTHER, REST):
                 scan = self.scan
                 assert scan is not None
@@ -395,12 +407,15 @@ class PythonicReader:
                     break
                 pos = at + 1
                 ok = st == OTHER and self._value(body, at, out)
+                if not ok:
+                    self.whole = False  # a value the reader could not take: ast decides
                 if body[at] == ",":
                     if ok:
                         self.state = KW
                     else:  # a value that does not convert: ast decides at `)`
                         self.scan = PyScan(pos, 1)
                         self.state = REST
+                        self.whole = False
                     continue
                 pos = self._finish(body, pos, out)
             elif st == AFTER:
@@ -445,6 +460,7 @@ class PythonicReader:
             c = body[j]
             if c == self.quote:
                 pos = j + 1
+                self.holes.append(j)
                 self.state = STR_END
                 break
             if c == "\n":  # a newline in a one-line string: not Python
@@ -504,21 +520,58 @@ class PythonicReader:
             return False
         self._emit(out, ("{" if not self.sent else ", ")
                    + json.dumps(self.key, ensure_ascii=False) + ": " + text)
+        self.keys.append(self.key)
+        self.holes += (self.vstart, at)
         return True
 
     def _finish(self, body: str, end: int, out: list[Event]) -> int:
         """The call's `)` is at end - 1: its whole parse must extend what was sent."""
         source = body[self.start:end]
-        call = parse_call(source.strip())
         sent = "".join(self.sent)
-        if call is None or not call[1].startswith(sent):
-            self.state = BAD
-            return end
+        if self._read_whole(body, end):  # its JSON is what was sent, and the brace
+            self._emit(out, "" if sent else "{")
+        else:
+            call = parse_call(source.strip())
+            if call is None or not call[1].startswith(sent):
+                self.state = BAD
+                return end
+            self._emit(out, call[1][len(sent):-1])
         self.spans += (end - len(source.lstrip()), end)
-        self._emit(out, call[1][len(sent):-1])
         self.held = "}"
         self.state = AFTER
         return end
+
+    def _read_whole(self, body: str, end: int) -> bool:
+        """Whether the call ending at `end` is valid Python, and its arguments the JSON
+        sent, without `ast`: the reader read all of it (every value a plain string, each
+        escape checked, or a value `_literal_json` took), its name's parts and keywords
+        are ASCII identifiers that are not keywords, no keyword repeats, what lies
+        outside the values is printable ASCII, tabs and newlines, and nothing Python's
+        tokenizer refuses anywhere (NUL, CR, a lone surrogate) or deep nesting (its
+        limits) is in it. Anything else: `parse_call` decides."""
+        if not self.whole:
+            return False
+        keys, holes = self.keys, self.holes
+        if len(holes) != 2 * len(keys) or len(set(keys)) != len(keys):
+            return False
+        source = body[self.start:end]
+        if "\x00" in source or "\r" in source or source.count("(") + source.count("[") \
+                + source.count("{") > 64:
+            return False
+        if not source.isascii():
+            try:
+                source.encode()
+            except UnicodeEncodeError:
+                return False
+        m = _HEAD.match(body, self.start, end)
+        if m is None:
+            return False
+        parts = _SPACE.sub("", m.group(1)).split(".")
+        if not all(p.isascii() and not iskeyword(p) for p in parts + keys):
+            return False
+        edges = [self.start, *holes, end]
+        return all(_SKELETON.fullmatch(body, edges[i], edges[i + 1]) is not None
+                   for i in range(0, len(edges), 2))
 
     def close(self, body: str) -> list[Event] | None:
         trailing_comma = self.state == HEAD and self.held and not body[self.pos:].strip()
