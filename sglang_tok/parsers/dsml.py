@@ -29,7 +29,17 @@ import re
 
 from .markers import MarkerSet
 from .schema import Schemas
-from .tools import Calls, CloseMarker, Event, RawArgs, ToolFormat, arguments_json, escape, loads
+from .tools import (
+    Calls,
+    CloseMarker,
+    Event,
+    RawArgs,
+    ToolFormat,
+    arguments_json,
+    escape,
+    json_string,
+    loads,
+)
 
 DSML = "｜DSML｜"
 PARAM_OPEN = f"<{DSML}parameter"
@@ -167,10 +177,10 @@ class DsmlReader:
                 self.keys.add(key)
                 pos = self.sent = m.end()
                 if is_string == "true":
-                    out.append((None, lead + json.dumps(key, ensure_ascii=False) + ': "'))
+                    out.append((None, lead + json_string(key) + ': "'))
                     self.state = STRING
                 else:
-                    out.append((None, lead + json.dumps(key, ensure_ascii=False) + ": "))
+                    out.append((None, lead + json_string(key) + ": "))
                     self.state = JSONVAL
             elif st == STRING:
                 at = body.find(PARAM_CLOSE, self.sent, ready)

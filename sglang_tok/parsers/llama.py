@@ -31,7 +31,7 @@ from typing import Any
 
 from .json_calls import HermesReader, parse_hermes
 from .schema import Schemas
-from .tools import Calls, Event, JsonEnd, ToolFormat, escape
+from .tools import Calls, Event, JsonEnd, ToolFormat, escape, json_string
 
 PYTHON_TAG = "<|python_tag|>"
 PY_SECTION = ("<|python_start|>", "<|python_end|>")
@@ -367,7 +367,7 @@ class PythonicReader:
                         break
                     if body[v + 1] != q:  # a plain string (not '' nor a triple quote)
                         self._emit(out, ("{" if not self.sent else ", ")
-                                   + json.dumps(m.group(1), ensure_ascii=False) + ': "')
+                                   + json_string(m.group(1)) + ': "')
                         self.quote = q
                         pos = v + 1
                         self.keys.append(m.group(1))
@@ -519,7 +519,7 @@ class PythonicReader:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return False
         self._emit(out, ("{" if not self.sent else ", ")
-                   + json.dumps(self.key, ensure_ascii=False) + ": " + text)
+                   + json_string(self.key) + ": " + text)
         self.keys.append(self.key)
         self.holes += (self.vstart, at)
         return True
