@@ -285,7 +285,13 @@ class RawArgs:
         was scanned and sent and the value does not end in the piece (`JsonEnd.skip`):
         then all of it is inside the value and leaves as is, quotes and brackets included.
         None: not such a piece (`read` decides)."""
-        if self.end >= 0 or self.sent != at or not self.json.skip(at, text):
+        if self.end >= 0 or self.sent != at:
+            return None
+        j = self.json
+        if j.in_string and j.pos == at and '"' not in text and "\\" not in text:
+            j.pos = self.sent = at + len(text)  # the common piece (`skip`'s first test)
+            return text
+        if not j.skip(at, text):
             return None
         self.sent = at + len(text)
         return text
@@ -704,6 +710,18 @@ class ToolParser:
                     return None
                 del body
                 return self._grow(text, lo + fmt.close_set.hold_from(window))  # type: ignore[union-attr]
+        # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
+        # piece inside a call). `fast` is None in whole mode.
+        fast = self.fast
+        if fast is not None and self.opened and not self.rejected:
+            frag = fast(len(body), text)
+            if frag is not None:
+                self.body = ""
+                body += text  # the only reference: CPython grows it in place
+                self.body = body
+                return frag
+            del body
+            return self._read(text, -1)
         del body  # `_grow` must hold the body's only reference, to grow it in place
         return self._grow(text)
 
@@ -711,30 +729,40 @@ class ToolParser:
         """`absorb`'s rest, once the piece is known not to end the call: the body grows
         by it, and the reader reads it up to `ready` (-1: all of it, no marker can start;
         only then may the reader's `fast` take the piece)."""
-        body = self.body
-        frag: str | None = ""
         if self.incremental and not self.rejected:
             fast = self.fast
-            frag = fast(len(body), text) if fast is not None and self.opened and ready < 0 \
-                else None
-            if frag is None:  # the reader reads it
-                self.body = ""
-                body += text
-                self.body = body
-                events = self.reader.read(body, len(body) if ready < 0 else ready)  # type: ignore[union-attr]
-                if not events:
-                    return ""
-                ev = events[0]
-                if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
-                        and self.opened:  # type: ignore[index]
-                    return ev[1]  # type: ignore[index]
-                out = self.out = []
-                self._events(events)
-                return out
+            if fast is not None and self.opened and ready < 0:
+                frag = fast(len(self.body), text)
+                if frag is not None:
+                    body = self.body
+                    self.body = ""
+                    body += text
+                    self.body = body
+                    return frag
+            return self._read(text, ready)
+        body = self.body
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
-        return frag  # type: ignore[return-value]
+        return ""
+
+    def _read(self, text: str, ready: int) -> str | list[Item]:
+        """The body grows by the piece and the reader reads it up to `ready` (-1: all):
+        its events as one fragment, or the items they make."""
+        body = self.body
+        self.body = ""
+        body += text  # the only reference: CPython grows it in place
+        self.body = body
+        events = self.reader.read(body, len(body) if ready < 0 else ready)  # type: ignore[union-attr]
+        if not events:
+            return ""
+        ev = events[0]
+        if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
+                and self.opened:  # type: ignore[index]
+            return ev[1]  # type: ignore[index]
+        out = self.out = []
+        self._events(events)
+        return out
 
     def plain_text(self, text: str) -> bool:
         """An idle parser's piece with a marker's first character but no marker and no
