@@ -69,7 +69,7 @@ def _json_or_raw(value: str) -> str:
     try:
         return json.dumps(loads(value), ensure_ascii=False)
     except (ValueError, RecursionError):
-        return json.dumps(value, ensure_ascii=False)
+        return json_string(value)
 
 
 def parse_dsml_invoke(body: str) -> Calls | None:
@@ -91,8 +91,8 @@ def parse_dsml_invoke(body: str) -> Calls | None:
     pos = 0
     while (m := _PARAM.match(inner, pos)) is not None:
         key, is_string, value = m.groups()
-        members.append(json.dumps(key, ensure_ascii=False) + ": " + (
-            json.dumps(value, ensure_ascii=False) if is_string == "true" else _json_or_raw(value)))
+        members.append(json_string(key) + ": " + (
+            json_string(value) if is_string == "true" else _json_or_raw(value)))
         pos = m.end()
     if inner[pos:].strip():
         return None

@@ -518,6 +518,8 @@ class Quotes:
         self.run_line = False
 
     def feed(self, t: str) -> None:
+        # (mid-line, no run under way, and no newline, backtick or tilde in t: nothing
+        # changes; the shard's hot path, request.py, skips the call then)
         if not self.run_n and "`" not in t and "~" not in t:
             # no run under way and none in the piece: only where lines start can change (a
             # newline closes an open inline span and starts a line; what follows the last
