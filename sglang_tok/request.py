@@ -357,8 +357,10 @@ class ParsedRequest(Request):
                                                     and parsed.tool_second not in piece)) \
                     and not (parsed.after and piece[-1:].isspace()):
                 # what `feed` returns for a piece with nothing to parse, without building it
-                if parsed.quotes is not None:
-                    parsed.quotes.feed(piece)
+                q = parsed.quotes
+                if q is not None and (q.line or q.run_n or "\n" in piece or "`" in piece
+                                      or "~" in piece):  # (else `Quotes.feed` does nothing)
+                    q.feed(piece)
                 delta = Delta(self.rid, piece, ids, logprobs, top, tid_lp)
                 if piece:
                     self.sent += len(piece)

@@ -60,6 +60,20 @@ def test_self_closing_invoke_is_a_call_without_arguments(fmt: str, section: str,
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cut", [2, 4])
+def test_a_self_closing_invoke_ends_without_a_later_marker(mode: str, cut: int) -> None:
+    """The head's `/>` arriving in a piece of its own (or with text after it) ends the
+    call even when no later piece holds a `<`: pieces inside an unsettled head go to the
+    engine's end search, not straight to the reader (they were absorbed, so the call was
+    reported cut and the text after it lost)."""
+    head = f'<{D}invoke name="f"/>'
+    for pieces in ([head[:-cut], head[-cut:], " done"], [head[:-cut], head[-cut:] + " done"]):
+        p = make_parsed_stream("", None, "deepseekv4", tool_stream=mode)
+        got = merge([p.feed(x) for x in pieces] + [p.finish()])
+        assert (got.text, calls(got)) == (" done", [("f", "{}")]), pieces
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_invoke_without_the_wrapper_is_a_call(mode: str) -> None:
     """SGLang test_deepseekv4_detector.py::test_preamble_before_bare_invoke_without_wrapper
     (the model drops `<｜DSML｜tool_calls>` at long context)."""

@@ -7,6 +7,7 @@ accumulate; it fails on the behaviour the cited bug report describes.
 from __future__ import annotations
 
 import json
+import random
 import tracemalloc
 from typing import Any
 
@@ -469,3 +470,58 @@ def test_pythonic_shortcut_conversions_equal_ast(value: str) -> None:
     whole = make_parsed_stream("", False, "pythonic", tool_stream="whole").parse_full(text)
     assert (streamed.text, streamed.tool_calls) == (whole.text, whole.tool_calls)
     assert (whole.tool_calls is None) == (value == "007")
+
+
+
+_PY_KEYS = ["a", "b", "class", "__debug__", "é", "a"]
+_PY_VALUES = ["'x'", '"y\\n"', "1", "None", "[1, 'a']", "{'k': (1,)}", "'東京'", "'\\x41'",
+              "'a\\'b'", "1e999", "b'x'", "''", "'''t'''", "'\\x00'", "'a\x00b'", "'a\rb'",
+              "1 #c\n", "'\\\n'", "x", "'a' 'b'", "'a\x0cb'", "'\\N{BULLET}'", "[[[[[1]]]]]"]
+_PY_BLANKS = ["", " ", "\n", "\t", "\x0c", "\u3000", "\r", " # c\n"]
+
+
+def test_pythonic_without_ast_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Incremental pythonic ends a call it read whole without `ast` (its arguments are
+    what was sent), and a list whose rest is ASCII blanks and commas without parsing the
+    list again. Over calls built to reach the edges of both shortcuts (repeated and
+    reserved keywords, non-ASCII names, blanks and comments Python refuses or takes, NUL
+    and CR in strings, values the reader cannot take), in chunkings of 1-5 characters,
+    the result is the one `ast` gives with both shortcuts turned off, and stream ==
+    batch."""
+    from sglang_tok.parsers import llama
+
+    rng = random.Random(18)
+
+    def blank(odd: bool) -> str:
+        return rng.choice(_PY_BLANKS[:None if odd else 3])
+
+    texts = []
+    for _ in range(400):
+        calls = []
+        for _ in range(rng.randint(1, 3)):
+            odd = rng.random() < 0.3  # else only plain values, keywords and blanks
+            kws = ",".join(f"{blank(odd)}{rng.choice(_PY_KEYS[:None if odd else 2])}="
+                           f"{rng.choice(_PY_VALUES[:None if odd else 8])}{blank(odd)}"
+                           for _ in range(rng.randint(0, 2)))
+            calls.append(f"{rng.choice(['f', 'g . h', 'None', 'é'][:None if odd else 2])}({kws})")
+        last = len(calls) - 1
+        odd = rng.random() < 0.3
+        texts.append("[" + "".join(c + blank(odd) + ("," if i < last else "") + blank(odd)
+                                   for i, c in enumerate(calls))
+                     + "] end")
+
+    def run() -> list[ParsedDelta]:
+        out = []
+        for n, text in enumerate(texts):
+            k = n % 5 + 1
+            p = make_parsed_stream("", False, "pythonic")
+            got = merge([p.feed(text[i:i + k]) for i in range(0, len(text), k)] + [p.finish()])
+            assert got == p.parse_full(text), text
+            out.append(got)
+        return out
+
+    fast = run()
+    assert sum(bool(d.tool_calls) for d in fast) > 150  # the cases reach both shortcuts
+    monkeypatch.setattr(llama.PythonicReader, "_read_whole", lambda self, body, end: False)
+    monkeypatch.setattr(llama.PythonicReader, "_joined", lambda self, body: False)
+    assert run() == fast

@@ -29,7 +29,17 @@ import re
 
 from .markers import MarkerSet
 from .schema import Schemas
-from .tools import Calls, CloseMarker, Event, RawArgs, ToolFormat, arguments_json, escape, loads
+from .tools import (
+    Calls,
+    CloseMarker,
+    Event,
+    RawArgs,
+    ToolFormat,
+    arguments_json,
+    escape,
+    json_string,
+    loads,
+)
 
 DSML = "｜DSML｜"
 PARAM_OPEN = f"<{DSML}parameter"
@@ -45,12 +55,21 @@ _WS = re.compile(r"\s*")
 _VALUE_END = MarkerSet([PARAM_CLOSE, INVOKE_CLOSE])
 
 
+# values common enough to skip json's parse and dump: a decimal int of at most 18 digits
+# (no leading zero, so always JSON) and the constants, JSON's blanks around them; each is
+# its own re-serialisation
+_SIMPLE = re.compile(r"[ \t\n\r]*(0|-?[1-9][0-9]{0,17}|true|false|null)[ \t\n\r]*")
+
+
 def _json_or_raw(value: str) -> str:
     """A `string="false"` value: its JSON re-serialised, or else the raw text as a string."""
+    m = _SIMPLE.fullmatch(value)
+    if m is not None:
+        return m.group(1)
     try:
         return json.dumps(loads(value), ensure_ascii=False)
     except (ValueError, RecursionError):
-        return json.dumps(value, ensure_ascii=False)
+        return json_string(value)
 
 
 def parse_dsml_invoke(body: str) -> Calls | None:
@@ -72,8 +91,8 @@ def parse_dsml_invoke(body: str) -> Calls | None:
     pos = 0
     while (m := _PARAM.match(inner, pos)) is not None:
         key, is_string, value = m.groups()
-        members.append(json.dumps(key, ensure_ascii=False) + ": " + (
-            json.dumps(value, ensure_ascii=False) if is_string == "true" else _json_or_raw(value)))
+        members.append(json_string(key) + ": " + (
+            json_string(value) if is_string == "true" else _json_or_raw(value)))
         pos = m.end()
     if inner[pos:].strip():
         return None
@@ -84,6 +103,8 @@ class DsmlEnd(CloseMarker):
     """An invoke ends at `</｜DSML｜invoke>`, or at the `/>` of a self-closing head."""
 
     __slots__ = ("settled",)
+    head_stop = ">"  # a head ends at its `>`; `_HEAD_PREFIX` fails only at a character
+    # a head cannot hold, and it waits for the next `end`, as the match of a `/>` does
 
     def __init__(self) -> None:
         super().__init__(INVOKE_CLOSE)
@@ -156,10 +177,10 @@ class DsmlReader:
                 self.keys.add(key)
                 pos = self.sent = m.end()
                 if is_string == "true":
-                    out.append((None, lead + json.dumps(key, ensure_ascii=False) + ': "'))
+                    out.append((None, lead + json_string(key) + ': "'))
                     self.state = STRING
                 else:
-                    out.append((None, lead + json.dumps(key, ensure_ascii=False) + ": "))
+                    out.append((None, lead + json_string(key) + ": "))
                     self.state = JSONVAL
             elif st == STRING:
                 at = body.find(PARAM_CLOSE, self.sent, ready)
@@ -186,14 +207,18 @@ class DsmlReader:
         return out
 
     def fast(self, at: int, text: str) -> str | None:
-        """A piece with no `<` cannot end a value; without `>` it cannot end a head."""
+        """A piece without `>` cannot end a head (a `<` in it included: a head needs its
+        `>`, and a part held for a possible close marker never holds one); with no `<`
+        it cannot end a value."""
+        st = self.state
+        if st in (HEAD, PARAMS) and ">" not in text:
+            return ""
         if "<" in text:
             return None
-        st = self.state
         if st == STRING and self.sent == at:
             self.sent = at + len(text)
             return escape(text)
-        if st == JSONVAL or (st in (HEAD, PARAMS) and ">" not in text):
+        if st == JSONVAL:
             return ""
         return None
 

@@ -72,7 +72,7 @@ GRAMMAR = XmlGrammar(
     param=re.compile(_SEP + re.escape(KEY_OPEN) + r"(.*?)" + re.escape(KEY_CLOSE) + _SEP
                      + re.escape(VALUE_OPEN), re.DOTALL),
     ends=[VALUE_CLOSE], consume=VALUE_CLOSE, call_close=CALL_CLOSE, strip=STRIP_NONE,
-    tail=re.compile(_SEP), fast_stops="<>\n", bare_name=_bare_name, convert=_convert)
+    tail=re.compile(_SEP), fast_stops=">\n", bare_name=_bare_name, convert=_convert)
 
 
 def glm(name: str) -> ToolFormat:

@@ -26,11 +26,12 @@ import ast
 import json
 import re
 import warnings
+from keyword import iskeyword
 from typing import Any
 
 from .json_calls import HermesReader, parse_hermes
 from .schema import Schemas
-from .tools import Calls, Event, JsonEnd, ToolFormat, escape
+from .tools import Calls, Event, JsonEnd, ToolFormat, escape, json_string
 
 PYTHON_TAG = "<|python_tag|>"
 PY_SECTION = ("<|python_start|>", "<|python_end|>")
@@ -127,17 +128,48 @@ class PyScan:
 
     def skip(self, at: int, text: str) -> bool:
         """`close` (without `comma`) for a piece appended at `at`, when the scan has
-        reached `at` and the piece cannot change its state (inside a string: no closing
-        quote or backslash; outside: no bracket or quote): the scan only moves past it.
-        False: not such a piece (`close` decides)."""
+        reached `at` and the depth does not come to 0 in the piece: the scan moves past
+        it, having read only the piece (not the body). False, state unchanged: not such
+        a piece (`close` decides): the scan is behind `at`, the list or call closes in
+        it, or it ends inside an escape (`close` then stops at the backslash)."""
         if self.pos != at:
             return False
-        if self.quote:
-            if self.quote in text or "\\" in text:
-                return False
-        elif _PY_STRUCT.search(text) is not None:
-            return False
-        self.pos = at + len(text)
+        n = len(text)
+        quote = self.quote
+        if quote:
+            if quote not in text and "\\" not in text:  # the common piece: all string
+                self.pos = at + n
+                return True
+        elif _PY_STRUCT.search(text) is None:
+            self.pos = at + n
+            return True
+        # `close`'s loop over the piece alone, its state in locals until it is known to hold
+        depth, i = self.depth, 0
+        search = _PY_STRUCT.search
+        while True:
+            m = search(text, i)
+            if m is None:
+                break
+            j = m.start()
+            c = text[j]
+            if c == "\\":
+                if j + 1 >= n:
+                    return False
+                i = j + 2
+                continue
+            if quote:
+                if c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in _OPENERS:
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    return False
+            i = j + 1
+        self.quote, self.depth, self.pos = quote, depth, at + n
         return True
 
 
@@ -237,6 +269,8 @@ _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '
 _ESCAPE_LEN = {"x": 2, "u": 4, "U": 8}
 
 HEAD, KW, STR, STR_END, OTHER, REST, AFTER, BAD = range(8)
+_GAP = re.compile(r"[ \t\n,]*")
+_SKELETON = re.compile(r"[ -~\t\n]*")  # printable ASCII, tabs and newlines
 
 
 # values common enough to skip `ast` (a compile per value): a decimal int of at most 18
@@ -263,7 +297,8 @@ class PythonicReader:
     with what was sent (else the call is malformed), and the rest leaves, except the
     closing brace (sent when the next call starts or the list ends)."""
 
-    __slots__ = ("held", "key", "pos", "quote", "scan", "sent", "start", "state", "vstart")
+    __slots__ = ("held", "holes", "key", "keys", "pos", "quote", "scan", "sent", "spans",
+                 "start", "state", "vstart", "whole")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
         self.state = HEAD
@@ -277,6 +312,12 @@ class PythonicReader:
         # call's `)` (a string grown per row would copy all of it on every row)
         self.sent: list[str] = []
         self.held = ""  # the last call's closing brace
+        self.spans: list[int] = []  # each parsed call's source: start, end, start, end, ...
+        # the current call: whether the reader read all of it (no REST), its keywords, and
+        # where its values are (a string's content, another value's source: start, end, ..)
+        self.whole = True
+        self.keys: list[str] = []
+        self.holes: list[int] = []
 
     def _emit(self, out: list[Event], text: str) -> None:
         if text:
@@ -300,6 +341,7 @@ class PythonicReader:
                     self.held = ""
                 out.append((_SPACE.sub("", m.group(1)), ""))
                 self.start, self.sent = pos, []
+                self.whole, self.keys, self.holes = True, [], []
                 pos = m.end()
                 self.state = KW
             elif st == KW:
@@ -315,6 +357,7 @@ class PythonicReader:
                     if e is None or e.end() < ready:
                         self.scan = PyScan(pos, 1)  # not `key=`: ast decides at `)`
                         self.state = REST
+                        self.whole = False
                         continue
                     break  # `key=` and its value's first character not there yet
                 v = m.end()
@@ -324,9 +367,11 @@ class PythonicReader:
                         break
                     if body[v + 1] != q:  # a plain string (not '' nor a triple quote)
                         self._emit(out, ("{" if not self.sent else ", ")
-                                   + json.dumps(m.group(1), ensure_ascii=False) + ': "')
+                                   + json_string(m.group(1)) + ': "')
                         self.quote = q
                         pos = v + 1
+                        self.keys.append(m.group(1))
+                        self.holes.append(pos)
                         self.state = STR
                         continue
                 self.key, self.vstart = m.group(1), v
@@ -352,6 +397,7 @@ class PythonicReader:
                 else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
                     self.scan = PyScan(pos, 1)
                     self.state = REST
+                    self.whole = False
             elif st in (OTHER, REST):
                 scan = self.scan
                 assert scan is not None
@@ -361,12 +407,15 @@ class PythonicReader:
                     break
                 pos = at + 1
                 ok = st == OTHER and self._value(body, at, out)
+                if not ok:
+                    self.whole = False  # a value the reader could not take: ast decides
                 if body[at] == ",":
                     if ok:
                         self.state = KW
                     else:  # a value that does not convert: ast decides at `)`
                         self.scan = PyScan(pos, 1)
                         self.state = REST
+                        self.whole = False
                     continue
                 pos = self._finish(body, pos, out)
             elif st == AFTER:
@@ -411,6 +460,7 @@ class PythonicReader:
             c = body[j]
             if c == self.quote:
                 pos = j + 1
+                self.holes.append(j)
                 self.state = STR_END
                 break
             if c == "\n":  # a newline in a one-line string: not Python
@@ -469,26 +519,80 @@ class PythonicReader:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return False
         self._emit(out, ("{" if not self.sent else ", ")
-                   + json.dumps(self.key, ensure_ascii=False) + ": " + text)
+                   + json_string(self.key) + ": " + text)
+        self.keys.append(self.key)
+        self.holes += (self.vstart, at)
         return True
 
     def _finish(self, body: str, end: int, out: list[Event]) -> int:
         """The call's `)` is at end - 1: its whole parse must extend what was sent."""
-        call = parse_call(body[self.start:end].strip())
+        source = body[self.start:end]
         sent = "".join(self.sent)
-        if call is None or not call[1].startswith(sent):
-            self.state = BAD
-            return end
-        self._emit(out, call[1][len(sent):-1])
+        if self._read_whole(body, end):  # its JSON is what was sent, and the brace
+            self._emit(out, "" if sent else "{")
+        else:
+            call = parse_call(source.strip())
+            if call is None or not call[1].startswith(sent):
+                self.state = BAD
+                return end
+            self._emit(out, call[1][len(sent):-1])
+        self.spans += (end - len(source.lstrip()), end)
         self.held = "}"
         self.state = AFTER
         return end
 
+    def _read_whole(self, body: str, end: int) -> bool:
+        """Whether the call ending at `end` is valid Python, and its arguments the JSON
+        sent, without `ast`: the reader read all of it (every value a plain string, each
+        escape checked, or a value `_literal_json` took), its name's parts and keywords
+        are ASCII identifiers that are not keywords, no keyword repeats, what lies
+        outside the values is printable ASCII, tabs and newlines, and nothing Python's
+        tokenizer refuses anywhere (NUL, CR, a lone surrogate) or deep nesting (its
+        limits) is in it. Anything else: `parse_call` decides."""
+        if not self.whole:
+            return False
+        keys, holes = self.keys, self.holes
+        if len(holes) != 2 * len(keys) or len(set(keys)) != len(keys):
+            return False
+        source = body[self.start:end]
+        if "\x00" in source or "\r" in source or source.count("(") + source.count("[") \
+                + source.count("{") > 64:
+            return False
+        if not source.isascii():
+            try:
+                source.encode()
+            except UnicodeEncodeError:
+                return False
+        m = _HEAD.match(body, self.start, end)
+        if m is None:
+            return False
+        parts = _SPACE.sub("", m.group(1)).split(".")
+        if not all(p.isascii() and not iskeyword(p) for p in parts + keys):
+            return False
+        edges = [self.start, *holes, end]
+        return all(_SKELETON.fullmatch(body, edges[i], edges[i + 1]) is not None
+                   for i in range(0, len(edges), 2))
+
     def close(self, body: str) -> list[Event] | None:
         trailing_comma = self.state == HEAD and self.held and not body[self.pos:].strip()
-        if (self.state != AFTER and not trailing_comma) or parse_pythonic(body) is None:
+        if self.state != AFTER and not trailing_comma:
+            return None
+        if not self._joined(body) and parse_pythonic(body) is None:
             return None
         return [(None, self.held)]
+
+    def _joined(self, body: str) -> bool:
+        """Whether the list is valid Python without parsing it again: every call was
+        (`parse_call`, in the same one level of brackets as in the list) and the rest is
+        ASCII blanks and the commas the reader required (a blank Python would reject, a
+        form feed or U+3000, or deep nesting, where the list's parse could hit a limit
+        one call's did not: `parse_pythonic` decides)."""
+        spans = self.spans
+        if not spans or body.count("(") + body.count("[") + body.count("{") > 64:
+            return False
+        gaps = [body[:spans[0]]] + [body[spans[i]:spans[i + 1]]
+                                    for i in range(1, len(spans) - 1, 2)] + [body[spans[-1]:]]
+        return all(_GAP.fullmatch(g) is not None for g in gaps)
 
 
 def pythonic() -> ToolFormat:

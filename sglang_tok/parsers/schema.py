@@ -20,6 +20,7 @@ Conversion (peers differ in details; ours, each choice for a reason):
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 # tool name -> parameter name -> allowed JSON-schema types ([] means: keep as string)
@@ -107,10 +108,15 @@ def _reject_constant(value: str) -> Any:
     raise ValueError(f"not JSON: {value}")
 
 
+_INT = re.compile(r"0|-?[1-9][0-9]{0,17}")
+
+
 def convert(text: str, types: tuple[str, ...]) -> str:
     """A parameter's text as the JSON text of its value (`ensure_ascii` off)."""
     if types:
         s = text.strip()
+        if _INT.fullmatch(s) is not None and _accepts(types, 1):
+            return s  # a canonical int is its own JSON (what loads and dumps give)
         if s in ("True", "False"):
             s = s.lower()
         try:

@@ -101,7 +101,10 @@ class ParsedStream:
                     return ParsedDelta()
                 if frag.__class__ is str:
                     return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
-                return self.absorbed(frag)  # type: ignore[arg-type]
+                delta = self.absorbed(frag)  # type: ignore[arg-type]
+                if not self.calling:  # text released outside a call: idle again, maybe
+                    self._update()
+                return delta
         return self.step(text)
 
     def absorbed(self, items: list[Item]) -> ParsedDelta:

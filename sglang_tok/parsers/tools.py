@@ -102,6 +102,12 @@ def arguments_json(obj: Any) -> str | None:
     return json.dumps(obj, ensure_ascii=False)
 
 
+def json_string(text: str) -> str:
+    """`json.dumps(text, ensure_ascii=False)` (what it calls for a str), without `dumps`'
+    per-call overhead (an encoder built per call)."""
+    return encode_basestring(text)  # type: ignore[no-any-return]
+
+
 def escape(text: str) -> str:
     """A piece of a JSON string's content: escaping is per character, so pieces concatenate
     to the escaping of the whole; the same bytes as `json.dumps(text, ensure_ascii=False)`
@@ -111,9 +117,18 @@ def escape(text: str) -> str:
 
 # ------------------------------------------------------------------ call ends
 class CloseMarker:
-    """The call ends at a fixed marker; the search resumes where the last one stopped."""
+    """The call ends at a fixed marker; the search resumes where the last one stopped.
+
+    `settled`: only the marker can end the call from now on, so a piece that cannot
+    complete the marker may skip `end` (`ToolParser.absorb`); a subclass with another
+    way to end (DSML's self-closing head) is unsettled until that way is ruled out, and
+    names in `head_stop` the character without which a piece can neither take that way
+    nor rule it out (such a piece may skip `end` too: the next `end` decides as if it
+    had seen it)."""
 
     __slots__ = ("close", "scan")
+    settled = True
+    head_stop = ""
 
     def __init__(self, close: str) -> None:
         self.close = close
@@ -184,18 +199,52 @@ class JsonEnd:
             i = j + 1
 
     def skip(self, at: int, text: str) -> bool:
-        """`end` for a piece appended at `at`, when the scan has reached `at` and the piece
-        cannot change its state (inside a string: no quote or backslash; outside: no
-        bracket or quote): the scan only moves past it, without a search of the body.
-        False: not such a piece (`end` decides)."""
+        """`end` for a piece appended at `at`, when the scan has reached `at` and the value
+        does not end in the piece: the scan moves past it, having read only the piece (not
+        the body). False, state unchanged: not such a piece (`end` decides): the scan is
+        behind `at`, the value ends in it, or it ends inside an escape (`end` then stops
+        at the backslash)."""
         if self.pos != at:
             return False
+        n = len(text)
         if self.in_string:
-            if '"' in text or "\\" in text:
-                return False
-        elif _STRUCTURE.search(text) is not None:
-            return False
-        self.pos = at + len(text)
+            if '"' not in text and "\\" not in text:  # the common piece: all string
+                self.pos = at + n
+                return True
+        elif _STRUCTURE.search(text) is None:
+            self.pos = at + n
+            return True
+        # `end`'s loop over the piece alone, its state in locals until it is known to hold
+        in_string, depth, i = self.in_string, self.depth, 0
+        while True:
+            if in_string:
+                m = _IN_STRING.search(text, i)
+                if m is None:
+                    break
+                j = m.start()
+                if text[j] == "\\":
+                    if j + 1 >= n:
+                        return False
+                    i = j + 2
+                    continue
+                in_string = False
+                i = j + 1
+                continue
+            m = _STRUCTURE.search(text, i)
+            if m is None:
+                break
+            j = m.start()
+            c = text[j]
+            if c == '"':
+                in_string = True
+            elif c in "[{":
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    return False
+            i = j + 1
+        self.in_string, self.depth, self.pos = in_string, depth, at + n
         return True
 
 
@@ -233,18 +282,18 @@ class RawArgs:
 
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` (all of it ready), when everything before it
-        was scanned and sent and the piece cannot change the scan's state: no quote or
-        backslash inside a string, no bracket or quote outside one. Then all of it is
-        inside the value and leaves as is. None: not such a piece (`read` decides)."""
+        was scanned and sent and the value does not end in the piece (`JsonEnd.skip`):
+        then all of it is inside the value and leaves as is, quotes and brackets included.
+        None: not such a piece (`read` decides)."""
+        if self.end >= 0 or self.sent != at:
+            return None
         j = self.json
-        if self.end >= 0 or j.pos != at or self.sent != at:
+        if j.in_string and j.pos == at and '"' not in text and "\\" not in text:
+            j.pos = self.sent = at + len(text)  # the common piece (`skip`'s first test)
+            return text
+        if not j.skip(at, text):
             return None
-        if j.in_string:
-            if '"' in text or "\\" in text:
-                return None
-        elif _STRUCTURE.search(text) is not None:
-            return None
-        j.pos = self.sent = at + len(text)
+        self.sent = at + len(text)
         return text
 
 
@@ -424,9 +473,27 @@ class ToolFormat:
         self.close_set = MarkerSet([self.close_marker]) if self.close_marker else None
         self.in_section = MarkerSet([call_open, section[1]] + ([self.loose[1]] if self.loose
                                                                else [])) if section else None
+        # marker prefixes a TEXT (SECTION) state holds whole, with nothing to release: a
+        # piece that keeps the held text one of them only grows it (`ToolParser.absorb`).
+        # A prefix holding a marker the state acts on at once is not among them.
+        self.text_holds = _holds(self.opener, (*(self.loose or ()), *self.text_closers))
+        self.section_holds = frozenset() if self.in_section is None else \
+            _holds(self.in_section, self.loose[1:] if self.loose else ())
         # every marker string (special tokens inside them must reach the parser)
         close = [closer.close] if isinstance(closer, CloseMarker) else []
         self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
+
+
+def _holds(markers: MarkerSet, waiting: tuple[str, ...]) -> frozenset[str]:
+    """The proper prefixes of `markers` in which the earliest marker found, if any, is at
+    the start and one of `waiting` (a marker that waits while it may grow into a longer
+    one): `_text`/`_section` hold such a text whole and release nothing."""
+    out = set()
+    for p in markers.prefixes:
+        at, m = markers.find(p)
+        if at < 0 or (at == 0 and m in waiting):
+            out.add(p)
+    return frozenset(out)
 
 
 _QUOTE_CH = re.compile(r"[`~\n]")
@@ -451,8 +518,23 @@ class Quotes:
         self.run_line = False
 
     def feed(self, t: str) -> None:
-        if not self.line and not self.run_n and "`" not in t and "\n" not in t and "~" not in t:
-            return  # mid-line, nothing that opens or closes code: the common case
+        # (mid-line, no run under way, and no newline, backtick or tilde in t: nothing
+        # changes; the shard's hot path, request.py, skips the call then)
+        if not self.run_n and "`" not in t and "~" not in t:
+            # no run under way and none in the piece: only where lines start can change (a
+            # newline closes an open inline span and starts a line; what follows the last
+            # one, as the loop's gap rule reads it); the common case
+            nl = t.rfind("\n")
+            if nl >= 0:
+                self.inline = 0
+                self.line, self.lead = True, 0
+                t = t[nl + 1:]
+            if self.line and t:
+                if t.strip(" ") or self.lead + len(t) > 3:
+                    self.line = False
+                else:
+                    self.lead += len(t)
+            return
         i, n = 0, len(t)
         while i < n:
             m = _QUOTE_CH.search(t, i)
@@ -580,8 +662,33 @@ class ToolParser:
         so it needs none of `step`'s search for the call's end: None if it must go through
         `step`; else what it adds to the open call's arguments ("" in whole mode, where
         nothing of a call leaves before its end), or, when the reader's events are more than
-        one fragment (the call's name, a malformed element), the items they make."""
+        one fragment (the call's name, a malformed element), the items they make.
+
+        Outside a call, with a marker prefix held, a piece that only grows it (the held
+        text and the piece are still a prefix that `step` would hold whole) is absorbed
+        too: ""; and in TEXT state before any call, one after which the held text and the
+        piece are plain text (no marker, nothing to hold: `<think>` in content) releases
+        them: [that text], and the parser is idle again."""
         if self.state != CALL:
+            held = self.held
+            if not held or self.fresh_start or self.loose_line:
+                return None
+            s = held + text
+            fmt = self.fmt
+            if self.state == TEXT:
+                if s in fmt.text_holds and not (self.markup_ok and fmt.chain):
+                    self.held = s
+                    return ""
+                # `_text` on s: no marker and no hold, outside markup context (no call yet)
+                if not self.after_call and self.plain_text(s):
+                    self.held = ""
+                    if self.quotes is not None:
+                        self.quotes.feed(s)
+                    self.markup_ok = False
+                    return [s]
+            elif s in fmt.section_holds:
+                self.held = s
+                return ""
             return None
         body = self.body
         close = self.fmt.close_first
@@ -590,44 +697,74 @@ class ToolParser:
             if skip is None or not skip(len(body), text):
                 return None
         else:
-            if close in text:
+            ender = self.ender
+            if not ender.settled and ender.head_stop in text:
                 return None
-            # a close marker under way at the end of the body? (a negative start would
-            # count from the end)
-            at = body.find(close, max(0, len(body) - self.fmt.close_reach))
-            while at >= 0:
-                if self.fmt.close_marker.startswith(body[at:]):
+            fmt = self.fmt
+            lo = max(0, len(body) - fmt.close_reach)  # (a negative start counts from the end)
+            if close in text or body.find(close, lo) >= 0:
+                # the marker's first character in the piece, or in the body's last
+                # `close_reach` characters: the piece ends the call if the marker is
+                # complete in them (`step` ends it); else it grows the body, whose part
+                # that could still start the marker is not ready (as `_call` holds it)
+                window = body[lo:] + text
+                if fmt.close_marker in window:
                     return None
-                at = body.find(close, at + 1)
+                del body
+                return self._grow(text, lo + fmt.close_set.hold_from(window))  # type: ignore[union-attr]
+        # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
+        # piece inside a call). `fast` is None in whole mode.
+        fast = self.fast
+        if fast is not None and self.opened and not self.rejected:
+            frag = fast(len(body), text)
+            if frag is not None:
+                self.body = ""
+                body += text  # the only reference: CPython grows it in place
+                self.body = body
+                return frag
+            del body
+            return self._read(text, -1)
         del body  # `_grow` must hold the body's only reference, to grow it in place
         return self._grow(text)
 
-    def _grow(self, text: str) -> str | list[Item]:
+    def _grow(self, text: str, ready: int = -1) -> str | list[Item]:
         """`absorb`'s rest, once the piece is known not to end the call: the body grows
-        by it, and the reader reads it (all of it ready)."""
-        body = self.body
-        frag: str | None = ""
+        by it, and the reader reads it up to `ready` (-1: all of it, no marker can start;
+        only then may the reader's `fast` take the piece)."""
         if self.incremental and not self.rejected:
             fast = self.fast
-            frag = fast(len(body), text) if fast is not None and self.opened else None
-            if frag is None:  # the reader reads it, all of it ready (no marker can start)
-                self.body = ""
-                body += text
-                self.body = body
-                events = self.reader.read(body, len(body))  # type: ignore[union-attr]
-                if not events:
-                    return ""
-                ev = events[0]
-                if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
-                        and self.opened:  # type: ignore[index]
-                    return ev[1]  # type: ignore[index]
-                out = self.out = []
-                self._events(events)
-                return out
+            if fast is not None and self.opened and ready < 0:
+                frag = fast(len(self.body), text)
+                if frag is not None:
+                    body = self.body
+                    self.body = ""
+                    body += text
+                    self.body = body
+                    return frag
+            return self._read(text, ready)
+        body = self.body
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
-        return frag  # type: ignore[return-value]
+        return ""
+
+    def _read(self, text: str, ready: int) -> str | list[Item]:
+        """The body grows by the piece and the reader reads it up to `ready` (-1: all):
+        its events as one fragment, or the items they make."""
+        body = self.body
+        self.body = ""
+        body += text  # the only reference: CPython grows it in place
+        self.body = body
+        events = self.reader.read(body, len(body) if ready < 0 else ready)  # type: ignore[union-attr]
+        if not events:
+            return ""
+        ev = events[0]
+        if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
+                and self.opened:  # type: ignore[index]
+            return ev[1]  # type: ignore[index]
+        out = self.out = []
+        self._events(events)
+        return out
 
     def plain_text(self, text: str) -> bool:
         """An idle parser's piece with a marker's first character but no marker and no

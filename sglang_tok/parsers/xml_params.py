@@ -25,13 +25,12 @@ bytes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 
 from .markers import MarkerSet
 from .schema import Schemas, convert, param_types
-from .tools import Event, escape
+from .tools import Event, escape, json_string
 
 HEAD, PARAMS, VALUE, BAD = range(4)
 STRIP_NONE, STRIP_ONE, STRIP_ALL = range(3)
@@ -54,7 +53,7 @@ class XmlGrammar:
 
     def __init__(self, head: Head, param: re.Pattern[str], ends: list[str], consume: str,
                  call_close: str, strip: int, tail: re.Pattern[str],
-                 fast_stops: str = "<>", bare_name: Callable[[str], str | None] | None = None,
+                 fast_stops: str = ">", bare_name: Callable[[str], str | None] | None = None,
                  convert: Callable[[str, tuple[str, ...]], str] = convert) -> None:
         self.head = head
         self.param = param
@@ -64,7 +63,10 @@ class XmlGrammar:
         self.hold = MarkerSet([*ends, call_close])
         self.strip = strip
         self.tail = tail
-        self.fast_stops = fast_stops  # a piece without these cannot advance a head
+        # a piece without these cannot complete a head or a parameter's head: each ends
+        # with one (a part held for a possible end marker never holds one: an end marker's
+        # only `>` is its last character)
+        self.fast_stops = re.compile("[" + re.escape(fast_stops) + "]")
         self.bare_name = bare_name
         self.convert = convert
 
@@ -166,25 +168,25 @@ class XmlParamsReader:
     def fast(self, at: int, text: str) -> str | None:
         """A piece with no `<` cannot end a value (a string's piece is all value unless it
         ends with a newline the format may strip); a piece without the grammar's
-        `fast_stops` cannot end a head."""
-        if "<" in text:
-            return None
+        `fast_stops` cannot end a head or a parameter's head (`<` in it or not)."""
         st = self.state
-        if st == VALUE and self.start >= 0:
+        if st == VALUE:
+            if self.start < 0 or "<" in text:
+                return None
             if self.types:
                 return ""
             if self.sent == at and (self.g.strip == STRIP_NONE or not text.endswith("\n")):
                 self.sent = at + len(text)
                 return escape(text)
             return None
-        if st in (HEAD, PARAMS) and not any(c in text for c in self.g.fast_stops):
+        if (st == HEAD or st == PARAMS) and self.g.fast_stops.search(text) is None:
             return ""
         return None
 
     def _lead(self) -> str:
         lead = "{" if self.count == 0 else ", "
         self.count += 1
-        return lead + json.dumps(self.key, ensure_ascii=False) + ": "
+        return lead + json_string(self.key) + ": "
 
     def close(self, body: str) -> list[Event] | None:
         g = self.g
