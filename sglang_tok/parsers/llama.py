@@ -17,7 +17,9 @@ sets, bytes, NaN) makes the list malformed, so it is text. Incremental: a keywor
 string value streams as it is generated (each escape once complete), another value leaves
 when it ends, and the call's whole parse at `)` must extend what was sent (else the call
 is flagged malformed); the closing brace leaves when the next call starts or the list
-ends. Both modes give the same bytes.
+ends. Both modes give the same bytes. Comments and line continuations stand wherever
+Python allows them once the list has opened, in both modes (the bracket scan skips
+comments; the reader skips them where it skips blanks).
 """
 
 from __future__ import annotations
