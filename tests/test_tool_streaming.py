@@ -476,8 +476,10 @@ def test_pythonic_shortcut_conversions_equal_ast(value: str) -> None:
 _PY_KEYS = ["a", "b", "class", "__debug__", "é", "a"]
 _PY_VALUES = ["'x'", '"y\\n"', "1", "None", "[1, 'a']", "{'k': (1,)}", "'東京'", "'\\x41'",
               "'a\\'b'", "1e999", "b'x'", "''", "'''t'''", "'\\x00'", "'a\x00b'", "'a\rb'",
-              "1 #c\n", "'\\\n'", "x", "'a' 'b'", "'a\x0cb'", "'\\N{BULLET}'", "[[[[[1]]]]]"]
-_PY_BLANKS = ["", " ", "\n", "\t", "\x0c", "\u3000", "\r", " # c\n"]
+              "1 #c\n", "'\\\n'", "x", "'a' 'b'", "'a\x0cb'", "'\\N{BULLET}'", "[[[[[1]]]]]",
+              "'a # b'", "[1, # c\n 2]", "'#' # '\n"]
+_PY_BLANKS = ["", " ", "\n", "\t", "\x0c", "\u3000", "\r", " # c\n", "# it's ) ] }\n", " #é\r",
+              " \\\n", "#\x00\n", "# \\\n"]
 
 
 def test_pythonic_without_ast_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -486,8 +488,11 @@ def test_pythonic_without_ast_changes_nothing(monkeypatch: pytest.MonkeyPatch) -
     list again. Over calls built to reach the edges of both shortcuts (repeated and
     reserved keywords, non-ASCII names, blanks and comments Python refuses or takes, NUL
     and CR in strings, values the reader cannot take), in chunkings of 1-5 characters,
-    the result is the one `ast` gives with both shortcuts turned off, and stream ==
-    batch."""
+    the result is the one `ast` gives with both shortcuts turned off, stream == batch,
+    and whole mode (the list parsed by `ast` at once) gives the same text and calls.
+    Comments (with brackets, quotes, a backslash, NUL, ended by CR) and line continuations
+    stand between arguments, between calls and after the last one (issue 18: the
+    incremental reader used to make a comment between calls malformed)."""
     from sglang_tok.parsers import llama
 
     rng = random.Random(18)
@@ -517,11 +522,15 @@ def test_pythonic_without_ast_changes_nothing(monkeypatch: pytest.MonkeyPatch) -
             p = make_parsed_stream("", False, "pythonic")
             got = merge([p.feed(text[i:i + k]) for i in range(0, len(text), k)] + [p.finish()])
             assert got == p.parse_full(text), text
+            whole = make_parsed_stream("", False, "pythonic", tool_stream="whole").parse_full(text)
+            assert (got.text, got.tool_calls) == (whole.text, whole.tool_calls), text
             out.append(got)
         return out
 
     fast = run()
     assert sum(bool(d.tool_calls) for d in fast) > 150  # the cases reach both shortcuts
+    # and comments stand where calls were found (between calls, after the last one)
+    assert sum(bool(d.tool_calls) and "#" in t.split("(")[-1] for d, t in zip(fast, texts)) > 10
     monkeypatch.setattr(llama.PythonicReader, "_read_whole", lambda self, body, end: False)
     monkeypatch.setattr(llama.PythonicReader, "_joined", lambda self, body: False)
     assert run() == fast

@@ -17,7 +17,9 @@ sets, bytes, NaN) makes the list malformed, so it is text. Incremental: a keywor
 string value streams as it is generated (each escape once complete), another value leaves
 when it ends, and the call's whole parse at `)` must extend what was sent (else the call
 is flagged malformed); the closing brace leaves when the next call starts or the list
-ends. Both modes give the same bytes.
+ends. Both modes give the same bytes. Comments and line continuations stand wherever
+Python allows them once the list has opened, in both modes (the bracket scan skips
+comments; the reader skips them where it skips blanks).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import re
 import warnings
 from keyword import iskeyword
 from typing import Any
+from unicodedata import normalize
 
 from .json_calls import HermesReader, parse_hermes
 from .schema import Schemas
@@ -75,13 +78,29 @@ _WS = re.compile(r"\s*")
 _HEAD = re.compile(r"\s*([A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*)\s*\(")
 _HEAD_PREFIX = re.compile(r"\s*(?:[A-Za-z_]\w*(?:\s*\.\s*(?:[A-Za-z_]\w*)?)*\s*)?")
 _SPACE = re.compile(r"\s+")
-_PY_STRUCT = re.compile(r"[\[\](){}'\"\\]")
-_PY_STRUCT_COMMA = re.compile(r"[\[\](){}'\"\\,]")
+_PY_STRUCT = re.compile(r"[\[\](){}'\"\\#]")
+_PY_STRUCT_COMMA = re.compile(r"[\[\](){}'\"\\#,]")
 _OPENERS = "([{"
+# a comment runs from `#` (outside a string) to the line's end, `\n` or `\r` (Python's
+# tokenizer ends a line at either); a `#` inside a string is the string's
+_EOL = re.compile(r"[\n\r]")
+COMMENT = "#"  # `PyScan.quote` while inside a comment
+# what Python allows between two tokens inside brackets: blanks, complete comments and
+# line continuations (`ast` still judges the blanks: a form feed passes, U+3000 does not)
+_G = r"(?:\s|#[^\n\r]*+[\n\r]|\\[\n\r])*+"
+_GAP_PY = re.compile(_G)
+_NAME = r"[^\W\d]\w*"  # a Python identifier, non-ASCII too (NFKC-normalized, as Python does)
+# a later call's head (the list's first is `_HEAD`, ASCII): its name, gaps allowed between
+# tokens
+_CALL_HEAD = re.compile(rf"{_G}({_NAME}(?:{_G}\.{_G}{_NAME})*){_G}\(")
+_CALL_HEAD_PREFIX = re.compile(
+    rf"{_G}(?:{_NAME}(?:{_G}\.{_G}(?:{_NAME})?)*{_G})?(?:#[^\n\r]*|\\)?")
+_NOT_NAME = re.compile(r"\s+|#[^\n\r]*[\n\r]|\\[\n\r]")
 
 
 class PyScan:
-    """Resumable bracket depth of Python source, outside string literals."""
+    """Resumable bracket depth of Python source, outside string literals and comments
+    (`quote` is the open string's quote, or `COMMENT` inside a comment)."""
 
     __slots__ = ("depth", "pos", "quote")
 
@@ -94,6 +113,13 @@ class PyScan:
         """Index of the closer that brings the depth to 0 in text[pos:n] (or, with
         `comma`, of a comma at depth 1), or -1."""
         i = self.pos
+        if self.quote == COMMENT:
+            m = _EOL.search(text, i, n)
+            if m is None:
+                self.pos = n
+                return -1
+            self.quote = ""
+            i = m.end()
         find = _PY_STRUCT_COMMA if comma else _PY_STRUCT
         while True:
             m = find.search(text, i, n)
@@ -113,6 +139,14 @@ class PyScan:
                     self.quote = ""
             elif c in "'\"":
                 self.quote = c
+            elif c == "#":
+                m = _EOL.search(text, j + 1, n)
+                if m is None:
+                    self.quote = COMMENT
+                    self.pos = n
+                    return -1
+                i = m.end()
+                continue
             elif c == ",":
                 if self.depth == 1:
                     self.pos = j + 1
@@ -137,6 +171,11 @@ class PyScan:
         n = len(text)
         quote = self.quote
         if quote:
+            if quote == COMMENT:  # a comment's piece: taken whole unless its line ends
+                if "\n" in text or "\r" in text:
+                    return False
+                self.pos = at + n
+                return True
             if quote not in text and "\\" not in text:  # the common piece: all string
                 self.pos = at + n
                 return True
@@ -162,6 +201,13 @@ class PyScan:
                     quote = ""
             elif c in "'\"":
                 quote = c
+            elif c == "#":
+                m = _EOL.search(text, j + 1)
+                if m is None:
+                    quote = COMMENT
+                    break
+                i = m.end()
+                continue
             elif c in _OPENERS:
                 depth += 1
             else:
@@ -217,8 +263,10 @@ def _call_json(node: ast.expr) -> tuple[str, str] | None:
         return None
     args: dict[str, Any] = {}
     for kw in node.keywords:
-        if kw.arg is None:
-            return None  # **kwargs
+        if kw.arg is None or kw.arg in args:
+            # **kwargs; a repeated keyword, which `ast.parse` lets through but Python's
+            # compiler rejects (and a streamed first value cannot be taken back)
+            return None
         args[kw.arg] = ast.literal_eval(kw.value)
     return name, json.dumps(args, ensure_ascii=False, allow_nan=False)
 
@@ -286,8 +334,19 @@ def _literal_json(source: str) -> str:
     const = _SIMPLE_CONST.get(source.strip(" \t\n"))
     if const is not None:
         return const
+    if _GAP_PY.fullmatch(source) is not None:  # no value (`a=)`): `()` would be a tuple
+        raise ValueError("no value")
     value = ast.literal_eval("(" + source + ")")
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _gap(body: str, pos: int, ready: int) -> int:
+    """Where the blanks, comments and line continuations from `pos` end, or -1 when a
+    comment or continuation is still open at `ready`."""
+    e = _GAP_PY.match(body, pos, ready).end()  # type: ignore[union-attr]
+    if e < ready and (body[e] == "#" or (body[e] == "\\" and e + 1 == ready)):
+        return -1
+    return e
 
 
 class PythonicReader:
@@ -330,24 +389,29 @@ class PythonicReader:
         while pos < ready:
             st = self.state
             if st == HEAD:
-                m = _HEAD.match(body, pos, ready)
+                m = _CALL_HEAD.match(body, pos, ready)
                 if m is None:
-                    e = _HEAD_PREFIX.match(body, pos, ready).end()  # type: ignore[union-attr]
+                    e = _CALL_HEAD_PREFIX.match(body, pos, ready).end()  # type: ignore[union-attr]
                     if e < ready:
                         self.state = BAD
                     break
                 if self.held:
                     out.append((None, self.held))
                     self.held = ""
-                out.append((_SPACE.sub("", m.group(1)), ""))
+                name = m.group(1)
+                name = _NOT_NAME.sub("", name) if "#" in name or "\\" in name \
+                    else _SPACE.sub("", name)
+                out.append((name if name.isascii() else normalize("NFKC", name), ""))
                 self.start, self.sent = pos, []
                 self.whole, self.keys, self.holes = True, [], []
                 pos = m.end()
                 self.state = KW
             elif st == KW:
-                pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
-                if pos >= ready:
+                e = _gap(body, pos, ready)
+                if e < 0 or e >= ready:
+                    pos = ready if e >= ready else pos
                     break
+                pos = e
                 if body[pos] == ")":
                     pos = self._finish(body, pos + 1, out)
                     continue
@@ -383,9 +447,11 @@ class PythonicReader:
                 if self.state == STR:
                     break
             elif st == STR_END:
-                pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
-                if pos >= ready:
+                e = _gap(body, pos, ready)
+                if e < 0 or e >= ready:
+                    pos = ready if e >= ready else pos
                     break
+                pos = e
                 c = body[pos]
                 if c in ",)":
                     self._emit(out, '"')
@@ -419,14 +485,14 @@ class PythonicReader:
                     continue
                 pos = self._finish(body, pos, out)
             elif st == AFTER:
-                t = body[pos:ready].lstrip()
-                if not t:
-                    pos = ready
+                e = _gap(body, pos, ready)
+                if e < 0 or e >= ready:
+                    pos = ready if e >= ready else pos
                     break
-                if t[0] != ",":
+                if body[e] != ",":
                     self.state = BAD
                     break
-                pos = ready - len(t) + 1
+                pos = e + 1
                 self.state = HEAD
             else:
                 break
@@ -574,7 +640,8 @@ class PythonicReader:
                    for i in range(0, len(edges), 2))
 
     def close(self, body: str) -> list[Event] | None:
-        trailing_comma = self.state == HEAD and self.held and not body[self.pos:].strip()
+        trailing_comma = self.state == HEAD and self.held \
+            and _GAP_PY.fullmatch(body, self.pos) is not None
         if self.state != AFTER and not trailing_comma:
             return None
         if not self._joined(body) and parse_pythonic(body) is None:
