@@ -95,8 +95,7 @@ class Request:
                 text, finish = self._apply_stops(text, False)
             return self._emit(text, ids, finish, logprobs, top, tid_lp)
         trimmed = None
-        if ids and not self.opts.no_stop_trim and finish.get("type") == "stop" and \
-                _is_stop_token(finish.get("matched"), ids[-1]):
+        if trims_stop_token(finish, self.opts.no_stop_trim, ids):
             decode_ids, trimmed = decode_ids[:-1], ids[-1]
         if self.attr is None:
             text = self.stream.push(decode_ids)
@@ -226,6 +225,13 @@ class Request:
     def usage(self) -> Usage:
         return Usage(self.prompt_tokens, self.completion, self.prompt_tokens + self.completion,
                      self.cached_tokens, self.reasoning_tokens)
+
+
+def trims_stop_token(finish: dict[str, Any] | None, no_stop_trim: bool, ids: list[int]) -> bool:
+    """Whether a last row's final id is the scheduler's stop token, left out of the text
+    (`finish.matched` an id or ids; not with `no_stop_trim`): one rule for every path."""
+    return bool(ids) and finish is not None and not no_stop_trim and \
+        finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1])
 
 
 def _is_stop_token(matched: Any, last: int) -> bool:
@@ -407,8 +413,7 @@ class ParsedRequest(Request):
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
         decode_ids = ids if safe_ids is None else safe_ids
-        if finish is not None and ids and not self.opts.no_stop_trim and \
-                finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1]):
+        if trims_stop_token(finish, self.opts.no_stop_trim, ids):
             decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
         parts = self._feed(decode_ids)
         if finish is not None and self.parsed.stopped is None:

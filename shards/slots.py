@@ -135,12 +135,11 @@ class Slots:
             self.starts[slot] = start
         else:
             self.starts.pop(slot, None)
-        was_usage = self.meta[slot, CONT_USAGE]
-        # the slot's numbers in one assignment (a write per column cost a numpy call each)
+        # the slot's numbers in one assignment (a write per column cost a numpy call each);
+        # the usage flag as it was, for `_usage_flag` to change and count
         self.meta[slot] = (PLAIN, 1 if skip_special else 0, len(pend), skip, started, 0, 0,
-                           prompt, cached, logprob_text, continuous_usage)
-        if was_usage != continuous_usage:
-            self.usage_live += 1 if continuous_usage else -1
+                           prompt, cached, logprob_text, self.meta[slot, CONT_USAGE])
+        self._usage_flag(slot, continuous_usage)
         self.rids[slot] = self.rid_col[slot] = rid
         self.objs[slot] = None
 

@@ -35,7 +35,7 @@ from sglang_tok.protocol import (
     terminal,
 )
 from sglang_tok.ragged import ragged_index, starts_of
-from sglang_tok.request import Request, _is_stop_token, logprob_texts, make_request, refusal
+from sglang_tok.request import Request, logprob_texts, make_request, refusal, trims_stop_token
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .paths import ARRAY, row_reason
@@ -270,26 +270,28 @@ class RidTable:
         blank: list[int] = []
         for row in rows:
             fin = ends[row][0]
-            last = int(id_starts[row + 1]) - 1
-            if fin.get("type") != "stop" or last < int(id_starts[row]):
-                continue
-            opts = self.opts.get(int(slots[row]))
-            if (opts is None or not opts.no_stop_trim) and \
-                    _is_stop_token(fin.get("matched"), int(ids[last])):
-                blank.append(last)
+            a, b = int(id_starts[row]), int(id_starts[row + 1])
+            if fin.get("type") == "stop" and \
+                    trims_stop_token(fin, self._no_stop_trim(int(slots[row])), ids[a:b].tolist()):
+                blank.append(b - 1)
         if not blank:
             return ids
         ids = ids.astype(np.int64, copy=True)
         ids[blank] = self.info.vocab_size
         return ids
 
+    def _no_stop_trim(self, slot: int) -> bool:
+        opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
+        return opts is not None and opts.no_stop_trim
+
     def _flush_ends(self, texts: PlainTexts, at: list[int], slots: I64) -> PlainTexts:
         """Last rows whose slot still holds bytes of an incomplete character: the codec's
         final rules for them (U+FFFD), after the row's text, as `ByteStream.flush` does."""
         state, extra_at, extra = self.state, [], []
-        holding = np.flatnonzero(state.pend_len[slots])  # one gather: most hold nothing
+        held_all = state.pend_len[slots]  # one gather: most hold nothing
+        holding = np.flatnonzero(held_all)
         for k, slot, held in zip(holding.tolist(), slots[holding].tolist(),
-                                 state.pend_len[slots[holding]].tolist()):
+                                 held_all[holding].tolist()):
             j = at[k]
             text = utf_8_decode(state.pending[slot, :held].tobytes(), "replace", True)[0]
             if state.skip[slot]:  # the prompt's incomplete character: its first one goes
@@ -422,8 +424,7 @@ class RidTable:
             row_ids = msg.ids[st[row]:st[row + 1]].tolist()
             opts = self.opts.get(slot)
             decode_ids = row_ids
-            if row_ids and not (opts is not None and opts.no_stop_trim) and \
-                    fin.get("type") == "stop" and _is_stop_token(fin.get("matched"), row_ids[-1]):
+            if trims_stop_token(fin, self._no_stop_trim(slot), row_ids):
                 decode_ids = row_ids[:-1]
             text = self.plain.finish(state, slot, decode_ids)
             completion = int(state.completion[slot]) + len(row_ids)
@@ -690,16 +691,13 @@ def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]
     """A small message's plain rows into the output, as `_RowsOut.plain` does: `ids` per
     row with their `counts`, or (counts None) each row's one id."""
     singles = cast(list[int], ids) if counts is None else None
-    row_ids = [[i] for i in singles] if singles is not None else cast(list[list[int]], ids)
+    # the ids flat, and the counts, as PACKED and COLUMNS take them
+    flat = singles if singles is not None else \
+        list(chain.from_iterable(cast(list[list[int]], ids)))
+    counts = counts if counts is not None else [1] * len(flat)
     if isinstance(out, PackedOut):
         base = len(out.rids)
-        if singles is not None:
-            out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)),
-                         [1] * len(singles), singles)
-        else:
-            assert counts is not None
-            out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts,
-                         list(chain.from_iterable(row_ids)))
+        out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts, flat)
         if families:
             if base == 0 and len(rows) == n:  # the message's rows, numbered as they are
                 out.families += families
@@ -711,11 +709,12 @@ def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]
         base = len(out.rids)
         out.rids += rids
         out.texts += texts
-        out.id_lens += counts if counts is not None else [1] * len(row_ids)
-        out.ids += list(chain.from_iterable(row_ids))
+        out.id_lens += counts
+        out.ids += flat
         if families:
             _logprob_columns(out, fams.get(), rows, base)
         return
+    row_ids = [[i] for i in singles] if singles is not None else cast(list[list[int]], ids)
     for rid, text, ids_, r in zip(rids, texts, row_ids, rows):
         d = Delta(rid, text, ids_)
         if fams.carries(r):
