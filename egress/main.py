@@ -22,7 +22,7 @@ from sglang_tok.ring.sockets import make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.metrics import DROP_REASONS, LocalCounter, LocalHistogram, Metrics
-from sglang_tok.process import Beat, Status, freeze_heap, pin, setup_child
+from sglang_tok.process import ACTIVITY_CELL, Beat, Status, freeze_heap, pin, setup_child
 from sglang_tok.protocol import (
     EGRESS,
     EGRESS_RESTARTED,
@@ -69,6 +69,10 @@ class Egress:
         self.restarted = restarted
         self.grace_until = 0.0  # set once every shard has started again
         self.status = status
+        # the activity counter is written straight to its cell, once per frame (a
+        # replacement egress goes on from the count its predecessor reached)
+        self.drained = status.activity
+        self._cells = status.cells
         self.beat = Beat(status, 0)
         self.n = cfg.shards
         self.router = Router(cfg.shards, cfg.ended_memory * cfg.shards,
@@ -187,7 +191,8 @@ class Egress:
     # ------------------------------------------------------------------ frames
     def on_frame(self, frame: memoryview) -> None:
         stamp = time.monotonic()
-        self.status.activity += 1
+        self.drained += 1
+        self._cells[ACTIVITY_CELL] = self.drained
         if not len(frame):
             return self._drop(FrameError("empty", "zero-length frame"))
         tag = frame[0]

@@ -18,11 +18,10 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from itertools import chain, compress, repeat
 
-from sglang_tok.ring.link import LATE, SLOT_BITS
+from sglang_tok.ring.link import LATE
 
 from sglang_tok.protocol import Batch, Delta, Usage, terminal
 
-SHARD_MASK = (1 << SLOT_BITS) - 1
 NEVER = 1 << 62  # the first frame of a rid that is not live
 # frames of headers kept while some live rid is older; beyond, the oldest is folded into
 # per-rid counts (a per-row cost paid only while requests outlive this many frames)
@@ -180,7 +179,7 @@ class Router:
         self.folded: Counter[str] = Counter()  # ids of live rids' rows folded out of the log
         self.ending: dict[str, Live] = {}  # ended rids whose ending is not acknowledged
         self.opened: list[str] = []  # rids `route` saw first; the egress empties it
-        # a rid's route code (`where`) is slot << SLOT_BITS | shard: the slot is taken on
+        # a rid's route code (`where`) is slot * nshards + shard: the slot is taken on
         # its first row and given back when it ends. A shard reads a slot's end before any
         # later message can name the slot again (one link, in order), and within a frame
         # slots are taken (first rows) before any is given back (last rows).
@@ -223,7 +222,7 @@ class Router:
         return st.shard
 
     def route(self, batch: Batch) -> tuple[list[int], int, dict[int, Ended]]:
-        """Route code per row (slot << SLOT_BITS | shard; LATE: its rid has ended, no shard
+        """Route code per row (slot * nshards + shard; LATE: its rid has ended, no shard
         sees it), the frame's iteration tokens (new ids plus computed prompt tokens of
         first rows), and the rids each shard's part ends. `new_rows` then lists the rows
         whose rid took a slot in this frame."""
@@ -274,7 +273,7 @@ class Router:
             st.first = firsts[rid] = self.frames
             prompt_computed += max(0, st.prompt - st.cached)
             st.slot = self.pools[st.shard].take()
-            owner[i] = where[rid] = st.slot << SLOT_BITS | st.shard
+            owner[i] = where[rid] = st.slot * self.nshards + st.shard
             self.new_rows.append((i, rid))
 
     def _last_row(self, rids: list[str], owner: list[int], i: int,
@@ -284,7 +283,7 @@ class Router:
         code = owner[i]
         if code == LATE:
             return
-        k = code & SHARD_MASK
+        k = code % self.nshards
         rid = rids[i]
         st = self.end(rid)
         if st is not None:

@@ -17,13 +17,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from sglang_tok.ring import link
-from sglang_tok.ring.link import LATE, SLOT_BITS, Family, Sparse
+from sglang_tok.ring.link import LATE, Family, Sparse
 
 from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, Batch
 from sglang_tok.ragged import ragged_index, small_ints, starts_of, u32s
 
 I64 = npt.NDArray[np.int64]
-SHARD_MASK = (1 << SLOT_BITS) - 1
 # the output families a shard returns (input logprobs and hidden states are not text)
 _OUTPUT_FAMILIES = {name: (idx, kind) for name, idx, kind in FAMILIES
                     if name in ("output_logprobs", "output_top", "output_token_ids")}
@@ -51,19 +50,20 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
             and not batch.layout else \
             _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
                         _whole_families(batch) if batch.layout else [])
-        slots: npt.NDArray[np.uint32] | array[int] = \
-            array("I", map(SLOT_BITS.__rrshift__, codes)) if n_rows < 64 else \
-            (u32s(codes) >> SLOT_BITS).astype(np.uint32, copy=False)
-        return [(0, link.arrays(stamp, slots, batch.data[:8 * batch.total_ids], sparse))]
+        # with one shard a row's route code is its slot: the codes go as they are
+        return [(0, link.frame_arrays(stamp, array("I", codes), batch.data[:8 * batch.total_ids],
+                                      sparse))]
     code = u32s(codes).astype(np.int64)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
-    shard_of = code & SHARD_MASK
+    shard_of = code % nshards
+    if LATE in codes:
+        shard_of[code == LATE] = nshards  # LATE rows sort last, in no shard's part
     order = np.argsort(shard_of, kind="stable")
-    per_shard = np.bincount(shard_of, minlength=SHARD_MASK + 1)  # LATE rows sort last
+    per_shard = np.bincount(shard_of, minlength=nshards + 1)
     first = starts_of(per_shard)
     pos = np.empty(n_rows, np.int64)  # frame row -> its row in its shard's message
     pos[order] = np.arange(n_rows) - first[shard_of[order]]
-    slots = (code[order] >> SLOT_BITS).astype(np.uint32)
+    slots = (code[order] // nshards).astype(np.uint32)
     if one_each:
         ids_sorted, id_first = ids[order], first
         counts = None
@@ -72,7 +72,7 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         counts = id_starts[order + 1] - id_starts[order]
         ids_sorted = ids[ragged_index(id_starts[order], counts)]
         id_first = starts_of(np.bincount(shard_of, id_starts[1:] - id_starts[:-1],
-                                         minlength=SHARD_MASK + 1).astype(np.int64))
+                                         minlength=nshards + 1).astype(np.int64))
     families = _families(batch, (order, first))
     shards_of_events = shard_of[[i for i, _ in new_rows] + end_rows].tolist() \
         if new_rows or end_rows else []
@@ -109,17 +109,20 @@ def _sparse_all(header: Any, one_each: bool, lens: list[int], new_rows: list[tup
 def _whole_families(batch: Batch) -> list[Family]:
     """The output families of a frame that is one shard's whole, as they came: each
     family's section of the data buffer is its values then its ids, of equal size (the
-    next section's offset tells it without summing the lengths again)."""
+    next section's offset tells it without summing the lengths again). The sections go
+    as views of the frame (the message's encoder copies them once)."""
     h, data, layout = batch.header, batch.data, batch.layout
     out: list[Family] = []
-    for j, (name, idx, kind, pos) in enumerate(layout):
+    ends = [f[3] for f in layout[1:]]
+    ends.append(len(data))
+    for (name, idx, kind, pos), end in zip(layout, ends):
         if name not in _OUTPUT_FAMILIES:
             continue
-        half = ((layout[j + 1][3] if j + 1 < len(layout) else len(data)) - pos) // 2
-        poslens = getattr(h, HEADER_FIELDS[idx + 1]) if kind == "ragged" else ()
+        mid = (pos + end) >> 1
         out.append((name, b"", array("I", getattr(h, HEADER_FIELDS[idx])).tobytes(),
-                    array("I", poslens).tobytes(), bytes(data[pos:pos + half]),
-                    bytes(data[pos + half:pos + 2 * half])))
+                    array("I", getattr(h, HEADER_FIELDS[idx + 1])).tobytes()
+                    if kind == "ragged" else b"",
+                    data[pos:mid], data[mid:end]))  # type: ignore[arg-type]
     return out
 
 

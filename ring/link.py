@@ -33,13 +33,14 @@ import numpy.typing as npt
 
 from sglang_tok.logprob_rows import Family  # (name, rows, lens, poslens, values, ids)
 
-LATE = 255  # owner byte of a row no shard decodes (its rid has ended)
+# the route code of a row no shard decodes (its rid has ended); above every slot code
+LATE = (1 << 32) - 1
 _FORWARD, _ARRAYS, _DROP, _SYNC = b"F", b"A", b"D", b"S"
 START, EXIT = b"G", b"X"
 _STAMP = struct.Struct("<d")
 _TOKEN = struct.Struct("<Q")
 _ARRAYS_HEAD = struct.Struct("<dII")
-SLOT_BITS = 8  # a route code is slot << SLOT_BITS | shard (LATE: no shard)
+# a route code is slot * nshards + shard (LATE: no shard): with one shard, the slot itself
 
 
 # --------------------------------------------------------------------------- egress -> shard
@@ -114,6 +115,15 @@ def arrays(stamp: float, slots: npt.NDArray[np.uint32] | array[int],
     id_bytes = ids if isinstance(ids, memoryview) else ids.astype(np.int64, copy=False).tobytes()
     return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, len(slots), n_ids), slot_bytes,
                      id_bytes, tail))
+
+
+def frame_arrays(stamp: float, slots: array[int], ids: memoryview,
+                 sparse: Sparse | None = None) -> bytes:
+    """`arrays` for a frame that is one shard's whole (`array("I")` slots, the frame's own
+    ids buffer): the egress's per-frame route at small frames, with no type tests."""
+    return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, len(slots), len(ids) >> 3),
+                     slots.tobytes(), ids,
+                     _NO_SPARSE if sparse is None else _sparse_encoder.encode(sparse)))
 
 
 def sync(token: int) -> bytes:

@@ -31,6 +31,8 @@ _SUPERVISOR_BEAT = 2
 _HTTP_PORT = 3
 _DRAINING = 4
 _FIRST_SLOT = 5
+# the egress writes this cell itself, once per frame (no property call on the hot path)
+ACTIVITY_CELL = _ACTIVITY
 
 
 def _beat_cell(slot: int) -> int:

@@ -116,7 +116,7 @@ def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(["deepseek-v4", "trained-bpe", "llama2-style", "unigram-fallback"]),
        seed=st.integers(0, 10_000),
-       nshards=st.sampled_from([1, 2]), min_rows=st.sampled_from([1, 10**9]),
+       nshards=st.sampled_from([1, 2, 3]), min_rows=st.sampled_from([1, 10**9]),
        ids_per_row=st.sampled_from([(1, 1), (1, 4)]))
 def test_array_path_per_row_path_and_full_decode_agree(name: str, seed: int, nshards: int,
                                                        min_rows: int,

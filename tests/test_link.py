@@ -317,7 +317,55 @@ def test_header_columns_read_fast_equal_what_numpy_reads(values: list[int]) -> N
 
 
 def test_route_codes_read_as_uint32_and_refuse_what_does_not_fit() -> None:
-    codes = [0, 255, (1 << 24) - 1 << 8 | 3]
+    codes = [0, 255, (1 << 24) * 3 + 2, link.LATE]
     assert u32s(codes).tolist() == codes
     with pytest.raises(OverflowError):
         u32s([1 << 32])
+
+
+@pytest.mark.parametrize("nshards", [1, 2, 3])
+def test_split_gives_each_shard_its_rows_in_order_and_an_ended_rids_rows_to_none(
+        nshards: int) -> None:
+    """Route codes are slot * nshards + shard (with one shard, the slot): each shard's
+    message holds exactly its rows, in frame order, with their slots and ids; the rows of
+    a rid that has ended (LATE) reach no shard."""
+    from sglang_tok.egress.router import shard_of
+    from sglang_tok.egress.split import LocalRoute
+
+    from sglang_tok.scheduler import encode_step
+
+    route = LocalRoute(nshards)
+    rids = [f"r{i}" for i in range(14)]
+
+    def frame(names: list[str], base: int) -> protocol.Batch:
+        rows = [[base + int(r[1:]), base + 100 + int(r[1:])] if r == "r5" else [base + int(r[1:])]
+                for r in names]
+        return protocol.decode_batch(encode_step(names, rows))
+
+    def parts(batch: protocol.Batch) -> dict[int, link.Arrays]:
+        out = {}
+        for k, raw in route(batch).items():
+            msg = link.parse(raw)
+            assert isinstance(msg, link.Arrays)
+            out[k] = msg
+        return out
+
+    first = parts(frame(rids, 1000))
+    slot_of: dict[str, int] = {}
+    for k in range(nshards):
+        mine = [r for r in rids if shard_of(r, nshards) == k]
+        msg = first[k]
+        assert [rid for _, rid, _, _ in msg.sparse.new] == mine
+        slot_of.update(zip(mine, msg.slots.tolist()))
+        assert len(set(msg.slots.tolist())) == len(mine)
+        want = [i for r in mine for i in ([1005, 1105] if r == "r5" else [1000 + int(r[1:])])]
+        assert msg.ids.tolist() == want
+    route.end("r3")
+    later = ["r9", "r3", "r5", "r0"]
+    second = parts(frame(later, 2000))
+    for k, msg in second.items():
+        mine = [r for r in later if r != "r3" and shard_of(r, nshards) == k]
+        assert msg.slots.tolist() == [slot_of[r] for r in mine] and not msg.sparse.new
+        assert msg.ids.tolist() == [i for r in mine
+                                    for i in ([2005, 2105] if r == "r5" else [2000 + int(r[1:])])]
+    assert set(second) == {shard_of(r, nshards) for r in later if r != "r3"}
