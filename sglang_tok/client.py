@@ -26,9 +26,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import compress, filterfalse, repeat
+from itertools import filterfalse, repeat
 from operator import attrgetter
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -328,8 +328,8 @@ def ready(sched: Scheduler, front: Frontend, shards: int, timeout_s: float = 30.
 # --------------------------------------------------------------------------- asyncio
 _RID = attrgetter("rid")
 _FINISH = attrgetter("finish")
-_DONE = attrgetter("_done")
 _QUEUE = attrgetter("_queue")
+_consume = deque[Any](maxlen=0).extend  # runs an iterator to its end at C speed
 _WAITER = attrgetter("_waiter")
 
 
@@ -371,9 +371,17 @@ class RequestStream:
             return False
         self._queue.append(d)
         if d.finish is not None:
-            self._done = True
+            self._mark_done()
         self._wake()
         return True
+
+    def _mark_done(self) -> None:
+        """Nothing more is accepted; the client's demultiplexer learns it from its set of
+        done rids (one set test per message instead of a flag read per row)."""
+        self._done = True
+        client = self._client
+        if client.streams.get(self.rid) is self:
+            client._done_rids.add(self.rid)
 
     def _fail(self, error: str, keep_queued: bool = False) -> None:
         """End the request here: ahead of anything still queued when the consumer is
@@ -381,7 +389,7 @@ class RequestStream:
         if not keep_queued:
             self._queue.clear()
         self._queue.append(protocol.terminal(self.rid, error, protocol.Usage(0, 0, 0, 0, 0)))
-        self._done = True
+        self._mark_done()
         self._wake()
         self._client._abandon(self.rid)
 
@@ -460,6 +468,8 @@ class Client:
         self.sock: Any = make_socket(self.ctx, zmq.PULL, endpoint, bind=bind, hwm=hwm,
                                      linger_ms=0, curve=curve)
         self.streams: dict[str, RequestStream] = {}
+        # rids whose registered stream has its terminal delta queued (not yet read)
+        self._done_rids: set[str] = set()
         self._ended: dict[str, None] = {}  # insertion-ordered: the oldest goes first
         self._pongs: dict[int, tuple[set[int], asyncio.Future[None]]] = {}
         self._seqs: dict[int, int] = {}
@@ -482,6 +492,7 @@ class Client:
         if old is not None and not old._ended:
             raise ValueError(f"rid {rid!r} is already streaming")
         self._ended.pop(rid, None)
+        self._done_rids.discard(rid)
         s = self.streams[rid] = RequestStream(rid, self)
         return s
 
@@ -489,6 +500,7 @@ class Client:
         """Forget an ended stream, but remember its rid (bounded) so later deltas count late."""
         if self.streams.get(s.rid) is s:
             del self.streams[s.rid]
+            self._done_rids.discard(s.rid)
             ended = self._ended
             ended[s.rid] = None
             if len(ended) > ENDED_MEMORY:
@@ -536,45 +548,43 @@ class Client:
         for d in self._deliver_running(deltas):
             self._deliver(d)
 
-    def _open_streams(self, rids: list[str]) -> list[RequestStream] | None:
-        """The streams of these rids when each is registered, distinct, still open and has
-        room in its queue (what lets a message's rows be queued by `map`), else None."""
-        found = list(map(self.streams.get, rids))
-        if None in found:
+    def _open_queues(self, rids: list[str]) -> tuple[list[RequestStream], list[Any]] | None:
+        """The streams of these rids and their queues, when each is registered, distinct,
+        still open and has room in its queue (what lets a message's rows be queued by
+        `map`), else None. One pass per check, each at C speed."""
+        try:
+            streams = list(map(self.streams.__getitem__, rids))
+        except KeyError:
             return None
-        streams = cast(list[RequestStream], found)
-        if len(set(map(id, streams))) != len(streams) or any(map(_DONE, streams)):
+        distinct = set(rids)
+        if len(distinct) != len(rids) or not self._done_rids.isdisjoint(distinct):
             return None
-        if streams and max(map(len, map(_QUEUE, streams))) >= self.queue_limit:
+        queues = list(map(_QUEUE, streams))
+        if queues and max(map(len, queues)) >= self.queue_limit:
             return None
-        return streams
+        return streams, queues
 
     @staticmethod
-    def _queue_all(streams: list[RequestStream], items: Any) -> None:
+    def _queue_all(streams: list[RequestStream], queues: list[Any], items: Any) -> None:
         """Each item to its stream's queue at C speed; only waiting consumers are woken."""
-        for _ in map(deque.append, map(_QUEUE, streams), items):
-            pass
+        _consume(map(deque.append, queues, items))
         for s in filter(_WAITER, streams):
             s._wake()
 
     def _deliver_packed(self, rows: _PackedRows) -> list[Delta]:
-        """A PACKED message: its running rows go to their queues as (message, row), made
-        into Deltas only when read (`_delta`), so demultiplexing builds nothing per row.
-        Returns the Deltas left for `_deliver` (as `_deliver_running` does)."""
+        """A PACKED message: every row goes to its queue as (message, row), made into a
+        Delta only when read (`_delta`), so demultiplexing builds nothing per row; a last
+        row's stream is then marked done. Returns the Deltas left for `_deliver` (as
+        `_deliver_running` does): all of them when the fast route does not apply."""
         msg = rows.msg
-        n = len(msg.rids)
-        streams = self._open_streams(msg.rids)
-        if streams is None:
+        found = self._open_queues(msg.rids)
+        if found is None:
             return rows.deltas()
-        end_rows = [r for r, _ in msg.finish]
-        running = list(range(n))
-        if end_rows:
-            keep = [True] * n
-            for r in end_rows:
-                keep[r] = False
-            running, streams = list(compress(running, keep)), list(compress(streams, keep))
-        self._queue_all(streams, map(_Row, repeat(rows), running))
-        return [rows.delta(r) for r in end_rows]
+        streams, queues = found
+        self._queue_all(streams, queues, map(_Row, repeat(rows), range(len(queues))))
+        for r, _ in msg.finish:
+            streams[r]._mark_done()
+        return []
 
     def _deliver_running(self, deltas: list[Delta]) -> list[Delta]:
         """The rows that do not end their request, at C speed, when each is of a distinct,
@@ -583,12 +593,13 @@ class Client:
         or the whole message if it is not of that kind."""
         ends = list(filter(_FINISH, deltas))
         running = list(filterfalse(_FINISH, deltas)) if ends else deltas
-        streams = self._open_streams(list(map(_RID, running)))
-        if streams is None:
+        found = self._open_queues(list(map(_RID, running)))
+        if found is None:
             return deltas
+        streams, queues = found
         if ends and not set(map(_RID, ends)).isdisjoint(map(_RID, running)):
             return deltas  # a rid with both kinds of row in one message: keep it simple
-        self._queue_all(streams, running)
+        self._queue_all(streams, queues, running)
         return ends
 
     def _deliver(self, d: Delta) -> None:

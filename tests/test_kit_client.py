@@ -307,3 +307,32 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     client.sock.close(linger=0)
     assert {rid: ds for rid, ds in got.items() if ds} == expected
     assert client.stats.deltas == sum(map(len, expected.values())) > 300
+
+
+
+def test_a_last_row_on_the_fast_route_closes_its_stream_to_later_rows(tmp_path: Path) -> None:
+    """PACKED rows go to their queues in one pass and a last row marks its stream done:
+    a later message naming that rid, before or after the consumer read the end, delivers
+    the other rows and counts the ended rid's row late; a new registration takes it again."""
+    client = Client(f"ipc://{tmp_path}/c.ipc", 1, queue_limit=1 << 20)
+    a, b = client.stream("a"), client.stream("b")
+    seq = iter(range(100))
+
+    def send(*deltas: Delta) -> None:
+        client.dispatch(protocol.encode_output("packed", 0, next(seq), list(deltas)))
+
+    usage = protocol.Usage(3, 2, 5, 0, 0)
+    send(Delta("a", "x", [1]), Delta("b", "y", [2]))
+    send(Delta("a", "z", [3], finish={"type": "length"}, usage=usage), Delta("b", "w", [4]))
+    send(Delta("a", "late", [5]), Delta("b", "v", [6]))  # the end of `a` is not read yet
+    assert client.stats.late == 1
+    got_a = a.ready()
+    assert [(d.text, d.finish) for d in got_a] == [("x", None), ("z", {"type": "length"})]
+    assert got_a[-1].usage == usage
+    send(Delta("a", "later", [7]), Delta("b", "u", [8], finish={"type": "stop"}))
+    assert client.stats.late == 2
+    assert [d.text for d in b.ready()] == ["y", "w", "v", "u"] and "b" not in client.streams
+    again = client.stream("a")
+    send(Delta("a", "new", [9]))
+    assert [d.text for d in again.ready()] == ["new"] and client.stats.late == 2
+    client.sock.close(linger=0)
