@@ -68,7 +68,8 @@ def main() -> int:
     print(f"{frames} frames of {tr.rows / frames:.1f} rows; per frame: egress "
           f"{egress * 1e6:.1f} us, shard {shard * 1e6:.1f} us ({a.format} out), "
           f"total {(egress + shard) * 1e6:.1f} us; the shard's whole loop step (parse, "
-          f"decode, acknowledgement, metrics) {loop * 1e6:.1f} us")
+          f"decode, acknowledgement, metrics) {loop * 1e6:.1f} us; a frame's path through "
+          f"the service (egress + shard loop step) {(egress + loop) * 1e6:.1f} us")
     return 0
 
 
