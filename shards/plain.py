@@ -23,6 +23,7 @@ from sglang_tok.request import SENT_TAIL
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .array_decode import FlatTable, decode_rows, flat_table
+from .mapped import IdTexts
 from .slots import PENDING, Slots
 
 I64 = npt.NDArray[np.int64]
@@ -96,6 +97,7 @@ class PlainDecoder:
         self.vocab = info.vocab_size
         self.tables = (info.byte_table, info.byte_table_skip)
         self.strs = whole_char_texts(info.byte_table, info.byte_table_skip)
+        self.id_texts = IdTexts(self.strs)
         self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip)
         self.min_rows = min_rows
 

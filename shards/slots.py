@@ -198,6 +198,12 @@ class Slots:
             self.meta[slots, COMPLETION:RING_LEN + 1] += np.array(counts, np.int64)[:, None]
         self.ring.reshape(-1)[where] = ids
 
+    def record_one_each(self, slots: Any, meta: Any, ids: Any) -> None:
+        """`record_ids` and the completion counts for rows of one id each (distinct slots;
+        `meta` their numbers read before): two whole-array writes."""
+        self.ring.reshape(-1)[slots * RING + meta[:, RING_LEN] % RING] = ids
+        self.meta[slots, COMPLETION:RING_LEN + 1] += 1
+
     def record_ids(self, slots: Any, ids: Any, id_starts: Any, distinct: bool = True) -> None:
         """Append each row's ids (in [0, vocab]: the caller maps the others to vocab) to its
         slot's ring."""

@@ -38,6 +38,7 @@ from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.request import Request, logprob_texts, make_request, refusal, trims_stop_token
 from sglang_tok.tokenizer import TokenizerInfo
 
+from .mapped import decode_mapped
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
@@ -70,7 +71,7 @@ class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
-                 array_min_rows: int | None = None) -> None:
+                 array_min_rows: int | None = None, mapped: bool = True) -> None:
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
@@ -80,6 +81,9 @@ class RidTable:
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
         self.small_rows = ARRAY_MIN_ROWS if array_min_rows is None else array_min_rows
+        # messages of one id per row and at least `small_rows` rows take the id-lookup path
+        # (shards/mapped.py); False: the general array code (the tests hold each to the other)
+        self.mapped = mapped
         self.plain = plain_decoder(info, self.small_rows)
         self._fresh = self.plain.start(_DEFAULT_OPEN) if self.plain is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
@@ -186,7 +190,10 @@ class RidTable:
     # ------------------------------------------------------------------ messages
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
         """One ARRAYS message: bind new rids, decode plain rows as arrays, the rest per row."""
-        if len(msg.slots) < self.small_rows and self._on_small(msg, out):
+        if len(msg.slots) < self.small_rows:
+            if self._on_small(msg, out):
+                return
+        elif self.mapped and not msg.sparse.counts and self._on_mapped(msg, out):
             return
         slots = msg.slots.astype(np.int64)
         sparse = msg.sparse
@@ -287,6 +294,11 @@ class RidTable:
     def _flush_ends(self, texts: PlainTexts, at: list[int], slots: I64) -> PlainTexts:
         """Last rows whose slot still holds bytes of an incomplete character: the codec's
         final rules for them (U+FFFD), after the row's text, as `ByteStream.flush` does."""
+        extra_at, extra = self._held_flush(at, slots)
+        return texts.with_suffixes(extra_at, extra) if extra else texts
+
+    def _held_flush(self, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
+        """(where, text) of the flushes `_flush_ends` adds; the slots hold nothing after."""
         state, extra_at, extra = self.state, [], []
         held_all = state.pend_len[slots]  # one gather: most hold nothing
         holding = np.flatnonzero(held_all)
@@ -300,7 +312,7 @@ class RidTable:
             if text:
                 extra_at.append(j)
                 extra.append(text)
-        return texts.with_suffixes(extra_at, extra) if extra else texts
+        return extra_at, extra
 
     def _array_ends(self, out: Sink, base: int, at: list[int], rows: list[int],
                     rids: list[str], plain_slots: I64,
@@ -381,6 +393,78 @@ class RidTable:
         if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
             kinds = [h[KIND] for h in heads]
             done += self._rest_of_small(msg, plain_rows, kinds, ends, out)
+        self.counters.late_rows += n - done
+        return True
+
+    def _on_mapped(self, msg: Arrays, out: Sink) -> bool:
+        """A message of one id per row (shards/mapped.py): its texts by id lookup, the
+        slots' numbers by a few whole-array operations, plain requests' last rows among
+        them as on the array path. False (nothing done) for what the general code takes:
+        a slot named twice, a byte-fallback tokenizer."""
+        plain = self.plain
+        if not isinstance(plain, PlainDecoder):
+            return False
+        sp, state = msg.sparse, self.state
+        n = len(msg.slots)
+        slots = msg.slots.astype(np.int64)
+        if not n or not state.marks.distinct(slots, max(state.capacity, int(slots.max()) + 1)):
+            return False
+        for row, rid, prompt, cached in sp.new:
+            self._bind(int(slots[row]), rid, prompt, cached, out)
+        self.counters.rows += n
+        self.counters.tokens += n
+        ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
+        meta = state.meta[slots]
+        kinds = meta[:, KIND]
+        plain_mask = kinds == PLAIN
+        vocab = plain.vocab
+        ids = _in_vocab(msg.ids, vocab)
+        quick: list[int] = []  # plain requests' last rows, decoded with the others
+        rest = ends
+        if ends:
+            end_rows = np.fromiter(ends, np.int64, len(ends))
+            plain_mask[end_rows] = False
+            quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
+                           if not isinstance(ends[r][0].get("matched"), str))
+            if quick:
+                plain_mask[quick] = True
+                ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1), ends)
+                rest = {r: e for r, e in ends.items() if r not in set(quick)}
+        plain_rows = np.flatnonzero(plain_mask)
+        rows: list[int] = []
+        if len(plain_rows):
+            every = len(plain_rows) == n
+            if not every:
+                slots, meta, ids = slots[plain_rows], meta[plain_rows], ids[plain_rows]
+            texts = decode_mapped(plain.tables, plain.id_texts, state, slots, meta, ids)
+            state.record_one_each(slots, meta, ids)
+            end_at: list[int] = []
+            if quick:
+                end_at = quick if every else np.searchsorted(plain_rows, quick).tolist()
+                for j, text in zip(*self._held_flush(end_at, slots[end_at])):
+                    texts[j] += text
+            rids = cast(list[str], state.rid_col.take(slots).tolist())
+            rows = plain_rows.tolist()
+            fams, base = _Families(sp.families, n), len(out)
+            sent = msg.ids if every else msg.ids[plain_rows]  # as they came, out of range too
+            _small_out(out, rids, texts, sent.tolist(), None, rows, n, fams, sp.families)
+            if sp.families:
+                wants = np.flatnonzero(meta[:, LP_TEXT])
+                if len(wants):
+                    _logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
+                                   self.info)
+            if state.usage_live:
+                asked_flags = meta[:, CONT_USAGE].astype(bool)
+                asked_flags[end_at] = False  # a last row carries its final usage below
+                asked = np.flatnonzero(asked_flags)
+                if len(asked):
+                    _continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
+                                      slots[asked].tolist(), state, sp.reasoning)
+            if quick:
+                self._array_ends(out, base, end_at, quick, rids, slots, ends)
+        done = len(rows)
+        if rest or done < n:  # per-row requests' rows, other last rows, late rows
+            done += self._rest_of_small(msg, rows, kinds.tolist(), rest, out)
         self.counters.late_rows += n - done
         return True
 

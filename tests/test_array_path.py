@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pytest
 import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -88,12 +89,19 @@ def test_decode_rows_equals_bytestream_row_by_row(name: str, data: st.DataObject
             assert pend[i] == ref[i].pending
 
 
+# the three ways a shard decodes a message of plain rows, each forced on every message:
+# the whole-array code, the id-lookup path for rows of one id (others: the array code), the
+# loop (RidTable's array_min_rows and mapped)
+PATHS = {"array": (1, False), "mapped": (1, True), "loop": (10**9, True)}
+
+
 def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
-                           min_rows: int) -> tuple[list[str], dict[str, int]]:
+                           path: str) -> tuple[list[str], dict[str, int]]:
     """Every frame of a plan through routing and the shards' tables; the problems found."""
     reqs = make_requests(info, spec)
     route = LocalRoute(nshards)
-    tables = [RidTable(info, k, array_min_rows=min_rows) for k in range(nshards)]
+    min_rows, mapped = PATHS[path]
+    tables = [RidTable(info, k, array_min_rows=min_rows, mapped=mapped) for k in range(nshards)]
     outs: dict[str, list[Delta]] = {}
     for step in schedule(reqs, spec.concurrency, spec.seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
@@ -116,29 +124,30 @@ def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(["deepseek-v4", "trained-bpe", "llama2-style", "unigram-fallback"]),
        seed=st.integers(0, 10_000),
-       nshards=st.sampled_from([1, 2, 3]), min_rows=st.sampled_from([1, 10**9]),
+       nshards=st.sampled_from([1, 2, 3]), path=st.sampled_from(sorted(PATHS)),
        ids_per_row=st.sampled_from([(1, 1), (1, 4)]))
 def test_array_path_per_row_path_and_full_decode_agree(name: str, seed: int, nshards: int,
-                                                       min_rows: int,
+                                                       path: str,
                                                        ids_per_row: tuple[int, int]) -> None:
-    """min_rows 1: every plain row on the whole-array code; 10**9: every one on the loop.
-    Byte-level BPE and SentencePiece byte fallback (held byte runs, the leading-space
-    strip) alike."""
+    """Every plain row on the whole-array code, on the id-lookup path (rows of one id) or
+    on the loop. Byte-level BPE and SentencePiece byte fallback (held byte runs, the
+    leading-space strip) alike."""
     info = tokenizer(name)
     spec = PlanSpec(requests=120, concurrency=24, ids_per_row=ids_per_row, min_tokens=2,
                     max_tokens=24, logprob_share=0.2, stop_share=0.15, options_share=0.3,
                     special_share=0.2, abort_share=0.05, error_share=0.05, prompt_share=0.3,
                     seed=seed)
-    problems, paths = run_service_in_process(info, spec, nshards, min_rows)
+    problems, paths = run_service_in_process(info, spec, nshards, path)
     assert not problems, problems[:5]
     assert paths.get("array", 0) > 0 and sum(paths.values()) > paths["array"]
 
 
-def test_slots_are_reused_after_requests_end() -> None:
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_slots_are_reused_after_requests_end(path: str) -> None:
     info = tokenizer("deepseek-v4")
     spec = PlanSpec(requests=300, concurrency=8, min_tokens=2, max_tokens=6, seed=5)
     route = LocalRoute(1)
-    problems, _ = run_service_in_process(info, spec, 1, 1)
+    problems, _ = run_service_in_process(info, spec, 1, path)
     assert not problems
     reqs = make_requests(info, spec)
     table = RidTable(info, 0, array_min_rows=1)
