@@ -38,7 +38,7 @@ from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.request import Request, logprob_texts, make_request, refusal, trims_stop_token
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .mapped import decode_mapped
+from .mapped import MAPPED_MIN_ROWS, decode_mapped
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
@@ -81,9 +81,11 @@ class RidTable:
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
         self.small_rows = ARRAY_MIN_ROWS if array_min_rows is None else array_min_rows
-        # messages of one id per row and at least `small_rows` rows take the id-lookup path
-        # (shards/mapped.py); False: the general array code (the tests hold each to the other)
+        # messages of one id per row and at least `mapped_rows` rows take the id-lookup path
+        # (shards/mapped.py); False: the loop or the general array code, by size (the tests
+        # hold each path to the others)
         self.mapped = mapped
+        self.mapped_rows = min(MAPPED_MIN_ROWS, self.small_rows)
         self.plain = plain_decoder(info, self.small_rows)
         self._fresh = self.plain.start(_DEFAULT_OPEN) if self.plain is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
@@ -190,10 +192,11 @@ class RidTable:
     # ------------------------------------------------------------------ messages
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
         """One ARRAYS message: bind new rids, decode plain rows as arrays, the rest per row."""
-        if len(msg.slots) < self.small_rows:
-            if self._on_small(msg, out):
+        n = len(msg.slots)
+        if self.mapped and n >= self.mapped_rows and not msg.sparse.counts:
+            if self._on_mapped(msg, out):
                 return
-        elif self.mapped and not msg.sparse.counts and self._on_mapped(msg, out):
+        elif n < self.small_rows and self._on_small(msg, out):
             return
         slots = msg.slots.astype(np.int64)
         sparse = msg.sparse
