@@ -97,7 +97,7 @@ class PlainDecoder:
         self.vocab = info.vocab_size
         self.tables = (info.byte_table, info.byte_table_skip)
         self.strs = whole_char_texts(info.byte_table, info.byte_table_skip)
-        self.id_texts = IdTexts(self.strs)
+        self.id_texts = IdTexts(self.tables, self.strs)
         self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip)
         self.min_rows = min_rows
 

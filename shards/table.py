@@ -193,7 +193,7 @@ class RidTable:
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
         """One ARRAYS message: bind new rids, decode plain rows as arrays, the rest per row."""
         n = len(msg.slots)
-        if self.mapped and n >= self.mapped_rows and not msg.sparse.counts:
+        if self.mapped and n >= self.mapped_rows:
             if self._on_mapped(msg, out):
                 return
         elif n < self.small_rows and self._on_small(msg, out):
@@ -371,7 +371,8 @@ class RidTable:
                 flat = list(chain.from_iterable(row_ids))
                 singles = None
             else:
-                flat = flat_ids = singles = ids if all_rows else [ids[r] for r in plain_rows]
+                flat = singles = ids if all_rows else [ids[r] for r in plain_rows]
+            sent = flat  # the ids as they came, for the output
             texts = decode_small(plain.tables, plain.vocab, state, slots, rows_heads,
                                  row_ids, singles, plain.strs)
             vocab = plain.vocab
@@ -380,8 +381,7 @@ class RidTable:
             state.record_small(slots, rows_heads, flat, counts)
             rids = cast(list[str], list(map(state.rids.__getitem__, slots)))
             fams, base = _Families(sp.families, n), len(out)
-            _small_out(out, rids, texts, row_ids if row_ids is not None else flat_ids, counts,
-                       plain_rows, n, fams, sp.families)
+            _small_out(out, rids, texts, sent, counts, plain_rows, n, fams, sp.families)
             if sp.families:
                 wants = [j for j, h in enumerate(rows_heads) if h[LP_TEXT]]
                 if wants:
@@ -400,10 +400,10 @@ class RidTable:
         return True
 
     def _on_mapped(self, msg: Arrays, out: Sink) -> bool:
-        """A message of one id per row (shards/mapped.py): its texts by id lookup, the
-        slots' numbers by a few whole-array operations, plain requests' last rows among
-        them as on the array path. False (nothing done) for what the general code takes:
-        a slot named twice, a byte-fallback tokenizer."""
+        """A message of at least `mapped_rows` rows (shards/mapped.py): its texts by id
+        lookup, the slots' numbers by a few whole-array operations, plain requests' last
+        rows among them as on the array path. False (nothing done) for what the general
+        code takes: a slot named twice, a byte-fallback tokenizer."""
         plain = self.plain
         if not isinstance(plain, PlainDecoder):
             return False
@@ -414,14 +414,16 @@ class RidTable:
             return False
         for row, rid, prompt, cached in sp.new:
             self._bind(int(slots[row]), rid, prompt, cached, out)
+        id_starts = starts_of(np.frombuffer(sp.counts, np.uint32).astype(np.int64)) \
+            if sp.counts else None
         self.counters.rows += n
-        self.counters.tokens += n
+        self.counters.tokens += len(msg.ids)
         ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
         meta = state.meta[slots]
         kinds = meta[:, KIND]
         plain_mask = kinds == PLAIN
         vocab = plain.vocab
-        ids = _in_vocab(msg.ids, vocab)
+        ids = msg.ids
         quick: list[int] = []  # plain requests' last rows, decoded with the others
         rest = ends
         if ends:
@@ -431,16 +433,32 @@ class RidTable:
                            if not isinstance(ends[r][0].get("matched"), str))
             if quick:
                 plain_mask[quick] = True
-                ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1), ends)
+                ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1)
+                                              if id_starts is None else id_starts, ends)
                 rest = {r: e for r, e in ends.items() if r not in set(quick)}
+        ids = _in_vocab(ids, vocab)
         plain_rows = np.flatnonzero(plain_mask)
         rows: list[int] = []
         if len(plain_rows):
             every = len(plain_rows) == n
+            sent = msg.ids  # the ids as they came (out of range too), for the output
+            counts = None
+            if id_starts is not None:
+                counts = id_starts[1:] - id_starts[:-1]
+                if not every:
+                    counts = counts[plain_rows]
+                    take = ragged_index(id_starts[plain_rows], counts)
+                    ids, sent, id_starts = ids[take], sent[take], starts_of(counts)
+            elif not every:
+                ids, sent = ids[plain_rows], sent[plain_rows]
             if not every:
-                slots, meta, ids = slots[plain_rows], meta[plain_rows], ids[plain_rows]
-            texts = decode_mapped(plain.tables, plain.id_texts, state, slots, meta, ids)
-            state.record_one_each(slots, meta, ids)
+                slots, meta = slots[plain_rows], meta[plain_rows]
+            texts = decode_mapped(plain.id_texts, state, slots, meta, ids, id_starts)
+            if counts is None:
+                state.record_one_each(slots, meta, ids)
+            else:
+                state.record_ids(slots, ids, id_starts)
+                state.completion[slots] += counts
             end_at: list[int] = []
             if quick:
                 end_at = quick if every else np.searchsorted(plain_rows, quick).tolist()
@@ -449,8 +467,8 @@ class RidTable:
             rids = cast(list[str], state.rid_col.take(slots).tolist())
             rows = plain_rows.tolist()
             fams, base = _Families(sp.families, n), len(out)
-            sent = msg.ids if every else msg.ids[plain_rows]  # as they came, out of range too
-            _small_out(out, rids, texts, sent.tolist(), None, rows, n, fams, sp.families)
+            _small_out(out, rids, texts, sent.tolist(), None if counts is None else
+                       counts.tolist(), rows, n, fams, sp.families)
             if sp.families:
                 wants = np.flatnonzero(meta[:, LP_TEXT])
                 if len(wants):
@@ -772,19 +790,15 @@ def _continuous_usage(out: Sink, base: int, outs: list[int], rows: list[int], sl
             out[base + j].usage = usage
 
 
-def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]] | list[int],
+def _small_out(out: Sink, rids: list[str], texts: list[str], flat: list[int],
                counts: list[int] | None, rows: list[int], n: int, fams: _Families,
                families: list[Any]) -> None:
-    """A small message's plain rows into the output, as `_RowsOut.plain` does: `ids` per
-    row with their `counts`, or (counts None) each row's one id."""
-    singles = cast(list[int], ids) if counts is None else None
-    # the ids flat, and the counts, as PACKED and COLUMNS take them
-    flat = singles if singles is not None else \
-        list(chain.from_iterable(cast(list[list[int]], ids)))
-    counts = counts if counts is not None else [1] * len(flat)
+    """A small message's plain rows into the output, as `_RowsOut.plain` does: their ids
+    flat (as they came) with per-row `counts`, or (counts None) each row's one id."""
     if isinstance(out, PackedOut):
         base = len(out.rids)
-        out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)), counts, flat)
+        out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)),
+                     [1] * len(flat) if counts is None else counts, flat)
         if families:
             if base == 0 and len(rows) == n:  # the message's rows, numbered as they are
                 out.families += families
@@ -796,12 +810,16 @@ def _small_out(out: Sink, rids: list[str], texts: list[str], ids: list[list[int]
         base = len(out.rids)
         out.rids += rids
         out.texts += texts
-        out.id_lens += counts
+        out.id_lens += [1] * len(flat) if counts is None else counts
         out.ids += flat
         if families:
             _logprob_columns(out, fams.get(), rows, base)
         return
-    row_ids = [[i] for i in singles] if singles is not None else cast(list[list[int]], ids)
+    if counts is None:
+        row_ids = [[i] for i in flat]
+    else:
+        cuts = [0, *accumulate(counts)]
+        row_ids = [flat[a:b] for a, b in zip(cuts, cuts[1:])]
     for rid, text, ids_, r in zip(rids, texts, row_ids, rows):
         d = Delta(rid, text, ids_)
         if fams.carries(r):
