@@ -192,15 +192,17 @@ def test_rows_without_ids_in_small_and_large_messages() -> None:
                                                         ("b", IDS[:2])]
 
 
-def test_last_rows_on_the_array_path_in_every_output_format() -> None:
+@pytest.mark.parametrize("mapped", [True, False])
+def test_last_rows_on_the_array_path_in_every_output_format(mapped: bool) -> None:
     """Last rows of plain requests are decoded with the other rows of their message: the
     scheduler's stop token left out of the text, a character cut by the end flushed as
-    U+FFFD, the final usage once (not also the continuous one), in every output format."""
+    U+FFFD, the final usage once (not also the continuous one), in every output format,
+    by the id-lookup path and by the whole-array code."""
     assert INFO.byte_table is not None
     cut = [INFO.byte_table.index(bytes([0xF0]))]  # a 4-byte character's first byte
     stop = IDS[-1]
     for make in (list, ColumnsOut, protocol.PackedOut):
-        t = RidTable(INFO, 0, array_min_rows=1)
+        t = RidTable(INFO, 0, array_min_rows=1, mapped=mapped)
         for k in range(3):
             t.on_open(Open(f"u{k}", continuous_usage=True), [])
         first = [{"rid": f"u{k}", "ids": IDS[:3], "prompt_tokens": 5} for k in range(3)]
