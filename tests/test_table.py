@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sglang_tok.egress.split import LocalRoute
 from sglang_tok.ring import link
 from sglang_tok.shards.table import RidTable
