@@ -415,11 +415,26 @@ class ParsedRequest(Request):
         decode_ids = ids if safe_ids is None else safe_ids
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
             decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
-        parts = self._feed(decode_ids)
-        if finish is not None and self.parsed.stopped is None:
-            parts.append(self.parsed.feed(self.stream.flush()))
-            parts.append(self.parsed.finish())
-        pd = parts[0] if len(parts) == 1 else _merge(parts)
+        parsed = self.parsed
+        if finish is not None and parsed.plain and not self.min_left:
+            # the last row with nothing held anywhere (most requests end in plain content):
+            # when its text and the decoder's tail pass `row`'s plain test, `feed` gives
+            # them back as they are and `finish` releases nothing, so skip building both
+            piece = self.stream.push(decode_ids)
+            tail = self.stream.flush()
+            text = piece + tail if tail else piece
+            first = parsed.tool_first
+            if (first is None or (first not in text and parsed.tool_second not in text)) \
+                    and not (parsed.after and text[-1:].isspace()):
+                pd = ParsedDelta(text)
+            else:
+                pd = _merge([parsed.feed(piece), parsed.feed(tail), parsed.finish()])
+        else:
+            parts = self._feed(decode_ids)
+            if finish is not None and parsed.stopped is None:
+                parts.append(parsed.feed(self.stream.flush()))
+                parts.append(parsed.finish())
+            pd = parts[0] if len(parts) == 1 else _merge(parts)
         text = pd.text
         if pd.stop is not None:
             finish = {"type": "stop", "matched": pd.stop}

@@ -213,6 +213,24 @@ def parse_hermes(body: str) -> Calls | None:
     return None if call is None else [call]
 
 
+def valid_hermes(body: str) -> bool:
+    """`parse_hermes(body) is not None`, without re-serialising the arguments (the
+    incremental reader sends the model's own text; only validity is asked at the close):
+    every loaded value serialises, so validity is the load and the shape. A deeply nested
+    body takes `parse_hermes` itself (its serialisation could hit the recursion limit)."""
+    if body.count("{") + body.count("[") > 64:
+        return parse_hermes(body) is not None
+    try:
+        obj = loads(body)
+    except ValueError:
+        return False
+    if not isinstance(obj, dict):
+        return False
+    name = obj.get("name")
+    return isinstance(name, str) and bool(name) and \
+        isinstance(obj.get("arguments", obj.get("parameters", {})), dict)
+
+
 def parse_hermes_typed(body: str, schemas: Schemas | None) -> Calls | None:
     """Whole mode: one object as `parse_hermes`; an array by the incremental reader's own
     element rules (so both modes agree on which elements stand), arguments re-serialised."""
@@ -290,7 +308,7 @@ class HermesReader:
             return self.array.close(body)
         obj = self.obj
         if obj is None or obj.state != DONE or not obj.named or body[obj.end:].strip() \
-                or parse_hermes(body) is None:
+                or not valid_hermes(body):
             return None
         return [obj.rest(body)]
 
@@ -353,7 +371,7 @@ class CallArray:
                 if obj.state == DONE:
                     pos = obj.end
                     text = body[self.elem:pos]
-                    if obj.named and not self.rejected and parse_hermes(text) is not None:
+                    if obj.named and not self.rejected and valid_hermes(text):
                         out.append(obj.rest(body))
                         self.obj = None
                         self.valid += 1

@@ -46,12 +46,12 @@ decision depends only on the text so far, never on how it was chunked):
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
+from .jsonio import dumps, loads
 from .markers import MarkerSet
 from .schema import Schemas
 from .types import ParsedDelta, Thought, ToolCallDelta
@@ -87,19 +87,10 @@ WHOLE, INCREMENTAL = "whole", "incremental"
 TOOL_STREAMS = (INCREMENTAL, WHOLE)
 
 
-def _reject_constant(value: str) -> Any:
-    raise ValueError(f"not JSON: {value}")
-
-
-def loads(text: str) -> Any:
-    """Strict JSON: NaN and Infinity are not JSON and make the call malformed."""
-    return json.loads(text, parse_constant=_reject_constant)
-
-
 def arguments_json(obj: Any) -> str | None:
     if not isinstance(obj, dict):
         return None
-    return json.dumps(obj, ensure_ascii=False)
+    return dumps(obj)
 
 
 def json_string(text: str) -> str:
@@ -759,9 +750,12 @@ class ToolParser:
         if not events:
             return ""
         ev = events[0]
-        if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
-                and self.opened:  # type: ignore[index]
-            return ev[1]  # type: ignore[index]
+        if ev.__class__ is tuple and ev[0] is None and self.opened:  # type: ignore[index]
+            if len(events) == 1:
+                return ev[1]  # type: ignore[index]
+            # several fragments of the open call (a key and its value's start): one
+            if all(e.__class__ is tuple and e[0] is None for e in events):  # type: ignore[index]
+                return "".join([e[1] for e in events])  # type: ignore[index]
         out = self.out = []
         self._events(events)
         return out
