@@ -34,6 +34,16 @@ from .tools import (
 _WS = re.compile(r"\s*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR_END = re.compile(r"[\s,\]}]")
+# a JSON string with no escape and no control character: its value is its inside
+_PLAIN_STRING = re.compile(r'"[^"\\\x00-\x1f]*"')
+
+
+def _string_value(token: str) -> Any:
+    """`json.loads` of a `_STRING` match (a key, a name), without the decoder for the
+    common token that has nothing to decode."""
+    if _PLAIN_STRING.fullmatch(token) is not None:
+        return token[1:-1]
+    return json.loads(token)
 ARG_KEYS = ("arguments", "parameters")
 
 OPEN, KEY, VALUE, SKIP, ARGS, AFTER, DONE, BAD = range(8)
@@ -116,7 +126,7 @@ class CallObject:
                     self.state = BAD
                     break
                 try:
-                    key = json.loads(m.group())
+                    key = _string_value(m.group())
                 except ValueError:
                     self.state = BAD
                     break
@@ -164,7 +174,7 @@ class CallObject:
                 return pos  # wait for the string's end
             if key == "name":
                 try:
-                    name = json.loads(m.group())
+                    name = _string_value(m.group())
                 except ValueError:
                     name = None
                 if not isinstance(name, str) or not name:
@@ -270,6 +280,8 @@ def parse_hermes_typed(body: str, schemas: Schemas | None) -> Calls | None:
 class HermesReader:
     """`<tool_call>` + one JSON object + `</tool_call>`, or a JSON array of such objects
     (`CallArray`)."""
+
+    piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
 
     __slots__ = ("array", "obj", "schemas")
 
@@ -575,6 +587,8 @@ class MistralReader:
     """A JSON array of call objects (each call streams in turn; a finished element's
     closing brace leaves when the next one starts), one object, or `name[ARGS]{...}`."""
 
+    piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
+
     __slots__ = ("args", "in_array", "objs", "pos", "state")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
@@ -708,6 +722,8 @@ def parse_deepseekv3(body: str) -> Calls | None:
 
 class DeepSeekV3Reader:
     """`[function]<sep>name` then a ```json fence (V3) or the JSON itself (V3.1)."""
+
+    piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
 
     __slots__ = ("args", "bad", "name", "v3")
 

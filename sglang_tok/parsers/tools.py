@@ -143,19 +143,28 @@ class JsonEnd:
     Resumable: each call scans only what is new (up to `n`). Invalid JSON still gets an
     extent (its brackets balance somewhere, or the call stays open), and then fails to
     parse. `pos` is how far the scan has got: everything before it is inside the value.
+    `esc`: the scan stopped right after a string's backslash, so the character at `pos`,
+    when it arrives, is escaped (a tokenizer often cuts `\\n` between its two characters;
+    held at the backslash instead, the scan sent the next piece `read`'s way).
     """
 
-    __slots__ = ("depth", "in_string", "pos")
+    __slots__ = ("depth", "esc", "in_string", "pos")
 
     def __init__(self, start: int) -> None:
         self.pos = start
         self.depth = 0
         self.in_string = False
+        self.esc = False
 
     def end(self, body: str, n: int | None = None) -> int:
         i = self.pos
         if n is None:
             n = len(body)
+        if self.esc:  # (inside a string) the character at `pos` is escaped
+            if i >= n:
+                return -1
+            self.esc = False
+            i += 1
         while True:
             if self.in_string:
                 m = _IN_STRING.search(body, i, n)
@@ -165,7 +174,8 @@ class JsonEnd:
                 j = m.start()
                 if body[j] == "\\":
                     if j + 1 >= n:
-                        self.pos = j  # the escaped character has not arrived yet
+                        self.pos = j + 1  # the escaped character has not arrived yet
+                        self.esc = True
                         return -1
                     i = j + 2
                     continue
@@ -193,20 +203,23 @@ class JsonEnd:
         """`end` for a piece appended at `at`, when the scan has reached `at` and the value
         does not end in the piece: the scan moves past it, having read only the piece (not
         the body). False, state unchanged: not such a piece (`end` decides): the scan is
-        behind `at`, the value ends in it, or it ends inside an escape (`end` then stops
-        at the backslash)."""
+        behind `at`, or the value ends in it."""
         if self.pos != at:
             return False
         n = len(text)
+        if not n:
+            return True
         if self.in_string:
             if '"' not in text and "\\" not in text:  # the common piece: all string
                 self.pos = at + n
+                self.esc = False  # (an escaped first character is an ordinary one here)
                 return True
         elif _STRUCTURE.search(text) is None:
             self.pos = at + n
             return True
         # `end`'s loop over the piece alone, its state in locals until it is known to hold
-        in_string, depth, i = self.in_string, self.depth, 0
+        in_string, depth, i = self.in_string, self.depth, 1 if self.esc else 0
+        esc = False
         while True:
             if in_string:
                 m = _IN_STRING.search(text, i)
@@ -215,7 +228,8 @@ class JsonEnd:
                 j = m.start()
                 if text[j] == "\\":
                     if j + 1 >= n:
-                        return False
+                        esc = True  # its escaped character comes with a later piece
+                        break
                     i = j + 2
                     continue
                 in_string = False
@@ -235,7 +249,7 @@ class JsonEnd:
                 if depth <= 0:
                     return False
             i = j + 1
-        self.in_string, self.depth, self.pos = in_string, depth, at + n
+        self.in_string, self.depth, self.pos, self.esc = in_string, depth, at + n, esc
         return True
 
 
@@ -244,7 +258,9 @@ class RawArgs:
 
     Released as far as it is scanned, except its closing brace, which leaves with the
     call's end (so a client never holds complete-looking arguments of a call that may
-    still turn out malformed). Decides nothing about validity: the call's close does.
+    still turn out malformed), and a string's backslash whose escaped character has not
+    arrived (it leaves with that character, so an escape is never cut between fragments).
+    Decides nothing about validity: the call's close does.
     """
 
     __slots__ = ("end", "json", "sent", "start")
@@ -259,7 +275,8 @@ class RawArgs:
             e = self.json.end(body, ready)
             if e >= 0:
                 self.end = e
-        limit = self.end - 1 if self.end >= 0 else min(self.json.pos, ready)
+        j = self.json
+        limit = self.end - 1 if self.end >= 0 else min(j.pos - j.esc, ready)
         if limit <= self.sent:
             return ""
         frag = body[self.sent:limit]
@@ -273,19 +290,28 @@ class RawArgs:
 
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` (all of it ready), when everything before it
-        was scanned and sent and the value does not end in the piece (`JsonEnd.skip`):
-        then all of it is inside the value and leaves as is, quotes and brackets included.
+        was scanned and sent (but a held backslash, which leaves with it) and the value
+        does not end in the piece (`JsonEnd.skip`): then all of it is inside the value and
+        leaves as is, quotes and brackets included (but a backslash ending it, held).
         None: not such a piece (`read` decides)."""
-        if self.end >= 0 or self.sent != at:
+        if self.end >= 0 or not text:
             return None
         j = self.json
-        if j.in_string and j.pos == at and '"' not in text and "\\" not in text:
+        lead = ""
+        if self.sent != at:
+            if not (j.esc and self.sent == at - 1):
+                return None
+            lead = "\\"  # the held backslash: the piece brings its escaped character
+        elif j.in_string and j.pos == at and '"' not in text and "\\" not in text:
             j.pos = self.sent = at + len(text)  # the common piece (`skip`'s first test)
             return text
         if not j.skip(at, text):
             return None
+        if j.esc:  # the piece ends with a backslash: held for its escaped character
+            self.sent = at + len(text) - 1
+            return lead + text[:-1]
         self.sent = at + len(text)
-        return text
+        return lead + text if lead else text
 
 
 _WS = re.compile(r"\s*")
@@ -356,6 +382,10 @@ class CallReader(Protocol):
     Optional, for speed: `fast(at, text) -> str | None`, for a piece `text` appended at
     `at` that holds no character starting the call's end marker: the argument fragment
     `read` would give for it, without the scan (None: not in a state that can tell).
+    A reader whose `fast` depends only on its own state and the piece, never on what the
+    body holds before `at` (it tells from its state that everything before was read),
+    says so with `piece_fast = True`: it is then also given a piece that holds the
+    marker's first character where no marker can start (code's `<`), all of it ready.
     An end without a close marker (a JSON value's, a Python list's) may likewise have
     `skip(at, text) -> bool`: True when the piece cannot end the call (its state advanced
     past it as `end` would), so the piece skips the engine's end search.
@@ -605,6 +635,7 @@ class ToolParser:
         "opened_by",
         "out",
         "pending",
+        "piece_fast",
         "quotes",
         "reader",
         "rejected",
@@ -626,6 +657,7 @@ class ToolParser:
         self.ender: Any = None
         self.reader: CallReader | None = None  # incremental: the open call's reader
         self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
+        self.piece_fast = False  # its `fast` reads the piece alone (CallReader)
         # the open call's end's `skip`, for a format with no close marker (else None)
         self.skip_end: Callable[[int, str], bool] | None = None
         self.opened: list[int] = []  # incremental: indices of the open body's sent calls
@@ -701,8 +733,12 @@ class ToolParser:
                 window = body[lo:] + text
                 if fmt.close_marker in window:
                     return None
-                del body
-                return self._grow(text, lo + fmt.close_set.hold_from(window))  # type: ignore[union-attr]
+                ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
+                if ready < lo + len(window) or not self.piece_fast:
+                    del body
+                    return self._grow(text, ready)
+                # all of it ready (a `<` in code that starts no marker), and the reader's
+                # `fast` reads the piece alone: the common route
         # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
         # piece inside a call). `fast` is None in whole mode.
         fast = self.fast
@@ -970,6 +1006,7 @@ class ToolParser:
         if self.incremental:
             self.reader = self.fmt.reader(self.schemas)
             self.fast = getattr(self.reader, "fast", None)
+            self.piece_fast = getattr(self.reader, "piece_fast", False)
             self.opened = []
             self.dropped = ""
             self.rejected = False
