@@ -78,3 +78,21 @@ def test_json_end_escape_state_matches_a_whole_scan() -> None:
     sent = "".join(args.fast(i, c) or args.read(text[:i + 1], i + 1)
                    for i, c in enumerate(text))
     assert sent + args.rest(text) == text
+
+
+def test_pythonic_escapes_cut_anywhere_leave_decoded_once_complete() -> None:
+    # repr() writes \t, \x07, \u200d (emoji joiners), \U..., \\ and \' : the shortcut
+    # decodes those it can without `ast`, an incomplete one waits for the piece that
+    # completes it, and the fragments are what the reader's own way gives
+    value = "tab\there \x07 \U0001F468\u200d\U0001F469 it's \\ \U0010FFFF \ud7ff"
+    text = f"[f(a={value!r}, b='x\\N{{BULLET}}y\\101')]"
+    want = json.dumps({"a": value, "b": "x\u2022yA"}, ensure_ascii=False)
+    for cut in range(1, len(text)):
+        for step in (1, 2, 5):
+            pieces = [text[:cut]] + [text[i:i + step] for i in range(cut, len(text), step)]
+            out = _feed("pythonic", pieces)
+            assert _args(out) == want
+            sent = ""
+            for piece, d in zip(pieces, out):
+                sent += "".join(c.arguments for c in d.tool_calls or ())
+                assert want.startswith(sent)
