@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .schema import Schemas
@@ -309,11 +310,17 @@ class HermesReader:
 
     def fast(self, at: int, text: str) -> str | None:
         """Inside the named call's arguments: `RawArgs.fast`."""
+        fast = self.fast_now()
+        return None if fast is None else fast(at, text)
+
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read`: the named call's `RawArgs.fast` (which gives None
+        once its object ends), or None."""
         obj = self.obj if self.array is None else self.array.live()
         if obj is None or obj.state != ARGS or not obj.named:
             return None
         assert obj.args is not None
-        return obj.args.fast(at, text)
+        return obj.args.fast
 
     def close(self, body: str) -> list[Event] | None:
         if self.array is not None:
@@ -539,6 +546,10 @@ class MistralEnd:
         """`JsonEnd.skip`, once the JSON value has started."""
         return self.json is not None and self.json.skip(at, text)
 
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the JSON value's own, once it has started."""
+        return None if self.json is None else self.json.skip
+
     @staticmethod
     def _json_start(body: str) -> int:
         """Index of the JSON value; -1: undecided yet; <= -2: malformed at -(r + 2)."""
@@ -600,6 +611,11 @@ class MistralReader:
 
     def fast(self, at: int, text: str) -> str | None:
         """Inside a named call's arguments (an element's, or v11's): `RawArgs.fast`."""
+        fast = self.fast_now()
+        return None if fast is None else fast(at, text)
+
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read`: the named call's `RawArgs.fast`, or None."""
         st = self.state
         if st == M_ELEM:
             obj = self.objs[-1]
@@ -610,7 +626,7 @@ class MistralReader:
             args = self.args
         else:
             return None
-        return None if args is None else args.fast(at, text)
+        return None if args is None else args.fast
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
@@ -777,6 +793,10 @@ class DeepSeekV3Reader:
     def fast(self, at: int, text: str) -> str | None:
         """Inside the arguments: `RawArgs.fast`."""
         return None if self.args is None or self.bad else self.args.fast(at, text)
+
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read`: `RawArgs.fast` once the arguments started."""
+        return None if self.args is None or self.bad else self.args.fast
 
     def close(self, body: str) -> list[Event] | None:
         args = self.args

@@ -28,6 +28,7 @@ import ast
 import json
 import re
 import warnings
+from collections.abc import Callable
 from keyword import iskeyword
 from typing import Any
 from unicodedata import normalize
@@ -65,6 +66,10 @@ class ObjectEnd:
     def skip(self, at: int, text: str) -> bool:
         """`JsonEnd.skip`, once the object has started."""
         return self.json is not None and self.json.skip(at, text)
+
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the object's own, once it has started."""
+        return None if self.json is None else self.json.skip
 
 
 def llama3_json() -> ToolFormat:
@@ -260,6 +265,10 @@ class ListEnd:
     def skip(self, at: int, text: str) -> bool:
         """`PyScan.skip`, once the list's first call has started."""
         return self.scan is not None and self.scan.skip(at, text)
+
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the scan's own, once the first call started."""
+        return None if self.scan is None else self.scan.skip
 
 
 def _func_name(node: ast.expr) -> str | None:

@@ -389,6 +389,9 @@ class CallReader(Protocol):
     An end without a close marker (a JSON value's, a Python list's) may likewise have
     `skip(at, text) -> bool`: True when the piece cannot end the call (its state advanced
     past it as `end` would), so the piece skips the engine's end search.
+    Both may be given as the object they delegate to, for one Python call less per piece:
+    a reader's `fast_now()` is the `fast` to use until its next `read` (None: none), an
+    end's `skip_now()` the `skip` until its next `end` (the engine asks after each).
     """
 
     def read(self, body: str, ready: int) -> list[Event]: ...
@@ -624,6 +627,7 @@ class ToolParser:
         "dropped",
         "ender",
         "fast",
+        "fast_now",
         "fresh_start",
         "fmt",
         "held",
@@ -642,6 +646,7 @@ class ToolParser:
         "schemas",
         "section_ok",
         "skip_end",
+        "skip_now",
         "state",
     )
 
@@ -657,9 +662,14 @@ class ToolParser:
         self.ender: Any = None
         self.reader: CallReader | None = None  # incremental: the open call's reader
         self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
+        # the reader's `fast_now`, if any: the `fast` to use until its next read (the
+        # object its `fast` would delegate to, so a piece skips that call)
+        self.fast_now: Callable[[], Callable[[int, str], str | None] | None] | None = None
         self.piece_fast = False  # its `fast` reads the piece alone (CallReader)
         # the open call's end's `skip`, for a format with no close marker (else None)
         self.skip_end: Callable[[int, str], bool] | None = None
+        # the end's `skip_now`, if any: the `skip` to use until its next `end`
+        self.skip_now: Callable[[], Callable[[int, str], bool] | None] | None = None
         self.opened: list[int] = []  # incremental: indices of the open body's sent calls
         self.dropped = ""  # incremental: text of the open body's malformed elements
         self.rejected = False  # incremental: the open body is already known to be text
@@ -783,6 +793,8 @@ class ToolParser:
         body += text  # the only reference: CPython grows it in place
         self.body = body
         events = self.reader.read(body, len(body) if ready < 0 else ready)  # type: ignore[union-attr]
+        if self.fast_now is not None:
+            self.fast = self.fast_now()
         if not events:
             return ""
         ev = events[0]
@@ -1005,13 +1017,17 @@ class ToolParser:
         self.ender = self.fmt.make_end()
         if self.incremental:
             self.reader = self.fmt.reader(self.schemas)
-            self.fast = getattr(self.reader, "fast", None)
+            self.fast_now = getattr(self.reader, "fast_now", None)
+            self.fast = self.fast_now() if self.fast_now is not None \
+                else getattr(self.reader, "fast", None)
             self.piece_fast = getattr(self.reader, "piece_fast", False)
             self.opened = []
             self.dropped = ""
             self.rejected = False
-        self.skip_end = getattr(self.ender, "skip", None) if self.fmt.close_first is None \
+        self.skip_now = getattr(self.ender, "skip_now", None) if self.fmt.close_first is None \
             else None
+        self.skip_end = self.skip_now() if self.skip_now is not None else \
+            getattr(self.ender, "skip", None) if self.fmt.close_first is None else None
 
     def _call(self, s: str) -> str:
         body, self.body = self.body, ""
@@ -1019,10 +1035,14 @@ class ToolParser:
         end_body, end_call = self.ender.end(body)
         if end_body < 0:
             self.body = body
+            if self.skip_now is not None:
+                self.skip_end = self.skip_now()
             if self.incremental and not self.rejected:
                 cs = self.fmt.close_set
                 ready = len(body) if cs is None else cs.hold_from(body)
                 self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
+                if self.fast_now is not None:
+                    self.fast = self.fast_now()
             return ""
         self.ender = None
         self.state = self.home
