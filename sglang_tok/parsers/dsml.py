@@ -222,6 +222,12 @@ class DsmlReader:
             return ""
         return None
 
+    def waits(self, text: str) -> bool:
+        """A head (the invoke's, a parameter's) ends only at a `>` (never in a held
+        prefix of the end marker): without one, `read` gives nothing."""
+        st = self.state
+        return (st == HEAD or st == PARAMS) and ">" not in text
+
     def close(self, body: str) -> list[Event] | None:
         if parse_dsml_invoke(body) is None:
             return None

@@ -389,9 +389,13 @@ class CallReader(Protocol):
     An end without a close marker (a JSON value's, a Python list's) may likewise have
     `skip(at, text) -> bool`: True when the piece cannot end the call (its state advanced
     past it as `end` would), so the piece skips the engine's end search.
-    Both may be given as the object they delegate to, for one Python call less per piece:
-    a reader's `fast_now()` is the `fast` to use until its next `read` (None: none), an
-    end's `skip_now()` the `skip` until its next `end` (the engine asks after each).
+    And `waits(text) -> bool`: True when `read` would give nothing for the piece and
+    change nothing, however much of it is ready (a head waiting for its `>`): a piece that
+    may hold the start of the end marker then only grows the body.
+    `fast` and `skip` may be given as the object they delegate to, for one Python call
+    less per piece: a reader's `fast_now()` is the `fast` to use until its next `read`
+    (None: none), an end's `skip_now()` the `skip` until its next `end` (the engine asks
+    after each).
     """
 
     def read(self, body: str, ready: int) -> list[Event]: ...
@@ -543,7 +547,8 @@ class Quotes:
 
     def feed(self, t: str) -> None:
         # (mid-line, no run under way, and no newline, backtick or tilde in t: nothing
-        # changes; the shard's hot path, request.py, skips the call then)
+        # changes; the shard's hot path, request.py, skips the call then, and inlines the
+        # first branch below: a change here is a change there)
         if not self.run_n and "`" not in t and "~" not in t:
             # no run under way and none in the piece: only where lines start can change (a
             # newline closes an open inline span and starts a line; what follows the last
@@ -647,6 +652,7 @@ class ToolParser:
         "section_ok",
         "skip_end",
         "skip_now",
+        "waits",
         "state",
     )
 
@@ -666,6 +672,7 @@ class ToolParser:
         # object its `fast` would delegate to, so a piece skips that call)
         self.fast_now: Callable[[], Callable[[int, str], str | None] | None] | None = None
         self.piece_fast = False  # its `fast` reads the piece alone (CallReader)
+        self.waits: Callable[[str], bool] | None = None  # its `waits`, if any (CallReader)
         # the open call's end's `skip`, for a format with no close marker (else None)
         self.skip_end: Callable[[int, str], bool] | None = None
         # the end's `skip_now`, if any: the `skip` to use until its next `end`
@@ -743,6 +750,13 @@ class ToolParser:
                 window = body[lo:] + text
                 if fmt.close_marker in window:
                     return None
+                waits = self.waits
+                if waits is not None and waits(text):  # nothing to read: only grow
+                    del window
+                    self.body = ""
+                    body += text  # the only reference: CPython grows it in place
+                    self.body = body
+                    return ""
                 ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
                 if ready < lo + len(window) or not self.piece_fast:
                     del body
@@ -1021,6 +1035,7 @@ class ToolParser:
             self.fast = self.fast_now() if self.fast_now is not None \
                 else getattr(self.reader, "fast", None)
             self.piece_fast = getattr(self.reader, "piece_fast", False)
+            self.waits = getattr(self.reader, "waits", None)
             self.opened = []
             self.dropped = ""
             self.rejected = False
