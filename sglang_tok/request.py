@@ -359,10 +359,12 @@ class ParsedRequest(Request):
                     s.skip = 0
             parsed = self.parsed
             first = parsed.tool_first
-            if parsed.plain and (first is None or (first not in piece
-                                                    and parsed.tool_second not in piece)) \
-                    and not (parsed.after and piece[-1:].isspace()):
+            if parsed.plain and not (parsed.after and piece[-1:].isspace()) \
+                    and (first is None or (first not in piece and parsed.tool_second not in piece)
+                         or parsed.tools.plain_text(piece)):  # type: ignore[union-attr]
                 # what `feed` returns for a piece with nothing to parse, without building it
+                # (`plain_text`: a marker's first character but no marker, `<think>` or
+                # code in content)
                 q = parsed.quotes
                 if q is not None and (q.line or "\n" in piece):  # (else, and with no run
                     # under way or in the piece, `Quotes.feed` does nothing)
