@@ -19,6 +19,7 @@ def _reject_constant(value: str) -> Any:
 
 _STRICT = json.JSONDecoder(parse_constant=_reject_constant)
 _COMPACT = json.JSONEncoder(ensure_ascii=False)
+_FINITE = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
 def loads(text: str) -> Any:
@@ -30,3 +31,9 @@ def loads(text: str) -> Any:
 def dumps(obj: Any) -> str:
     """`json.dumps(obj, ensure_ascii=False)`."""
     return _COMPACT.encode(obj)  # type: ignore[no-any-return]
+
+
+def dumps_finite(obj: Any) -> str:
+    """`json.dumps(obj, ensure_ascii=False, allow_nan=False)`: NaN and infinities are a
+    ValueError."""
+    return _FINITE.encode(obj)  # type: ignore[no-any-return]

@@ -25,7 +25,6 @@ comments; the reader skips them where it skips blanks).
 from __future__ import annotations
 
 import ast
-import json
 import re
 import warnings
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from typing import Any
 from unicodedata import normalize
 
 from .json_calls import HermesReader, parse_hermes
+from .jsonio import dumps_finite
 from .schema import Schemas
 from .tools import Calls, Event, JsonEnd, ToolFormat, escape, json_string
 
@@ -292,8 +292,10 @@ def _call_json(node: ast.expr) -> tuple[str, str] | None:
             # **kwargs; a repeated keyword, which `ast.parse` lets through but Python's
             # compiler rejects (and a streamed first value cannot be taken back)
             return None
-        args[kw.arg] = ast.literal_eval(kw.value)
-    return name, json.dumps(args, ensure_ascii=False, allow_nan=False)
+        value = kw.value  # a constant is its own value (what literal_eval returns for it)
+        args[kw.arg] = value.value if value.__class__ is ast.Constant \
+            else ast.literal_eval(value)  # type: ignore[attr-defined]
+    return name, dumps_finite(args)
 
 
 def _parse(source: str) -> ast.expr | None:
@@ -362,7 +364,7 @@ def _literal_json(source: str) -> str:
     if _GAP_PY.fullmatch(source) is not None:  # no value (`a=)`): `()` would be a tuple
         raise ValueError("no value")
     value = ast.literal_eval("(" + source + ")")
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return dumps_finite(value)
 
 
 _HEX = frozenset("0123456789abcdefABCDEF")
