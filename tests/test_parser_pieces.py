@@ -93,6 +93,6 @@ def test_pythonic_escapes_cut_anywhere_leave_decoded_once_complete() -> None:
             out = _feed("pythonic", pieces)
             assert _args(out) == want
             sent = ""
-            for piece, d in zip(pieces, out):
+            for d in out:
                 sent += "".join(c.arguments for c in d.tool_calls or ())
                 assert want.startswith(sent)
