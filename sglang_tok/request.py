@@ -359,13 +359,30 @@ class ParsedRequest(Request):
                     s.skip = 0
             parsed = self.parsed
             first = parsed.tool_first
-            if parsed.plain and (first is None or (first not in piece
-                                                    and parsed.tool_second not in piece)) \
-                    and not (parsed.after and piece[-1:].isspace()):
+            if parsed.plain and not (parsed.after and piece[-1:].isspace()) \
+                    and (first is None or (first not in piece and parsed.tool_second not in piece)
+                         or parsed.tools.plain_text(piece)):  # type: ignore[union-attr]
                 # what `feed` returns for a piece with nothing to parse, without building it
+                # (`plain_text`: a marker's first character but no marker, `<think>` or
+                # code in content)
                 q = parsed.quotes
-                if q is not None and (q.line or q.run_n or "\n" in piece or "`" in piece
-                                      or "~" in piece):  # (else `Quotes.feed` does nothing)
+                if q is not None and (q.line or "\n" in piece):  # (else, and with no run
+                    # under way or in the piece, `Quotes.feed` does nothing)
+                    if q.run_n or "`" in piece or "~" in piece:
+                        q.feed(piece)
+                    else:  # `Quotes.feed`'s common case, inlined (DSML: every line)
+                        t = piece
+                        nl = t.rfind("\n")
+                        if nl >= 0:
+                            q.inline = 0
+                            q.line, q.lead = True, 0
+                            t = t[nl + 1:]
+                        if q.line and t:
+                            if t.strip(" ") or q.lead + len(t) > 3:
+                                q.line = False
+                            else:
+                                q.lead += len(t)
+                elif q is not None and (q.run_n or "`" in piece or "~" in piece):
                     q.feed(piece)
                 delta = Delta(self.rid, piece, ids, logprobs, top, tid_lp)
                 if piece:
@@ -415,11 +432,26 @@ class ParsedRequest(Request):
         decode_ids = ids if safe_ids is None else safe_ids
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
             decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
-        parts = self._feed(decode_ids)
-        if finish is not None and self.parsed.stopped is None:
-            parts.append(self.parsed.feed(self.stream.flush()))
-            parts.append(self.parsed.finish())
-        pd = parts[0] if len(parts) == 1 else _merge(parts)
+        parsed = self.parsed
+        if finish is not None and parsed.plain and not self.min_left:
+            # the last row with nothing held anywhere (most requests end in plain content):
+            # when its text and the decoder's tail pass `row`'s plain test, `feed` gives
+            # them back as they are and `finish` releases nothing, so skip building both
+            piece = self.stream.push(decode_ids)
+            tail = self.stream.flush()
+            text = piece + tail if tail else piece
+            first = parsed.tool_first
+            if (first is None or (first not in text and parsed.tool_second not in text)) \
+                    and not (parsed.after and text[-1:].isspace()):
+                pd = ParsedDelta(text)
+            else:
+                pd = _merge([parsed.feed(piece), parsed.feed(tail), parsed.finish()])
+        else:
+            parts = self._feed(decode_ids)
+            if finish is not None and parsed.stopped is None:
+                parts.append(parsed.feed(self.stream.flush()))
+                parts.append(parsed.finish())
+            pd = parts[0] if len(parts) == 1 else _merge(parts)
         text = pd.text
         if pd.stop is not None:
             finish = {"type": "stop", "matched": pd.stop}

@@ -24,9 +24,9 @@ What real output looks like (issue 18, item 4), each handled here or in the engi
 
 from __future__ import annotations
 
-import json
 import re
 
+from .jsonio import dumps
 from .markers import MarkerSet
 from .schema import Schemas
 from .tools import (
@@ -67,7 +67,7 @@ def _json_or_raw(value: str) -> str:
     if m is not None:
         return m.group(1)
     try:
-        return json.dumps(loads(value), ensure_ascii=False)
+        return dumps(loads(value))
     except (ValueError, RecursionError):
         return json_string(value)
 
@@ -221,6 +221,12 @@ class DsmlReader:
         if st == JSONVAL:
             return ""
         return None
+
+    def waits(self, text: str) -> bool:
+        """A head (the invoke's, a parameter's) ends only at a `>` (never in a held
+        prefix of the end marker): without one, `read` gives nothing."""
+        st = self.state
+        return (st == HEAD or st == PARAMS) and ">" not in text
 
     def close(self, body: str) -> list[Event] | None:
         if parse_dsml_invoke(body) is None:

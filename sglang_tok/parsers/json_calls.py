@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .schema import Schemas
@@ -34,6 +35,16 @@ from .tools import (
 _WS = re.compile(r"\s*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR_END = re.compile(r"[\s,\]}]")
+# a JSON string with no escape and no control character: its value is its inside
+_PLAIN_STRING = re.compile(r'"[^"\\\x00-\x1f]*"')
+
+
+def _string_value(token: str) -> Any:
+    """`json.loads` of a `_STRING` match (a key, a name), without the decoder for the
+    common token that has nothing to decode."""
+    if _PLAIN_STRING.fullmatch(token) is not None:
+        return token[1:-1]
+    return json.loads(token)
 ARG_KEYS = ("arguments", "parameters")
 
 OPEN, KEY, VALUE, SKIP, ARGS, AFTER, DONE, BAD = range(8)
@@ -116,7 +127,7 @@ class CallObject:
                     self.state = BAD
                     break
                 try:
-                    key = json.loads(m.group())
+                    key = _string_value(m.group())
                 except ValueError:
                     self.state = BAD
                     break
@@ -164,7 +175,7 @@ class CallObject:
                 return pos  # wait for the string's end
             if key == "name":
                 try:
-                    name = json.loads(m.group())
+                    name = _string_value(m.group())
                 except ValueError:
                     name = None
                 if not isinstance(name, str) or not name:
@@ -213,6 +224,24 @@ def parse_hermes(body: str) -> Calls | None:
     return None if call is None else [call]
 
 
+def valid_hermes(body: str) -> bool:
+    """`parse_hermes(body) is not None`, without re-serialising the arguments (the
+    incremental reader sends the model's own text; only validity is asked at the close):
+    every loaded value serialises, so validity is the load and the shape. A deeply nested
+    body takes `parse_hermes` itself (its serialisation could hit the recursion limit)."""
+    if body.count("{") + body.count("[") > 64:
+        return parse_hermes(body) is not None
+    try:
+        obj = loads(body)
+    except ValueError:
+        return False
+    if not isinstance(obj, dict):
+        return False
+    name = obj.get("name")
+    return isinstance(name, str) and bool(name) and \
+        isinstance(obj.get("arguments", obj.get("parameters", {})), dict)
+
+
 def parse_hermes_typed(body: str, schemas: Schemas | None) -> Calls | None:
     """Whole mode: one object as `parse_hermes`; an array by the incremental reader's own
     element rules (so both modes agree on which elements stand), arguments re-serialised."""
@@ -253,6 +282,8 @@ class HermesReader:
     """`<tool_call>` + one JSON object + `</tool_call>`, or a JSON array of such objects
     (`CallArray`)."""
 
+    piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
+
     __slots__ = ("array", "obj", "schemas")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
@@ -279,18 +310,24 @@ class HermesReader:
 
     def fast(self, at: int, text: str) -> str | None:
         """Inside the named call's arguments: `RawArgs.fast`."""
+        fast = self.fast_now()
+        return None if fast is None else fast(at, text)
+
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read`: the named call's `RawArgs.fast` (which gives None
+        once its object ends), or None."""
         obj = self.obj if self.array is None else self.array.live()
         if obj is None or obj.state != ARGS or not obj.named:
             return None
         assert obj.args is not None
-        return obj.args.fast(at, text)
+        return obj.args.fast
 
     def close(self, body: str) -> list[Event] | None:
         if self.array is not None:
             return self.array.close(body)
         obj = self.obj
         if obj is None or obj.state != DONE or not obj.named or body[obj.end:].strip() \
-                or parse_hermes(body) is None:
+                or not valid_hermes(body):
             return None
         return [obj.rest(body)]
 
@@ -353,7 +390,7 @@ class CallArray:
                 if obj.state == DONE:
                     pos = obj.end
                     text = body[self.elem:pos]
-                    if obj.named and not self.rejected and parse_hermes(text) is not None:
+                    if obj.named and not self.rejected and valid_hermes(text):
                         out.append(obj.rest(body))
                         self.obj = None
                         self.valid += 1
@@ -509,6 +546,10 @@ class MistralEnd:
         """`JsonEnd.skip`, once the JSON value has started."""
         return self.json is not None and self.json.skip(at, text)
 
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the JSON value's own, once it has started."""
+        return None if self.json is None else self.json.skip
+
     @staticmethod
     def _json_start(body: str) -> int:
         """Index of the JSON value; -1: undecided yet; <= -2: malformed at -(r + 2)."""
@@ -557,6 +598,8 @@ class MistralReader:
     """A JSON array of call objects (each call streams in turn; a finished element's
     closing brace leaves when the next one starts), one object, or `name[ARGS]{...}`."""
 
+    piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
+
     __slots__ = ("args", "in_array", "objs", "pos", "state")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
@@ -568,6 +611,11 @@ class MistralReader:
 
     def fast(self, at: int, text: str) -> str | None:
         """Inside a named call's arguments (an element's, or v11's): `RawArgs.fast`."""
+        fast = self.fast_now()
+        return None if fast is None else fast(at, text)
+
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read`: the named call's `RawArgs.fast`, or None."""
         st = self.state
         if st == M_ELEM:
             obj = self.objs[-1]
@@ -578,7 +626,7 @@ class MistralReader:
             args = self.args
         else:
             return None
-        return None if args is None else args.fast(at, text)
+        return None if args is None else args.fast
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
@@ -691,6 +739,8 @@ def parse_deepseekv3(body: str) -> Calls | None:
 class DeepSeekV3Reader:
     """`[function]<sep>name` then a ```json fence (V3) or the JSON itself (V3.1)."""
 
+    piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
+
     __slots__ = ("args", "bad", "name", "v3")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
@@ -743,6 +793,10 @@ class DeepSeekV3Reader:
     def fast(self, at: int, text: str) -> str | None:
         """Inside the arguments: `RawArgs.fast`."""
         return None if self.args is None or self.bad else self.args.fast(at, text)
+
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read`: `RawArgs.fast` once the arguments started."""
+        return None if self.args is None or self.bad else self.args.fast
 
     def close(self, body: str) -> list[Event] | None:
         args = self.args

@@ -18,6 +18,7 @@ also ends (Kimi-K2-Thinking opens a section without closing its block).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from .schema import Schemas
 from .tools import Calls, CloseMarker, Event, ObjectArgs, ToolFormat, object_arguments
@@ -74,6 +75,22 @@ class KimiReader:
 
     def close(self, body: str) -> list[Event] | None:
         return None if self.bad or self.args is None else self.args.close(body)
+
+    piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
+
+    def fast(self, at: int, text: str) -> str | None:
+        """Inside the arguments object: `RawArgs.fast` (what `read` gives for the piece:
+        `ObjectArgs.read` of a started object is its `RawArgs.read`)."""
+        fast = self.fast_now()
+        return None if fast is None else fast(at, text)
+
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read`: the arguments object's `RawArgs.fast`, once it
+        started."""
+        args = self.args
+        if args is None or args.args is None or args.bad:
+            return None
+        return args.args.fast
 
 
 def kimi_k2() -> ToolFormat:

@@ -25,14 +25,15 @@ comments; the reader skips them where it skips blanks).
 from __future__ import annotations
 
 import ast
-import json
 import re
 import warnings
+from collections.abc import Callable
 from keyword import iskeyword
 from typing import Any
 from unicodedata import normalize
 
 from .json_calls import HermesReader, parse_hermes
+from .jsonio import dumps_finite
 from .schema import Schemas
 from .tools import Calls, Event, JsonEnd, ToolFormat, escape, json_string
 
@@ -65,6 +66,10 @@ class ObjectEnd:
     def skip(self, at: int, text: str) -> bool:
         """`JsonEnd.skip`, once the object has started."""
         return self.json is not None and self.json.skip(at, text)
+
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the object's own, once it has started."""
+        return None if self.json is None else self.json.skip
 
 
 def llama3_json() -> ToolFormat:
@@ -100,19 +105,28 @@ _NOT_NAME = re.compile(r"\s+|#[^\n\r]*[\n\r]|\\[\n\r]")
 
 class PyScan:
     """Resumable bracket depth of Python source, outside string literals and comments
-    (`quote` is the open string's quote, or `COMMENT` inside a comment)."""
+    (`quote` is the open string's quote, or `COMMENT` inside a comment). `esc`: the scan
+    stopped right after a backslash, so the character at `pos`, when it arrives, is
+    escaped (a tokenizer often cuts `\\n` between its two characters; held at the
+    backslash instead, the scan sent the next piece the engine's slow way)."""
 
-    __slots__ = ("depth", "pos", "quote")
+    __slots__ = ("depth", "esc", "pos", "quote")
 
     def __init__(self, pos: int, depth: int) -> None:
         self.pos = pos
         self.depth = depth
         self.quote = ""
+        self.esc = False
 
     def close(self, text: str, n: int, comma: bool = False) -> int:
         """Index of the closer that brings the depth to 0 in text[pos:n] (or, with
         `comma`, of a comma at depth 1), or -1."""
         i = self.pos
+        if self.esc:  # (never in a comment) the character at `pos` is escaped
+            if i >= n:
+                return -1
+            self.esc = False
+            i += 1
         if self.quote == COMMENT:
             m = _EOL.search(text, i, n)
             if m is None:
@@ -130,7 +144,8 @@ class PyScan:
             c = text[j]
             if c == "\\":
                 if j + 1 >= n:
-                    self.pos = j  # the escaped character has not arrived yet
+                    self.pos = j + 1  # the escaped character has not arrived yet
+                    self.esc = True
                     return -1
                 i = j + 2
                 continue
@@ -164,11 +179,13 @@ class PyScan:
         """`close` (without `comma`) for a piece appended at `at`, when the scan has
         reached `at` and the depth does not come to 0 in the piece: the scan moves past
         it, having read only the piece (not the body). False, state unchanged: not such
-        a piece (`close` decides): the scan is behind `at`, the list or call closes in
-        it, or it ends inside an escape (`close` then stops at the backslash)."""
+        a piece (`close` decides): the scan is behind `at`, or the list or call closes in
+        it."""
         if self.pos != at:
             return False
         n = len(text)
+        if not n:
+            return True
         quote = self.quote
         if quote:
             if quote == COMMENT:  # a comment's piece: taken whole unless its line ends
@@ -178,12 +195,15 @@ class PyScan:
                 return True
             if quote not in text and "\\" not in text:  # the common piece: all string
                 self.pos = at + n
+                self.esc = False  # (an escaped first character is an ordinary one here)
                 return True
         elif _PY_STRUCT.search(text) is None:
             self.pos = at + n
+            self.esc = False
             return True
         # `close`'s loop over the piece alone, its state in locals until it is known to hold
-        depth, i = self.depth, 0
+        depth, i = self.depth, 1 if self.esc else 0
+        esc = False
         search = _PY_STRUCT.search
         while True:
             m = search(text, i)
@@ -193,7 +213,8 @@ class PyScan:
             c = text[j]
             if c == "\\":
                 if j + 1 >= n:
-                    return False
+                    esc = True  # its escaped character comes with a later piece
+                    break
                 i = j + 2
                 continue
             if quote:
@@ -215,7 +236,7 @@ class PyScan:
                 if depth <= 0:
                     return False
             i = j + 1
-        self.quote, self.depth, self.pos = quote, depth, at + n
+        self.quote, self.depth, self.pos, self.esc = quote, depth, at + n, esc
         return True
 
 
@@ -245,6 +266,10 @@ class ListEnd:
         """`PyScan.skip`, once the list's first call has started."""
         return self.scan is not None and self.scan.skip(at, text)
 
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the scan's own, once the first call started."""
+        return None if self.scan is None else self.scan.skip
+
 
 def _func_name(node: ast.expr) -> str | None:
     if isinstance(node, ast.Name):
@@ -267,8 +292,10 @@ def _call_json(node: ast.expr) -> tuple[str, str] | None:
             # **kwargs; a repeated keyword, which `ast.parse` lets through but Python's
             # compiler rejects (and a streamed first value cannot be taken back)
             return None
-        args[kw.arg] = ast.literal_eval(kw.value)
-    return name, json.dumps(args, ensure_ascii=False, allow_nan=False)
+        value = kw.value  # a constant is its own value (what literal_eval returns for it)
+        args[kw.arg] = value.value if value.__class__ is ast.Constant \
+            else ast.literal_eval(value)  # type: ignore[attr-defined]
+    return name, dumps_finite(args)
 
 
 def _parse(source: str) -> ast.expr | None:
@@ -337,7 +364,29 @@ def _literal_json(source: str) -> str:
     if _GAP_PY.fullmatch(source) is not None:  # no value (`a=)`): `()` would be a tuple
         raise ValueError("no value")
     value = ast.literal_eval("(" + source + ")")
-    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    return dumps_finite(value)
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _simple_escape(s: str, j: int) -> tuple[str, int] | None:
+    """The escape at s[j] (a backslash, its character at j + 1) when its value is fixed
+    or a complete `\\x`, `\\u` or `\\U` code (what `ast` gives for it in a str literal):
+    (its value, where it ends); None for any other (`PythonicReader._escape` decides)."""
+    c = s[j + 1]
+    simple = _SIMPLE_ESCAPES.get(c)
+    if simple is not None:
+        return simple, j + 2
+    size = _ESCAPE_LEN.get(c)
+    if size is None:
+        return None
+    end = j + 2 + size
+    digits = s[j + 2:end]
+    if len(digits) < size or not _HEX.issuperset(digits):
+        return None
+    code = int(digits, 16)
+    return (chr(code), end) if code <= 0x10FFFF else None
 
 
 def _gap(body: str, pos: int, ready: int) -> int:
@@ -356,8 +405,8 @@ class PythonicReader:
     with what was sent (else the call is malformed), and the rest leaves, except the
     closing brace (sent when the next call starts or the list ends)."""
 
-    __slots__ = ("held", "holes", "key", "keys", "pos", "quote", "scan", "sent", "spans",
-                 "start", "state", "vstart", "whole")
+    __slots__ = ("held", "hold", "holes", "key", "keys", "pos", "quote", "scan", "sent",
+                 "spans", "start", "state", "vstart", "whole")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
         self.state = HEAD
@@ -367,6 +416,8 @@ class PythonicReader:
         self.key = ""  # OTHER: its keyword
         self.scan: PyScan | None = None
         self.quote = ""
+        # STR: the incomplete escape at `pos` that ends the body (body[pos:]), or ""
+        self.hold = ""
         # what was sent of the current call's arguments, in pieces: joined once, at the
         # call's `)` (a string grown per row would copy all of it on every row)
         self.sent: list[str] = []
@@ -501,13 +552,53 @@ class PythonicReader:
 
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` inside a plain string value that cannot end
-        or change it (no quote of its kind, backslash or newline): its escaping, sent as
-        is. None: not such a piece (`read` decides)."""
-        if self.state != STR or self.pos != at or self.quote in text or "\\" in text \
-                or "\n" in text:
+        it (no quote of its kind, unless escaped, and no newline): its value, escaped for
+        JSON. Escapes whose value needs no `ast` (`_simple_escape`) are decoded here, an
+        incomplete one ending the body (`hold`) with the piece that completes it; one
+        ending the piece waits, as `read` leaves it. None: not such a piece (`read`
+        decides)."""
+        if self.state != STR or "\n" in text or not text:
             return None
-        self.pos = at + len(text)
-        frag = escape(text)
+        q = self.quote
+        if self.pos != at:
+            h = self.hold
+            if not h or self.pos + len(h) != at:
+                return None
+            s = h + text
+        elif "\\" not in text:
+            if q in text:
+                return None
+            self.pos = at + len(text)  # the common piece
+            frag = escape(text)
+            if frag:
+                self.sent.append(frag)
+            return frag
+        else:
+            s = text
+        value, i, n = "", 0, len(s)
+        find = _IN_STR[q]
+        while True:
+            m = find.search(s, i)
+            if m is None:
+                value += s[i:]
+                i = n
+                break
+            j = m.start()
+            if s[j] != "\\":
+                return None  # the string's quote: it ends here (`read` decides)
+            value += s[i:j]
+            c = s[j + 1] if j + 1 < n else ""
+            if not c or (c in _ESCAPE_LEN and j + 2 + _ESCAPE_LEN[c] > n):
+                i = j  # an escape the piece ends before it is complete: it waits
+                break
+            got = _simple_escape(s, j)
+            if got is None:
+                return None
+            value += got[0]
+            i = got[1]
+        self.pos = at + i - (n - len(text))
+        self.hold = s[i:]
+        frag = escape(value)
         if frag:
             self.sent.append(frag)
         return frag
@@ -516,6 +607,7 @@ class PythonicReader:
         """STR: send the string's characters as far as they are certain."""
         find = _IN_STR[self.quote]
         piece = ""
+        self.hold = ""
         while True:
             m = find.search(body, pos, ready)
             j = ready if m is None else m.start()
@@ -534,7 +626,10 @@ class PythonicReader:
                 break
             got = self._escape(body, j, ready)
             if got is None:
-                break  # the escape is not complete yet
+                # the escape is not complete yet (pythonic reads all of the body: ready
+                # is its end, so this is body[pos:])
+                self.hold = body[j:ready]
+                break
             if not got[1]:
                 self.state = BAD
                 break

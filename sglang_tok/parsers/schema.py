@@ -19,9 +19,10 @@ Conversion (peers differ in details; ours, each choice for a reason):
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from .jsonio import dumps, loads
 
 # tool name -> parameter name -> allowed JSON-schema types ([] means: keep as string)
 Schemas = dict[str, dict[str, tuple[str, ...]]]
@@ -104,10 +105,6 @@ def _accepts(types: tuple[str, ...], value: Any) -> bool:
     return False
 
 
-def _reject_constant(value: str) -> Any:
-    raise ValueError(f"not JSON: {value}")
-
-
 _INT = re.compile(r"0|-?[1-9][0-9]{0,17}")
 
 
@@ -120,10 +117,10 @@ def convert(text: str, types: tuple[str, ...]) -> str:
         if s in ("True", "False"):
             s = s.lower()
         try:
-            value = json.loads(s, parse_constant=_reject_constant)
+            value = loads(s)
         except (ValueError, RecursionError):
             pass
         else:
             if _accepts(types, value):
-                return json.dumps(value, ensure_ascii=False)
-    return json.dumps(text, ensure_ascii=False)
+                return dumps(value)
+    return dumps(text)

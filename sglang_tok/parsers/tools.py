@@ -46,12 +46,12 @@ decision depends only on the text so far, never on how it was chunked):
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
+from .jsonio import dumps, loads
 from .markers import MarkerSet
 from .schema import Schemas
 from .types import ParsedDelta, Thought, ToolCallDelta
@@ -87,19 +87,10 @@ WHOLE, INCREMENTAL = "whole", "incremental"
 TOOL_STREAMS = (INCREMENTAL, WHOLE)
 
 
-def _reject_constant(value: str) -> Any:
-    raise ValueError(f"not JSON: {value}")
-
-
-def loads(text: str) -> Any:
-    """Strict JSON: NaN and Infinity are not JSON and make the call malformed."""
-    return json.loads(text, parse_constant=_reject_constant)
-
-
 def arguments_json(obj: Any) -> str | None:
     if not isinstance(obj, dict):
         return None
-    return json.dumps(obj, ensure_ascii=False)
+    return dumps(obj)
 
 
 def json_string(text: str) -> str:
@@ -152,19 +143,28 @@ class JsonEnd:
     Resumable: each call scans only what is new (up to `n`). Invalid JSON still gets an
     extent (its brackets balance somewhere, or the call stays open), and then fails to
     parse. `pos` is how far the scan has got: everything before it is inside the value.
+    `esc`: the scan stopped right after a string's backslash, so the character at `pos`,
+    when it arrives, is escaped (a tokenizer often cuts `\\n` between its two characters;
+    held at the backslash instead, the scan sent the next piece `read`'s way).
     """
 
-    __slots__ = ("depth", "in_string", "pos")
+    __slots__ = ("depth", "esc", "in_string", "pos")
 
     def __init__(self, start: int) -> None:
         self.pos = start
         self.depth = 0
         self.in_string = False
+        self.esc = False
 
     def end(self, body: str, n: int | None = None) -> int:
         i = self.pos
         if n is None:
             n = len(body)
+        if self.esc:  # (inside a string) the character at `pos` is escaped
+            if i >= n:
+                return -1
+            self.esc = False
+            i += 1
         while True:
             if self.in_string:
                 m = _IN_STRING.search(body, i, n)
@@ -174,7 +174,8 @@ class JsonEnd:
                 j = m.start()
                 if body[j] == "\\":
                     if j + 1 >= n:
-                        self.pos = j  # the escaped character has not arrived yet
+                        self.pos = j + 1  # the escaped character has not arrived yet
+                        self.esc = True
                         return -1
                     i = j + 2
                     continue
@@ -202,20 +203,23 @@ class JsonEnd:
         """`end` for a piece appended at `at`, when the scan has reached `at` and the value
         does not end in the piece: the scan moves past it, having read only the piece (not
         the body). False, state unchanged: not such a piece (`end` decides): the scan is
-        behind `at`, the value ends in it, or it ends inside an escape (`end` then stops
-        at the backslash)."""
+        behind `at`, or the value ends in it."""
         if self.pos != at:
             return False
         n = len(text)
+        if not n:
+            return True
         if self.in_string:
             if '"' not in text and "\\" not in text:  # the common piece: all string
                 self.pos = at + n
+                self.esc = False  # (an escaped first character is an ordinary one here)
                 return True
         elif _STRUCTURE.search(text) is None:
             self.pos = at + n
             return True
         # `end`'s loop over the piece alone, its state in locals until it is known to hold
-        in_string, depth, i = self.in_string, self.depth, 0
+        in_string, depth, i = self.in_string, self.depth, 1 if self.esc else 0
+        esc = False
         while True:
             if in_string:
                 m = _IN_STRING.search(text, i)
@@ -224,7 +228,8 @@ class JsonEnd:
                 j = m.start()
                 if text[j] == "\\":
                     if j + 1 >= n:
-                        return False
+                        esc = True  # its escaped character comes with a later piece
+                        break
                     i = j + 2
                     continue
                 in_string = False
@@ -244,7 +249,7 @@ class JsonEnd:
                 if depth <= 0:
                     return False
             i = j + 1
-        self.in_string, self.depth, self.pos = in_string, depth, at + n
+        self.in_string, self.depth, self.pos, self.esc = in_string, depth, at + n, esc
         return True
 
 
@@ -253,7 +258,9 @@ class RawArgs:
 
     Released as far as it is scanned, except its closing brace, which leaves with the
     call's end (so a client never holds complete-looking arguments of a call that may
-    still turn out malformed). Decides nothing about validity: the call's close does.
+    still turn out malformed), and a string's backslash whose escaped character has not
+    arrived (it leaves with that character, so an escape is never cut between fragments).
+    Decides nothing about validity: the call's close does.
     """
 
     __slots__ = ("end", "json", "sent", "start")
@@ -268,7 +275,8 @@ class RawArgs:
             e = self.json.end(body, ready)
             if e >= 0:
                 self.end = e
-        limit = self.end - 1 if self.end >= 0 else min(self.json.pos, ready)
+        j = self.json
+        limit = self.end - 1 if self.end >= 0 else min(j.pos - j.esc, ready)
         if limit <= self.sent:
             return ""
         frag = body[self.sent:limit]
@@ -282,19 +290,28 @@ class RawArgs:
 
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` (all of it ready), when everything before it
-        was scanned and sent and the value does not end in the piece (`JsonEnd.skip`):
-        then all of it is inside the value and leaves as is, quotes and brackets included.
+        was scanned and sent (but a held backslash, which leaves with it) and the value
+        does not end in the piece (`JsonEnd.skip`): then all of it is inside the value and
+        leaves as is, quotes and brackets included (but a backslash ending it, held).
         None: not such a piece (`read` decides)."""
-        if self.end >= 0 or self.sent != at:
+        if self.end >= 0 or not text:
             return None
         j = self.json
-        if j.in_string and j.pos == at and '"' not in text and "\\" not in text:
+        lead = ""
+        if self.sent != at:
+            if not (j.esc and self.sent == at - 1):
+                return None
+            lead = "\\"  # the held backslash: the piece brings its escaped character
+        elif j.in_string and j.pos == at and '"' not in text and "\\" not in text:
             j.pos = self.sent = at + len(text)  # the common piece (`skip`'s first test)
             return text
         if not j.skip(at, text):
             return None
+        if j.esc:  # the piece ends with a backslash: held for its escaped character
+            self.sent = at + len(text) - 1
+            return lead + text[:-1]
         self.sent = at + len(text)
-        return text
+        return lead + text if lead else text
 
 
 _WS = re.compile(r"\s*")
@@ -365,9 +382,20 @@ class CallReader(Protocol):
     Optional, for speed: `fast(at, text) -> str | None`, for a piece `text` appended at
     `at` that holds no character starting the call's end marker: the argument fragment
     `read` would give for it, without the scan (None: not in a state that can tell).
+    A reader whose `fast` depends only on its own state and the piece, never on what the
+    body holds before `at` (it tells from its state that everything before was read),
+    says so with `piece_fast = True`: it is then also given a piece that holds the
+    marker's first character where no marker can start (code's `<`), all of it ready.
     An end without a close marker (a JSON value's, a Python list's) may likewise have
     `skip(at, text) -> bool`: True when the piece cannot end the call (its state advanced
     past it as `end` would), so the piece skips the engine's end search.
+    And `waits(text) -> bool`: True when `read` would give nothing for the piece and
+    change nothing, however much of it is ready (a head waiting for its `>`): a piece that
+    may hold the start of the end marker then only grows the body.
+    `fast` and `skip` may be given as the object they delegate to, for one Python call
+    less per piece: a reader's `fast_now()` is the `fast` to use until its next `read`
+    (None: none), an end's `skip_now()` the `skip` until its next `end` (the engine asks
+    after each).
     """
 
     def read(self, body: str, ready: int) -> list[Event]: ...
@@ -519,7 +547,8 @@ class Quotes:
 
     def feed(self, t: str) -> None:
         # (mid-line, no run under way, and no newline, backtick or tilde in t: nothing
-        # changes; the shard's hot path, request.py, skips the call then)
+        # changes; the shard's hot path, request.py, skips the call then, and inlines the
+        # first branch below: a change here is a change there)
         if not self.run_n and "`" not in t and "~" not in t:
             # no run under way and none in the piece: only where lines start can change (a
             # newline closes an open inline span and starts a line; what follows the last
@@ -603,6 +632,7 @@ class ToolParser:
         "dropped",
         "ender",
         "fast",
+        "fast_now",
         "fresh_start",
         "fmt",
         "held",
@@ -614,12 +644,15 @@ class ToolParser:
         "opened_by",
         "out",
         "pending",
+        "piece_fast",
         "quotes",
         "reader",
         "rejected",
         "schemas",
         "section_ok",
         "skip_end",
+        "skip_now",
+        "waits",
         "state",
     )
 
@@ -635,8 +668,15 @@ class ToolParser:
         self.ender: Any = None
         self.reader: CallReader | None = None  # incremental: the open call's reader
         self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
+        # the reader's `fast_now`, if any: the `fast` to use until its next read (the
+        # object its `fast` would delegate to, so a piece skips that call)
+        self.fast_now: Callable[[], Callable[[int, str], str | None] | None] | None = None
+        self.piece_fast = False  # its `fast` reads the piece alone (CallReader)
+        self.waits: Callable[[str], bool] | None = None  # its `waits`, if any (CallReader)
         # the open call's end's `skip`, for a format with no close marker (else None)
         self.skip_end: Callable[[int, str], bool] | None = None
+        # the end's `skip_now`, if any: the `skip` to use until its next `end`
+        self.skip_now: Callable[[], Callable[[int, str], bool] | None] | None = None
         self.opened: list[int] = []  # incremental: indices of the open body's sent calls
         self.dropped = ""  # incremental: text of the open body's malformed elements
         self.rejected = False  # incremental: the open body is already known to be text
@@ -710,8 +750,19 @@ class ToolParser:
                 window = body[lo:] + text
                 if fmt.close_marker in window:
                     return None
-                del body
-                return self._grow(text, lo + fmt.close_set.hold_from(window))  # type: ignore[union-attr]
+                waits = self.waits
+                if waits is not None and waits(text):  # nothing to read: only grow
+                    del window
+                    self.body = ""
+                    body += text  # the only reference: CPython grows it in place
+                    self.body = body
+                    return ""
+                ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
+                if ready < lo + len(window) or not self.piece_fast:
+                    del body
+                    return self._grow(text, ready)
+                # all of it ready (a `<` in code that starts no marker), and the reader's
+                # `fast` reads the piece alone: the common route
         # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
         # piece inside a call). `fast` is None in whole mode.
         fast = self.fast
@@ -756,12 +807,17 @@ class ToolParser:
         body += text  # the only reference: CPython grows it in place
         self.body = body
         events = self.reader.read(body, len(body) if ready < 0 else ready)  # type: ignore[union-attr]
+        if self.fast_now is not None:
+            self.fast = self.fast_now()
         if not events:
             return ""
         ev = events[0]
-        if len(events) == 1 and ev.__class__ is tuple and ev[0] is None \
-                and self.opened:  # type: ignore[index]
-            return ev[1]  # type: ignore[index]
+        if ev.__class__ is tuple and ev[0] is None and self.opened:  # type: ignore[index]
+            if len(events) == 1:
+                return ev[1]  # type: ignore[index]
+            # several fragments of the open call (a key and its value's start): one
+            if all(e.__class__ is tuple and e[0] is None for e in events):  # type: ignore[index]
+                return "".join([e[1] for e in events])  # type: ignore[index]
         out = self.out = []
         self._events(events)
         return out
@@ -975,12 +1031,18 @@ class ToolParser:
         self.ender = self.fmt.make_end()
         if self.incremental:
             self.reader = self.fmt.reader(self.schemas)
-            self.fast = getattr(self.reader, "fast", None)
+            self.fast_now = getattr(self.reader, "fast_now", None)
+            self.fast = self.fast_now() if self.fast_now is not None \
+                else getattr(self.reader, "fast", None)
+            self.piece_fast = getattr(self.reader, "piece_fast", False)
+            self.waits = getattr(self.reader, "waits", None)
             self.opened = []
             self.dropped = ""
             self.rejected = False
-        self.skip_end = getattr(self.ender, "skip", None) if self.fmt.close_first is None \
+        self.skip_now = getattr(self.ender, "skip_now", None) if self.fmt.close_first is None \
             else None
+        self.skip_end = self.skip_now() if self.skip_now is not None else \
+            getattr(self.ender, "skip", None) if self.fmt.close_first is None else None
 
     def _call(self, s: str) -> str:
         body, self.body = self.body, ""
@@ -988,10 +1050,14 @@ class ToolParser:
         end_body, end_call = self.ender.end(body)
         if end_body < 0:
             self.body = body
+            if self.skip_now is not None:
+                self.skip_end = self.skip_now()
             if self.incremental and not self.rejected:
                 cs = self.fmt.close_set
                 ready = len(body) if cs is None else cs.hold_from(body)
                 self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
+                if self.fast_now is not None:
+                    self.fast = self.fast_now()
             return ""
         self.ender = None
         self.state = self.home

@@ -183,6 +183,13 @@ class XmlParamsReader:
             return ""
         return None
 
+    def waits(self, text: str) -> bool:
+        """A head (the call's, a parameter's) ends only at one of the grammar's
+        `fast_stops` (never in a held prefix of the end marker): without one, `read`
+        gives nothing."""
+        st = self.state
+        return (st == HEAD or st == PARAMS) and self.g.fast_stops.search(text) is None
+
     def _lead(self) -> str:
         lead = "{" if self.count == 0 else ", "
         self.count += 1
