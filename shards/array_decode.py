@@ -50,15 +50,21 @@ class FlatTable(NamedTuple):
     off: I64
     size: I64
     stride: int  # vocab + 1: the out-of-vocabulary id `vocab` maps to b""
+    # per stacked id, its attribution kind when pushed: 1 (zero-width) for a special id
+    # of the skipping table (the per-row path never pushes it), else 0
+    kind: I64
 
 
-def flat_table(table: list[bytes], skip_table: list[bytes]) -> FlatTable:
+def flat_table(table: list[bytes], skip_table: list[bytes],
+               specials: frozenset[int] = frozenset()) -> FlatTable:
     both = table + skip_table
     size = np.fromiter(map(len, both), np.int64, len(both))
     off = np.zeros(len(both), np.int64)
     np.cumsum(size[:-1], out=off[1:])
     data = np.frombuffer(b"".join(both), np.uint8)
-    return FlatTable(data, off, size, len(table))
+    kind = np.zeros(len(both), np.int64)
+    kind[[len(table) + i for i in specials if 0 <= i < len(table) - 1]] = 1
+    return FlatTable(data, off, size, len(table), kind)
 
 
 def _two_byte_holds() -> npt.NDArray[np.int8]:
@@ -114,16 +120,24 @@ class Decoded(NamedTuple):
     held_data: U8  # the held bytes of every row, concatenated
     held: I64  # per row
     parts: list[str] | None  # the rows' texts, when they had to be decoded one by one
+    # with `anchors` asked, when every row's text is its bytes as they are (no U+FFFD):
+    # per id, the byte offset in its row's text of the character boundary at or before
+    # the id's first byte, or -1 when the row's text does not reach past that byte (the
+    # id's text, if any, is still pending); and its attribution kind (`FlatTable.kind`)
+    anchors: I64 | None = None
+    kinds: I64 | None = None
 
 
 def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
-                pending: U8, pend_len: I64, skip_first: npt.NDArray[np.bool_]) -> Decoded | None:
+                pending: U8, pend_len: I64, skip_first: npt.NDArray[np.bool_],
+                anchors: bool = False) -> Decoded | None:
     """Decode rows of ids (row r: ids[id_starts[r]:id_starts[r + 1]]) after their pending
     bytes (row r: pending[r, :pend_len[r]]).
 
     `table_sel` per row: 0 keeps special tokens, 1 skips them. `skip_first` per row: the
     row's first character is the one its prompt left incomplete; such a row with text is
-    left to the exact loop (None).
+    left to the exact loop (None). `anchors`: also where each id's attribution anchors
+    (`Decoded.anchors`; shards/attributed.py).
     """
     n = len(id_starts) - 1
     counts = id_starts[1:] - id_starts[:-1]
@@ -150,6 +164,9 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
         # a prompt that ended mid-character: its held bytes and the row's first character
         # resolve by the codec's own rules (once per such request): the exact loop's job
         return None
+    id_anchors = None
+    if anchors:  # positions in `buf` as it is now (held tails still in)
+        id_anchors = _anchors(buf, id_size, counts, pend_len, starts, cut_ends)
     if any_held:  # held bytes are row tails: a row's cut moves by what rows before held
         cut_ends = cut_ends - (np.cumsum(held) - held)
         buf = np.delete(buf, drop)
@@ -171,7 +188,31 @@ def decode_rows(tab: FlatTable, ids: I64, id_starts: I64, table_sel: I64,
     else:
         starts_char = np.concatenate(([0], np.cumsum((buf & 0xC0) != 0x80)))
         chars = starts_char[cuts]
-    return Decoded(text, buf, cuts, chars, held_data, held, None)
+    kinds = tab.kind[tid] if anchors else None
+    return Decoded(text, buf, cuts, chars, held_data, held, None, id_anchors, kinds)
+
+
+def _anchors(buf: U8, id_size: I64, counts: I64, pend_len: I64, starts: I64,
+             cut_ends: I64) -> I64:
+    """Per id, the character boundary at or before its first byte, as a byte offset into
+    its row's text, or -1 when that byte is at or past the row's cut (nothing of the text
+    follows: the id waits). A row's text is its bytes up to the cut, valid UTF-8 whenever
+    this is used (the caller drops these for U+FFFD rows), so the boundary is at most three
+    continuation bytes back, and never before the row's start."""
+    at = np.cumsum(id_size) - id_size  # the id's first byte among the id bytes
+    if pend_len.any():  # every row's pending bytes come before its ids' bytes
+        at = at + np.repeat(np.cumsum(pend_len), counts)
+    row_start = np.repeat(starts, counts)
+    inside = at < np.repeat(cut_ends, counts)
+    if len(buf):
+        last = len(buf) - 1
+        for _ in range(3):
+            back = inside & (at > row_start) & \
+                ((buf[np.minimum(at, last)] & 0xC0) == 0x80)
+            if not back.any():
+                break
+            at = at - back
+    return np.where(inside, at - row_start, -1)
 
 
 def pending_in_front(id_bytes: U8, row_id_bytes: I64, pending: U8,

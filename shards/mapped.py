@@ -18,6 +18,7 @@ from codecs import utf_8_decode
 import numpy as np
 import numpy.typing as npt
 
+from .attributed import Attribution, attributed_push, queue_row
 from .slots import PEND, SEL, SKIP, Slots
 
 I64 = npt.NDArray[np.int64]
@@ -30,30 +31,42 @@ MAPPED_MIN_ROWS = 32
 class IdTexts:
     """Per id, for both byte tables (specials kept, skipped) side by side: its bytes, its
     text when its bytes are whole characters (None when not; "" in `joinable`, for a join
-    whose row is then decoded again), and that fact as a numpy mask."""
+    whose row is then decoded again), and that fact as a numpy mask; for attribution, its
+    byte length and its kind (1, zero-width: a special of the skipping table)."""
 
-    __slots__ = ("bytes", "texts", "joinable", "whole", "stride")
+    __slots__ = ("bytes", "texts", "joinable", "whole", "stride", "size", "kind")
 
     def __init__(self, tables: tuple[list[bytes], list[bytes]],
-                 strs: tuple[list[str | None], list[str | None]]) -> None:
+                 strs: tuple[list[str | None], list[str | None]],
+                 specials: frozenset[int] = frozenset()) -> None:
         self.stride = len(strs[0])
         self.bytes: list[bytes] = tables[0] + tables[1]
         self.texts: list[str | None] = strs[0] + strs[1]
         self.joinable: list[str] = ["" if t is None else t for t in self.texts]
         self.whole = np.fromiter((t is not None for t in self.texts), bool, len(self.texts))
+        self.size = np.fromiter(map(len, self.bytes), np.int64, len(self.bytes))
+        self.kind = np.zeros(len(self.bytes), np.int64)
+        self.kind[[self.stride + i for i in specials if 0 <= i < self.stride - 1]] = 1
 
 
 def decode_mapped(id_texts: IdTexts, state: Slots, slots: I64, meta: I64, ids: I64,
-                  id_starts: I64 | None = None) -> list[str]:
+                  id_starts: I64 | None = None,
+                  leave: npt.NDArray[np.bool_] | None = None) -> list[str]:
     """The text of each row (slot `slots[r]`, its numbers `meta[r]` read before, ids in
     [0, vocab]: one per row, `ids[r]`, or with `id_starts` ids[id_starts[r]:id_starts[r +
     1]]); the slots' pending bytes and characters to pass over are advanced as
-    `ByteStream.push` does, for the rows that have any."""
+    `ByteStream.push` does, for the rows that have any. Rows marked in `leave` are the
+    caller's (`decode_attributed`): their texts here are placeholders."""
     plain = (meta[:, PEND] == 0) & (meta[:, SKIP] == 0)
+    if leave is not None:
+        plain |= leave  # (not `other`: left alone)
     if id_starts is None:
         where = ids + meta[:, SEL] * id_texts.stride
         texts = list(map(id_texts.texts.__getitem__, where.tolist()))
-        other = np.flatnonzero(~(plain & id_texts.whole[where]))
+        whole = id_texts.whole[where]
+        if leave is not None:
+            whole |= leave
+        other = np.flatnonzero(~(plain & whole))
         if not len(other):
             return texts  # type: ignore[return-value]
         datas = list(map(id_texts.bytes.__getitem__, where[other].tolist()))
@@ -65,7 +78,10 @@ def decode_mapped(id_texts: IdTexts, state: Slots, slots: I64, meta: I64, ids: I
         pieces = list(map(id_texts.joinable.__getitem__, at))
         texts = list(map("".join, map(pieces.__getitem__, cuts)))
         broken = np.concatenate(([0], np.cumsum(~id_texts.whole[where])))
-        other = np.flatnonzero(~(plain & (broken[id_starts[1:]] == broken[id_starts[:-1]])))
+        whole = broken[id_starts[1:]] == broken[id_starts[:-1]]
+        if leave is not None:
+            whole |= leave
+        other = np.flatnonzero(~(plain & whole))
         if not len(other):
             return texts  # type: ignore[return-value]
         raw = list(map(id_texts.bytes.__getitem__, at))
@@ -103,3 +119,93 @@ def _decode_others(state: Slots, slots: I64, meta: I64, datas: list[bytes]) -> l
     if skipped:
         state.meta[skipped, SKIP] = 0
     return texts
+
+
+def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]], vocab: int,
+                      drops: tuple[frozenset[int], frozenset[int]], state: Slots, slots: I64,
+                      meta: I64, want: npt.NDArray[np.bool_], ids: I64,
+                      id_starts: I64 | None = None
+                      ) -> tuple[list[str], list[list[Attribution] | None]]:
+    """`decode_mapped` for a message with rows that want attribution (`want`), and their
+    attributions (None for the other rows).
+
+    A wanting row whose ids are whole characters, on a slot holding no bytes, nothing to
+    pass over and no ids pending, is its ids' texts: each id is anchored at the bytes of
+    the ids before it in the row (whole-column work; an id with no bytes and no text after
+    it waits for the next row's text, `Slots.carry`). Any other wanting row goes id by id
+    through the per-row path's rules (`attributed_push`), which also decodes it.
+    """
+    n = len(slots)
+    stride = id_texts.stride
+    counts = None if id_starts is None else id_starts[1:] - id_starts[:-1]
+    sel_rep = meta[:, SEL] * stride
+    where = ids + (sel_rep if counts is None else np.repeat(sel_rep, counts))
+    if counts is None:
+        whole = id_texts.whole[where]
+    else:
+        assert id_starts is not None
+        broken = np.concatenate(([0], np.cumsum(~id_texts.whole[where])))
+        whole = broken[id_starts[1:]] == broken[id_starts[:-1]]
+    simple = want & whole & (meta[:, PEND] == 0) & (meta[:, SKIP] == 0)
+    carry = state.carry
+    if carry:
+        simple &= ~np.isin(slots, np.fromiter(carry, np.int64, len(carry)))
+    exact = want & ~simple
+    texts = decode_mapped(id_texts, state, slots, meta, ids, id_starts, exact)
+    attrs: list[list[Attribution] | None]
+    kinds, sizes = id_texts.kind[where], id_texts.size[where]
+    id_list, kind_list = ids.tolist(), kinds.tolist()
+    slot_list = slots.tolist()
+    if counts is None:
+        tuples = list(zip(id_list, kind_list, [0] * n))
+        attrs = list(map(list, zip(tuples)))
+        waits = np.flatnonzero(simple & (sizes == 0) & (kinds == 0)).tolist()
+        for r in waits:  # an id with no text (and no later id): it waits
+            attrs[r] = []
+            carry[slot_list[r]] = [(id_list[r], 0)]
+    else:
+        assert id_starts is not None
+        total = np.concatenate(([0], np.cumsum(sizes)))
+        before = total[:-1] - np.repeat(total[id_starts[:-1]], counts)  # bytes before, in row
+        row_bytes = total[id_starts[1:]] - total[id_starts[:-1]]
+        row_rep = np.repeat(row_bytes, counts)
+        inside = before < row_rep
+        offs = np.where(inside, before, row_rep)
+        wait_ids = ~inside & (kinds == 0)
+        tuples = list(zip(id_list, kind_list, offs.tolist()))
+        cuts = id_starts.tolist()
+        attrs = list(map(tuples.__getitem__, map(slice, cuts, cuts[1:])))
+        seen = np.concatenate(([0], np.cumsum(wait_ids)))
+        leaving = np.flatnonzero(simple & (seen[id_starts[1:]] > seen[id_starts[:-1]]))
+        for r in leaving.tolist():
+            a, b = cuts[r], cuts[r + 1]
+            first = int(np.argmax(wait_ids[a:b]))
+            attrs[r], left = queue_row(None, tuples[a:b], first, int(row_bytes[r]))
+            if left:
+                carry[slot_list[r]] = left
+    if not want.all():
+        attrs = [x if w else None for x, w in zip(attrs, want.tolist())]
+    rows = np.flatnonzero(exact).tolist()
+    if rows:
+        heads = meta[rows].tolist()
+        buf, width = state.pend_buf, state.width
+        for r, head in zip(rows, heads):
+            slot, sel = slot_list[r], head[SEL]
+            row_ids = id_list[r:r + 1] if counts is None else id_list[cuts[r]:cuts[r + 1]]
+            held = head[PEND]
+            at = slot * width
+            pending = bytes(buf[at:at + held]) if held else b""
+            text, rest, skip, got, left = attributed_push(
+                tables[sel], vocab, drops[sel], pending, head[SKIP], carry.pop(slot, None),
+                row_ids)
+            if left:
+                carry[slot] = left
+            if rest:
+                buf[at:at + len(rest)] = rest
+            if len(rest) != held:
+                state.meta[slot, PEND] = len(rest)
+            if skip != head[SKIP]:
+                state.meta[slot, SKIP] = skip
+            texts[r] = text
+            attrs[r] = got
+    return texts, attrs

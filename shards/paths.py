@@ -1,7 +1,9 @@
 """Which path a request's rows take in its shard, decided once, at its first row.
 
 The array path (shards/plain.py) decodes a message's rows in whole-array operations from
-per-slot arrays; it knows text, ids, usage at the end and logprob values, nothing else.
+per-slot arrays; it knows text, ids, usage, logprob values and their texts, and (for
+byte-level BPE, whose ids' byte lengths give the anchors: shards/attributed.py)
+attribution, nothing else.
 Everything else needs per-request Python state and takes the per-row path (a `Request`,
 sglang_tok/request.py). The reason is kept (the shard counts requests per reason), so an
 operator can see why a deployment is not on the fast path.
@@ -30,7 +32,9 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "stop"
     if opts.logprob_text and not info.token_texts:
         return "logprob_text"
-    if opts.attribution:
+    if opts.attribution and info.byte_table is None:
+        # byte fallback: a byte run's ids are anchored per character when the run ends
+        # (`WindowStream.push_attributed`), which the array decoder does not track
         return "attribution"
     if opts.reasoning_parser or opts.tool_parser:
         return "parser"

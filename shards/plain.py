@@ -23,6 +23,7 @@ from sglang_tok.request import SENT_TAIL
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .array_decode import FlatTable, decode_rows, flat_table
+from .attributed import Attribution, attributed_push, row_attributions
 from .mapped import IdTexts
 from .slots import PENDING, Slots
 
@@ -40,6 +41,9 @@ class PlainTexts(NamedTuple):
     chars: I64
     parts: list[str] | None
     data: bytes  # `text` as UTF-8
+    # per row, its attributions (shards/attributed.py), None for a row whose request did
+    # not ask; None when no row's did
+    attrs: list[list[tuple[int, int, int]] | None] | None = None
 
     def char_lens(self) -> I64:
         return self.chars[1:] - self.chars[:-1]
@@ -64,7 +68,7 @@ class PlainTexts(NamedTuple):
             for j, more in zip(at, extra):
                 parts[j] += more
         text = "".join(pieces)
-        return PlainTexts(text, chars, parts, text.encode())
+        return PlainTexts(text, chars, parts, text.encode(), self.attrs)
 
     def texts(self) -> list[str]:
         if self.parts is not None:
@@ -97,9 +101,12 @@ class PlainDecoder:
         self.vocab = info.vocab_size
         self.tables = (info.byte_table, info.byte_table_skip)
         self.strs = whole_char_texts(info.byte_table, info.byte_table_skip)
-        self.id_texts = IdTexts(self.tables, self.strs)
-        self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip)
+        self.id_texts = IdTexts(self.tables, self.strs, info.special_ids)
+        self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip,
+                                          info.special_ids)
         self.min_rows = min_rows
+        # per table: the ids attribution makes zero-width (the skipped specials)
+        self.drops: tuple[frozenset[int], frozenset[int]] = (frozenset(), info.special_ids)
 
     def decode(self, state: Slots, slots: I64, ids: I64, id_starts: I64,
                distinct: bool = True) -> PlainTexts:
@@ -164,10 +171,25 @@ class PlainDecoder:
             text = text[1:]
         return text
 
+    def finish_attributed(self, state: Slots, slot: int, ids: list[int],
+                          stop: int | None) -> tuple[str, list[Attribution]]:
+        """`finish` with attribution, id by id as the per-row path does it (a small
+        message's last rows): `ids` in the vocabulary or `vocab`, the trimmed stop token
+        `stop` (its real id) left out of them."""
+        sel, held = int(state.table_sel[slot]), int(state.pend_len[slot])
+        text, _, _, got, _ = attributed_push(
+            self.tables[sel], self.vocab, self.drops[sel], state.pending[slot, :held].tobytes(),
+            int(state.skip[slot]), state.carry.pop(slot, None), ids, True, stop)
+        return text, got
+
     def _arrays(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts | None:
         pend_len = state.pend_len[slots]
-        decoded = decode_rows(self.flat, ids, id_starts, state.table_sel[slots],
-                              state.pending[slots], pend_len, state.skip[slots] > 0)
+        want = state.attr[slots].astype(bool) if state.attr_live else None
+        if want is not None and not want.any():
+            want = None
+        sel, pending, skip = state.table_sel[slots], state.pending[slots], state.skip[slots]
+        decoded = decode_rows(self.flat, ids, id_starts, sel, pending, pend_len, skip > 0,
+                              want is not None)
         if decoded is None:
             return None
         state.pend_len[slots] = decoded.held
@@ -175,7 +197,40 @@ class PlainDecoder:
             rows = np.flatnonzero(decoded.held)
             dest = ragged_index(slots[rows] * PENDING, decoded.held[rows])
             state.pending.reshape(-1)[dest] = decoded.held_data
-        return PlainTexts(decoded.text, decoded.chars, decoded.parts, decoded.buf.tobytes())
+        attrs = None
+        if want is not None:
+            want_list = want.tolist()
+            if decoded.anchors is not None and decoded.kinds is not None:
+                attrs = row_attributions(state, slots.tolist(), want_list, ids, id_starts,
+                                         decoded.anchors, decoded.kinds,
+                                         decoded.cuts[1:] - decoded.cuts[:-1])
+            else:  # U+FFFD rows: the exact rules, from the state before the message
+                attrs = self._exact_attrs(state, slots.tolist(), want_list, ids, id_starts,
+                                          sel.tolist(), pending, pend_len.tolist(),
+                                          skip.tolist())
+        return PlainTexts(decoded.text, decoded.chars, decoded.parts, decoded.buf.tobytes(),
+                          attrs)
+
+    def _exact_attrs(self, state: Slots, slot_list: list[int], want: list[bool], ids: I64,
+                     id_starts: I64, sel: list[int], pending: npt.NDArray[np.uint8],
+                     pend_len: list[int], skip: list[int]
+                     ) -> list[list[Attribution] | None]:
+        """Attributions of a message whose rows did not decode as they are (broken UTF-8),
+        by the per-row path's own rules, row by row (slots distinct)."""
+        id_list, st = ids.tolist(), id_starts.tolist()
+        out: list[list[Attribution] | None] = []
+        for r, slot in enumerate(slot_list):
+            if not want[r]:
+                out.append(None)
+                continue
+            held = pending[r, :pend_len[r]].tobytes()
+            _, _, _, got, left = attributed_push(
+                self.tables[sel[r]], self.vocab, self.drops[sel[r]], held, skip[r],
+                state.carry.pop(slot, None), id_list[st[r]:st[r + 1]])
+            if left:
+                state.carry[slot] = left
+            out.append(got)
+        return out
 
     def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         """Row by row, in order, as `ByteStream.push` (the reference) does it."""
@@ -187,13 +242,27 @@ class PlainDecoder:
         pend: dict[int, bytes] = {}  # slot -> pending bytes, as this message leaves them
         skips: dict[int, bool] = {}
         texts: list[str] = []
+        want = state.attr[slots].tolist() if state.attr_live else None
+        attrs: list[list[Attribution] | None] | None = \
+            [None] * len(slot_list) if want is not None and any(want) else None
         for row, slot in enumerate(slot_list):
             table = tables[sel[row]]
             a, b = st[row], st[row + 1]
-            data = table[id_list[a]] if b - a == 1 else b"".join([table[x] for x in id_list[a:b]])
             held = pend.get(slot)
             if held is None:
                 held = pending[slot, :pend_len[row]].tobytes() if pend_len[row] else b""
+            if attrs is not None and want is not None and want[row]:  # id by id, exactly
+                skip_now = skips.get(slot, skip[row])
+                text, pend[slot], left_skip, attrs[row], left = attributed_push(
+                    table, self.vocab, self.drops[sel[row]], held, int(skip_now),
+                    state.carry.pop(slot, None), id_list[a:b])
+                if left:
+                    state.carry[slot] = left
+                if skip_now and not left_skip:
+                    skips[slot] = False
+                texts.append(text)
+                continue
+            data = table[id_list[a]] if b - a == 1 else b"".join([table[x] for x in id_list[a:b]])
             if held:
                 data = held + data
             text, used = utf_8_decode(data, "replace", False)
@@ -210,4 +279,4 @@ class PlainDecoder:
             state.skip[slot] = False
         joined = "".join(texts)
         chars = starts_of(np.fromiter(map(len, texts), np.int64, len(texts)))
-        return PlainTexts(joined, chars, texts, joined.encode())
+        return PlainTexts(joined, chars, texts, joined.encode(), attrs)

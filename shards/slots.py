@@ -3,8 +3,8 @@
 The egress gives each rid a slot in its shard when it first sees it (ring/link.py, ARRAYS),
 so a shard's rows arrive as slot numbers and the state of a plain request is one entry of
 each array below: no dict lookup, no object, no string per row. A request that needs more
-(stop strings, attribution, parsers, `stream: false`, a window-path
-tokenizer) keeps a `Request` object in `objs[slot]` and takes the per-row path
+(stop strings, parsers, `stream: false`, attribution on a byte-fallback tokenizer, a
+window-path tokenizer) keeps a `Request` object in `objs[slot]` and takes the per-row path
 (shards/paths.py decides, once, at its first row).
 
 A plain request's last row, and an ERROR or ABORT, go through that same `Request` code:
@@ -27,11 +27,11 @@ FREE, PLAIN, ROW = 0, 1, 2
 # showed of an incomplete character or byte run), whether its text began (byte fallback:
 # the leading-space strip is spent), completion tokens, ids written to its ring, the
 # usage fields of its first row, whether its logprobs carry token texts, and whether each
-# of its deltas carries usage (continuous_usage)
+# of its deltas carries usage (continuous_usage), and whether they carry attributions
 COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "ring_len",
-           "prompt", "cached", "lp_text", "cont_usage")
+           "prompt", "cached", "lp_text", "cont_usage", "attr")
 (KIND, SEL, PEND, SKIP, STARTED, COMPLETION, RING_LEN, PROMPT, CACHED,
- LP_TEXT, CONT_USAGE) = range(len(COLUMNS))
+ LP_TEXT, CONT_USAGE, ATTR) = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
 # ids kept per plain slot, for the text it sent last (`Request.tail`, request.SENT_TAIL chars:
 # 320 ids of at least one byte each hold 78 characters even after a cut character at each
@@ -82,12 +82,16 @@ class Slots:
         self.marks = SlotMarks()
         # plain slots with continuous_usage: while none is, no message looks for them
         self.usage_live = 0
+        # attribution (shards/attributed.py): plain slots that want it, and the entries
+        # (token_id, kind) still pending of the few slots that have any
+        self.attr_live = 0
+        self.carry: dict[int, list[tuple[int, int]]] = {}
         self.grow(capacity)
 
     def _views(self) -> None:
         meta = self.meta
         (self.kind, self.table_sel, self.pend_len, self.skip, self.started, self.completion,
-         self.ring_len, self.prompt, self.cached, self.lp_text, self.cont_usage) = \
+         self.ring_len, self.prompt, self.cached, self.lp_text, self.cont_usage, self.attr) = \
             (meta[:, k] for k in range(len(COLUMNS)))
 
     def grow(self, need: int) -> None:
@@ -123,7 +127,8 @@ class Slots:
     # ------------------------------------------------------------------ one slot
     def bind_plain(self, slot: int, rid: str, skip_special: bool,
                    start: tuple[bytes, int, bool], prompt: int, cached: int,
-                   logprob_text: bool = False, continuous_usage: bool = False) -> None:
+                   logprob_text: bool = False, continuous_usage: bool = False,
+                   attribution: bool = False) -> None:
         """A plain request takes the slot; `start` is what its prompt left: pending bytes,
         characters to pass over, whether the text has begun."""
         self.grow(slot + 1)
@@ -138,8 +143,10 @@ class Slots:
         # the slot's numbers in one assignment (a write per column cost a numpy call each);
         # the usage flag as it was, for `_usage_flag` to change and count
         self.meta[slot] = (PLAIN, 1 if skip_special else 0, len(pend), skip, started, 0, 0,
-                           prompt, cached, logprob_text, self.meta[slot, CONT_USAGE])
+                           prompt, cached, logprob_text, self.meta[slot, CONT_USAGE],
+                           self.meta[slot, ATTR])
         self._usage_flag(slot, continuous_usage)
+        self._attr_flag(slot, attribution)
         self.rids[slot] = self.rid_col[slot] = rid
         self.objs[slot] = None
 
@@ -147,12 +154,14 @@ class Slots:
         self.grow(slot + 1)
         self.kind[slot] = ROW
         self._usage_flag(slot, False)
+        self._attr_flag(slot, False)
         self.rids[slot] = self.rid_col[slot] = req.rid
         self.objs[slot] = req
 
     def free(self, slot: int) -> None:
         self.kind[slot] = FREE
         self._usage_flag(slot, False)
+        self._attr_flag(slot, False)
         self.rids[slot] = self.rid_col[slot] = None
         self.objs[slot] = None
 
@@ -161,6 +170,13 @@ class Slots:
         if was != on:
             self.cont_usage[slot] = on
             self.usage_live += 1 if on else -1
+
+    def _attr_flag(self, slot: int, on: bool) -> None:
+        if self.attr[slot] != on:
+            self.attr[slot] = on
+            self.attr_live += 1 if on else -1
+        if self.carry:
+            self.carry.pop(slot, None)
 
     def to_request(self, slot: int, req: Request, stream: Stream, tail: str) -> Request:
         """Move a plain slot's state into `req` (built with the same options; `stream` is

@@ -14,17 +14,26 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 
-from .slots import PEND, SEL, SKIP, Slots
+from .attributed import Attribution, attributed_push
+from .slots import ATTR, PEND, SEL, SKIP, Slots
+
+Attrs = list[list[Attribution] | None]
 
 
 def decode_small(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slots,
                  slots: list[int], heads: list[list[int]], row_ids: list[list[int]] | None,
                  singles: list[int] | None,
-                 strs: tuple[list[str | None], list[str | None]]) -> list[str]:
+                 strs: tuple[list[str | None], list[str | None]],
+                 drops: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
+                 ) -> tuple[list[str], Attrs | None]:
     """Decode one row per slot (slots distinct): row r's ids are `row_ids[r]`, or the one id
     `singles[r]`. `heads` are the slots' first columns of `state.meta`. With `strs` (each
     id's text when its bytes are whole characters, `PlainDecoder.strs`), a one-id row on a
-    slot with nothing pending or to pass over is a list lookup: most rows of most text."""
+    slot with nothing pending or to pass over is a list lookup: most rows of most text.
+    Rows whose request asked for attribution also get theirs (None for the others; None
+    for all when none asked): `_attributed`."""
+    if state.attr_live and any(h[ATTR] for h in heads):
+        return _attributed(tables, vocab, state, slots, heads, row_ids, singles, strs, drops)
     texts: list[str] = []
     if singles is not None:
         for slot, head, i in zip(slots, heads, singles):
@@ -36,13 +45,66 @@ def decode_small(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slo
                     texts.append(whole)
                     continue
             texts.append(_push(state, slot, head, tables[head[SEL]][i]))
-        return texts
+        return texts, None
     assert row_ids is not None
     for slot, head, ids in zip(slots, heads, row_ids):
         table = tables[head[SEL]]
         texts.append(_push(state, slot, head,
                            b"".join([table[i if 0 <= i < vocab else vocab] for i in ids])))
-    return texts
+    return texts, None
+
+
+def _attributed(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slots,
+                slots: list[int], heads: list[list[int]], row_ids: list[list[int]] | None,
+                singles: list[int] | None, strs: tuple[list[str | None], list[str | None]],
+                drops: tuple[frozenset[int], frozenset[int]]) -> tuple[list[str], Attrs]:
+    """`decode_small` for a message with rows that want attribution. A one-id row on a slot
+    with nothing pending, to pass over or carried is its id's text and one entry at 0
+    (zero-width for a skipped special); any other such row goes id by id through the
+    per-row path's rules (`attributed_push`)."""
+    texts: list[str] = []
+    attrs: Attrs = []
+    carry = state.carry
+    for r, (slot, head) in enumerate(zip(slots, heads)):
+        sel = head[SEL]
+        if singles is not None:
+            i = singles[r]
+            ids = [i if 0 <= i < vocab else vocab]
+        else:
+            assert row_ids is not None
+            ids = [i if 0 <= i < vocab else vocab for i in row_ids[r]]
+        if not head[ATTR]:
+            table = tables[sel]
+            texts.append(_push(state, slot, head, b"".join([table[i] for i in ids])))
+            attrs.append(None)
+            continue
+        if len(ids) == 1 and not (head[PEND] or head[SKIP]) and slot not in carry:
+            i = ids[0]
+            whole = strs[sel][i]
+            if whole:
+                texts.append(whole)
+                attrs.append([(i, 0, 0)])
+                continue
+            if i in drops[sel]:
+                texts.append("")
+                attrs.append([(i, 1, 0)])
+                continue
+        held = head[PEND]
+        at = slot * state.width
+        pending = bytes(state.pend_buf[at:at + held]) if held else b""
+        text, rest, skip, got, left = attributed_push(tables[sel], vocab, drops[sel], pending,
+                                                      head[SKIP], carry.pop(slot, None), ids)
+        if left:
+            carry[slot] = left
+        if rest:
+            state.pend_buf[at:at + len(rest)] = rest
+        if len(rest) != held:
+            state.meta[slot, PEND] = len(rest)
+        if skip != head[SKIP]:
+            state.meta[slot, SKIP] = skip
+        texts.append(text)
+        attrs.append(got)
+    return texts, attrs
 
 
 def _push(state: Slots, slot: int, head: list[int], data: bytes) -> str:

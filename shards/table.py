@@ -38,11 +38,12 @@ from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.request import Request, logprob_texts, make_request, refusal, trims_stop_token
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .mapped import MAPPED_MIN_ROWS, decode_mapped
+from .attributed import Attribution, carry_into, finish_row
+from .mapped import MAPPED_MIN_ROWS, decode_attributed, decode_mapped
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
 from .plain_fallback import FallbackPlainDecoder
-from .slots import CACHED, COMPLETION, CONT_USAGE, KIND, LP_TEXT, PLAIN, PROMPT, ROW, Slots
+from .slots import ATTR, CACHED, COMPLETION, CONT_USAGE, KIND, LP_TEXT, PLAIN, PROMPT, ROW, Slots
 from .small import decode_small
 
 I64 = npt.NDArray[np.int64]
@@ -161,7 +162,8 @@ class RidTable:
             return
         assert opened.start is not None
         self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, opened.start, prompt,
-                              cached, opened.opts.logprob_text, opened.opts.continuous_usage)
+                              cached, opened.opts.logprob_text, opened.opts.continuous_usage,
+                              opened.opts.attribution)
         if opened.opts is not _DEFAULT_OPEN:
             self.opts[slot] = opened.opts
 
@@ -185,8 +187,10 @@ class RidTable:
         opts = self.opts.get(slot)
         opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
         assert self.plain is not None
-        return self.state.to_request(slot, Request(rid, self.info, opts),
-                                     self.plain.stream_of(self.state, slot),
+        req = Request(rid, self.info, opts)
+        if req.attr is not None:  # the ids still pending attribution go with it
+            carry_into(req.attr, self.state.carry.pop(slot, None))
+        return self.state.to_request(slot, req, self.plain.stream_of(self.state, slot),
                                      self.plain.sent_tail(self.state, slot))
 
     # ------------------------------------------------------------------ messages
@@ -239,7 +243,8 @@ class RidTable:
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
             assert self.plain is not None
-            ids = self._blank_stop_tokens(quick_ends, slots, msg.ids, id_starts, ends) \
+            stops: dict[int, int] = {}  # last rows whose stop token is left out: its id
+            ids = self._blank_stop_tokens(quick_ends, slots, msg.ids, id_starts, ends, stops) \
                 if quick_ends else msg.ids
             texts = self._plain_rows(plain_rows, slots, ids, id_starts, distinct)
             # a plain slot always holds its rid (Slots.bind_plain)
@@ -247,10 +252,12 @@ class RidTable:
             end_at: list[int] = []  # where the last rows are among the plain rows
             if quick_ends:
                 end_at = np.searchsorted(plain_rows, quick_ends).tolist()
-                texts = self._flush_ends(texts, end_at, plain_slots[end_at])
+                texts = self._flush_ends(texts, end_at, plain_slots[end_at], quick_ends, stops)
             rids = cast(list[str], self.state.rid_col.take(plain_slots).tolist())
             base = len(out)
             rows_out.plain(plain_rows, rids, texts)
+            if texts.attrs is not None:
+                _attributions(out, base, texts.attrs)
             if fams.families:  # the rows whose request wants its logprobs' texts
                 wants = np.flatnonzero(self.state.lp_text[plain_slots])
                 if len(wants):
@@ -273,10 +280,12 @@ class RidTable:
         self.counters.late_rows += n_rows - len(plain_rows) - len(late_ends) - ran
 
     def _blank_stop_tokens(self, rows: list[int], slots: I64, ids: I64, id_starts: I64,
-                           ends: dict[int, tuple[dict[str, Any], int, int, int]]) -> I64:
+                           ends: dict[int, tuple[dict[str, Any], int, int, int]],
+                           stops: dict[int, int]) -> I64:
         """The message's ids with the scheduler's stop token of each of these last rows
         made out-of-vocabulary (no text), as the per-row path leaves it out of the text;
-        the output keeps the real ids (`_RowsOut` reads the message's own)."""
+        the output keeps the real ids (`_RowsOut` reads the message's own). `stops` gets
+        each such row's stop token (attribution makes it zero-width)."""
         blank: list[int] = []
         for row in rows:
             fin = ends[row][0]
@@ -284,6 +293,7 @@ class RidTable:
             if fin.get("type") == "stop" and \
                     trims_stop_token(fin, self._no_stop_trim(int(slots[row])), ids[a:b].tolist()):
                 blank.append(b - 1)
+                stops[row] = int(ids[b - 1])
         if not blank:
             return ids
         ids = ids.astype(np.int64, copy=True)
@@ -294,10 +304,16 @@ class RidTable:
         opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
         return opts is not None and opts.no_stop_trim
 
-    def _flush_ends(self, texts: PlainTexts, at: list[int], slots: I64) -> PlainTexts:
+    def _flush_ends(self, texts: PlainTexts, at: list[int], slots: I64, rows: list[int],
+                    stops: dict[int, int]) -> PlainTexts:
         """Last rows whose slot still holds bytes of an incomplete character: the codec's
-        final rules for them (U+FFFD), after the row's text, as `ByteStream.flush` does."""
+        final rules for them (U+FFFD), after the row's text, as `ByteStream.flush` does;
+        then the end's attribution rules (`_end_attrs`)."""
         extra_at, extra = self._held_flush(at, slots)
+        if texts.attrs is not None and self.state.carry:
+            c = texts.chars.tolist()
+            self._end_attrs(texts.attrs, at, slots, rows, [texts.text[c[j]:c[j + 1]] for j in at],
+                            set(extra_at), stops)
         return texts.with_suffixes(extra_at, extra) if extra else texts
 
     def _held_flush(self, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
@@ -316,6 +332,21 @@ class RidTable:
                 extra_at.append(j)
                 extra.append(text)
         return extra_at, extra
+
+    def _end_attrs(self, attrs: list[list[Attribution] | None], at: list[int], slots: I64,
+                   rows: list[int], texts: list[str], flushed: set[int],
+                   stops: dict[int, int]) -> None:
+        """The end's attribution rules for last rows decoded as running ones (at[k] among
+        the rows, message row rows[k], its text before the flush texts[k]): the ids they
+        leave pending are placed by `attributed.finish_row` (`flushed`: the rows whose
+        held bytes came out as U+FFFD; `stops`: the rows' trimmed stop tokens)."""
+        carry = self.state.carry
+        for j, slot, row, text in zip(at, slots.tolist(), rows, texts):
+            left = carry.pop(slot, None)
+            got = attrs[j]
+            if left and got is not None:
+                attrs[j] = finish_row(got, left, len(text.encode()), j in flushed,
+                                      stops.get(row))
 
     def _array_ends(self, out: Sink, base: int, at: list[int], rows: list[int],
                     rids: list[str], plain_slots: I64,
@@ -373,8 +404,8 @@ class RidTable:
             else:
                 flat = singles = ids if all_rows else [ids[r] for r in plain_rows]
             sent = flat  # the ids as they came, for the output
-            texts = decode_small(plain.tables, plain.vocab, state, slots, rows_heads,
-                                 row_ids, singles, plain.strs)
+            texts, attrs = decode_small(plain.tables, plain.vocab, state, slots, rows_heads,
+                                        row_ids, singles, plain.strs, plain.drops)
             vocab = plain.vocab
             if flat and (min(flat) < 0 or max(flat) >= vocab):  # as the byte tables index
                 flat = [i if 0 <= i < vocab else vocab for i in flat]
@@ -382,6 +413,8 @@ class RidTable:
             rids = cast(list[str], list(map(state.rids.__getitem__, slots)))
             fams, base = _Families(sp.families, n), len(out)
             _small_out(out, rids, texts, sent, counts, plain_rows, n, fams, sp.families)
+            if attrs is not None:
+                _attributions(out, base, attrs)
             if sp.families:
                 wants = [j for j, h in enumerate(rows_heads) if h[LP_TEXT]]
                 if wants:
@@ -425,6 +458,7 @@ class RidTable:
         vocab = plain.vocab
         ids = msg.ids
         quick: list[int] = []  # plain requests' last rows, decoded with the others
+        stops: dict[int, int] = {}  # those whose stop token is left out: its id
         rest = ends
         if ends:
             end_rows = np.fromiter(ends, np.int64, len(ends))
@@ -434,7 +468,7 @@ class RidTable:
             if quick:
                 plain_mask[quick] = True
                 ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1)
-                                              if id_starts is None else id_starts, ends)
+                                              if id_starts is None else id_starts, ends, stops)
                 rest = {r: e for r, e in ends.items() if r not in set(quick)}
         ids = _in_vocab(ids, vocab)
         plain_rows = np.flatnonzero(plain_mask)
@@ -453,7 +487,13 @@ class RidTable:
                 ids, sent = ids[plain_rows], sent[plain_rows]
             if not every:
                 slots, meta = slots[plain_rows], meta[plain_rows]
-            texts = decode_mapped(plain.id_texts, state, slots, meta, ids, id_starts)
+            attrs = None
+            want = meta[:, ATTR].astype(bool) if state.attr_live else None
+            if want is not None and want.any():
+                texts, attrs = decode_attributed(plain.id_texts, plain.tables, vocab, plain.drops,
+                                                 state, slots, meta, want, ids, id_starts)
+            else:
+                texts = decode_mapped(plain.id_texts, state, slots, meta, ids, id_starts)
             if counts is None:
                 state.record_one_each(slots, meta, ids)
             else:
@@ -462,13 +502,19 @@ class RidTable:
             end_at: list[int] = []
             if quick:
                 end_at = quick if every else np.searchsorted(plain_rows, quick).tolist()
-                for j, text in zip(*self._held_flush(end_at, slots[end_at])):
+                extra_at, extra = self._held_flush(end_at, slots[end_at])
+                if attrs is not None and state.carry:
+                    self._end_attrs(attrs, end_at, slots[end_at], quick,
+                                    [texts[j] for j in end_at], set(extra_at), stops)
+                for j, text in zip(extra_at, extra):
                     texts[j] += text
             rids = cast(list[str], state.rid_col.take(slots).tolist())
             rows = plain_rows.tolist()
             fams, base = _Families(sp.families, n), len(out)
             _small_out(out, rids, texts, sent.tolist(), None if counts is None else
                        counts.tolist(), rows, n, fams, sp.families)
+            if attrs is not None:
+                _attributions(out, base, attrs)
             if sp.families:
                 wants = np.flatnonzero(meta[:, LP_TEXT])
                 if len(wants):
@@ -529,11 +575,20 @@ class RidTable:
             row_ids = msg.ids[st[row]:st[row + 1]].tolist()
             opts = self.opts.get(slot)
             decode_ids = row_ids
-            if trims_stop_token(fin, self._no_stop_trim(slot), row_ids):
+            trimmed = trims_stop_token(fin, self._no_stop_trim(slot), row_ids)
+            if trimmed:
                 decode_ids = row_ids[:-1]
-            text = self.plain.finish(state, slot, decode_ids)
+            attrs: list[Attribution] | None = None
+            if state.attr[slot]:  # id by id, as the per-row path attributes them
+                assert isinstance(self.plain, PlainDecoder)
+                vocab = self.info.vocab_size
+                text, attrs = self.plain.finish_attributed(
+                    state, slot, [i if 0 <= i < vocab else vocab for i in decode_ids],
+                    row_ids[-1] if trimmed else None)
+            else:
+                text = self.plain.finish(state, slot, decode_ids)
             completion = int(state.completion[slot]) + len(row_ids)
-            delta = Delta(rid, text, row_ids, finish=fin,
+            delta = Delta(rid, text, row_ids, attributions=attrs, finish=fin,
                           usage=Usage(prompt, completion, prompt + completion, cached, reasoning))
             if fams.carries(row):
                 delta.logprobs, delta.top_logprobs, delta.token_ids_logprobs = fams.extras(row)
@@ -788,6 +843,19 @@ def _continuous_usage(out: Sink, base: int, outs: list[int], rows: list[int], sl
             out.add_sparse("usage", base + j, usage)
         else:
             out[base + j].usage = usage
+
+
+def _attributions(out: Sink, base: int, attrs: list[list[Attribution] | None]) -> None:
+    """Rows' attributions (None: the row's request did not ask), written to output rows
+    base + j: a Delta's field, or COLUMNS' and PACKED's sparse column (in row order; an
+    empty list is a value, as the per-row path sends it)."""
+    if isinstance(out, ColumnsOut):
+        col = out.sparse.setdefault("attributions", [])
+        col += [(base + j, a) for j, a in enumerate(attrs) if a is not None]
+        return
+    for j, a in enumerate(attrs):
+        if a is not None:
+            out[base + j].attributions = a
 
 
 def _small_out(out: Sink, rids: list[str], texts: list[str], flat: list[int],

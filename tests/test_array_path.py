@@ -169,7 +169,10 @@ def test_the_path_is_decided_once_with_a_reason() -> None:
     # logprob token texts are a lookup in the tokenizer's table: the array path has them
     assert row_reason(Open("r", logprob_text=True), info, True) is None
     assert row_reason(Open("r", continuous_usage=True), info, True) is None
-    assert row_reason(Open("r", attribution=True), info, True) == "attribution"
+    # attribution: from the ids' byte lengths on byte-level BPE; per row on byte fallback
+    assert row_reason(Open("r", attribution=True), info, True) is None
+    assert row_reason(Open("r", attribution=True), tokenizer("llama2-style"), True) == \
+        "attribution"
     assert row_reason(None, info, False) == "tokenizer"
     # which tokenizers have an array decoder: byte-level BPE and SentencePiece byte fallback
     assert plain_decoder(describe(zoo.wordpiece(), "wp"), 48) is None

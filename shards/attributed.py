@@ -1,0 +1,162 @@
+"""Attribution on the array path (byte-level BPE): the per-row path's rules, per slot.
+
+`sglang_tok/attribution.py` (`Attributor`, driven by `Request._push_attributed`) defines
+them: every pushed id gets one [token_id, kind, byte_offset], in push order; an id whose
+bytes complete text is anchored at the start of the text its push released, ids pending
+before it (bytes of an incomplete character, or no bytes at all) there too; a skipped
+special is zero-width at the text so far; entries leave in order, so those after a
+pending id wait with it. For byte-level BPE that is arithmetic on byte positions: in a
+row's buffer (the slot's pending bytes, then each id's bytes), an id starting at byte p
+is anchored at the character boundary at or before p when the row's text reaches past
+p, and is pending otherwise (`decode_rows(..., anchors=True)` finds those boundaries for
+a whole message at once). A pending id (and whatever follows it) is carried in
+`Slots.carry` and released at offset 0 of the next delta with text, which the pending
+bytes begin.
+
+The exact reference (`attributed_push`: a `ByteStream` and an `Attributor` fed id by id,
+as the per-row path does) serves the rows that are not the simple case: broken UTF-8
+(U+FFFD rows), a prompt's incomplete character, the small-message loop's rows with
+pending bytes, the last rows of a small message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sglang_tok.attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor
+from sglang_tok.decoder import ByteStream
+
+from .slots import Slots
+
+I64 = npt.NDArray[np.int64]
+Attribution = tuple[int, int, int]
+Carry = list[tuple[int, int]]  # (token_id, kind) of entries still pending, in push order
+
+
+def attributed_push(table: list[bytes], vocab: int, drop: frozenset[int] | tuple[()],
+                    pending: bytes, skip: int, carry: Carry | None, ids: list[int],
+                    final: bool = False, trimmed: int | None = None
+                    ) -> tuple[str, bytes, int, list[Attribution], Carry | None]:
+    """One row as the per-row path decodes and attributes it (`Request._push_attributed`,
+    and on the last row the trimmed stop token, `_flush` and `Attributor.end`): its text,
+    the pending bytes and skip after it, its attributions (offsets local to the text) and
+    the entries it leaves pending. Cold path: a Python step per id."""
+    stream = ByteStream(table)
+    stream.pending, stream.skip = pending, skip
+    attr = Attributor()
+    if carry:  # a carried zero-width entry sits where the carried text will begin: 0
+        attr.queue = [[tid, kind, PENDING if kind == VISIBLE else 0] for tid, kind in carry]
+    parts = []
+    for tid in ids:
+        if tid in drop:
+            attr.zero_width(tid)
+            continue
+        t = stream.push_one(tid if 0 <= tid < vocab else vocab)
+        attr.pushed(tid, len(t))
+        if t:
+            parts.append(t)
+    text = "".join(parts)
+    if final:
+        if trimmed is not None:
+            attr.zero_width(trimmed)
+        more = stream.flush()
+        if more:
+            attr.produced(len(more))
+            text += more
+        attr.end()
+    released = attr.release(0, text)
+    left = [(tid, kind) for tid, kind, _ in attr.queue] or None
+    return text, stream.pending, stream.skip, released, left
+
+
+def row_attributions(state: Slots, slot_list: list[int], want: list[bool], ids: I64,
+                     id_starts: I64, anchors: I64, kinds: I64,
+                     text_bytes: I64) -> list[list[Attribution] | None]:
+    """Every row's attributions from the anchors of a message decoded as a whole (valid
+    UTF-8: `decode_rows(..., anchors=True)`); None for a row whose request did not ask.
+
+    Most rows release exactly their own ids (tuples built at C speed, one slice per row);
+    only a row whose slot carries pending entries in, or that leaves some pending, takes
+    a Python step for the queue rules.
+    """
+    counts = id_starts[1:] - id_starts[:-1]
+    n = len(counts)
+    offs = np.where(anchors >= 0, anchors, np.repeat(text_bytes, counts))
+    tuples = list(zip(ids.tolist(), kinds.tolist(), offs.tolist()))
+    one_each = len(ids) == n and bool((counts == 1).all())
+    cuts: list[int] = []
+    if one_each:
+        rows_out: list[Any] = list(map(list, zip(tuples)))
+    else:
+        cuts = id_starts.tolist()
+        rows_out = list(map(tuples.__getitem__, map(slice, cuts, cuts[1:])))
+    # a visible id with no text after it in its row is pending: its row leaves a carry
+    waits = (anchors < 0) & (kinds == VISIBLE)
+    if one_each:
+        leaving = np.flatnonzero(waits)
+    else:
+        seen = np.concatenate(([0], np.cumsum(waits)))
+        leaving = np.flatnonzero(seen[id_starts[1:]] > seen[id_starts[:-1]])
+    odd = set(leaving.tolist())
+    carry = state.carry
+    if carry:
+        slots = np.array(slot_list, np.int64)
+        odd.update(np.flatnonzero(np.isin(slots, np.fromiter(carry, np.int64, len(carry))))
+                   .tolist())
+    if odd:
+        tb = text_bytes.tolist()
+        for r in sorted(odd):
+            if not want[r]:
+                continue
+            a, b = (r, r + 1) if one_each else (cuts[r], cuts[r + 1])
+            own = tuples[a:b]
+            first = next((k for k, w in enumerate(waits[a:b].tolist()) if w), None)
+            rows_out[r], left = queue_row(carry.pop(slot_list[r], None), own, first, tb[r])
+            if left:
+                carry[slot_list[r]] = left
+    if not all(want):
+        rows_out = [x if w else None for x, w in zip(rows_out, want)]
+    return rows_out
+
+
+def queue_row(carry_in: Carry | None, own: list[Attribution], first: int | None,
+              text_bytes: int) -> tuple[list[Attribution], Carry | None]:
+    """One row's release by the queue rules: entries carried in leave at offset 0 if the
+    row has text (else the whole row joins them); the row's own entries leave up to its
+    first pending visible id (`first`), which starts the carry out."""
+    if carry_in and not text_bytes:
+        return [], carry_in + [(tid, kind) for tid, kind, _ in own]
+    out = [(tid, kind, 0) for tid, kind in carry_in] if carry_in else []
+    if first is None:
+        return out + own, None
+    return out + own[:first], [(tid, kind) for tid, kind, _ in own[first:]]
+
+
+def finish_row(released: list[Attribution], carry: Carry | None, text_bytes: int,
+               flushed: bool, stop: int | None) -> list[Attribution]:
+    """A last row decoded as a running one (its stop token an empty, visible id: always
+    carried, last): what the end adds (`Request.row` with a finish). The trimmed stop token
+    (`stop`, its real id) is zero-width; the flush's text (`flushed`: the held bytes came
+    out as U+FFFD) anchors pending ids where it begins, the row's text end; with no flush
+    text they become zero-width there (`Attributor.end`)."""
+    if not carry:
+        return released
+    out = list(released)
+    last = len(carry) - 1
+    for k, (tid, kind) in enumerate(carry):
+        if stop is not None and k == last:
+            tid, kind = stop, ZERO_WIDTH
+        elif not flushed:
+            kind = ZERO_WIDTH
+        out.append((tid, kind, text_bytes))
+    return out
+
+
+def carry_into(attr: Attributor, carry: Carry | None) -> None:
+    """A slot moving to the per-row path (an ERROR, ABORT or matched stop string) hands its
+    pending entries to the request's `Attributor` (whose text starts there: offset 0)."""
+    if carry:
+        attr.queue = [[tid, kind, PENDING if kind == VISIBLE else 0] for tid, kind in carry]
