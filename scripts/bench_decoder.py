@@ -10,6 +10,10 @@ Compares, in the same run, on the same ids in the same step order:
   ours/lp+usage  logprob texts (top-5) and continuous usage on every request, what the
                  array path now takes; `packed`: the shard's PACKED output message encoded
                  (logprob values pass through as numbers), the default output
+  ours/attr      attribution on every request and nothing else (plain rows), what the
+                 array path takes on a byte-level tokenizer; `packed` as above; `per-row`:
+                 the same requests sent to the per-row path (the rule before issue 17 item
+                 4), in the same window; their attributions must be equal
 Prints tokens/s of each and the ratios to DecodeStream (ratios, not absolute times: the
 machine is shared and noisy). Every output of ours is checked against a full decode.
 
@@ -24,12 +28,16 @@ import argparse
 import os
 import sys
 import time
+from itertools import chain
+from typing import Any
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 from sglang_tok.egress.split import LocalRoute
 from sglang_tok.ring import link
+from sglang_tok.shards import table as table_mod
+from sglang_tok.shards.paths import row_reason
 from sglang_tok.shards.table import RidTable
 from tokenizers.decoders import DecodeStream
 
@@ -69,6 +77,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokenizer", default="deepseek-v4",
                     help="deepseek-v4 (byte path), llama2-style (window path) or a path")
+    ap.add_argument("--only", default="",
+                    help="comma-separated modes to run (DecodeStream always runs), e.g. "
+                         "ours/plain,ours/attr,ours/attr per-row")
     args = ap.parse_args()
     info = load_info(args.tokenizer)
     tok = info.tokenizer
@@ -84,6 +95,7 @@ def main() -> int:
                                 attribution=True, continuous_usage=True) for r in reqs]
     array_opens = [protocol.Open(r.rid, logprob_text=True, continuous_usage=True)
                    for r in reqs]
+    attr_opens = [protocol.Open(r.rid, attribution=True) for r in reqs]
     for r in reqs:
         r.logprobs = True
     steps_full = [s.batch for s in schedule(reqs, args.concurrency, 2, top_k=5) if s.batch]
@@ -121,11 +133,17 @@ def main() -> int:
                     parts.append(push([i]))
         return time.perf_counter() - t0, got
 
+    attrs: dict[str, dict[str, list]] = {}  # mode -> rid -> attributions, in order
+
     def run_ours(frames: list[bytes], opens: list[protocol.Open] | None,
-                 packed: bool = False) -> tuple[float, dict]:
+                 packed: bool = False, per_row: bool = False,
+                 keep: str = "") -> tuple[float, dict]:
         """The shard's table alone: the egress's routing (LocalRoute) is done before the
-        clock starts, as it runs in another process."""
+        clock starts, as it runs in another process. `per_row`: attribution on the
+        per-row path, as before issue 17 item 4; `keep`: record attributions as `mode`."""
         table = RidTable(info, 0, max_requests=1 << 20)
+        if per_row:
+            table_mod.row_reason = _per_row_attribution
         route = LocalRoute(1)
         for o in opens or ():
             route.open(o.rid)
@@ -138,6 +156,7 @@ def main() -> int:
         out: list = []
         texts_by_rid: dict[str, list[str]] = {}
         encoded: list[bytes] = []
+        kept: list[list] = []
         t0 = time.perf_counter()
         if opens:
             for o in opens:
@@ -152,42 +171,72 @@ def main() -> int:
             table.on_arrays(msg, out)
             for d in out:
                 texts_by_rid.setdefault(d.rid, []).append(d.text)
+            if keep:
+                kept.append(out)
         dt = time.perf_counter() - t0
+        table_mod.row_reason = row_reason
+        for d in chain.from_iterable(kept):  # after the clock
+            attrs.setdefault(keep, {}).setdefault(d.rid, []).extend(
+                map(tuple, d.attributions or ()))
         for raw in encoded:  # after the clock: the frontend's work
             decoded = decode_frame(raw)
             assert isinstance(decoded, tuple)
             for d in decoded[2]:
                 texts_by_rid.setdefault(d.rid, []).append(d.text)
+                if keep:
+                    attrs.setdefault(keep, {}).setdefault(d.rid, []).extend(
+                        map(tuple, d.attributions or ()))
         return dt, texts_by_rid
 
-    results: dict[str, list[float]] = {"DecodeStream": [], "ours/stream": [], "ours/plain": [],
-                                       "ours/full": [], "ours/lp+usage": [],
-                                       "ours/lp+usage packed": []}
+    modes: dict[str, Any] = {
+        "ours/stream": lambda: run_stream(),
+        "ours/plain": lambda: run_ours(steps_plain, None),
+        "ours/full": lambda: run_ours(steps_full, full_opens),
+        "ours/lp+usage": lambda: run_ours(steps_full, array_opens),
+        "ours/lp+usage packed": lambda: run_ours(steps_full, array_opens, packed=True),
+        "ours/attr": lambda keep="": run_ours(steps_plain, attr_opens, keep=keep),
+        "ours/attr packed": lambda keep="": run_ours(steps_plain, attr_opens, packed=True,
+                                                     keep=keep),
+        "ours/attr per-row": lambda keep="": run_ours(steps_plain, attr_opens, per_row=True,
+                                                      keep=keep),
+    }
+    only = [m for m in args.only.split(",") if m] or list(modes)
+    results: dict[str, list[float]] = {"DecodeStream": [], **{m: [] for m in only}}
+    got_by: dict[str, dict[str, list[str]]] = {}
     for _ in range(args.repeat):
         results["DecodeStream"].append(total / run_decodestream())
-        dt, _ = run_stream()
-        results["ours/stream"].append(total / dt)
-        dt, got = run_ours(steps_plain, None)
-        results["ours/plain"].append(total / dt)
-        dt2, got_full = run_ours(steps_full, full_opens)
-        results["ours/full"].append(total / dt2)
-        dt3, got_array = run_ours(steps_full, array_opens)
-        results["ours/lp+usage"].append(total / dt3)
-        dt4, got_packed = run_ours(steps_full, array_opens, packed=True)
-        results["ours/lp+usage packed"].append(total / dt4)
-    bad = sum(1 for r in reqs if "".join(got[r.rid]) != tok.decode(
-        r.ids[:-1] if (r.finish or {}).get("matched") == (r.ids or [None])[-1] else r.ids))
-    bad_full = sum(1 for r in reqs if "".join(got_full[r.rid]) != "".join(got[r.rid])
-                   or "".join(got_array[r.rid]) != "".join(got[r.rid])
-                   or "".join(got_packed[r.rid]) != "".join(got[r.rid]))
+        for m in only:
+            attrs.pop(m, None)
+            dt, got_by[m] = modes[m]()
+            results[m].append(total / dt)
+    for m in only:  # the attributions, checked in a run off the clock (keeping every
+        if m.startswith("ours/attr"):  # delta alive would make the collector's work count)
+            modes[m](m)
+    want = {r.rid: tok.decode(r.ids[:-1] if (r.finish or {}).get("matched") ==
+                              (r.ids or [None])[-1] else r.ids) for r in reqs}
+    bad = {m: sum(1 for r in reqs if "".join(got[r.rid]) != want[r.rid])
+           for m, got in got_by.items() if m != "ours/stream"}  # (no stop token trim)
+    # attributions: one per id, and the same on every path
+    ref = attrs.get("ours/attr per-row")
+    for m, by_rid in attrs.items():
+        bad[m] += sum(1 for r in reqs if len(by_rid.get(r.rid, [])) != len(r.ids)
+                      or (ref is not None and by_rid.get(r.rid) != ref.get(r.rid)))
     base = max(results["DecodeStream"])
     print(f"{'decoder':<20} {f'tokens/s (best of {args.repeat})':>22} {'ratio':>8}")
     for name, vals in results.items():
         print(f"{name:<20} {max(vals):>22,.0f} {max(vals) / base:>7.2f}x")
-    print(f"exactness: ours/plain {len(reqs) - bad}/{len(reqs)} exact; "
-          f"ours/full and ours/lp+usage (both) == ours/plain text for {len(reqs) - bad_full}/"
-          f"{len(reqs)}")
-    return 0 if not bad and not bad_full else 1
+    print("exactness (text == full decode; attributions one per id, equal to per-row's): " +
+          ", ".join(f"{m} {len(reqs) - b}/{len(reqs)}" for m, b in bad.items()))
+    return 0 if not any(bad.values()) else 1
+
+
+def _per_row_attribution(opts: protocol.Open | None, info: TokenizerInfo,
+                         array_decoder: bool) -> str | None:
+    """The path rule before issue 17 item 4: attribution per row."""
+    why = row_reason(opts, info, array_decoder)
+    if why is None and opts is not None and opts.attribution:
+        return "attribution"
+    return why
 
 
 def _rows(frame: bytes) -> list[tuple[str, list[int]]]:

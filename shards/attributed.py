@@ -122,6 +122,40 @@ def row_attributions(state: Slots, slot_list: list[int], want: list[bool], ids: 
     return rows_out
 
 
+def one_id_row(carry: dict[int, Carry], slot: int, tid: int, kind: int,
+               text: str) -> list[Attribution]:
+    """A row of one id, whatever its decode (pending bytes, U+FFFD, a prompt's character):
+    the id's push made the row's whole text, so it and the ids carried in are anchored at
+    0 when there is text; else a visible id waits, and so does anything behind a waiting
+    one."""
+    carry_in = carry.pop(slot, None)
+    if text:
+        if carry_in:
+            return [*((t, k, 0) for t, k in carry_in), (tid, kind, 0)]
+        return [(tid, kind, 0)]
+    if carry_in or kind == VISIBLE:
+        carry[slot] = [*(carry_in or ()), (tid, kind)]
+        return []
+    return [(tid, kind, 0)]
+
+
+def one_id_rows(carry: dict[int, Carry], slots: I64, ids: list[int], kinds: I64,
+                texts: list[str]) -> list[list[Attribution]]:
+    """`one_id_row` for a message of one id per row, decoded: one entry at 0 per row (C
+    speed), and a Python step for the rows with no text or with ids carried in."""
+    n = len(ids)
+    attrs: list[list[Attribution]] = list(map(list, zip(zip(ids, kinds.tolist(), [0] * n))))
+    odd = (np.fromiter(map(len, texts), np.int64, n) == 0) & (kinds == VISIBLE)
+    if carry:
+        odd |= np.isin(slots, np.fromiter(carry, np.int64, len(carry)))
+    rows = np.flatnonzero(odd).tolist()
+    if rows:
+        slot_list, kind_list = slots[rows].tolist(), kinds[rows].tolist()
+        for r, slot, kind in zip(rows, slot_list, kind_list):
+            attrs[r] = one_id_row(carry, slot, ids[r], kind, texts[r])
+    return attrs
+
+
 def queue_row(carry_in: Carry | None, own: list[Attribution], first: int | None,
               text_bytes: int) -> tuple[list[Attribution], Carry | None]:
     """One row's release by the queue rules: entries carried in leave at offset 0 if the

@@ -18,7 +18,7 @@ from codecs import utf_8_decode
 import numpy as np
 import numpy.typing as npt
 
-from .attributed import Attribution, attributed_push, queue_row
+from .attributed import Attribution, attributed_push, one_id_rows, queue_row
 from .slots import PEND, SEL, SKIP, Slots
 
 I64 = npt.NDArray[np.int64]
@@ -129,60 +129,62 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
     """`decode_mapped` for a message with rows that want attribution (`want`), and their
     attributions (None for the other rows).
 
-    A wanting row whose ids are whole characters, on a slot holding no bytes, nothing to
-    pass over and no ids pending, is its ids' texts: each id is anchored at the bytes of
-    the ids before it in the row (whole-column work; an id with no bytes and no text after
-    it waits for the next row's text, `Slots.carry`). Any other wanting row goes id by id
-    through the per-row path's rules (`attributed_push`), which also decodes it.
+    One id per row: every row decoded as usual, then `attributed.one_id_rows`. Rows of
+    several ids: a wanting row whose ids are whole characters, on a slot holding no bytes,
+    nothing to pass over and no ids pending, is its ids' texts: each id is anchored at the
+    bytes of the ids before it in the row (whole-column work; an id with no bytes and no
+    text after it waits for the next row's text, `Slots.carry`). Any other wanting row goes
+    id by id through the per-row path's rules (`attributed_push`), which also decodes it.
     """
     n = len(slots)
     stride = id_texts.stride
-    counts = None if id_starts is None else id_starts[1:] - id_starts[:-1]
-    sel_rep = meta[:, SEL] * stride
-    where = ids + (sel_rep if counts is None else np.repeat(sel_rep, counts))
-    if counts is None:
-        whole = id_texts.whole[where]
-    else:
-        assert id_starts is not None
-        broken = np.concatenate(([0], np.cumsum(~id_texts.whole[where])))
-        whole = broken[id_starts[1:]] == broken[id_starts[:-1]]
+    if id_starts is None:
+        texts = decode_mapped(id_texts, state, slots, meta, ids)
+        asked = np.flatnonzero(want)
+        every = len(asked) == n
+        found = one_id_rows(state.carry, slots if every else slots[asked],
+                            ids.tolist() if every else ids[asked].tolist(),
+                            id_texts.kind[ids + meta[:, SEL] * stride] if every else
+                            id_texts.kind[ids[asked] + meta[asked, SEL] * stride],
+                            texts if every else [texts[r] for r in asked.tolist()])
+        if every:
+            return texts, list(found)
+        out: list[list[Attribution] | None] = [None] * n
+        for j, entries in zip(asked.tolist(), found):
+            out[j] = entries
+        return texts, out
+    counts = id_starts[1:] - id_starts[:-1]
+    where = ids + np.repeat(meta[:, SEL] * stride, counts)
+    broken = np.concatenate(([0], np.cumsum(~id_texts.whole[where])))
+    whole = broken[id_starts[1:]] == broken[id_starts[:-1]]
     simple = want & whole & (meta[:, PEND] == 0) & (meta[:, SKIP] == 0)
     carry = state.carry
     if carry:
         simple &= ~np.isin(slots, np.fromiter(carry, np.int64, len(carry)))
     exact = want & ~simple
     texts = decode_mapped(id_texts, state, slots, meta, ids, id_starts, exact)
-    attrs: list[list[Attribution] | None]
     kinds, sizes = id_texts.kind[where], id_texts.size[where]
     id_list, kind_list = ids.tolist(), kinds.tolist()
     slot_list = slots.tolist()
-    if counts is None:
-        tuples = list(zip(id_list, kind_list, [0] * n))
-        attrs = list(map(list, zip(tuples)))
-        waits = np.flatnonzero(simple & (sizes == 0) & (kinds == 0)).tolist()
-        for r in waits:  # an id with no text (and no later id): it waits
-            attrs[r] = []
-            carry[slot_list[r]] = [(id_list[r], 0)]
-    else:
-        assert id_starts is not None
-        total = np.concatenate(([0], np.cumsum(sizes)))
-        before = total[:-1] - np.repeat(total[id_starts[:-1]], counts)  # bytes before, in row
-        row_bytes = total[id_starts[1:]] - total[id_starts[:-1]]
-        row_rep = np.repeat(row_bytes, counts)
-        inside = before < row_rep
-        offs = np.where(inside, before, row_rep)
-        wait_ids = ~inside & (kinds == 0)
-        tuples = list(zip(id_list, kind_list, offs.tolist()))
-        cuts = id_starts.tolist()
-        attrs = list(map(tuples.__getitem__, map(slice, cuts, cuts[1:])))
-        seen = np.concatenate(([0], np.cumsum(wait_ids)))
-        leaving = np.flatnonzero(simple & (seen[id_starts[1:]] > seen[id_starts[:-1]]))
-        for r in leaving.tolist():
-            a, b = cuts[r], cuts[r + 1]
-            first = int(np.argmax(wait_ids[a:b]))
-            attrs[r], left = queue_row(None, tuples[a:b], first, int(row_bytes[r]))
-            if left:
-                carry[slot_list[r]] = left
+    total = np.concatenate(([0], np.cumsum(sizes)))
+    before = total[:-1] - np.repeat(total[id_starts[:-1]], counts)  # bytes before, in row
+    row_bytes = total[id_starts[1:]] - total[id_starts[:-1]]
+    row_rep = np.repeat(row_bytes, counts)
+    inside = before < row_rep
+    offs = np.where(inside, before, row_rep)
+    wait_ids = ~inside & (kinds == 0)
+    tuples = list(zip(id_list, kind_list, offs.tolist()))
+    cuts = id_starts.tolist()
+    attrs: list[list[Attribution] | None] = \
+        list(map(tuples.__getitem__, map(slice, cuts, cuts[1:])))
+    seen = np.concatenate(([0], np.cumsum(wait_ids)))
+    leaving = np.flatnonzero(simple & (seen[id_starts[1:]] > seen[id_starts[:-1]]))
+    for r in leaving.tolist():  # an id with no bytes and no text after it: it waits
+        a, b = cuts[r], cuts[r + 1]
+        first = int(np.argmax(wait_ids[a:b]))
+        attrs[r], left = queue_row(None, tuples[a:b], first, int(row_bytes[r]))
+        if left:
+            carry[slot_list[r]] = left
     if not want.all():
         attrs = [x if w else None for x, w in zip(attrs, want.tolist())]
     rows = np.flatnonzero(exact).tolist()
@@ -191,13 +193,12 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
         buf, width = state.pend_buf, state.width
         for r, head in zip(rows, heads):
             slot, sel = slot_list[r], head[SEL]
-            row_ids = id_list[r:r + 1] if counts is None else id_list[cuts[r]:cuts[r + 1]]
             held = head[PEND]
             at = slot * width
             pending = bytes(buf[at:at + held]) if held else b""
             text, rest, skip, got, left = attributed_push(
                 tables[sel], vocab, drops[sel], pending, head[SKIP], carry.pop(slot, None),
-                row_ids)
+                id_list[cuts[r]:cuts[r + 1]])
             if left:
                 carry[slot] = left
             if rest:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 
-from .attributed import Attribution, attributed_push
+from .attributed import Attribution, attributed_push, one_id_row
 from .slots import ATTR, PEND, SEL, SKIP, Slots
 
 Attrs = list[list[Attribution] | None]
@@ -58,10 +58,9 @@ def _attributed(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slot
                 slots: list[int], heads: list[list[int]], row_ids: list[list[int]] | None,
                 singles: list[int] | None, strs: tuple[list[str | None], list[str | None]],
                 drops: tuple[frozenset[int], frozenset[int]]) -> tuple[list[str], Attrs]:
-    """`decode_small` for a message with rows that want attribution. A one-id row on a slot
-    with nothing pending, to pass over or carried is its id's text and one entry at 0
-    (zero-width for a skipped special); any other such row goes id by id through the
-    per-row path's rules (`attributed_push`)."""
+    """`decode_small` for a message with rows that want attribution. A one-id row is
+    decoded as usual, then attributed by `one_id_row`; a row of several ids goes id by id
+    through the per-row path's rules (`attributed_push`), which also decodes it."""
     texts: list[str] = []
     attrs: Attrs = []
     carry = state.carry
@@ -78,17 +77,13 @@ def _attributed(tables: tuple[list[bytes], list[bytes]], vocab: int, state: Slot
             texts.append(_push(state, slot, head, b"".join([table[i] for i in ids])))
             attrs.append(None)
             continue
-        if len(ids) == 1 and not (head[PEND] or head[SKIP]) and slot not in carry:
+        if len(ids) == 1:  # its id's text (or the codec's), then `one_id_row`
             i = ids[0]
-            whole = strs[sel][i]
-            if whole:
-                texts.append(whole)
-                attrs.append([(i, 0, 0)])
-                continue
-            if i in drops[sel]:
-                texts.append("")
-                attrs.append([(i, 1, 0)])
-                continue
+            whole = None if head[PEND] or head[SKIP] else strs[sel][i]
+            text = whole if whole is not None else _push(state, slot, head, tables[sel][i])
+            texts.append(text)
+            attrs.append(one_id_row(carry, slot, i, 1 if i in drops[sel] else 0, text))
+            continue
         held = head[PEND]
         at = slot * state.width
         pending = bytes(state.pend_buf[at:at + held]) if held else b""
