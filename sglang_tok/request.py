@@ -12,7 +12,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from .attribution import Attributor
+from .attribution import Attributor, push_attributed
 from .decoder import ByteStream, Stream, WindowStream, make_stream
 from .parsers import (
     REASONING_PARSERS,
@@ -129,17 +129,7 @@ class Request:
         if isinstance(stream, WindowStream):  # anchors byte-fallback runs per character
             return stream.push_attributed(ids, attr)
         drop = self.info.special_ids if self.opts.skip_special_tokens else ()
-        parts = []
-        vocab = self.info.vocab_size
-        for tid in ids:
-            if tid in drop:
-                attr.zero_width(tid)
-                continue
-            t = stream.push_one(tid if 0 <= tid < vocab else vocab)
-            attr.pushed(tid, len(t))
-            if t:
-                parts.append(t)
-        return "".join(parts)
+        return push_attributed(stream, attr, ids, drop, self.info.vocab_size)
 
     def _flush(self) -> str:
         if self.attr is not None and isinstance(self.stream, WindowStream):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor
+from sglang_tok.attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor, push_attributed
 from sglang_tok.decoder import ByteStream
 
 from .slots import Slots
@@ -49,16 +49,7 @@ def attributed_push(table: list[bytes], vocab: int, drop: frozenset[int] | tuple
     attr = Attributor()
     if carry:  # a carried zero-width entry sits where the carried text will begin: 0
         attr.queue = [[tid, kind, PENDING if kind == VISIBLE else 0] for tid, kind in carry]
-    parts = []
-    for tid in ids:
-        if tid in drop:
-            attr.zero_width(tid)
-            continue
-        t = stream.push_one(tid if 0 <= tid < vocab else vocab)
-        attr.pushed(tid, len(t))
-        if t:
-            parts.append(t)
-    text = "".join(parts)
+    text = push_attributed(stream, attr, ids, drop, vocab)
     if final:
         if trimmed is not None:
             attr.zero_width(trimmed)
