@@ -21,7 +21,13 @@ from sglang_tok.ring.sockets import make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
-from sglang_tok.metrics import DROP_REASONS, LocalCounter, LocalHistogram, Metrics
+from sglang_tok.metrics import (
+    DROP_REASONS,
+    PUBLISH_EVERY_S,
+    LocalCounter,
+    LocalHistogram,
+    Metrics,
+)
 from sglang_tok.process import ACTIVITY_CELL, Beat, Status, freeze_heap, pin, setup_child
 from sglang_tok.protocol import (
     EGRESS,
@@ -47,7 +53,6 @@ from .split import split_frame
 
 log = logging.getLogger("sglang_tok.egress")
 POLL_MS = 100
-PUBLISH_EVERY_S = 0.1
 SYNC_RETRY_S = 1.0  # a SYNC can vanish into the pipe of a shard that just died
 # a dead shard's deltas already in the frontend's socket buffers may still be read after
 # the egress's errors for its rids (two sockets have no common order); holding the errors

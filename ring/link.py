@@ -104,25 +104,23 @@ def forward(stamp: float, frame: bytes | memoryview) -> bytes:
     return b"".join((_FORWARD, _STAMP.pack(stamp), frame))
 
 
-def arrays(stamp: float, slots: npt.NDArray[np.uint32] | array[int],
-           ids: npt.NDArray[np.int64] | memoryview, sparse: Sparse | None = None) -> bytes:
-    """`slots` u32 (a numpy array or an `array("I")`), `ids` int64 (a numpy array, or a
-    frame's little-endian ids buffer as it came)."""
-    tail = _NO_SPARSE if sparse is None else _sparse_encoder.encode(sparse)
-    n_ids = len(ids) // 8 if isinstance(ids, memoryview) else len(ids)
-    slot_bytes = slots.tobytes() if isinstance(slots, array) else \
-        slots.astype(np.uint32, copy=False).tobytes()
-    id_bytes = ids if isinstance(ids, memoryview) else ids.astype(np.int64, copy=False).tobytes()
-    return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, len(slots), n_ids), slot_bytes,
-                     id_bytes, tail))
+def arrays(stamp: float, slots: npt.NDArray[np.uint32], ids: npt.NDArray[np.int64],
+           sparse: Sparse | None = None) -> bytes:
+    """`slots` u32, `ids` int64, as numpy arrays (a shard's part of a shared frame)."""
+    return _pack(stamp, len(slots), slots.astype(np.uint32, copy=False).tobytes(), len(ids),
+                 ids.astype(np.int64, copy=False).tobytes(), sparse)
 
 
 def frame_arrays(stamp: float, slots: array[int], ids: memoryview,
                  sparse: Sparse | None = None) -> bytes:
-    """`arrays` for a frame that is one shard's whole (`array("I")` slots, the frame's own
-    ids buffer): the egress's per-frame route at small frames, with no type tests."""
-    return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, len(slots), len(ids) >> 3),
-                     slots.tobytes(), ids,
+    """`arrays` for a frame that is one shard's whole: `array("I")` slots and the frame's
+    own little-endian ids buffer, with no numpy call (the egress's route at small frames)."""
+    return _pack(stamp, len(slots), slots.tobytes(), len(ids) >> 3, ids, sparse)
+
+
+def _pack(stamp: float, n: int, slot_bytes: bytes, m: int, id_bytes: bytes | memoryview,
+          sparse: Sparse | None) -> bytes:
+    return b"".join((_ARRAYS, _ARRAYS_HEAD.pack(stamp, n, m), slot_bytes, id_bytes,
                      _NO_SPARSE if sparse is None else _sparse_encoder.encode(sparse)))
 
 

@@ -13,6 +13,9 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+# per-frame metrics counted in a process (LocalCounter, LocalHistogram) go to the shared
+# multiprocess files at most this often (and before a barrier's PONG, and at exit)
+PUBLISH_EVERY_S = 0.1
 ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    0.25, 0.5, 1.0, 2.5, 5.0)

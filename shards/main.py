@@ -14,7 +14,7 @@ from sglang_tok.ring.sockets import make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
-from sglang_tok.metrics import LocalHistogram, Metrics
+from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Restarted, Result
 from sglang_tok.tokenizer import load
@@ -25,9 +25,6 @@ log = logging.getLogger("sglang_tok.shard")
 POLL_MS = 100
 # acks to the egress and counter updates: when the inbox runs dry, else at this interval
 REPORT_EVERY_S = 0.005
-# metrics go to the shared files at most this often (and before a barrier's PONG, and when
-# idle): a publish per message was a fixed cost of every small frame
-PUBLISH_EVERY_S = 0.1
 
 
 def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: int,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 from collections import Counter
+from collections.abc import Callable
 from itertools import accumulate, chain
 from operator import itemgetter
 from typing import Any, cast
@@ -258,20 +259,8 @@ class RidTable:
             rows_out.plain(plain_rows, rids, texts)
             if texts.attrs is not None:
                 _attributions(out, base, texts.attrs)
-            if fams.families:  # the rows whose request wants its logprobs' texts
-                wants = np.flatnonzero(self.state.lp_text[plain_slots])
-                if len(wants):
-                    _logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
-                                   self.info)
-            if self.state.usage_live:
-                asked_flags = self.state.cont_usage[plain_slots].astype(bool)
-                asked_flags[end_at] = False  # a last row carries its final usage below
-                asked = np.flatnonzero(asked_flags)
-                if len(asked):
-                    _continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
-                                      plain_slots[asked].tolist(), self.state, sparse.reasoning)
-            if quick_ends:
-                self._array_ends(out, base, end_at, quick_ends, rids, plain_slots, ends)
+            self._plain_extras(out, base, plain_rows, plain_slots, fams, sparse.reasoning,
+                               end_at, quick_ends, rids, ends)
         if late_ends:
             self._plain_ends(late_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
@@ -306,15 +295,23 @@ class RidTable:
 
     def _flush_ends(self, texts: PlainTexts, at: list[int], slots: I64, rows: list[int],
                     stops: dict[int, int]) -> PlainTexts:
-        """Last rows whose slot still holds bytes of an incomplete character: the codec's
-        final rules for them (U+FFFD), after the row's text, as `ByteStream.flush` does;
-        then the end's attribution rules (`_end_attrs`)."""
-        extra_at, extra = self._held_flush(at, slots)
-        if texts.attrs is not None and self.state.carry:
-            c = texts.chars.tolist()
-            self._end_attrs(texts.attrs, at, slots, rows, [texts.text[c[j]:c[j + 1]] for j in at],
-                            set(extra_at), stops)
+        """`_end_flush` for the whole-array code's texts."""
+        c = texts.chars.tolist()
+        extra_at, extra = self._end_flush(texts.attrs, at, slots, rows,
+                                          lambda j: texts.text[c[j]:c[j + 1]], stops)
         return texts.with_suffixes(extra_at, extra) if extra else texts
+
+    def _end_flush(self, attrs: list[list[Attribution] | None] | None, at: list[int],
+                   slots: I64, rows: list[int], text_of: Callable[[int], str],
+                   stops: dict[int, int]) -> tuple[list[int], list[str]]:
+        """Last rows whose slot still holds bytes of an incomplete character: the codec's
+        final rules for them (U+FFFD), to go after the row's text (`text_of(j)`) as
+        `ByteStream.flush` does; then the end's attribution rules (`_end_attrs`)."""
+        extra_at, extra = self._held_flush(at, slots)
+        if attrs is not None and self.state.carry:
+            self._end_attrs(attrs, at, slots, rows, [text_of(j) for j in at], set(extra_at),
+                            stops)
+        return extra_at, extra
 
     def _held_flush(self, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
         """(where, text) of the flushes `_flush_ends` adds; the slots hold nothing after."""
@@ -347,6 +344,29 @@ class RidTable:
             if left and got is not None:
                 attrs[j] = finish_row(got, left, len(text.encode()), j in flushed,
                                       stops.get(row))
+
+    def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,
+                      fams: _Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
+                      rids: list[str], ends: dict[int, tuple[dict[str, Any], int, int, int]]
+                      ) -> None:
+        """What a message's plain rows (output rows base + j) carry beside text and ids:
+        their logprobs' token texts, continuous usage, and the last rows' (`ends_rows`, at
+        `end_at` among them) finish and final usage."""
+        state = self.state
+        if fams.families:  # the rows whose request wants its logprobs' texts
+            wants = np.flatnonzero(state.lp_text[plain_slots])
+            if len(wants):
+                _logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
+                               self.info)
+        if state.usage_live:
+            asked_flags = state.cont_usage[plain_slots].astype(bool)
+            asked_flags[end_at] = False  # a last row carries its final usage below
+            asked = np.flatnonzero(asked_flags)
+            if len(asked):
+                _continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
+                                  plain_slots[asked].tolist(), state, reasoning)
+        if ends_rows:
+            self._array_ends(out, base, end_at, ends_rows, rids, plain_slots, ends)
 
     def _array_ends(self, out: Sink, base: int, at: list[int], rows: list[int],
                     rids: list[str], plain_slots: I64,
@@ -469,7 +489,8 @@ class RidTable:
                 plain_mask[quick] = True
                 ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1)
                                               if id_starts is None else id_starts, ends, stops)
-                rest = {r: e for r, e in ends.items() if r not in set(quick)}
+                taken = set(quick)
+                rest = {r: e for r, e in ends.items() if r not in taken}
         ids = _in_vocab(ids, vocab)
         plain_rows = np.flatnonzero(plain_mask)
         rows: list[int] = []
@@ -502,11 +523,8 @@ class RidTable:
             end_at: list[int] = []
             if quick:
                 end_at = quick if every else np.searchsorted(plain_rows, quick).tolist()
-                extra_at, extra = self._held_flush(end_at, slots[end_at])
-                if attrs is not None and state.carry:
-                    self._end_attrs(attrs, end_at, slots[end_at], quick,
-                                    [texts[j] for j in end_at], set(extra_at), stops)
-                for j, text in zip(extra_at, extra):
+                for j, text in zip(*self._end_flush(attrs, end_at, slots[end_at], quick,
+                                                    texts.__getitem__, stops)):
                     texts[j] += text
             rids = cast(list[str], state.rid_col.take(slots).tolist())
             rows = plain_rows.tolist()
@@ -515,20 +533,8 @@ class RidTable:
                        counts.tolist(), rows, n, fams, sp.families)
             if attrs is not None:
                 _attributions(out, base, attrs)
-            if sp.families:
-                wants = np.flatnonzero(meta[:, LP_TEXT])
-                if len(wants):
-                    _logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
-                                   self.info)
-            if state.usage_live:
-                asked_flags = meta[:, CONT_USAGE].astype(bool)
-                asked_flags[end_at] = False  # a last row carries its final usage below
-                asked = np.flatnonzero(asked_flags)
-                if len(asked):
-                    _continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
-                                      slots[asked].tolist(), state, sp.reasoning)
-            if quick:
-                self._array_ends(out, base, end_at, quick, rids, slots, ends)
+            self._plain_extras(out, base, plain_rows, slots, fams, sp.reasoning, end_at, quick,
+                               rids, ends)
         done = len(rows)
         if rest or done < n:  # per-row requests' rows, other last rows, late rows
             done += self._rest_of_small(msg, rows, kinds.tolist(), rest, out)
