@@ -61,10 +61,19 @@ CODE = ["def area(r: float) -> float:\n    return 3.14159 * r ** 2  # 🙂\n",
         'SELECT name FROM users WHERE city = "東京" AND age > 30;']
 
 
-def corpus(seed: int) -> list[str]:
+def corpus(seed: int, which: str = "auto") -> list[str]:
+    """The texts outputs are made of. `builtin`: short sentences (`BUILTIN_TEXTS`), so a
+    call is a large share of an output's ids; `faker` (the `scripts` extra): texts of up
+    to 300 characters in seven languages, about three times the ids per output for the
+    same calls; `auto`: faker when it is installed. The ratios depend on that share (the
+    parser costs most inside calls), so the table prints it."""
+    if which == "builtin":
+        return BUILTIN_TEXTS + CODE
     try:
         from faker import Faker
     except ImportError:
+        if which == "faker":
+            raise SystemExit("--corpus faker: pip install -e '.[scripts]'") from None
         return BUILTIN_TEXTS + CODE
     out = []
     for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN", "ko_KR"):
@@ -72,6 +81,16 @@ def corpus(seed: int) -> list[str]:
         f.seed_instance(seed)
         out += [f.text(max_nb_chars=300) for _ in range(20)]
     return out + CODE
+
+
+def corpus_name(which: str) -> str:
+    if which != "auto":
+        return which
+    try:
+        import faker  # noqa: F401
+    except ImportError:
+        return "builtin"
+    return "faker"
 
 
 # ------------------------------------------------------------------ traces, per format
@@ -227,17 +246,18 @@ def tokenizer(specials: tuple[str, ...]) -> TokenizerInfo:
     return describe(tok, "deepseek-v4+" + "".join(specials))
 
 
-def output(rng: random.Random, texts: list[str], write: Writer) -> tuple[str, int]:
-    """(one output, the number of calls written in it)."""
+def output(rng: random.Random, texts: list[str], write: Writer) -> tuple[str, int, str]:
+    """(one output, the number of calls written in it, their block as written)."""
     out = ""
     if rng.random() < 0.8:
         out += "<think>\n" + " ".join(rng.choice(texts) for _ in range(2)) + "\n</think>\n\n"
     out += " ".join(rng.choice(texts) for _ in range(rng.randint(1, 3)))
-    calls = 0
+    calls, block = 0, ""
     if rng.random() < 0.3:
         calls = rng.randint(1, 2)
-        out += write(rng, [(rng.choice(NAMES), call_args(rng, texts)) for _ in range(calls)])
-    return out, calls
+        block = write(rng, [(rng.choice(NAMES), call_args(rng, texts)) for _ in range(calls)])
+        out += block
+    return out, calls, block
 
 
 class Trace(NamedTuple):
@@ -247,16 +267,20 @@ class Trace(NamedTuple):
     order: list[tuple[int, list[int]]]  # (request, row ids), interleaved as a scheduler would
     calls: int  # written
     total: int  # ids
+    call_ids: int  # ids of the call blocks (each encoded alone: about)
     refs: dict[str, list[ParsedDelta]]  # per configuration, each request's parse_full
 
 
-def trace(fmt: str, n: int, concurrency: int, max_row: int, seed: int) -> Trace:
+def trace(fmt: str, n: int, concurrency: int, max_row: int, seed: int,
+          texts: str = "auto") -> Trace:
     specials, write = WRITERS[fmt]
     info = tokenizer(specials)
     rng = random.Random(seed)
-    texts = corpus(seed)
-    outs = [output(rng, texts, write) for _ in range(n)]
-    reqs = [info.tokenizer.encode(o, add_special_tokens=False).ids for o, _ in outs]
+    words = corpus(seed, texts)
+    outs = [output(rng, words, write) for _ in range(n)]
+    reqs = [info.tokenizer.encode(o, add_special_tokens=False).ids for o, _, _ in outs]
+    call_ids = sum(len(info.tokenizer.encode(b, add_special_tokens=False).ids)
+                   for _, _, b in outs if b)
     order: list[tuple[int, list[int]]] = []
     pos = [0] * n
     live = list(range(min(concurrency, n)))
@@ -273,7 +297,8 @@ def trace(fmt: str, n: int, concurrency: int, max_row: int, seed: int) -> Trace:
                 still.append(nxt)
                 nxt += 1
         live = still
-    return Trace(fmt, info, reqs, order, sum(c for _, c in outs), sum(map(len, reqs)), {})
+    return Trace(fmt, info, reqs, order, sum(c for _, c, _ in outs), sum(map(len, reqs)),
+                 call_ids, {})
 
 
 class Bench(NamedTuple):
@@ -452,13 +477,15 @@ def measure(args: argparse.Namespace) -> int:
     bad = 0
     summary: dict[str, list[float]] = {}
     for max_row in (1, 4):
-        print(f"\n{where}: {args.requests} requests per format, rows of 1..{max_row} ids")
-        print(f"{'parser':<26} {'ids':>7} {'off ns/id':>10} {'on ns/id':>10} {'ratio':>7} "
-              f"{'calls found':>12}")
+        print(f"\n{where}: {args.requests} requests per format, rows of 1..{max_row} ids, "
+              f"{corpus_name(args.corpus)} texts")
+        print(f"{'parser':<26} {'ids':>7} {'in calls':>8} {'off ns/id':>10} {'on ns/id':>10} "
+              f"{'ratio':>7} {'calls found':>12}")
         traces: dict[str, tuple[Trace, list[link.Arrays]]] = {}
         for b in todo:
             if b.fmt not in traces:
-                tr = trace(b.fmt, args.requests, args.concurrency, max_row, args.seed)
+                tr = trace(b.fmt, args.requests, args.concurrency, max_row, args.seed,
+                           args.corpus)
                 traces[b.fmt] = (tr, [] if args.direct else routed(tr))
             tr, msgs = traces[b.fmt]
             base = best = float("inf")
@@ -475,7 +502,8 @@ def measure(args: argparse.Namespace) -> int:
                         for ref in references(tr, b.config))
             ratio = best / base
             summary.setdefault(b.label, []).append(ratio)
-            print(f"{b.label:<26} {tr.total:>7} {base / tr.total * 1e9:>10.0f} "
+            print(f"{b.label:<26} {tr.total:>7} {tr.call_ids / tr.total:>8.0%} "
+                  f"{base / tr.total * 1e9:>10.0f} "
                   f"{best / tr.total * 1e9:>10.0f} {ratio:>6.2f}x "
                   f"{f'{found}/{tr.calls}' if 'tool_parser' in b.config else '':>12}", flush=True)
     worst = max(summary.items(), key=lambda kv: max(kv[1]), default=None)
@@ -600,6 +628,9 @@ def main() -> int:
                          "options, Deltas), every request per row: parser on vs the same "
                          "requests without it (the issue's measure)")
     ap.add_argument("--formats", default="", help="comma-separated format names (default all)")
+    ap.add_argument("--corpus", choices=("auto", "faker", "builtin"), default="auto",
+                    help="the texts outputs are made of (see `corpus`; auto: faker if "
+                         "installed); the `in calls` column is the share of ids in calls")
     ap.add_argument("--only", default="", help="comma-separated label substrings")
     ap.add_argument("--latency", action="store_true",
                     help="first-fragment latency in ids for a long string argument, per "
