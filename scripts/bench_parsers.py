@@ -108,6 +108,22 @@ def call_args(rng: random.Random, texts: list[str]) -> dict[str, Any]:
     return args
 
 
+# --args files: a coding agent's calls, each writing a file of 20-60 lines (quotes,
+# escapes, `<` in code, non-ASCII comments): the calls are most of the ids
+FILE_LINES = ["def area(r: float) -> float:\n", '    """Area of a circle (半径 r)."""\n',
+              "    return 3.14159 * r ** 2  # 🙂\n", "    if n < 0 or n > 100:\n",
+              '        raise ValueError(f"bad n: {n!r}")\n', "    for i in range(n):\n",
+              '        print("値", i, sep="\\t")\n', "\n", "class Cache(dict):\n",
+              "    pass  # кэш\n", '    path = "C:\\\\tmp\\\\out.txt"\n',
+              "    xs = [x for x in xs if x <= limit]\n"]
+
+
+def file_args(rng: random.Random, texts: list[str]) -> dict[str, Any]:
+    lines = [rng.choice(FILE_LINES) for _ in range(rng.randint(20, 60))]
+    return {"query": f"src/{rng.choice(NAMES)}.py", "code": "".join(lines)}
+
+
+ARGS = {"short": call_args, "files": file_args}
 Call = tuple[str, dict[str, Any]]
 # a format's writer: its tool-call block (section markers included) for 1-2 calls
 Writer = Callable[[random.Random, list[Call]], str]
@@ -246,7 +262,9 @@ def tokenizer(specials: tuple[str, ...]) -> TokenizerInfo:
     return describe(tok, "deepseek-v4+" + "".join(specials))
 
 
-def output(rng: random.Random, texts: list[str], write: Writer) -> tuple[str, int, str]:
+def output(rng: random.Random, texts: list[str], write: Writer,
+           make_args: Callable[[random.Random, list[str]], dict[str, Any]] = call_args
+           ) -> tuple[str, int, str]:
     """(one output, the number of calls written in it, their block as written)."""
     out = ""
     if rng.random() < 0.8:
@@ -255,7 +273,7 @@ def output(rng: random.Random, texts: list[str], write: Writer) -> tuple[str, in
     calls, block = 0, ""
     if rng.random() < 0.3:
         calls = rng.randint(1, 2)
-        block = write(rng, [(rng.choice(NAMES), call_args(rng, texts)) for _ in range(calls)])
+        block = write(rng, [(rng.choice(NAMES), make_args(rng, texts)) for _ in range(calls)])
         out += block
     return out, calls, block
 
@@ -272,12 +290,12 @@ class Trace(NamedTuple):
 
 
 def trace(fmt: str, n: int, concurrency: int, max_row: int, seed: int,
-          texts: str = "auto") -> Trace:
+          texts: str = "auto", args: str = "short") -> Trace:
     specials, write = WRITERS[fmt]
     info = tokenizer(specials)
     rng = random.Random(seed)
     words = corpus(seed, texts)
-    outs = [output(rng, words, write) for _ in range(n)]
+    outs = [output(rng, words, write, ARGS[args]) for _ in range(n)]
     reqs = [info.tokenizer.encode(o, add_special_tokens=False).ids for o, _, _ in outs]
     call_ids = sum(len(info.tokenizer.encode(b, add_special_tokens=False).ids)
                    for _, _, b in outs if b)
@@ -478,14 +496,14 @@ def measure(args: argparse.Namespace) -> int:
     summary: dict[str, list[float]] = {}
     for max_row in (1, 4):
         print(f"\n{where}: {args.requests} requests per format, rows of 1..{max_row} ids, "
-              f"{corpus_name(args.corpus)} texts")
+              f"{corpus_name(args.corpus)} texts, {args.args} arguments")
         print(f"{'parser':<26} {'ids':>7} {'in calls':>8} {'off ns/id':>10} {'on ns/id':>10} "
               f"{'ratio':>7} {'calls found':>12}")
         traces: dict[str, tuple[Trace, list[link.Arrays]]] = {}
         for b in todo:
             if b.fmt not in traces:
                 tr = trace(b.fmt, args.requests, args.concurrency, max_row, args.seed,
-                           args.corpus)
+                           args.corpus, args.args)
                 traces[b.fmt] = (tr, [] if args.direct else routed(tr))
             tr, msgs = traces[b.fmt]
             base = best = float("inf")
@@ -628,6 +646,9 @@ def main() -> int:
                          "options, Deltas), every request per row: parser on vs the same "
                          "requests without it (the issue's measure)")
     ap.add_argument("--formats", default="", help="comma-separated format names (default all)")
+    ap.add_argument("--args", choices=sorted(ARGS), default="short",
+                    help="short: a query, a limit, sometimes a line of code; files: every "
+                         "call writes a file of 20-60 lines (a coding agent)")
     ap.add_argument("--corpus", choices=("auto", "faker", "builtin"), default="auto",
                     help="the texts outputs are made of (see `corpus`; auto: faker if "
                          "installed); the `in calls` column is the share of ids in calls")

@@ -1,0 +1,123 @@
+"""The shard's row (`ParsedRequest.row`) against the parser fed piece by piece.
+
+`ParsedRequest.row` takes shortcuts the parser's own `feed` does not (the plain route
+with its inlined Markdown-quote update, the reasoning route, the in-call route straight
+to `ToolParser.absorb`, the quick last row), and the stream == batch properties
+(`test_parsers`, `test_parsers_kimi_llama_harmony`) feed the parser directly, so they
+never run those. These hold each row's delta to what `feed` gives for the same piece, in
+every format and both streaming modes, over the same outputs cut into rows of 1-8 ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import test_parsers as tp
+import test_parsers_kimi_llama_harmony as tk
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import chunk, chunk_sizes
+
+from sglang_tok.decoder import ByteStream
+from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
+from sglang_tok.protocol import Delta, Open
+from sglang_tok.request import ParsedRequest, make_request
+from sglang_tok.tokenizer import TokenizerInfo
+
+MODES = ["incremental", "whole"]
+# format -> (tokenizer, reasoning parser, output strategy's module)
+SETUPS: dict[str, tuple[Any, str, Any]] = {
+    "deepseekv4": (tp.deepseek, "deepseek-r1", tp),
+    "deepseekv3": (tp.deepseek, "deepseek-r1", tp),
+    "hermes": (tp.qwen_style, "qwen3", tp),
+    "mistral": (tp.qwen_style, "qwen3", tp),
+    "qwen3_coder": (tp.qwen_style, "qwen3", tp),
+    "glm45": (tp.glm_style, "glm45", tp),
+    "glm47": (tp.glm_style, "glm45", tp),
+    "minimax_m2": (tp.minimax_style, "minimax", tp),
+    "kimi_k2": (tk.marker_tokenizer, "kimi_k2", tk),
+    "gpt-oss": (tk.marker_tokenizer, "gpt-oss", tk),
+    "llama3_json": (tk.marker_tokenizer, "", tk),
+    "pythonic": (tk.marker_tokenizer, "", tk),
+}
+ROW_SETTINGS = settings(max_examples=30, deadline=None,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def view(d: Delta | ParsedDelta) -> tuple[str, str, list[tuple[Any, ...]]]:
+    return d.text, d.reasoning, [(c.index, c.name, c.arguments, c.malformed, c.cut, c.id)
+                                 for c in d.tool_calls or ()]
+
+
+def rows_against_feed(info: TokenizerInfo, fmt: str, reasoning: str, started: bool,
+                      text: str, mode: str, tools: list[dict[str, Any]] | None,
+                      skip: bool, sizes: list[int]) -> None:
+    ids = info.tokenizer.encode(text, add_special_tokens=False).ids
+    if not ids:
+        return
+    opts = Open("r", skip_special_tokens=skip, reasoning_parser=reasoning,
+                reasoning_started=started, tool_parser=fmt, tool_stream=mode,
+                tools=tools or [])
+    req = make_request("r", info, opts)
+    assert isinstance(req, ParsedRequest)
+    ref = make_parsed_stream(reasoning, started, fmt, tool_stream=mode, tools=tools)
+    keep = marker_token_ids(info, ref.markers)
+    table = skip_table(info, keep) if skip else info.byte_table
+    assert table is not None
+    dec = ByteStream(table, [])
+    rows = chunk(ids, sizes)
+    for k, row in enumerate(rows):
+        last = k == len(rows) - 1
+        got = req.row(row, {"type": "length"} if last else None, 1, 0, 0)
+        assert got is not None
+        if not last:
+            assert view(got) == view(ref.feed(dec.push(row))), (k, rows)
+        else:
+            want = merge([ref.feed(dec.push(row)), ref.feed(dec.flush()), ref.finish()])
+            assert view(merge([ParsedDelta(got.text, got.reasoning, got.tool_calls)])) \
+                == view(want)
+
+
+@ROW_SETTINGS
+@given(data=st.data())
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fmt", [f for f, s in SETUPS.items() if s[2] is tp])
+def test_rows_equal_feed_piece_by_piece(fmt: str, mode: str, data: st.DataObject) -> None:
+    make_info, reasoning, _ = SETUPS[fmt]
+    started = fmt == "minimax_m2" or data.draw(st.booleans(), label="started")
+    wellformed = data.draw(st.booleans(), label="wellformed")
+    text = data.draw(tp.outputs(fmt, started, wellformed), label="out")[0]
+    tools = tp.schema_of(text, fmt) if fmt in tp.TYPED else None
+    rows_against_feed(make_info(), fmt, reasoning, started, text, mode, tools,
+                      data.draw(st.booleans(), label="skip"), data.draw(chunk_sizes))
+
+
+@ROW_SETTINGS
+@given(data=st.data())
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fmt", [f for f, s in SETUPS.items() if s[2] is tk])
+def test_rows_equal_feed_piece_by_piece_kimi_llama_harmony(fmt: str, mode: str,
+                                                          data: st.DataObject) -> None:
+    make_info, reasoning, _ = SETUPS[fmt]
+    wellformed = data.draw(st.booleans(), label="wellformed")
+    text = data.draw(tk.outputs(fmt, wellformed), label="out")[0]
+    rows_against_feed(make_info(), fmt, reasoning, False, text, mode, None,
+                      data.draw(st.booleans(), label="skip"), data.draw(chunk_sizes))
+
+
+DSML_CALL = ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="search">\n<｜DSML｜parameter '
+             'name="q" string="true">x</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+             '</｜DSML｜tool_calls>')
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("quote", ["```\n", "  ~~~\n", "`", "    "])
+def test_dsml_quoted_in_markdown_across_rows(quote: str, size: int) -> None:
+    """The row's plain route updates DSML's Markdown-quote state inline, line by line
+    (`Quotes.feed`'s common case): a quoted call stays text, a later one is a call."""
+    close = {"```\n": "\n```\n", "  ~~~\n": "\n  ~~~\n", "`": "`\n", "    ": "\n\n"}[quote]
+    text = f"Use it like this:\n{quote}{DSML_CALL}{close}Now for real:\n{DSML_CALL}"
+    for mode in MODES:
+        rows_against_feed(tp.deepseek(), "deepseekv4", "", False, text, mode, None, True,
+                          [size])
