@@ -195,14 +195,17 @@ def test_bench_small_frames_measures_both_stages_per_frame() -> None:
     assert "per frame: egress" in r.stdout and "shard" in r.stdout
 
 
-def test_bench_parsers_table_runs_every_format_in_both_modes_exactly() -> None:
+@pytest.mark.parametrize("args,requests", [("short", "12"), ("files", "4")])
+def test_bench_parsers_table_runs_every_format_in_both_modes_exactly(args: str,
+                                                                     requests: str) -> None:
     """`bench_parsers --table` drives the shard's table in-process (it once called a method
     the table had lost): every format of this branch, both tool_stream modes, each request
-    equal to parse_full (exit status), and each writer's calls found by its parser."""
+    equal to parse_full (exit status), and each writer's calls found by its parser; with
+    short arguments and with file-writing calls (long strings, escapes, `<` in code)."""
     from sglang_tok.parsers import FORMATS
 
-    r = run(str(SCRIPTS / "bench_parsers.py"), "--table", "--requests", "12", "--repeat", "1",
-            timeout=300)
+    r = run(str(SCRIPTS / "bench_parsers.py"), "--table", "--requests", requests, "--repeat",
+            "1", "--corpus", "builtin", "--args", args, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "all requests equal parse_full" in r.stdout and "no trace writer" not in r.stdout
     rows = [row for row in map(str.split, r.stdout.splitlines())
