@@ -68,14 +68,12 @@ def corpus(seed: int, which: str = "auto") -> list[str]:
     to 300 characters in seven languages, about three times the ids per output for the
     same calls; `auto`: faker when it is installed. The ratios depend on that share (the
     parser costs most inside calls), so the table prints it."""
-    if which == "builtin":
+    if corpus_name(which) == "builtin":
         return BUILTIN_TEXTS + CODE
     try:
         from faker import Faker
     except ImportError:
-        if which == "faker":
-            raise SystemExit("--corpus faker: pip install -e '.[scripts]'") from None
-        return BUILTIN_TEXTS + CODE
+        raise SystemExit("--corpus faker: pip install -e '.[scripts]'") from None
     out = []
     for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN", "ko_KR"):
         f = Faker(loc)
@@ -85,6 +83,7 @@ def corpus(seed: int, which: str = "auto") -> list[str]:
 
 
 def corpus_name(which: str) -> str:
+    """What `--corpus` means here: `auto` is faker when it is installed."""
     if which != "auto":
         return which
     try:
@@ -506,11 +505,11 @@ def measure(args: argparse.Namespace) -> int:
                 tr = trace(b.fmt, args.requests, args.concurrency, max_row, args.seed,
                            args.corpus, args.args)
                 traces[b.fmt] = (tr, [] if args.direct else routed(tr))
+                # as a shard does after start-up (process.freeze_heap): the tokenizer's
+                # tables and the trace out of the collector's reach, or a full collection
+                # walks them (tens of ms) in whichever run crosses its threshold
+                freeze_heap()
             tr, msgs = traces[b.fmt]
-            # as a shard does after start-up (process.freeze_heap): the tokenizer's tables
-            # and the trace are out of the collector's reach, or a full collection walks
-            # them (tens of ms) in whichever run crosses its threshold
-            freeze_heap()
             base = best = float("inf")
             for _ in range(args.repeat):  # alternate, so both see the same machine state
                 if args.direct:

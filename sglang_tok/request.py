@@ -356,23 +356,8 @@ class ParsedRequest(Request):
                 # (`plain_text`: a marker's first character but no marker, `<think>` or
                 # code in content)
                 q = parsed.quotes
-                if q is not None and (q.line or "\n" in piece):  # (else, and with no run
-                    # under way or in the piece, `Quotes.feed` does nothing)
-                    if q.run_n or "`" in piece or "~" in piece:
-                        q.feed(piece)
-                    else:  # `Quotes.feed`'s common case, inlined (DSML: every line)
-                        t = piece
-                        nl = t.rfind("\n")
-                        if nl >= 0:
-                            q.inline = 0
-                            q.line, q.lead = True, 0
-                            t = t[nl + 1:]
-                        if q.line and t:
-                            if t.strip(" ") or q.lead + len(t) > 3:
-                                q.line = False
-                            else:
-                                q.lead += len(t)
-                elif q is not None and (q.run_n or "`" in piece or "~" in piece):
+                if q is not None and (q.line or q.run_n or "\n" in piece or "`" in piece
+                                      or "~" in piece):  # (else `Quotes.feed` does nothing)
                     q.feed(piece)
                 delta = Delta(self.rid, piece, ids, logprobs, top, tid_lp)
                 if piece:

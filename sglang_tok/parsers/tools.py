@@ -547,8 +547,7 @@ class Quotes:
 
     def feed(self, t: str) -> None:
         # (mid-line, no run under way, and no newline, backtick or tilde in t: nothing
-        # changes; the shard's hot path, request.py, skips the call then, and inlines the
-        # first branch below: a change here is a change there)
+        # changes; the shard's hot path, request.py, skips the call then)
         if not self.run_n and "`" not in t and "~" not in t:
             # no run under way and none in the piece: only where lines start can change (a
             # newline closes an open inline span and starts a line; what follows the last
