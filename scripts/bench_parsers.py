@@ -511,6 +511,11 @@ def references(tr: Trace, config: dict[str, Any]) -> list[ParsedDelta]:
     return refs
 
 
+def timing_cols(off: float, on: float, ids: int) -> str:
+    """ns per id without and with the parser, and their ratio."""
+    return f"{off / ids * 1e9:>10.0f} {on / ids * 1e9:>10.0f} {on / off:>5.2f}x "
+
+
 def measure(args: argparse.Namespace) -> int:
     names, missing = formats()
     if args.formats:
@@ -521,22 +526,19 @@ def measure(args: argparse.Namespace) -> int:
     where = ("decoder + ParsedStream alone" if args.direct else
              "shard, per-row path")
     bad = 0
-    # per label, its ratios: the issue's measure (the table alone), and the shard's
-    # whole work per message (the table, the output sink and the frame's encoding)
+    # per label, its ratios: on_arrays (into the shard's output sink), and the shard's
+    # whole work per message (that and the frame's encoding)
     summary: dict[str, list[float]] = {}
     shard_summary: dict[str, list[float]] = {}
     for max_row in (1, 4):
         print(f"\n{where}: {args.requests} requests per format, rows of 1..{max_row} ids, "
               f"{corpus_name(args.corpus)} texts, {args.args} arguments")
-        if args.direct:
-            print(f"{'parser':<26} {'ids':>7} {'in calls':>8} {'off ns/id':>10} "
-                  f"{'on ns/id':>10} {'ratio':>7} {'calls found':>12}")
-        else:
+        timing = f"{'off ns/id':>10} {'on ns/id':>10} {'ratio':>6} "
+        if not args.direct:
             print(f"{'':<43} {'on_arrays, ' + OUTPUT_FORMAT + ' sink':^28}"
                   f"{'+ frame encoded':^28}")
-            print(f"{'parser':<26} {'ids':>7} {'in calls':>8} {'off ns/id':>10} "
-                  f"{'on ns/id':>10} {'ratio':>6} {'off ns/id':>10} {'on ns/id':>10} "
-                  f"{'ratio':>6} {'calls found':>12}")
+        print(f"{'parser':<26} {'ids':>7} {'in calls':>8} "
+              f"{timing if args.direct else timing * 2}{'calls found':>12}")
         traces: dict[str, tuple[Trace, list[link.Arrays]]] = {}
         for b in todo:
             if b.fmt not in traces:
@@ -562,20 +564,16 @@ def measure(args: argparse.Namespace) -> int:
             bad += direct_check(tr, b, outs) if args.direct else table_check(tr, b, per)
             found = sum(len([c for c in ref.tool_calls or () if c.name is not None])
                         for ref in references(tr, b.config))
-            ratio = best / base
-            summary.setdefault(b.label, []).append(ratio)
+            summary.setdefault(b.label, []).append(best / base)
+            row = (f"{b.label:<26} {tr.total:>7} {tr.call_ids / tr.total:>8.0%} "
+                   + timing_cols(base, best, tr.total))
+            if not args.direct:
+                shard_summary.setdefault(b.label, []).append(best_all / base_all)
+                row += timing_cols(base_all, best_all, tr.total)
             calls = f"{found}/{tr.calls}" if "tool_parser" in b.config else ""
-            head = f"{b.label:<26} {tr.total:>7} {tr.call_ids / tr.total:>8.0%} "
-            if args.direct:
-                print(f"{head}{base / tr.total * 1e9:>10.0f} {best / tr.total * 1e9:>10.0f} "
-                      f"{ratio:>6.2f}x {calls:>12}", flush=True)
-                continue
-            shard_summary.setdefault(b.label, []).append(best_all / base_all)
-            print(f"{head}{base / tr.total * 1e9:>10.0f} {best / tr.total * 1e9:>10.0f} "
-                  f"{ratio:>5.2f}x {base_all / tr.total * 1e9:>10.0f} "
-                  f"{best_all / tr.total * 1e9:>10.0f} {best_all / base_all:>5.2f}x "
-                  f"{calls:>12}", flush=True)
-    for name, ratios in (("on_arrays", summary), ("with the frame encoded", shard_summary)):
+            print(f"{row}{calls:>12}", flush=True)
+    for name, ratios in (("direct" if args.direct else "on_arrays", summary),
+                         ("with the frame encoded", shard_summary)):
         worst = max(ratios.items(), key=lambda kv: max(kv[1]), default=None)
         if worst is not None:
             print(f"\nworst ratio, {name}: {worst[0]} {max(worst[1]):.2f}x (target <= 1.3x)",
