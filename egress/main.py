@@ -9,6 +9,7 @@ the final EXITs, have deadlines; past one, the peer is treated as gone.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -17,10 +18,11 @@ from pathlib import Path
 
 import zmq
 from sglang_tok.ring import link
-from sglang_tok.ring.sockets import make_socket
+from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
+from sglang_tok.integrations.sglang import wire
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -49,6 +51,7 @@ from sglang_tok.protocol import (
 
 from .journal import Journal, replay
 from .router import Ended, Live, Router, shard_of
+from .sglang_in import SglangIn, Step
 from .split import split_frame
 
 log = logging.getLogger("sglang_tok.egress")
@@ -114,6 +117,10 @@ class Egress:
         for reason in DROP_REASONS:
             self.metrics.dropped.labels(reason)
         self.late = self.metrics.late_rows.labels("-1")
+        # --protocol sglang: SGLang's scheduler messages in, BatchStrOutput replies out
+        self.sglang = SglangIn(cfg.max_rid_length, cfg.max_row_ids) \
+            if cfg.protocol == "sglang" else None
+        self.idle = LocalCounter(self.metrics.frames.labels("sglang_idle"))
 
     def _sockets(self, cfg: Config) -> None:
         self.ctx = zmq.Context(io_threads=1)
@@ -133,6 +140,7 @@ class Egress:
                                    hwm=hwm)
         self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm,
                                curve=out_curve)
+        self.outs = PushTo(self.ctx, self.out, hwm)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
 
@@ -140,7 +148,7 @@ class Egress:
     def run(self) -> None:
         log.info("egress routing to %d shards; input ring %s", self.n, self.cfg.input)
         freeze_heap()
-        if self.restarted:
+        if self.restarted and self.sglang is None:
             # the frontend ends every request in flight: rows of some may have died unread
             # in the old egress's sockets, and only the frontend knows those rids
             self._send_out(protocol.encode_restarted(Restarted(EGRESS, os.getpid())))
@@ -200,6 +208,8 @@ class Egress:
         self._cells[ACTIVITY_CELL] = self.drained
         if not len(frame):
             return self._drop(FrameError("empty", "zero-length frame"))
+        if self.sglang is not None:
+            return self._on_sglang(frame, stamp)
         tag = frame[0]
         if tag == protocol.TAG_BATCH:
             try:
@@ -227,6 +237,33 @@ class Egress:
             case Ping(nonce=nonce):
                 self._ping(nonce, fwd)
 
+    def _on_sglang(self, frame: memoryview, stamp: float) -> None:
+        """One SGLang scheduler message (egress/sglang_in.py)."""
+        assert self.sglang is not None
+        try:
+            msg = self.sglang.decode(frame)
+            if isinstance(msg, wire.TokenIds) and msg.rids:
+                step = self.sglang.step(msg, self.router.where)
+        except FrameError as err:
+            return self._drop(err)
+        match msg:
+            case wire.TokenIds(rids=[]):
+                self.idle.inc()  # an idle batch: nothing to decode, nothing to answer
+            case wire.TokenIds():
+                self.frames[protocol.TAG_BATCH].inc()
+                self._route_sglang(step, frame, stamp)
+            case wire.Embeddings(http_worker_ipcs=ipcs):
+                self._send_out(bytes(frame), to=next(filter(None, ipcs or []), None))
+            case wire.FreezeGC():
+                gc.freeze()
+            case wire.ConfigureLogging(log_level=level) if level:
+                logging.getLogger().setLevel(level.upper())
+
+    def _route_sglang(self, step: Step, frame: memoryview, stamp: float) -> None:
+        for opts in step.opens:  # a first row's options, before the row
+            self._route_open(opts.rid, link.forward(stamp, protocol.encode_control(opts)))
+        self._route_batch(step.batch, frame, stamp, step)
+
     def _forward(self, k: int, msg: bytes, ended: Ended | None = None) -> None:
         """Queue a message for shard k; `ended` rids end when the shard acknowledges it."""
         self.router.dispatched(k, ended)
@@ -249,7 +286,8 @@ class Egress:
         st = self.router.end(rid)
         self._forward(k, fwd, [(rid, st)] if st is not None else None)
 
-    def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float) -> None:
+    def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float,
+                     sglang: Step | None = None) -> None:
         router = self.router
         if router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
             router.quarantine = False
@@ -270,7 +308,8 @@ class Egress:
         new_rows, router.new_rows = router.new_rows, []
         if late == len(owner):
             return
-        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows):
+        passed = sglang.passed(owner, self.n) if sglang is not None else None
+        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed):
             self._forward(k, msg, finished.get(k))
 
     def _fail_suspects(self) -> None:
@@ -317,6 +356,7 @@ class Egress:
         self.iteration.flush()
         for counter in self.frames.values():
             counter.flush()
+        self.idle.flush()
 
     def _ping(self, nonce: int, fwd: bytes) -> None:
         if nonce >= 0:  # a barrier: every frame before it shows in /metrics
@@ -444,12 +484,18 @@ class Egress:
         """The egress's own terminal errors; a rid reopened since keeps its new life."""
         live = self.router.live
         deltas = [d for d in deltas if d.rid not in live]
-        if deltas:
-            self._send_out(protocol.encode_output(self.cfg.output_format, EGRESS, self.seq, deltas))
-            self.seq += 1
-            self.journal.write(ended=(d.rid for d in deltas))
+        if not deltas:
+            return
+        if self.sglang is not None:
+            for to, reply in self.sglang.replies.last_rows(deltas):
+                self._send_out(reply, to=to)
+        else:
+            self._send_out(protocol.encode_output(self.cfg.output_format, EGRESS, self.seq,
+                                                  deltas))
+        self.seq += 1
+        self.journal.write(ended=(d.rid for d in deltas))
 
-    def _send_out(self, msg: bytes, probe: bool = False) -> None:
+    def _send_out(self, msg: bytes, probe: bool = False, to: str | None = None) -> None:
         """To the frontend, within --heartbeat-timeout: a frontend that reads nothing for
         that long is treated as gone and the message is dropped, so that the loop goes on
         (the drain, shard deaths) instead of spinning while looking alive."""
@@ -460,9 +506,10 @@ class Egress:
                 pass
             return
         deadline = time.monotonic() + self.cfg.heartbeat_timeout
+        sock = self.outs[to]
         while True:
             try:
-                self.out.send(msg, zmq.NOBLOCK)
+                sock.send(msg, zmq.NOBLOCK)
                 return
             except zmq.Again:
                 if time.monotonic() >= deadline:
@@ -501,6 +548,7 @@ class Egress:
                  f" (shards {stuck} took nothing by the deadline)" if stuck else "")
         self.journal.close()
         linger = max(0, int(1000 * (deadline - time.monotonic())))
+        self.outs.close(linger)
         for sock in (*self.links, self.back, self.notices, self.out, self.health):
             sock.close(linger=linger)
         if self.cfg.curve_keys:

@@ -61,6 +61,9 @@ class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ends: list[tuple[int, dict[str, Any], int, int, int]] = []
     reasoning: bytes = b""  # u32 reasoning_tokens per row, when some row's is nonzero
     families: list[Family] = []
+    # --protocol sglang: the scheduler's fields a reply passes on, cut to these rows
+    # (msgpack `integrations.sglang.reply.Passed`)
+    extra: bytes = b""
 
 
 class Arrays(msgspec.Struct, gc=False):

@@ -59,3 +59,28 @@ def make_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, hwm: 
     else:
         sock.connect(endpoint)
     return sock
+
+
+class PushTo:
+    """PUSH sockets to endpoints a message names at run time (SGLang's tokenizer workers,
+    each a `http_worker_ipcs` entry), connected on first use; None is the default one."""
+
+    def __init__(self, ctx: zmq.Context, default: zmq.Socket, hwm: int) -> None:
+        self.ctx = ctx
+        self.hwm = hwm
+        self.sockets: dict[str | None, zmq.Socket] = {None: default}
+
+    def __getitem__(self, endpoint: str | None) -> zmq.Socket:
+        sock = self.sockets.get(endpoint)
+        if sock is None:
+            assert endpoint is not None
+            sock = self.sockets[endpoint] = make_socket(self.ctx, zmq.PUSH, endpoint,
+                                                        bind=False, hwm=self.hwm)
+        return sock
+
+    def close(self, linger: int | None = None) -> None:
+        """Every socket but the default, which its owner closes (None: each socket's own
+        linger)."""
+        for endpoint, sock in self.sockets.items():
+            if endpoint is not None:
+                sock.close(linger=linger)

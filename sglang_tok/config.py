@@ -22,6 +22,7 @@ from .tokenizer import DEFAULT_TOKENIZER
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 OutputFormat = Literal["deltas", "columnar", "packed"]
+Protocol = Literal["native", "sglang"]
 
 
 class ConfigError(ValueError):
@@ -33,6 +34,10 @@ def _doc(description: str, **constraints: Any) -> Meta:
 
 
 class Config(msgspec.Struct, frozen=True):
+    protocol: Annotated[Protocol, _doc(
+        "what the input ring reads and the output carries: native (docs/protocol.md "
+        "sections 2-5) or sglang (SGLang's BatchTokenIDOutput in, BatchStrOutput out, msgpack "
+        "IPC: the service is SGLang's detokenizer; section 11)")] = "native"
     tokenizer: Annotated[str, _doc(
         "built-in name (deepseek-v4), a tokenizer.json, a directory holding one, or none "
         "(ids, usage and logprobs only, no text)")

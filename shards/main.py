@@ -10,10 +10,11 @@ from typing import Any
 import msgspec
 import zmq
 from sglang_tok.ring import link
-from sglang_tok.ring.sockets import make_socket
+from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
+from sglang_tok.integrations.sglang.reply import Replies
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Restarted, Result
@@ -57,12 +58,17 @@ class Shard:
                                  hwm=hwm)
         curve = security.service_client(cfg.curve_keys) if cfg.curve_keys else None
         self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm, curve=curve)
+        self.outs = PushTo(self.ctx, self.out, hwm)
+        # --protocol sglang: BatchStrOutput replies, to the TokenizerManager or its workers
+        self.sglang = Replies() if cfg.protocol == "sglang" else None
+        if self.sglang is not None:
+            self.output_format = "packed"
         self.back = make_socket(self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
         self.seq = 0
         self.pid = os.getpid()
-        if restarted:  # our seq starts again from 0 (protocol section 5.3)
+        if restarted and self.sglang is None:  # our seq starts again from 0 (section 5.3)
             self.out.send(protocol.encode_restarted(Restarted(shard, os.getpid())))
         self.started = False
         self.token = 0  # of the egress whose SYNC we answered last
@@ -162,8 +168,10 @@ class Shard:
         t0 = time.perf_counter()
         out = protocol.output_sink(self.output_format)
         table = self.table
+        extra = b""
         if isinstance(msg, link.Arrays):
             table.on_arrays(msg, out)
+            extra = msg.sparse.extra
         else:
             match protocol.decode_control(msg.frame):
                 case Open() as ctl:
@@ -178,7 +186,7 @@ class Shard:
                     if nonce >= 0:  # a barrier: what came before it shows in /metrics
                         self._publish()
                     return self._pong(nonce)
-        self._send(out)
+        self._send(out, extra)
         self.m_decode.observe(time.perf_counter() - t0)
         self.m_latency.observe(time.monotonic() - msg.stamp)
 
@@ -218,15 +226,33 @@ class Shard:
                 return rids
         return []
 
-    def _send(self, out: protocol.Sink) -> None:
+    def _send(self, out: protocol.Sink, extra: bytes = b"") -> None:
         if not out:
             return
-        self.out.send(protocol.encode_output(self.output_format, self.shard, self.seq, out))
-        self.seq += 1
+        if self.sglang is None:
+            self.out.send(protocol.encode_output(self.output_format, self.shard, self.seq, out))
+            self.seq += 1
+        else:
+            self._send_sglang(out, extra)
         if self.table.self_ended:
             ended = link.Ended(self.shard, self.table.self_ended)
             self.back.send(link.notice_encoder.encode(ended))
             self.table.self_ended = []
+
+    def _send_sglang(self, out: protocol.Sink, extra: bytes) -> None:
+        """A message's rows as SGLang replies: decoded rows joined to what the scheduler
+        passed on (`extra`), or, without it, the service's own last rows."""
+        assert self.sglang is not None
+        if extra:
+            assert isinstance(out, protocol.PackedOut)
+            replies = self.sglang.rows(out.build_packed(self.shard, self.seq), extra)
+        else:
+            deltas = out.build_packed(self.shard, self.seq).deltas \
+                if isinstance(out, protocol.PackedOut) else list(out)  # type: ignore[arg-type]
+            replies = self.sglang.last_rows(deltas)
+        for to, reply in replies:
+            self.outs[to].send(reply)
+            self.seq += 1
 
     def _publish(self) -> None:
         """Counters to Prometheus, as differences since the last publish."""
@@ -249,6 +275,7 @@ class Shard:
                 sent[path] = count
 
     def close(self) -> None:
+        self.outs.close()
         for sock in (self.inbox, self.back, self.health, self.out):
             sock.close()
         self.ctx.term()

@@ -1,0 +1,259 @@
+"""SGLang's scheduler messages (`--protocol sglang`) read into what the egress routes.
+
+A `BatchTokenIDOutput` becomes the same `Batch` a BATCH frame decodes to (rids, finish
+reasons, counts, every row's new ids as one int64 buffer), so routing, slots, the ledger
+and the shards' decoding are the native protocol's. What OPEN carries in that protocol
+comes from a request's first row here: its prompt context (the ids before
+`read_offsets[i]`) and its flags. What SGLang's detokenizer passes through to the
+TokenizerManager is cut per shard as raw msgpack (`reply.Passed`), never decoded.
+
+A first row is a rid the router does not know, or one it has ended whose row counts only
+its own ids as completion tokens: SGLang reuses no rid while it runs, but a client may
+send a finished request's rid again, and a late row of the old one always counts more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Raw
+from sglang_tok.ring.link import LATE
+
+from sglang_tok.integrations.sglang import wire
+from sglang_tok.integrations.sglang.reply import Replies, encode_passed
+from sglang_tok.protocol import FINISH_TYPES, Batch, BatchHeader, FrameError, Open
+
+_B64_FIELDS = ("routed_experts", "indexer_topk")
+
+
+class Step:
+    """One scheduler message as the egress routes it."""
+
+    __slots__ = ("batch", "opens", "reopened", "msg", "columns")
+
+    def __init__(self, batch: Batch, opens: list[Open], reopened: list[str],
+                 msg: wire.TokenIds, columns: list[Any]) -> None:
+        self.batch = batch
+        self.opens = opens  # before the batch: first rows whose options are not defaults
+        self.reopened = reopened  # ended rids whose row starts a new request
+        self.msg = msg
+        self.columns = columns  # the passed-through fields, in wire.PASSED_FIELDS order
+
+    def passed(self, codes: list[int], nshards: int) -> dict[int, bytes]:
+        """Each shard's rows of the passed-through fields, in the order `split_frame` gives
+        its rows (frame order within a shard; LATE rows in no shard)."""
+        ipcs = self.msg.http_worker_ipcs
+        if nshards == 1 and LATE not in codes:
+            return {0: encode_passed(ipcs, [_as_raw(c) for c in self.columns])}
+        by_shard: dict[int, list[int]] = {}
+        for i, code in enumerate(codes):
+            if code != LATE:
+                by_shard.setdefault(code % nshards, []).append(i)
+        cut = [_Column(c) for c in self.columns]
+        return {k: encode_passed(None if ipcs is None else [ipcs[i] for i in rows],
+                                 [c.rows(rows) for c in cut])
+                for k, rows in by_shard.items()}
+
+
+class _Column:
+    """A passed-through column, cut into rows once for every shard's share."""
+
+    __slots__ = ("value", "cells")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.cells: list[Any] | None = None
+        if isinstance(value, list):
+            self.cells = value
+        elif wire.array_length(value) > 0:
+            self.cells = wire.rows_of(value)
+
+    def rows(self, rows: list[int]) -> Any:
+        if self.cells is None:  # nil, [] (absent for every row), or a pickle: as it came
+            return _as_raw(self.value)
+        cells = self.cells
+        return Raw(wire.encoder.encode([cells[i] for i in rows]))
+
+
+def _as_raw(value: Any) -> Raw:
+    return value if isinstance(value, Raw) else Raw(wire.encoder.encode(value))
+
+
+class SglangIn:
+    """Reads and validates scheduler messages whole: a message is accepted or dropped."""
+
+    def __init__(self, max_rid_length: int, max_row_ids: int) -> None:
+        self.max_rid_length = max_rid_length
+        self.max_row_ids = max_row_ids
+        self.replies = Replies()  # the egress's own last rows, routed to their workers
+
+    def decode(self, frame: memoryview) -> wire.Inbound:
+        count = wire.field_count(frame)
+        if count < 1:
+            raise FrameError("header", "not a msgpack array: not an SGLang IPC message "
+                             "(pickle IPC? start SGLang with SGLANG_USE_PICKLE_IPC=0, as "
+                             "the sglang_tok plugin does)")
+        if count > 1 + wire.MAX_FIELDS:
+            raise FrameError("columns", f"{count - 1} fields, more than {wire.TOKEN_IDS}'s "
+                             f"{wire.MAX_FIELDS}", _readable_rids(frame))
+        try:
+            return wire.inbound_decoder.decode(frame)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            reason = "unknown_tag" if "$[0]" in str(exc) else "header"
+            raise FrameError(reason, str(exc)[:200], _readable_rids(frame)) from None
+
+    def step(self, msg: wire.TokenIds, where: dict[str, int]) -> Step:
+        """The message as a Batch, validated whole; raise FrameError."""
+        try:
+            return self._step(msg, where)
+        except ValueError as exc:  # an ids ext that is not integer ids
+            raise FrameError("header", str(exc)[:200], msg.rids) from None
+
+    def _step(self, msg: wire.TokenIds, where: dict[str, int]) -> Step:
+        rids = msg.rids
+        n = len(rids)
+        self._check(msg, n)
+        owner = list(map(where.get, rids))
+        firsts = [i for i, code in enumerate(owner) if code is None or code == LATE]
+        reopened: list[str] = []
+        opens: list[Open] = []
+        cut: dict[int, int] = {}  # first row -> ids of prompt context before its output
+        if firsts:
+            reopened, opens = self._first_rows(msg, firsts, owner, cut)
+        rows = list(map(wire.int64_bytes, msg.decode_ids))
+        for i, at in cut.items():
+            rows[i] = rows[i][8 * at:]
+        lens = [len(r) >> 3 for r in rows]
+        if self.max_row_ids and max(lens, default=0) > self.max_row_ids:
+            raise FrameError("limit_row_ids", f"row with more than --max-row-ids "
+                             f"{self.max_row_ids} ids", rids)
+        fins = msg.finished_reasons
+        header = BatchHeader(rids, fins if fins.count(None) == n else list(map(_for_shard, fins)),
+                             msg.prompt_tokens, lens, msg.cached_tokens, msg.reasoning_tokens)
+        batch = Batch(header, memoryview(b"".join(rows)), sum(lens), [])
+        if msg.http_worker_ipcs is not None:
+            self._track_workers(msg, firsts)
+        return Step(batch, opens, reopened, msg, self._columns(msg))
+
+    def _check(self, msg: wire.TokenIds, n: int) -> None:
+        rids = msg.rids
+        if not all(rids):
+            raise FrameError("header", "empty rid", [r for r in rids if r])
+        if self.max_rid_length and n and max(map(len, rids)) > self.max_rid_length:
+            raise FrameError("limit_rid_length", f"rid longer than --max-rid-length "
+                             f"{self.max_rid_length}",
+                             [r for r in rids if len(r) <= self.max_rid_length])
+        for name in wire.ROW_FIELDS:
+            got = len(getattr(msg, name))
+            if got != n:
+                raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
+        if wire.array_length(msg.output_ids) != n:
+            raise FrameError("columns", f"output_ids is not a list of {n} arrays", rids)
+        ipcs = msg.http_worker_ipcs
+        if ipcs is not None and len(ipcs) != n:
+            raise FrameError("columns", f"http_worker_ipcs has {len(ipcs)} entries, "
+                             f"expected {n}", rids)
+        for name in wire.TOKEN_IDS_FIELDS[14:]:
+            if name in wire.PICKLED_FIELDS:
+                continue
+            got = wire.array_length(getattr(msg, name))
+            if got == -2:
+                raise FrameError("columns", f"{name} is not a list", rids)
+            if got > 0 and got != n:
+                raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
+        fins = msg.finished_reasons
+        if fins.count(None) != n:
+            for fin in filter(None.__ne__, fins):
+                kind = fin.get("type") if isinstance(fin, dict) else None
+                if not isinstance(kind, str) or kind not in FINISH_TYPES:
+                    raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
+        if min(msg.read_offsets, default=0) < 0 or min(msg.prompt_tokens, default=0) < 0 \
+                or min(msg.cached_tokens, default=0) < 0 \
+                or min(msg.reasoning_tokens, default=0) < 0:
+            raise FrameError("header", "a negative offset or count", rids)
+
+    def _first_rows(self, msg: wire.TokenIds, firsts: list[int], owner: list[int | None],
+                    cut: dict[int, int]) -> tuple[list[str], list[Open]]:
+        """Options and prompt context of the rows that start a request."""
+        rids = msg.rids
+        reopened: list[str] = []
+        opens: list[Open] = []
+        outputs = wire.rows_of(msg.output_ids) if any(owner[i] == LATE for i in firsts) \
+            else []
+        for i in firsts:
+            rid = rids[i]
+            if owner[i] == LATE:
+                if msg.completion_tokens[i] != _ext_len(outputs[i]):
+                    continue  # a late row of the ended request
+                reopened.append(rid)
+            at = msg.read_offsets[i]
+            ids = msg.decode_ids[i]
+            if at:
+                context = wire.int64_bytes(ids)
+                if 8 * at > len(context):
+                    raise FrameError("header", f"read_offsets[{i}] {at} is past its "
+                                     f"{len(context) >> 3} decode ids", rids)
+                cut[i] = at
+                prompt = memoryview(context[:8 * at]).cast("q").tolist()
+            else:
+                prompt = []
+            skip, nostrim = msg.skip_special_tokens[i], msg.no_stop_trim[i]
+            spaces = msg.spaces_between_special_tokens[i]
+            if prompt or not skip or nostrim or not spaces or owner[i] == LATE:
+                opens.append(Open(rid, skip_special_tokens=skip,
+                                  spaces_between_special_tokens=spaces, no_stop_trim=nostrim,
+                                  prompt_ids=prompt))
+        return reopened, opens
+
+    def _track_workers(self, msg: wire.TokenIds, firsts: list[int]) -> None:
+        """Remember each live request's tokenizer worker, for the egress's own last rows."""
+        ipc_of = self.replies.ipc_of
+        ipcs, rids = msg.http_worker_ipcs, msg.rids
+        assert ipcs is not None
+        for i in firsts:
+            if ipcs[i] is not None:
+                ipc_of[rids[i]] = ipcs[i]  # type: ignore[assignment]
+        fins = msg.finished_reasons
+        if fins.count(None) != len(fins):
+            for i, fin in enumerate(fins):
+                if fin is not None:
+                    ipc_of.pop(rids[i], None)
+
+    @staticmethod
+    def _columns(msg: wire.TokenIds) -> list[Any]:
+        cols: list[Any] = []
+        for name in wire.PASSED_FIELDS:
+            val = getattr(msg, name)
+            if name in _B64_FIELDS:
+                val = wire.b64_tensors(val)
+            cols.append(val)
+        return cols
+
+
+def _ext_len(raw: Raw) -> int:
+    try:
+        ext = msgspec.msgpack.decode(raw, type=msgspec.msgpack.Ext)
+        return len(wire.int64_bytes(ext)) >> 3
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return -1
+
+
+def _for_shard(fin: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The finish the shard trims by: SGLang leaves a stop token out only when `matched`
+    is one id (a list of them is not trimmed); the reply carries the scheduler's own."""
+    if fin is None or "matched" not in fin or not isinstance(fin["matched"], list):
+        return fin
+    return {k: v for k, v in fin.items() if k != "matched"}
+
+
+def _readable_rids(frame: bytes | memoryview) -> list[str]:
+    """The rids of a message that failed validation, when its second field still reads."""
+    try:
+        fields = wire.rows_of(Raw(bytes(frame)))
+        rids = msgspec.msgpack.decode(fields[1]) if len(fields) > 1 else []
+    except (msgspec.DecodeError, ValueError, RecursionError):
+        return []
+    if not isinstance(rids, list):
+        return []
+    return [r for r in rids if isinstance(r, str) and r]

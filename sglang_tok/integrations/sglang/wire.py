@@ -1,0 +1,252 @@
+"""SGLang 0.5.23's scheduler -> detokenizer -> TokenizerManager messages, in their msgpack
+IPC form, read and written without importing SGLang.
+
+A message is a msgpack array: the struct's class name, then its fields in declaration
+order (msgspec's `tag=True, array_like=True`); trailing fields at their default may be
+left off. `array.array` values are msgpack ext type 1 (a big-endian u32 length of a
+msgpack metadata value, the typecode, then the raw bytes); ext 2 is a torch tensor and
+ext 3 a numpy array, with metadata `[shape, dtype(, device)]`.
+
+The structs below type only what the service reads (rids, finish reasons, the decode ids
+and per-row flags, the counts the router keeps); every other field is a `msgspec.Raw`
+that goes back out byte for byte, so passing a field through costs no decode.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from array import array
+from typing import Any
+
+import msgspec
+import numpy as np
+from msgspec import Raw
+from msgspec.msgpack import Ext
+
+EXT_ARRAY, EXT_TORCH, EXT_NUMPY = 1, 2, 3
+NIL = Raw(b"\xc0")
+_META = struct.Struct(">I")
+# the payload prefix of an int64 `array("q")` ext: metadata length 2, then msgpack "q"
+_Q_PREFIX = b"\x00\x00\x00\x02\xa1q"
+_Q_AT = len(_Q_PREFIX)
+
+TOKEN_IDS = "BatchTokenIDOutput"
+STR_OUTPUT = "BatchStrOutput"
+EMBEDDING = "BatchEmbeddingOutput"
+FREEZE_GC = "FreezeGCReq"
+CONFIGURE_LOGGING = "ConfigureLoggingReq"
+
+Finish = dict[str, Any]
+
+
+class TokenIds(msgspec.Struct, tag=TOKEN_IDS, array_like=True, gc=False):
+    """`BatchTokenIDOutput`: one scheduler step, a row per request."""
+
+    rids: list[str] = []
+    http_worker_ipcs: list[str | None] | None = None
+    finished_reasons: list[Finish | None] = []
+    decoded_texts: list[str] = []
+    # a request's first row holds up to 5 prompt ids before read_offsets[i] (context)
+    decode_ids: list[Ext | list[int]] = []
+    read_offsets: list[int] = []
+    output_ids: Raw = NIL
+    skip_special_tokens: list[bool] = []
+    spaces_between_special_tokens: list[bool] = []
+    no_stop_trim: list[bool] = []
+    prompt_tokens: list[int] = []
+    reasoning_tokens: list[int] = []
+    completion_tokens: list[int] = []
+    cached_tokens: list[int] = []
+    input_token_logprobs_val: Raw = NIL
+    input_token_logprobs_idx: Raw = NIL
+    output_token_logprobs_val: Raw = NIL
+    output_token_logprobs_idx: Raw = NIL
+    input_top_logprobs_val: Raw = NIL
+    input_top_logprobs_idx: Raw = NIL
+    output_top_logprobs_val: Raw = NIL
+    output_top_logprobs_idx: Raw = NIL
+    input_token_ids_logprobs_val: Raw = NIL
+    input_token_ids_logprobs_idx: Raw = NIL
+    output_token_ids_logprobs_val: Raw = NIL
+    output_token_ids_logprobs_idx: Raw = NIL
+    output_token_entropy_val: Raw = NIL
+    output_token_sampling_mask: Raw = NIL
+    output_hidden_states: Raw = NIL
+    routed_experts: Raw = NIL
+    indexer_topk: Raw = NIL
+    placeholder_tokens_idx: Raw = NIL
+    placeholder_tokens_val: Raw = NIL
+    retraction_counts: Raw = NIL
+    beam_search_output: Raw = NIL
+    weight_versions: Raw = NIL
+    token_steps: Raw = NIL
+    customized_info: Raw = NIL
+    cached_tokens_details: Raw = NIL
+    dp_ranks: Raw = NIL
+    time_stats: Raw = NIL
+    image_tokens: Raw = NIL
+    audio_tokens: Raw = NIL
+    video_tokens: Raw = NIL
+    spec_verify_ct: Raw = NIL
+    spec_num_correct_drafts: Raw = NIL
+    spec_num_block_accept_tokens: Raw = NIL
+    spec_num_cap_tokens: Raw = NIL
+    spec_correct_drafts_histogram: Raw = NIL
+    spec_cap_lens_histogram: Raw = NIL
+    input_top_logprobs_val_flat: Raw = NIL
+    input_top_logprobs_idx_flat: Raw = NIL
+    input_top_logprobs_flat_null_prefix: Raw = NIL
+
+
+class Embeddings(msgspec.Struct, tag=EMBEDDING, array_like=True, gc=False):
+    """`BatchEmbeddingOutput`: no text; passed on to the TokenizerManager as it came."""
+
+    rids: list[str] = []
+    http_worker_ipcs: list[str | None] | None = None
+
+
+class FreezeGC(msgspec.Struct, tag=FREEZE_GC, array_like=True, gc=False):
+    rid: str | None = None
+    http_worker_ipc: str | None = None
+    gc_threshold: list[int] | None = None
+
+
+class ConfigureLogging(msgspec.Struct, tag=CONFIGURE_LOGGING, array_like=True, gc=False):
+    rid: str | None = None
+    http_worker_ipc: str | None = None
+    log_requests: bool | None = None
+    log_requests_level: int | None = None
+    log_requests_format: str | None = None
+    log_level: str | None = None
+
+
+Inbound = TokenIds | Embeddings | FreezeGC | ConfigureLogging
+TOKEN_IDS_FIELDS: tuple[str, ...] = TokenIds.__struct_fields__
+# BatchStrOutput's fields in declaration order (SGLang 0.5.23)
+STR_FIELDS: tuple[str, ...] = (
+    "rids", "http_worker_ipcs", "finished_reasons", "output_strs", "output_ids",
+    "prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens",
+    *TOKEN_IDS_FIELDS[14:29], "routed_experts", "indexer_topk", "placeholder_tokens_idx",
+    "placeholder_tokens_val", *TOKEN_IDS_FIELDS[33:])
+# what a reply carries that is not the scheduler's field passed on: the texts, and the
+# placeholders SGLang's detokenizer always sends as None
+OWN_FIELDS = frozenset(("output_strs", "placeholder_tokens_idx", "placeholder_tokens_val"))
+PASSED_FIELDS: tuple[str, ...] = tuple(f for f in STR_FIELDS if f not in OWN_FIELDS)
+# fields that are not per row: a pickle SGLang wraps as ["PickleWrapper", bytes]
+PICKLED_FIELDS = frozenset(("customized_info", "time_stats"))
+# per-row columns every BatchTokenIDOutput row has
+ROW_FIELDS = ("finished_reasons", "decoded_texts", "decode_ids", "read_offsets",
+              "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+              "prompt_tokens", "reasoning_tokens", "completion_tokens", "cached_tokens")
+MAX_FIELDS = len(TOKEN_IDS_FIELDS)
+
+inbound_decoder = msgspec.msgpack.Decoder(Inbound)
+encoder = msgspec.msgpack.Encoder()
+_raw_rows = msgspec.msgpack.Decoder(list[Raw])
+_ext_rows = msgspec.msgpack.Decoder(list[Ext | None])
+
+
+def array_length(raw: Raw | bytes | memoryview) -> int:
+    """The element count of a msgpack array from its header alone; -1 for nil, -2 for a
+    value that is not an array."""
+    mv = memoryview(raw)
+    if not len(mv):
+        return -2
+    b = mv[0]
+    if 0x90 <= b <= 0x9F:
+        return b & 0x0F
+    if b == 0xDC and len(mv) >= 3:
+        return int.from_bytes(mv[1:3], "big")
+    if b == 0xDD and len(mv) >= 5:
+        return int.from_bytes(mv[1:5], "big")
+    return -1 if b == 0xC0 else -2
+
+
+def field_count(frame: bytes | memoryview) -> int:
+    """Elements of the message's outer array (the tag included); -2 if it is not one."""
+    return array_length(frame)
+
+
+# --------------------------------------------------------------------------- ext payloads
+def array_ext(ids: Any, typecode: str = "q") -> Ext:
+    """An `array.array` as SGLang's encoder writes it."""
+    meta = msgspec.msgpack.encode(typecode)
+    raw = array(typecode, ids).tobytes() if not isinstance(ids, array) else ids.tobytes()
+    return Ext(EXT_ARRAY, _META.pack(len(meta)) + meta + raw)
+
+
+def buffer_payload(data: bytes | memoryview) -> tuple[Any, memoryview]:
+    """(metadata, raw bytes) of a buffer ext (types 1-3); ValueError if it is cut short."""
+    mv = memoryview(data)
+    if len(mv) < _META.size:
+        raise ValueError("buffer ext without its metadata length")
+    size = _META.unpack_from(mv)[0]
+    at = _META.size + size
+    if at > len(mv):
+        raise ValueError("buffer ext metadata runs past its payload")
+    return msgspec.msgpack.decode(mv[_META.size:at]), mv[at:]
+
+
+def int64_bytes(value: Ext | list[int]) -> bytes:
+    """One row's ids as little-endian int64 bytes: an `array` ext of any integer typecode,
+    a numpy array ext, or a plain list."""
+    if isinstance(value, list):
+        return array("q", value).tobytes()
+    data: bytes = value.data  # type: ignore[assignment]  # bytes when msgspec decodes it
+    if value.code == EXT_ARRAY and data[:_Q_AT] == _Q_PREFIX:
+        return data[_Q_AT:]
+    meta, raw = buffer_payload(data)
+    if value.code == EXT_ARRAY and isinstance(meta, str) and len(meta) == 1 \
+            and meta in "bBhHiIlLqQ":
+        signed = "i" if meta.islower() else "u"
+        return np.frombuffer(raw, f"<{signed}{array(meta).itemsize}").astype("<i8").tobytes()
+    if value.code == EXT_NUMPY and isinstance(meta, list) and len(meta) == 2:
+        dtype = np.dtype(meta[1])
+        if dtype.kind in "iu":
+            return np.frombuffer(raw, dtype).astype("<i8").tobytes()
+    raise ValueError(f"decode_ids entry is ext {value.code} {meta!r:.40}, not integer ids")
+
+
+def b64_tensors(raw: Raw) -> Raw:
+    """Per-row tensors (ext 2 or 3) as the base64 of their raw bytes, as SGLang's
+    detokenizer sends `routed_experts` and `indexer_topk` on; nil stays nil."""
+    if array_length(raw) < 0:
+        return raw
+    out: list[str | None] = []
+    for item in _ext_rows.decode(raw):
+        if item is None:
+            out.append(None)
+            continue
+        _, data = buffer_payload(item.data)  # type: ignore[arg-type]
+        out.append(base64.b64encode(data).decode("ascii"))
+    return Raw(encoder.encode(out))
+
+
+def rows_of(raw: Raw) -> list[Raw]:
+    """A per-row column cut into its rows' values, each still raw."""
+    return _raw_rows.decode(raw)
+
+
+def raw(value: Any) -> Raw:
+    return Raw(encoder.encode(value))
+
+
+def encode_message(tag: str, fields: list[Any]) -> bytes:
+    """[tag, *fields], trailing nils left off as SGLang's encoder may; Raw goes as is."""
+    end = len(fields)
+    while end and (fields[end - 1] is None or fields[end - 1] is NIL):
+        end -= 1
+    return encoder.encode([tag, *fields[:end]])
+
+
+def encode_token_ids(rows: dict[str, list[Any]]) -> bytes:
+    """A BatchTokenIDOutput from columns by field name (tests, benchmarks and tools build
+    scheduler messages with it); a missing column is nil, ids lists become `array` exts."""
+    fields: list[Any] = []
+    for name in TOKEN_IDS_FIELDS:
+        val = rows.get(name)
+        if name in ("decode_ids", "output_ids") and val is not None:
+            val = [v if isinstance(v, Ext) else array_ext(v) for v in val]
+        fields.append(val)
+    return encode_message(TOKEN_IDS, fields)
