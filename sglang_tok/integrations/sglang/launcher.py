@@ -1,0 +1,123 @@
+"""Start `sglang-tok serve --protocol sglang` for an SGLang server, from its own settings.
+
+The service is one child of SGLang's launcher (`sglang-tok serve`, which supervises the
+egress and shards): SGLang's watchdog polls it as it polls its own detokenizer, and its
+shutdown ends it with the launcher's process tree. `--exit-with-parent` makes it drain and
+exit if the launcher dies first.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TOKENIZER_FILE = "tokenizer.json"
+
+
+class TokenizerNotFound(RuntimeError):
+    pass
+
+
+def tokenizer_of(tokenizer_path: str | None, skip_tokenizer_init: bool) -> str:
+    """The `--tokenizer` for SGLang's `tokenizer_path`: a directory or file holding
+    `tokenizer.json` (an HF hub name is looked up in the local HF cache), or `none`."""
+    if skip_tokenizer_init:
+        return "none"
+    if not tokenizer_path:
+        raise TokenizerNotFound("SGLang gave no tokenizer_path")
+    path = Path(tokenizer_path)
+    if path.is_dir() and (path / TOKENIZER_FILE).is_file():
+        return str(path)
+    if path.is_file() and path.name.endswith(".json"):
+        return str(path)
+    if not path.exists():
+        cached = _hub_cached(tokenizer_path)
+        if cached is not None:
+            return cached
+    raise TokenizerNotFound(
+        f"no {TOKENIZER_FILE} at --tokenizer-path {tokenizer_path!r}: sglang-tok decodes "
+        f"with HF tokenizers' {TOKENIZER_FILE}; run without the plugin "
+        "(SGLANG_PLUGINS set to the others) for this model")
+
+
+def _hub_cached(repo: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(repo, TOKENIZER_FILE)
+    return found if isinstance(found, str) else None
+
+
+def service_args(serving: Any, port_args: Any) -> list[str]:
+    """`serve` flags for SGLang's serving settings and its ports."""
+    args = ["--protocol", "sglang",
+            "--input", port_args.detokenizer_ipc_name,
+            "--output", port_args.tokenizer_ipc_name,
+            "--tokenizer", tokenizer_of(serving.tokenizer_path, serving.skip_tokenizer_init),
+            "--http", "127.0.0.1:0", "--exit-with-parent"]
+    workers = int(getattr(serving, "detokenizer_worker_num", 1) or 1)
+    if workers > 1:
+        args += ["--shards", str(workers)]
+    return args
+
+
+class ServiceProcess:
+    """The service as SGLang's launcher sees a detokenizer process: `pid`, `is_alive()`,
+    `exitcode`, `terminate()`, `kill()`, `join()` (what its watchdog and shutdown call on a
+    `multiprocessing.Process`). Its runtime directory goes when it is reaped."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], runtime_dir: str) -> None:
+        self.popen = popen
+        self.runtime_dir = runtime_dir
+        self.name = "sglang-tok"
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def exitcode(self) -> int | None:
+        code = self.popen.poll()
+        if code is not None:
+            shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        return code
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
+
+    def terminate(self) -> None:
+        """SIGTERM: the service drains what it accepted, then exits."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+    def http_port(self) -> int | None:
+        """The service's /health and /metrics port, once it has published it."""
+        try:
+            return int(Path(self.runtime_dir, "http.port").read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def launch(args: list[str]) -> ServiceProcess:
+    """`sglang-tok serve ARGS` in a runtime directory of its own."""
+    runtime = tempfile.mkdtemp(prefix="sglang-tok-")
+    os.chmod(runtime, 0o700)
+    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime, *args]
+    return ServiceProcess(subprocess.Popen(cmd), runtime)

@@ -1,0 +1,61 @@
+"""The SGLang plugin: sglang-tok runs where SGLang would start its detokenizer processes.
+
+SGLang loads every entry point of the group `sglang.srt.plugins` (or those `SGLANG_PLUGINS`
+names) in each process, early: the launcher's `Engine.__init__` does it before any child
+starts. `register` then does two things there:
+
+- it puts every SGLang process on msgpack IPC, the encoding the service reads: the
+  variable is read when `io_struct` is imported, so it is set in the environment the
+  children inherit, and in the module when the launcher has imported it already;
+- it replaces `Engine._launch_detokenizer_subprocesses`, the one launcher step both
+  `sglang serve` and `Engine` take (the class `DetokenizerManager` is bound as a default
+  argument, so replacing it changes nothing; `run_detokenizer_process` is re-imported in
+  the spawned child, so a patch of it is lost there).
+
+Importing this module imports nothing of SGLang; only `register` and the hook do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+log = logging.getLogger("sglang_tok.plugin")
+TARGET = "sglang.srt.entrypoints.engine.Engine._launch_detokenizer_subprocesses"
+PICKLE_IPC = "SGLANG_USE_PICKLE_IPC"
+
+
+def register() -> None:
+    """SGLang's entry point: msgpack IPC everywhere, and the launcher hook."""
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    use_msgpack_ipc()
+    HookRegistry.register(TARGET, launch_detokenizer, HookType.REPLACE)
+
+
+def use_msgpack_ipc() -> None:
+    """msgpack IPC in this process and in every process it starts from now on."""
+    if os.environ.get(PICKLE_IPC, "").lower() in ("1", "true", "yes"):
+        log.warning("sglang_tok: %s=%s overridden: the service reads msgpack IPC",
+                    PICKLE_IPC, os.environ[PICKLE_IPC])
+    os.environ[PICKLE_IPC] = "0"
+    io_struct = sys.modules.get("sglang.srt.managers.io_struct")
+    if io_struct is not None:  # read at its import: this process chose already
+        io_struct._USE_PICKLE_IPC = False  # type: ignore[attr-defined]
+
+
+def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
+                       run_detokenizer_process_func: Any = None) -> tuple[list[Any], list[str]]:
+    """`Engine._launch_detokenizer_subprocesses`, by sglang-tok: the service bound where
+    the scheduler pushes, replying where the TokenizerManager pulls; SGLang's
+    `(processes, names)` for its watchdog and shutdown."""
+    from sglang.srt.runtime_context import get_serving
+
+    from .launcher import launch, service_args
+
+    args = service_args(get_serving(), port_args)
+    proc = launch(args)
+    log.info("sglang_tok: detokenizer is sglang-tok (pid %d): %s", proc.pid, " ".join(args))
+    return [proc], ["detokenizer"]
