@@ -96,7 +96,7 @@ class TokenizerSide:
 
     def finished(self, rid: str) -> bool:
         rows = self.rows.get(rid)
-        return bool(rows) and rows[-1]["finished_reasons"] is not None
+        return rows is not None and rows[-1]["finished_reasons"] is not None
 
     def wait(self, rids: Iterable[str], timeout: float = 30.0) -> bool:
         """True once every rid has its last row."""
