@@ -62,6 +62,8 @@ SYNC_RETRY_S = 1.0  # a SYNC can vanish into the pipe of a shard that just died
 # this long lets the frontend read those first (docs/protocol.md section 5, rule 7)
 STALE_HOLD_S = 0.25
 JOURNAL = "egress.journal"
+# --protocol sglang: a request first seen mid-stream (the service started after it did)
+LOST_START = "the detokenizer never received this request's first rows"
 
 
 def main(cfg: Config, status: Status, core: int | None, restarted: bool = False) -> None:
@@ -260,8 +262,13 @@ class Egress:
                 logging.getLogger().setLevel(level.upper())
 
     def _route_sglang(self, step: Step, frame: memoryview, stamp: float) -> None:
+        if step.lost:  # their rows route as late: no text without its start
+            self._end_on_shards(step.lost, EGRESS_RESTARTED if self.restarted else LOST_START)
         for opts in step.opens:  # a first row's options, before the row
             self._route_open(opts.rid, link.forward(stamp, protocol.encode_control(opts)))
+        if self.router.quarantine:  # a first row is no suspect: nothing of it was lost
+            for rid in step.fresh:
+                self.router.open(rid)
         self._route_batch(step.batch, frame, stamp, step)
 
     def _forward(self, k: int, msg: bytes, ended: Ended | None = None) -> None:

@@ -7,9 +7,11 @@ comes from a request's first row here: its prompt context (the ids before
 `read_offsets[i]`) and its flags. What SGLang's detokenizer passes through to the
 TokenizerManager is cut per shard as raw msgpack (`reply.Passed`), never decoded.
 
-A first row is a rid the router does not know, or one it has ended whose row counts only
-its own ids as completion tokens: SGLang reuses no rid while it runs, but a client may
-send a finished request's rid again, and a late row of the old one always counts more.
+A row is its request's first when its `completion_tokens` (the request's output ids so far)
+are exactly the ids it carries: SGLang's scheduler counts them that way on every row. So an
+ended rid whose row is a first row is a new request under a reused rid (a client may send a
+finished request's rid again), while a late row of the old one counts more; and an unknown
+rid whose row is not its first is a request whose start never reached this egress.
 """
 
 from __future__ import annotations
@@ -30,15 +32,17 @@ _B64_FIELDS = ("routed_experts", "indexer_topk")
 class Step:
     """One scheduler message as the egress routes it."""
 
-    __slots__ = ("batch", "opens", "reopened", "msg", "columns")
+    __slots__ = ("batch", "opens", "fresh", "lost", "msg", "columns")
 
-    def __init__(self, batch: Batch, opens: list[Open], reopened: list[str],
-                 msg: wire.TokenIds, columns: list[Any]) -> None:
+    def __init__(self, batch: Batch, msg: wire.TokenIds, columns: list[Any]) -> None:
         self.batch = batch
-        self.opens = opens  # before the batch: first rows whose options are not defaults
-        self.reopened = reopened  # ended rids whose row starts a new request
         self.msg = msg
         self.columns = columns  # the passed-through fields, in wire.PASSED_FIELDS order
+        self.opens: list[Open] = []  # first rows whose options are not the defaults
+        self.fresh: list[str] = []  # the other first rows' rids
+        # unknown rids whose row is not their first: their start is gone (they were in
+        # flight when the service, or its egress, started); they end, never half decoded
+        self.lost: list[str] = []
 
     def passed(self, codes: list[int], nshards: int) -> dict[int, bytes]:
         """Each shard's rows of the passed-through fields, in the order `split_frame` gives
@@ -114,16 +118,14 @@ class SglangIn:
         rids = msg.rids
         n = len(rids)
         self._check(msg, n)
+        rows = list(map(wire.int64_bytes, msg.decode_ids))
         owner = list(map(where.get, rids))
         firsts = [i for i, code in enumerate(owner) if code is None or code == LATE]
-        reopened: list[str] = []
         opens: list[Open] = []
-        cut: dict[int, int] = {}  # first row -> ids of prompt context before its output
+        fresh: list[str] = []
+        lost: list[str] = []
         if firsts:
-            reopened, opens = self._first_rows(msg, firsts, owner, cut)
-        rows = list(map(wire.int64_bytes, msg.decode_ids))
-        for i, at in cut.items():
-            rows[i] = rows[i][8 * at:]
+            self._first_rows(msg, rows, firsts, owner, (opens, fresh, lost))
         lens = [len(r) >> 3 for r in rows]
         if self.max_row_ids and max(lens, default=0) > self.max_row_ids:
             raise FrameError("limit_row_ids", f"row with more than --max-row-ids "
@@ -131,10 +133,12 @@ class SglangIn:
         fins = msg.finished_reasons
         header = BatchHeader(rids, fins if fins.count(None) == n else list(map(_for_shard, fins)),
                              msg.prompt_tokens, lens, msg.cached_tokens, msg.reasoning_tokens)
-        batch = Batch(header, memoryview(b"".join(rows)), sum(lens), [])
+        step = Step(Batch(header, memoryview(b"".join(rows)), sum(lens), []), msg,
+                    self._columns(msg))
+        step.opens, step.fresh, step.lost = opens, fresh, lost
         if msg.http_worker_ipcs is not None:
             self._track_workers(msg, firsts)
-        return Step(batch, opens, reopened, msg, self._columns(msg))
+        return step
 
     def _check(self, msg: wire.TokenIds, n: int) -> None:
         rids = msg.rids
@@ -173,38 +177,33 @@ class SglangIn:
                 or min(msg.reasoning_tokens, default=0) < 0:
             raise FrameError("header", "a negative offset or count", rids)
 
-    def _first_rows(self, msg: wire.TokenIds, firsts: list[int], owner: list[int | None],
-                    cut: dict[int, int]) -> tuple[list[str], list[Open]]:
-        """Options and prompt context of the rows that start a request."""
+    def _first_rows(self, msg: wire.TokenIds, rows: list[bytes], firsts: list[int],
+                    owner: list[int | None],
+                    out: tuple[list[Open], list[str], list[str]]) -> None:
+        """Rows of rids the router does not route: a first row's options and prompt context
+        (its ids before `read_offsets[i]`, cut from `rows`), or a late or lost row."""
+        opens, fresh, lost = out
         rids = msg.rids
-        reopened: list[str] = []
-        opens: list[Open] = []
-        outputs = wire.rows_of(msg.output_ids) if any(owner[i] == LATE for i in firsts) \
-            else []
         for i in firsts:
-            rid = rids[i]
-            if owner[i] == LATE:
-                if msg.completion_tokens[i] != _ext_len(outputs[i]):
-                    continue  # a late row of the ended request
-                reopened.append(rid)
-            at = msg.read_offsets[i]
-            ids = msg.decode_ids[i]
-            if at:
-                context = wire.int64_bytes(ids)
-                if 8 * at > len(context):
-                    raise FrameError("header", f"read_offsets[{i}] {at} is past its "
-                                     f"{len(context) >> 3} decode ids", rids)
-                cut[i] = at
-                prompt = memoryview(context[:8 * at]).cast("q").tolist()
-            else:
-                prompt = []
-            skip, nostrim = msg.skip_special_tokens[i], msg.no_stop_trim[i]
+            rid, at = rids[i], msg.read_offsets[i]
+            ids = len(rows[i]) >> 3
+            if msg.completion_tokens[i] != ids - at:  # not the request's first row
+                if owner[i] is None:
+                    lost.append(rid)
+                continue  # else a late row of an ended request
+            if at > ids:
+                raise FrameError("header", f"read_offsets[{i}] {at} is past its {ids} "
+                                 "decode ids", rids)
+            prompt = memoryview(rows[i][:8 * at]).cast("q").tolist() if at else []
+            rows[i] = rows[i][8 * at:]
+            skip, no_trim = msg.skip_special_tokens[i], msg.no_stop_trim[i]
             spaces = msg.spaces_between_special_tokens[i]
-            if prompt or not skip or nostrim or not spaces or owner[i] == LATE:
+            if prompt or not skip or no_trim or not spaces or owner[i] == LATE:
                 opens.append(Open(rid, skip_special_tokens=skip,
-                                  spaces_between_special_tokens=spaces, no_stop_trim=nostrim,
+                                  spaces_between_special_tokens=spaces, no_stop_trim=no_trim,
                                   prompt_ids=prompt))
-        return reopened, opens
+            else:
+                fresh.append(rid)
 
     def _track_workers(self, msg: wire.TokenIds, firsts: list[int]) -> None:
         """Remember each live request's tokenizer worker, for the egress's own last rows."""
@@ -229,14 +228,6 @@ class SglangIn:
                 val = wire.b64_tensors(val)
             cols.append(val)
         return cols
-
-
-def _ext_len(raw: Raw) -> int:
-    try:
-        ext = msgspec.msgpack.decode(raw, type=msgspec.msgpack.Ext)
-        return len(wire.int64_bytes(ext)) >> 3
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
-        return -1
 
 
 def _for_shard(fin: dict[str, Any] | None) -> dict[str, Any] | None:
