@@ -124,8 +124,9 @@ def main() -> None:
 
 
 def faults(proc: Any, push: Any, pull: Any, io_struct: Any) -> dict[str, Any]:
-    """Kill -9 a shard, then the egress, with requests in flight: each ends with an abort
-    row; new requests then decode as before, and the watchdog's view stays 'alive'."""
+    """Kill -9 a shard, then the egress, with requests in flight: the dead process's end
+    with an abort row, the others with their own last row; the watchdog's view stays
+    'alive'."""
     import psutil
 
     from sglang_tok.integrations.sglang import wire
@@ -141,6 +142,10 @@ def faults(proc: Any, push: Any, pull: Any, io_struct: Any) -> dict[str, Any]:
             push.send(wire.encode_token_ids(_rows(rids, text_ids[step:step + 1], step + 1)))
         time.sleep(0.5)
         os.kill(victim.pid, signal.SIGKILL)
+        time.sleep(1.0)
+        last = _rows(rids, text_ids[3:4], 4)
+        last["finished_reasons"] = [{"type": "length", "length": 4}] * len(rids)
+        push.send(wire.encode_token_ids(last))  # the scheduler knows of no fault
         ended: dict[str, Any] = {}
         deadline = time.monotonic() + 30
         while len(ended) < len(rids) and time.monotonic() < deadline:

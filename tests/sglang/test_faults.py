@@ -1,0 +1,94 @@
+"""kill -9 of a shard and of the egress in `--protocol sglang`, where SGLang's own
+detokenizer would take the server down: every request in flight ends (with an abort finish
+the TokenizerManager turns into an error, or with its own finish if its last row got
+through), none is wrong (a request's text is a prefix of its full decode, all of it when it
+finished normally; an aborted one may end in the U+FFFD of a character cut short), and requests after the restart are exact. The scheduler never learns of
+the fault: it keeps sending rows for requests the service has ended, which are ignored."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+from sglang_cases import SglangService, token_ids_message
+
+from sglang_tok.load.workload import BUILTIN_TEXTS
+from sglang_tok.tokenizer import load
+
+INFO = load("deepseek-v4")
+
+
+class Workload:
+    """Requests stepped as SGLang's scheduler steps them: a row per live request per step,
+    new requests joining as others finish."""
+
+    def __init__(self, prefix: str, n: int, seed: int, per_row: int = 1) -> None:
+        rng = random.Random(seed)
+        corpus = [INFO.tokenizer.encode(t, add_special_tokens=False).ids for t in BUILTIN_TEXTS]
+        self.ids = {f"{prefix}-{k}": rng.choice(corpus)[: rng.randint(12, 40)] for k in range(n)}
+        self.pos = dict.fromkeys(self.ids, 0)
+        self.per_row = per_row
+
+    def steps(self, concurrency: int) -> list[bytes]:
+        waiting, active, out = list(self.ids), [], []
+        while waiting or active:
+            while waiting and len(active) < concurrency:
+                active.append(waiting.pop(0))
+            rows = []
+            for rid in active:
+                ids = self.ids[rid]
+                at = self.pos[rid]
+                chunk = ids[at:at + self.per_row]
+                self.pos[rid] = at + len(chunk)
+                done = self.pos[rid] >= len(ids)
+                rows.append({"rid": rid, "ids": chunk, "completion": self.pos[rid],
+                             "prompt": [671] if at == 0 else [],
+                             "finish": {"type": "length", "length": len(ids)} if done else None})
+            active = [r for r in active if self.pos[r] < len(self.ids[r])]
+            out.append(token_ids_message(rows))
+        return out
+
+    def exact(self, rid: str) -> str:
+        return INFO.tokenizer.decode(self.ids[rid])
+
+
+@pytest.mark.parametrize("slot,name", [(1, "shard"), (0, "egress")])
+def test_kill_9_in_flight_requests_end_none_wrong_new_ones_exact(tmp_path: Path, slot: int,
+                                                                  name: str) -> None:
+    with SglangService(tmp_path, shards=2) as s:
+        work = Workload(name, 96, seed=slot)
+        steps = work.steps(concurrency=48)
+        victim = 0
+        for k, msg in enumerate(steps):
+            if k == len(steps) // 3:
+                victim = s.svc.kill(slot)
+            s.send(msg)
+            s.side.poll(0.005)
+        assert s.side.wait(work.ids, timeout=60), s.svc.logs()
+        s.svc.wait_back(slot, victim)
+        aborted = 0
+        for rid in work.ids:
+            fin, text = s.side.finish(rid), s.side.text(rid)
+            # an ended request's last row flushes a character its ids had only begun, as
+            # the full decode of the ids it received does (U+FFFD per its rules)
+            kept = text.rstrip("\ufffd")
+            assert work.exact(rid).startswith(kept) and len(text) - len(kept) <= 3, (rid, text)
+            if fin["type"] == "abort":
+                aborted += 1
+                assert fin["status_code"] == 503 and fin["message"].startswith("detokenizer")
+            else:
+                assert text == work.exact(rid), rid
+            finals = [r for r in s.side.rows[rid] if r["finished_reasons"] is not None]
+            assert len(finals) >= 1
+        assert aborted, "the kill hit no request in flight"
+        # after the restart (and the egress's grace), new requests are exact
+        time.sleep(0.5)
+        again = Workload(f"{name}-after", 32, seed=10 + slot, per_row=3)
+        for msg in again.steps(concurrency=16):
+            s.send(msg)
+        assert s.side.wait(again.ids, timeout=30), s.svc.logs()
+        for rid in again.ids:
+            assert s.side.text(rid) == again.exact(rid), rid
+            assert s.side.finish(rid)["type"] == "length"

@@ -1,0 +1,144 @@
+"""The SGLang plugin: its entry point, what it costs to import, the launcher it installs
+(run for real, without SGLang), and, where a python that imports SGLang 0.5.23 exists
+(`SGLANG_PYTHON`, or the side environment of `shared/tools/sglang-venv.sh`), the plugin
+inside SGLang's own launcher code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+from sglang_cases import GOLDEN
+
+from sglang_tok.integrations.sglang import launcher, plugin
+from sglang_tok.testing.service import http_get
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_entry_point_names_register() -> None:
+    eps = {ep.name: ep for ep in entry_points(group="sglang.srt.plugins")}
+    assert eps["sglang_tok"].value == "sglang_tok.integrations.sglang.plugin:register"
+    assert eps["sglang_tok"].load() is plugin.register
+
+
+def test_importing_the_plugin_imports_nothing_of_sglang() -> None:
+    code = ("import sys, sglang_tok.integrations.sglang.plugin, sglang_tok.cli; "
+            "print(sorted(m for m in sys.modules if m == 'sglang' or m.startswith('sglang.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_msgpack_ipc_in_the_environment_and_in_a_module_that_read_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("sglang.srt.managers.io_struct")
+    fake._USE_PICKLE_IPC = True  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sglang.srt.managers.io_struct", fake)
+    monkeypatch.setenv(plugin.PICKLE_IPC, "1")
+    plugin.use_msgpack_ipc()
+    assert os.environ[plugin.PICKLE_IPC] == "0"
+    assert fake._USE_PICKLE_IPC is False  # type: ignore[attr-defined]
+
+
+def _serving(tmp: Path, **kw: object) -> types.SimpleNamespace:
+    base: dict[str, object] = {"tokenizer_path": str(tmp), "skip_tokenizer_init": False,
+                               "detokenizer_worker_num": 1}
+    base.update(kw)
+    return types.SimpleNamespace(**base)
+
+
+def test_service_args_from_sglangs_settings(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.json").write_text("{}")
+    ports = types.SimpleNamespace(detokenizer_ipc_name="ipc:///x/detok",
+                                  tokenizer_ipc_name="ipc:///x/tok")
+    args = launcher.service_args(_serving(tmp_path), ports)
+    assert args[:6] == ["--protocol", "sglang", "--input", "ipc:///x/detok", "--output",
+                        "ipc:///x/tok"]
+    assert args[args.index("--tokenizer") + 1] == str(tmp_path)
+    assert "--shards" not in args  # the service's default: usable cores minus one
+    four = launcher.service_args(_serving(tmp_path, detokenizer_worker_num=4), ports)
+    assert four[four.index("--shards") + 1] == "4"
+    none = launcher.service_args(_serving(tmp_path, skip_tokenizer_init=True), ports)
+    assert none[none.index("--tokenizer") + 1] == "none"
+
+
+def test_a_tokenizer_without_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(launcher.TokenizerNotFound, match="tokenizer.json"):
+        launcher.tokenizer_of(str(tmp_path), False)
+    with pytest.raises(launcher.TokenizerNotFound, match="no-such-org/no-such-model"):
+        launcher.tokenizer_of("no-such-org/no-such-model", False)
+
+
+def test_launched_service_is_what_sglangs_watchdog_and_shutdown_expect(tmp_path: Path) -> None:
+    """pid, is_alive(), exitcode and terminate(), on the real service it launches."""
+    ports = types.SimpleNamespace(detokenizer_ipc_name=f"ipc://{tmp_path}/detok.ipc",
+                                  tokenizer_ipc_name=f"ipc://{tmp_path}/tok.ipc")
+    args = launcher.service_args(_serving(tmp_path, tokenizer_path=None,
+                                          skip_tokenizer_init=True), ports)
+    proc = launcher.launch([*args, "--shards", "1"])
+    try:
+        deadline = time.monotonic() + 60
+        while proc.http_port() is None and time.monotonic() < deadline:
+            assert proc.is_alive(), proc.exitcode
+            time.sleep(0.1)
+        port = proc.http_port()
+        assert port is not None
+        while http_get(port, "/health")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert http_get(port, "/health")[0] == 200
+        assert proc.is_alive() and proc.exitcode is None and proc.pid > 0
+        runtime = Path(proc.runtime_dir)
+        assert runtime.is_dir()
+    finally:
+        proc.terminate()
+        proc.join(30)
+    assert proc.exitcode == 0  # a drained stop: SGLang's watchdog reads 0 as no crash
+    assert not proc.is_alive()
+    assert not runtime.exists()
+
+
+def _sglang_python() -> str | None:
+    for candidate in (os.environ.get("SGLANG_PYTHON"), "/tmp/sglv/bin/python"):
+        if candidate and Path(candidate).exists():
+            probe = subprocess.run([candidate, "-c", "import sglang.srt.entrypoints.engine, "
+                                    "sglang_tok.integrations.sglang.plugin"],
+                                   capture_output=True, timeout=120)
+            if probe.returncode == 0:
+                return candidate
+    return None
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_plugin_in_sglangs_own_launcher(tmp_path: Path, workers: int) -> None:
+    """SGLang's code loads the plugin, launches the service in its detokenizer's place,
+    and its own decoder reads every reply as a BatchStrOutput: the golden cases give the
+    manifest's texts, SGLang's finishes and ids; a killed shard and egress end their
+    requests with aborts and the service stays what SGLang's watchdog sees as alive."""
+    python = _sglang_python()
+    if python is None:
+        pytest.skip("no python importing SGLang 0.5.23 and sglang_tok (shared/tools/sglang-venv.sh)")
+    env = {**os.environ, "SGLANG_PLUGINS": "sglang_tok"}
+    env.pop("SGLANG_USE_PICKLE_IPC", None)  # the plugin must set it
+    run = subprocess.run([python, str(HERE / "real_sglang.py"), str(GOLDEN), str(tmp_path),
+                          str(workers)], capture_output=True, text=True, timeout=280, env=env)
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["pickle_ipc"] is False and report["env"] == "0"
+    assert report["hooked"] == launcher.__name__ and report["names"] == ["detokenizer"]
+    for case, got in report["cases"].items():
+        assert got["finished"] == got["requests"] == got["exact"], case
+        assert got["finish_same"] and got["ids_same"], case
+    for kind in ("shard", "egress"):
+        got = report["faults"][kind]
+        assert got["ended"] == 8 and got["alive"], kind
+        # the egress holds every request; one shard of two holds some
+        assert got["aborts"] == 8 if kind == "egress" or workers == 1 else got["aborts"] >= 1
+    assert report["alive"] and report["exitcode"] == 0
