@@ -232,3 +232,18 @@ def test_fault_injection_kills_each_kind_and_loses_nothing() -> None:
         kind, pid = kill.split(" (pid ")
         assert any(kind in line and f"(pid {pid.rstrip(')')}) exited" in line
                    for line in log.splitlines()), (kill, log[-3000:])
+
+
+def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path) -> None:
+    """The SGLang benchmark's short version: ours alone (SGLang's systems need the side
+    environment), every request exact on both traces."""
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, str(SCRIPTS / "bench_sglang.py"), "--quick",
+                        "--systems", "sglang-tok x1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "not measured (no sglang x1)" in r.stdout
+    medians = json.loads(out.read_text())["medians"]
+    for trace in ("a", "b"):
+        got = medians[trace]["sglang-tok x1"]
+        assert got["complete"] and got["exact"] == got["requests"] > 0, (trace, got)

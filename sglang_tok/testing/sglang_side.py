@@ -5,10 +5,13 @@ to drive the service as SGLang's scheduler does and read it as its TokenizerMana
 endpoint) and keeps every `BatchStrOutput` row by rid, decoded with plain msgpack (ext
 values kept as `(code, bytes)`), so that rows compare field by field with the golden
 replies SGLang's own detokenizer wrote. `frames` reads the golden files' framing.
+`model_dir` is the stand-in model SGLang's launcher is given to run its own detokenizer.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import struct
 import time
 from collections.abc import Iterable
@@ -19,6 +22,7 @@ import msgspec
 import zmq
 
 from ..integrations.sglang import wire
+from ..tokenizer import resolve_path
 
 Row = dict[str, Any]  # a reply row: every BatchStrOutput field but rids, by name
 
@@ -30,6 +34,23 @@ def frames(path: str | Path) -> list[bytes]:
         (n,) = struct.unpack_from("<I", data, at)
         out.append(data[at + 4:at + 4 + n])
         at += 4 + n
+    return out
+
+
+def model_dir(work: str | Path, tokenizer: str = "deepseek-v4") -> Path:
+    """A model directory SGLang's ServerArgs and `get_tokenizer` accept without weights:
+    the tokenizer's files and a one-layer config (the detokenizer reads only the former)."""
+    src = resolve_path(tokenizer).parent
+    out = Path(work) / "model"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (src / name).is_file():
+            shutil.copy(src / name, out / name)
+    (out / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 1,
+        "num_key_value_heads": 4, "vocab_size": 129280, "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6, "torch_dtype": "float32"}))
     return out
 
 

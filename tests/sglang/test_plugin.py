@@ -1,7 +1,11 @@
 """The SGLang plugin: its entry point, what it costs to import, the launcher it installs
 (run for real, without SGLang), and, where a python that imports SGLang 0.5.23 exists
 (`SGLANG_PYTHON`, or the side environment of `shared/tools/sglang-venv.sh`), the plugin
-inside SGLang's own launcher code."""
+inside SGLang's own launcher code:
+
+    SGLANG_PYTHON=$(bash ../shared/tools/sglang-venv.sh) && $SGLANG_PYTHON -m pip install -q -e .
+    SGLANG_PYTHON=... .venv/bin/python -m pytest tests/sglang -k "sglang or plugin"
+"""
 
 from __future__ import annotations
 
@@ -106,14 +110,15 @@ def test_launched_service_is_what_sglangs_watchdog_and_shutdown_expect(tmp_path:
 
 
 def _sglang_python() -> str | None:
-    for candidate in (os.environ.get("SGLANG_PYTHON"), "/tmp/sglv/bin/python"):
-        if candidate and Path(candidate).exists():
-            probe = subprocess.run([candidate, "-c", "import sglang.srt.entrypoints.engine, "
-                                    "sglang_tok.integrations.sglang.plugin"],
-                                   capture_output=True, timeout=120)
-            if probe.returncode == 0:
-                return candidate
-    return None
+    """The python named by SGLANG_PYTHON, when it imports SGLang and sglang_tok (opt-in:
+    each run imports SGLang, tens of seconds, so the suite does not look for one)."""
+    candidate = os.environ.get("SGLANG_PYTHON")
+    if not candidate or not Path(candidate).exists():
+        return None
+    probe = subprocess.run([candidate, "-c", "import sglang.srt.entrypoints.engine, "
+                            "sglang_tok.integrations.sglang.plugin"],
+                           capture_output=True, timeout=120)
+    return candidate if probe.returncode == 0 else None
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -124,7 +129,7 @@ def test_the_plugin_in_sglangs_own_launcher(tmp_path: Path, workers: int) -> Non
     requests with aborts and the service stays what SGLang's watchdog sees as alive."""
     python = _sglang_python()
     if python is None:
-        pytest.skip("no python importing SGLang 0.5.23 and sglang_tok (shared/tools/sglang-venv.sh)")
+        pytest.skip("SGLANG_PYTHON names no python importing SGLang 0.5.23 and sglang_tok")
     env = {**os.environ, "SGLANG_PLUGINS": "sglang_tok"}
     env.pop("SGLANG_USE_PICKLE_IPC", None)  # the plugin must set it
     run = subprocess.run([python, str(HERE / "real_sglang.py"), str(GOLDEN), str(tmp_path),

@@ -3,7 +3,8 @@ IPC form, read and written without importing SGLang.
 
 A message is a msgpack array: the struct's class name, then its fields in declaration
 order (msgspec's `tag=True, array_like=True`); trailing fields at their default may be
-left off. `array.array` values are msgpack ext type 1 (a big-endian u32 length of a
+left off (SGLang's encoder writes them all, and its decoder requires those without a
+default). `array.array` values are msgpack ext type 1 (a big-endian u32 length of a
 msgpack metadata value, the typecode, then the raw bytes); ext 2 is a torch tensor and
 ext 3 a numpy array, with metadata `[shape, dtype(, device)]`.
 
@@ -233,11 +234,9 @@ def raw(value: Any) -> Raw:
 
 
 def encode_message(tag: str, fields: list[Any]) -> bytes:
-    """[tag, *fields], trailing nils left off as SGLang's encoder may; Raw goes as is."""
-    end = len(fields)
-    while end and (fields[end - 1] is None or fields[end - 1] is NIL):
-        end -= 1
-    return encoder.encode([tag, *fields[:end]])
+    """[tag, *fields], every field written as SGLang's own encoder writes them (its decoder
+    requires the fields that have no default); Raw values go as they are."""
+    return encoder.encode([tag, *fields])
 
 
 def encode_token_ids(rows: dict[str, list[Any]]) -> bytes:
