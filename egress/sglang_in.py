@@ -23,7 +23,7 @@ from msgspec import Raw
 from sglang_tok.ring.link import LATE
 
 from sglang_tok.integrations.sglang import wire
-from sglang_tok.integrations.sglang.reply import Replies, encode_passed
+from sglang_tok.integrations.sglang.reply import PICKLED_AT, Replies, encode_passed
 from sglang_tok.protocol import FINISH_TYPES, Batch, BatchHeader, FrameError, Open
 
 _B64_FIELDS = ("routed_experts", "indexer_topk")
@@ -54,7 +54,10 @@ class Step:
         for i, code in enumerate(codes):
             if code != LATE:
                 by_shard.setdefault(code % nshards, []).append(i)
-        cut = [_Column(c) for c in self.columns]
+        if len(by_shard) == 1 and LATE not in codes:  # one shard's whole: nothing to cut
+            return {k: encode_passed(ipcs, [_as_raw(c) for c in self.columns])
+                    for k in by_shard}
+        cut = [_Column(c, i in PICKLED_AT) for i, c in enumerate(self.columns)]
         return {k: encode_passed(None if ipcs is None else [ipcs[i] for i in rows],
                                  [c.rows(rows) for c in cut])
                 for k, rows in by_shard.items()}
@@ -65,16 +68,17 @@ class _Column:
 
     __slots__ = ("value", "cells")
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
+    def __init__(self, value: Any, pickled: bool) -> None:
+        # a pickle holds every row and cannot be cut without unpickling it: parts get nil
+        self.value = wire.NIL if pickled else value
         self.cells: list[Any] | None = None
         if isinstance(value, list):
             self.cells = value
-        elif wire.array_length(value) > 0:
+        elif not pickled and wire.array_length(value) > 0:
             self.cells = wire.rows_of(value)
 
     def rows(self, rows: list[int]) -> Any:
-        if self.cells is None:  # nil, [] (absent for every row), or a pickle: as it came
+        if self.cells is None:  # nil, or [] (absent for every row): as it came
             return _as_raw(self.value)
         cells = self.cells
         return Raw(wire.encoder.encode([cells[i] for i in rows]))

@@ -75,11 +75,12 @@ class SglangService:
         return ins, ref
 
 
-def token_ids_message(rows: list[dict[str, Any]]) -> bytes:
+def token_ids_message(rows: list[dict[str, Any]], **fields: Any) -> bytes:
     """A BatchTokenIDOutput of plain rows: rid, ids, and optionally finish, completion
-    (cumulative output ids), read_offset (prompt ids first), skip, no_stop_trim, ipc."""
+    (cumulative output ids), prompt (ids before read_offset), skip, no_stop_trim, ipc;
+    `fields` sets other fields of the message as they are."""
     n = len(rows)
-    return wire.encode_token_ids({
+    return wire.encode_token_ids({**fields,
         "rids": [r["rid"] for r in rows],
         "http_worker_ipcs": [r.get("ipc") for r in rows],
         "finished_reasons": [r.get("finish") for r in rows],

@@ -5,8 +5,9 @@ socket of the request's tokenizer worker; with 1 and 2 shards, through the real 
 
 from __future__ import annotations
 
+import msgspec
 import pytest
-from sglang_cases import CASES, MANIFEST, SglangService
+from sglang_cases import CASES, MANIFEST, SglangService, token_ids_message
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -45,3 +46,26 @@ def test_texts_never_end_in_a_broken_character(sglang_service: SglangService) ->
         for row in s.side.rows[rid]:
             sent += row["output_strs"]
             assert exact.startswith(sent), rid
+
+
+def test_pickled_fields_pass_whole_or_not_at_all(sglang_service: SglangService) -> None:
+    """`time_stats` and `customized_info` are SGLang pickles of every row: a reply holding
+    every row of the message passes them on byte for byte; a part of a message cut across
+    shards or workers carries nil (never another row's pickle)."""
+    s = sglang_service
+    pickle_of = ("PickleWrapper", b"\x80\x05opaque")
+    wrapped = msgspec.Raw(msgspec.msgpack.encode(list(pickle_of)))
+    workers = list(s.where.values())
+    s.side.clear()
+    one = [{"rid": "pk-alone", "ids": [19923], "finish": {"type": "length", "length": 1}}]
+    s.send(token_ids_message(one, time_stats=wrapped, customized_info=wrapped))
+    many = [{"rid": f"pk-{k}", "ids": [19923], "ipc": workers[k % 2],
+             "finish": {"type": "length", "length": 1}} for k in range(16)]
+    s.send(token_ids_message(many, time_stats=wrapped, customized_info=wrapped))
+    assert s.side.wait(["pk-alone", *(r["rid"] for r in many)], timeout=20)
+    row = s.side.rows["pk-alone"][0]
+    assert row["time_stats"] == row["customized_info"] == list(pickle_of)
+    for r in many:
+        got = s.side.rows[r["rid"]][0]
+        assert got["time_stats"] is None and got["customized_info"] is None, r["rid"]
+        assert s.side.text(r["rid"]) == "Hello"

@@ -10,7 +10,6 @@ their worker's endpoint, one reply per worker, as SGLang's detokenizer sends the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import compress
 from typing import Any
 
 import msgspec
@@ -39,7 +38,9 @@ _encoder = msgspec.msgpack.Encoder()
 _OUT_AT = {name: i for i, name in enumerate(wire.STR_FIELDS)}
 _PASSED_AT = [(_OUT_AT[name], i) for i, name in enumerate(wire.PASSED_FIELDS)]
 _TEXTS_AT = _OUT_AT["output_strs"]
-_ROW_LISTS = frozenset(n for n in wire.PASSED_FIELDS if n not in wire.PICKLED_FIELDS)
+# columns that are one pickle for the whole message, not a list per row
+PICKLED_AT = frozenset(i for i, name in enumerate(wire.PASSED_FIELDS)
+                       if name in wire.PICKLED_FIELDS)
 
 
 def encode_passed(ipcs: list[str | None] | None, columns: Sequence[Any]) -> bytes:
@@ -55,9 +56,14 @@ def _message(columns: list[Any]) -> bytes:
     return wire.encode_message(wire.STR_OUTPUT, columns)
 
 
-def _pick(col: Raw, rows: list[int]) -> Any:
-    """Some rows of a passed-through column (nil and a pickle are not per row)."""
-    if wire.array_length(col) < 1:
+def pick_rows(columns: list[Raw], rows: list[int]) -> list[Raw]:
+    """Some rows of the passed-through columns. A pickle (`time_stats`, `customized_info`)
+    holds every row and cannot be cut without unpickling it: a part gets nil."""
+    return [wire.NIL if i in PICKLED_AT else _pick(c, rows) for i, c in enumerate(columns)]
+
+
+def _pick(col: Raw, rows: list[int]) -> Raw:
+    if wire.array_length(col) < 1:  # nil, or [] (absent for every row)
         return col
     vals = wire.rows_of(col)
     return Raw(_encoder.encode([vals[r] for r in rows]))
@@ -104,7 +110,7 @@ class Replies:
         if keep:
             if len(keep) != len(rids):
                 passed = Passed(None if passed.ipcs is None else [passed.ipcs[i] for i in keep],
-                                [_pick(c, keep) for c in passed.columns])
+                                pick_rows(passed.columns, keep))
             out += self._split(passed, strs, [rids[i] for i in keep])
         extra = [d for d in packed.deltas if d.rid in failed or (d.rid in queues
                                                                   and queues[d.rid])]
@@ -121,8 +127,7 @@ class Replies:
             groups.setdefault(ipc, []).append(i)
         if len(groups) == 1:
             return [(ipcs[0], self._build(passed.columns, texts))]
-        return [(ipc, self._build([_pick(c, rows) for c in passed.columns],
-                                  [texts[i] for i in rows]))
+        return [(ipc, self._build(pick_rows(passed.columns, rows), [texts[i] for i in rows]))
                 for ipc, rows in groups.items()]
 
     def _remember(self, rids: list[str], ipcs: list[str | None], columns: list[Raw]) -> None:
@@ -174,7 +179,3 @@ def _own_rows(deltas: list[Delta], ipc: str | None) -> bytes:
     fields[_OUT_AT["cached_tokens"]] = counts(lambda u: u.cached_tokens)
     fields[_OUT_AT["retraction_counts"]] = [0] * n
     return _message(fields)
-
-
-def only_rows(values: list[Any], keep: list[bool]) -> list[Any]:
-    return list(compress(values, keep))
