@@ -23,6 +23,7 @@ from sglang_tok.ring.sockets import PushTo, make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config
 from sglang_tok.integrations.sglang import wire
+from sglang_tok.integrations.sglang.reply import by_worker
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -244,18 +245,19 @@ class Egress:
         assert self.sglang is not None
         try:
             msg = self.sglang.decode(frame)
-            if isinstance(msg, wire.TokenIds) and msg.rids:
-                step = self.sglang.step(msg, self.router.where)
+            step = self.sglang.step(msg, self.router.where) \
+                if isinstance(msg, wire.TokenIds) and msg.rids else None
         except FrameError as err:
             return self._drop(err)
+        if step is not None:
+            self.frames[protocol.TAG_BATCH].inc()
+            return self._route_sglang(step, frame, stamp)
         match msg:
-            case wire.TokenIds(rids=[]):
-                self.idle.inc()  # an idle batch: nothing to decode, nothing to answer
             case wire.TokenIds():
-                self.frames[protocol.TAG_BATCH].inc()
-                self._route_sglang(step, frame, stamp)
+                self.idle.inc()  # an idle batch: nothing to decode, nothing to answer
             case wire.Embeddings(http_worker_ipcs=ipcs):
-                self._send_out(bytes(frame), to=next(filter(None, ipcs or []), None))
+                for to, part in by_worker(bytes(frame), ipcs):
+                    self._send_out(part, to=to)
             case wire.FreezeGC():
                 gc.freeze()
             case wire.ConfigureLogging(log_level=level) if level:

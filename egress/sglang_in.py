@@ -88,6 +88,27 @@ def _as_raw(value: Any) -> Raw:
     return value if isinstance(value, Raw) else Raw(wire.encoder.encode(value))
 
 
+class Rows:
+    """A message's per-row columns once `SglangIn._rows` has checked each has a row each."""
+
+    __slots__ = ("msg", "rids", "finished", "decode_ids", "read_offsets", "skip", "spaces",
+                 "no_stop_trim", "prompt", "reasoning", "completion", "cached")
+
+    def __init__(self, msg: wire.TokenIds) -> None:
+        self.msg = msg
+        self.rids: list[str] = msg.rids or []
+        self.finished: list[dict[str, Any] | None] = msg.finished_reasons or []
+        self.decode_ids: list[Any] = msg.decode_ids or []
+        self.read_offsets: list[int] = msg.read_offsets or []
+        self.skip: list[bool] = msg.skip_special_tokens or []
+        self.spaces: list[bool] = msg.spaces_between_special_tokens or []
+        self.no_stop_trim: list[bool] = msg.no_stop_trim or []
+        self.prompt: list[int] = msg.prompt_tokens or []
+        self.reasoning: list[int] = msg.reasoning_tokens or []
+        self.completion: list[int] = msg.completion_tokens or []
+        self.cached: list[int] = msg.cached_tokens or []
+
+
 class SglangIn:
     """Reads and validates scheduler messages whole: a message is accepted or dropped."""
 
@@ -114,38 +135,38 @@ class SglangIn:
     def step(self, msg: wire.TokenIds, where: dict[str, int]) -> Step:
         """The message as a Batch, validated whole; raise FrameError."""
         try:
-            return self._step(msg, where)
+            return self._step(self._rows(msg), where)
         except ValueError as exc:  # an ids ext that is not integer ids
-            raise FrameError("header", str(exc)[:200], msg.rids) from None
+            raise FrameError("header", str(exc)[:200], msg.rids or []) from None
 
-    def _step(self, msg: wire.TokenIds, where: dict[str, int]) -> Step:
-        rids = msg.rids
-        n = len(rids)
-        self._check(msg, n)
-        rows = list(map(wire.int64_bytes, msg.decode_ids))
+    def _step(self, r: Rows, where: dict[str, int]) -> Step:
+        rids, n = r.rids, len(r.rids)
+        ids = list(map(wire.int64_bytes, r.decode_ids))
         owner = list(map(where.get, rids))
         firsts = [i for i, code in enumerate(owner) if code is None or code == LATE]
         opens: list[Open] = []
         fresh: list[str] = []
         lost: list[str] = []
         if firsts:
-            self._first_rows(msg, rows, firsts, owner, (opens, fresh, lost))
-        lens = [len(r) >> 3 for r in rows]
+            self._first_rows(r, ids, firsts, owner, (opens, fresh, lost))
+        lens = [len(b) >> 3 for b in ids]
         if self.max_row_ids and max(lens, default=0) > self.max_row_ids:
             raise FrameError("limit_row_ids", f"row with more than --max-row-ids "
                              f"{self.max_row_ids} ids", rids)
-        fins = msg.finished_reasons
+        fins = r.finished
         header = BatchHeader(rids, fins if fins.count(None) == n else list(map(_for_shard, fins)),
-                             msg.prompt_tokens, lens, msg.cached_tokens, msg.reasoning_tokens)
-        step = Step(Batch(header, memoryview(b"".join(rows)), sum(lens), []), msg,
-                    self._columns(msg))
+                             r.prompt, lens, r.cached, r.reasoning)
+        step = Step(Batch(header, memoryview(b"".join(ids)), sum(lens), []), r.msg,
+                    self._columns(r.msg))
         step.opens, step.fresh, step.lost = opens, fresh, lost
-        if msg.http_worker_ipcs is not None:
-            self._track_workers(msg, firsts)
+        if r.msg.http_worker_ipcs is not None:
+            self._track_workers(r, r.msg.http_worker_ipcs, firsts)
         return step
 
-    def _check(self, msg: wire.TokenIds, n: int) -> None:
-        rids = msg.rids
+    def _rows(self, msg: wire.TokenIds) -> Rows:
+        """The per-row columns, each one entry per row, or FrameError."""
+        rids = msg.rids or []
+        n = len(rids)
         if not all(rids):
             raise FrameError("header", "empty rid", [r for r in rids if r])
         if self.max_rid_length and n and max(map(len, rids)) > self.max_rid_length:
@@ -153,9 +174,10 @@ class SglangIn:
                              f"{self.max_rid_length}",
                              [r for r in rids if len(r) <= self.max_rid_length])
         for name in wire.ROW_FIELDS:
-            got = len(getattr(msg, name))
-            if got != n:
-                raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
+            col = getattr(msg, name)
+            if col is None or len(col) != n:
+                raise FrameError("columns", f"{name} has {'nil' if col is None else len(col)} "
+                                 f"entries, expected {n}", rids)
         if wire.array_length(msg.output_ids) != n:
             raise FrameError("columns", f"output_ids is not a list of {n} arrays", rids)
         ipcs = msg.http_worker_ipcs
@@ -170,38 +192,33 @@ class SglangIn:
                 raise FrameError("columns", f"{name} is not a list", rids)
             if got > 0 and got != n:
                 raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
-        fins = msg.finished_reasons
-        if fins.count(None) != n:
-            for fin in filter(None.__ne__, fins):
+        r = Rows(msg)
+        if r.finished.count(None) != n:
+            for fin in filter(None.__ne__, r.finished):
                 kind = fin.get("type") if isinstance(fin, dict) else None
                 if not isinstance(kind, str) or kind not in FINISH_TYPES:
                     raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-        if min(msg.read_offsets, default=0) < 0 or min(msg.prompt_tokens, default=0) < 0 \
-                or min(msg.cached_tokens, default=0) < 0 \
-                or min(msg.reasoning_tokens, default=0) < 0:
+        if min(r.read_offsets, default=0) < 0 or min(r.prompt, default=0) < 0 \
+                or min(r.cached, default=0) < 0 or min(r.reasoning, default=0) < 0:
             raise FrameError("header", "a negative offset or count", rids)
+        return r
 
-    def _first_rows(self, msg: wire.TokenIds, rows: list[bytes], firsts: list[int],
+    def _first_rows(self, r: Rows, ids: list[bytes], firsts: list[int],
                     owner: list[int | None],
                     out: tuple[list[Open], list[str], list[str]]) -> None:
         """Rows of rids the router does not route: a first row's options and prompt context
-        (its ids before `read_offsets[i]`, cut from `rows`), or a late or lost row."""
+        (its ids before `read_offsets[i]`, cut from `ids`), or a late or lost row."""
         opens, fresh, lost = out
-        rids = msg.rids
         for i in firsts:
-            rid, at = rids[i], msg.read_offsets[i]
-            ids = len(rows[i]) >> 3
-            if msg.completion_tokens[i] != ids - at:  # not the request's first row
+            rid, at = r.rids[i], r.read_offsets[i]
+            count = len(ids[i]) >> 3
+            if r.completion[i] != count - at:  # not the request's first row
                 if owner[i] is None:
                     lost.append(rid)
                 continue  # else a late row of an ended request
-            if at > ids:
-                raise FrameError("header", f"read_offsets[{i}] {at} is past its {ids} "
-                                 "decode ids", rids)
-            prompt = memoryview(rows[i][:8 * at]).cast("q").tolist() if at else []
-            rows[i] = rows[i][8 * at:]
-            skip, no_trim = msg.skip_special_tokens[i], msg.no_stop_trim[i]
-            spaces = msg.spaces_between_special_tokens[i]
+            prompt = memoryview(ids[i][:8 * at]).cast("q").tolist() if at else []
+            ids[i] = ids[i][8 * at:]
+            skip, no_trim, spaces = r.skip[i], r.no_stop_trim[i], r.spaces[i]
             if prompt or not skip or no_trim or not spaces or owner[i] == LATE:
                 opens.append(Open(rid, skip_special_tokens=skip,
                                   spaces_between_special_tokens=spaces, no_stop_trim=no_trim,
@@ -209,19 +226,18 @@ class SglangIn:
             else:
                 fresh.append(rid)
 
-    def _track_workers(self, msg: wire.TokenIds, firsts: list[int]) -> None:
+    def _track_workers(self, r: Rows, ipcs: list[str | None], firsts: list[int]) -> None:
         """Remember each live request's tokenizer worker, for the egress's own last rows."""
         ipc_of = self.replies.ipc_of
-        ipcs, rids = msg.http_worker_ipcs, msg.rids
-        assert ipcs is not None
         for i in firsts:
-            if ipcs[i] is not None:
-                ipc_of[rids[i]] = ipcs[i]  # type: ignore[assignment]
-        fins = msg.finished_reasons
+            ipc = ipcs[i]
+            if ipc is not None:
+                ipc_of[r.rids[i]] = ipc
+        fins = r.finished
         if fins.count(None) != len(fins):
             for i, fin in enumerate(fins):
                 if fin is not None:
-                    ipc_of.pop(rids[i], None)
+                    ipc_of.pop(r.rids[i], None)
 
     @staticmethod
     def _columns(msg: wire.TokenIds) -> list[Any]:

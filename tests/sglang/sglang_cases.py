@@ -11,6 +11,7 @@ DetokenizerManager's replies. `http_workers` names tokenizer-worker endpoints un
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,19 @@ class SglangService:
 
     def send(self, msg: bytes) -> None:
         self.svc.send(msg)
+
+    def settled_metrics(self, timeout: float = 10.0) -> dict[str, float]:
+        """/metrics once two reads 0.3 s apart agree: every process has published what it
+        did so far (each publishes within a poll interval of going idle)."""
+        last = self.svc.metrics()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            now = self.svc.metrics()
+            if now == last:
+                return now
+            last = now
+        return last
 
     def case(self, name: str) -> tuple[list[bytes], dict[str, list[dict[str, Any]]]]:
         """A golden case's messages (worker endpoints moved here) and SGLang's rows."""

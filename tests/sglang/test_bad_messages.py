@@ -13,7 +13,6 @@ import pytest
 from sglang_cases import MANIFEST, SglangService, token_ids_message
 
 from sglang_tok.integrations.sglang import wire
-from sglang_tok.metrics import PUBLISH_EVERY_S
 from sglang_tok.protocol import MALFORMED_FRAME
 
 
@@ -104,8 +103,9 @@ def test_idle_batch_and_control_messages_are_taken(sglang_service: SglangService
     """What else SGLang's scheduler sends the detokenizer: idle batches (no rows), the GC
     freeze and logging controls. None is a malformed frame; none is answered."""
     s = sglang_service
-    time.sleep(4 * PUBLISH_EVERY_S)  # earlier tests' drops are in the metrics
-    before = _dropped(s, "header") + _dropped(s, "unknown_tag")
+    settled = s.settled_metrics()  # earlier tests' drops are in
+    drops = 'sglang_tok_frames_dropped_total{{reason="{}"}}'.format
+    before = settled.get(drops("header"), 0.0) + settled.get(drops("unknown_tag"), 0.0)
     s.side.clear()
     s.send(wire.encode_token_ids({"rids": []}))
     s.send(msgspec.msgpack.encode([wire.FREEZE_GC, None, None, [700, 10, 10]]))
@@ -115,8 +115,8 @@ def test_idle_batch_and_control_messages_are_taken(sglang_service: SglangService
                                "finish": {"type": "length", "length": 3}}]))
     assert s.side.wait(["after-controls"], timeout=15)
     assert s.side.text("after-controls") == "Hello, world"
-    time.sleep(4 * PUBLISH_EVERY_S)
-    assert _dropped(s, "header") + _dropped(s, "unknown_tag") == before
+    settled = s.settled_metrics()
+    assert settled.get(drops("header"), 0.0) + settled.get(drops("unknown_tag"), 0.0) == before
     assert set(s.side.rows) == {"after-controls"}
 
 

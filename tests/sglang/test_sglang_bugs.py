@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +108,8 @@ def test_rows_go_to_shards_by_rid_not_by_tokenizer_worker(sglang_service: Sglang
     names one worker, and each shard still gets its share (rid hash)."""
     s = sglang_service
     ipc = next(iter(s.where.values()))
-    before = {k: s.svc.metrics().get(f'sglang_tok_rows_total{{shard="{k}"}}', 0.0)
-              for k in range(s.svc.shards)}
+    rows = 'sglang_tok_rows_total{{shard="{}"}}'.format
+    before = s.settled_metrics()
     rids = [f"one-worker-{k}" for k in range(32)]
     s.side.clear()
     s.send(token_ids_message([{"rid": r, "ids": [19923], "ipc": ipc} for r in rids]))
@@ -118,11 +117,6 @@ def test_rows_go_to_shards_by_rid_not_by_tokenizer_worker(sglang_service: Sglang
                                "finish": {"type": "length", "length": 2}} for r in rids]))
     assert s.side.wait(rids, timeout=20)
     assert all(s.side.where[r] == [ipc, ipc] for r in rids)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        after = {k: s.svc.metrics().get(f'sglang_tok_rows_total{{shard="{k}"}}', 0.0)
-                 for k in range(s.svc.shards)}
-        if sum(after.values()) - sum(before.values()) >= 2 * len(rids):
-            break
-        time.sleep(0.2)
-    assert all(after[k] - before[k] > 0 for k in after), (before, after)
+    after = s.settled_metrics()
+    got = [after.get(rows(k), 0.0) - before.get(rows(k), 0.0) for k in range(s.svc.shards)]
+    assert sum(got) == 2 * len(rids) and all(got), got

@@ -179,3 +179,24 @@ def _own_rows(deltas: list[Delta], ipc: str | None) -> bytes:
     fields[_OUT_AT["cached_tokens"]] = counts(lambda u: u.cached_tokens)
     fields[_OUT_AT["retraction_counts"]] = [0] * n
     return _message(fields)
+
+
+def by_worker(msg: bytes, ipcs: list[str | None] | None) -> list[Reply]:
+    """A message passed on as it came (`BatchEmbeddingOutput`), to each row's tokenizer
+    worker: whole when its rows name one, else cut per worker, each per-row field to the
+    worker's rows (a pickle, or a field that is not one entry per row, is nil in a part)."""
+    if not ipcs or len(set(ipcs)) == 1:
+        return [(ipcs[0] if ipcs else None, msg)]
+    fields = wire.rows_of(Raw(msg))
+    n = len(ipcs)
+    groups: dict[str | None, list[int]] = {}
+    for i, ipc in enumerate(ipcs):
+        groups.setdefault(ipc, []).append(i)
+    out: list[Reply] = []
+    for ipc, rows in groups.items():
+        part = [fields[0]]
+        for f in fields[1:]:
+            count = wire.array_length(f)
+            part.append(f if count < 1 else _pick(f, rows) if count == n else wire.NIL)
+        out.append((ipc, _encoder.encode(part)))
+    return out

@@ -44,21 +44,22 @@ Finish = dict[str, Any]
 class TokenIds(msgspec.Struct, tag=TOKEN_IDS, array_like=True, gc=False):
     """`BatchTokenIDOutput`: one scheduler step, a row per request."""
 
-    rids: list[str] = []
+    # nil where SGLang's types allow it (an idle batch); a batch with rows needs them all
+    rids: list[str] | None = None
     http_worker_ipcs: list[str | None] | None = None
-    finished_reasons: list[Finish | None] = []
-    decoded_texts: list[str] = []
+    finished_reasons: list[Finish | None] | None = None
+    decoded_texts: list[str] | None = None
     # a request's first row holds up to 5 prompt ids before read_offsets[i] (context)
-    decode_ids: list[Ext | list[int]] = []
-    read_offsets: list[int] = []
+    decode_ids: list[Ext | list[int]] | None = None
+    read_offsets: list[int] | None = None
     output_ids: Raw = NIL
-    skip_special_tokens: list[bool] = []
-    spaces_between_special_tokens: list[bool] = []
-    no_stop_trim: list[bool] = []
-    prompt_tokens: list[int] = []
-    reasoning_tokens: list[int] = []
-    completion_tokens: list[int] = []
-    cached_tokens: list[int] = []
+    skip_special_tokens: list[bool] | None = None
+    spaces_between_special_tokens: list[bool] | None = None
+    no_stop_trim: list[bool] | None = None
+    prompt_tokens: list[int] | None = None
+    reasoning_tokens: list[int] | None = None
+    completion_tokens: list[int] | None = None
+    cached_tokens: list[int] | None = None
     input_token_logprobs_val: Raw = NIL
     input_token_logprobs_idx: Raw = NIL
     output_token_logprobs_val: Raw = NIL
@@ -103,7 +104,7 @@ class TokenIds(msgspec.Struct, tag=TOKEN_IDS, array_like=True, gc=False):
 class Embeddings(msgspec.Struct, tag=EMBEDDING, array_like=True, gc=False):
     """`BatchEmbeddingOutput`: no text; passed on to the TokenizerManager as it came."""
 
-    rids: list[str] = []
+    rids: list[str] | None = None
     http_worker_ipcs: list[str | None] | None = None
 
 
