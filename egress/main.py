@@ -121,7 +121,8 @@ class Egress:
             self.metrics.dropped.labels(reason)
         self.late = self.metrics.late_rows.labels("-1")
         # --protocol sglang: SGLang's scheduler messages in, BatchStrOutput replies out
-        self.sglang = SglangIn(cfg.max_rid_length, cfg.max_row_ids) \
+        self.sglang = SglangIn(cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids,
+                               cfg.sglang_tokenizer_workers > 1) \
             if cfg.protocol == "sglang" else None
         self.idle = LocalCounter(self.metrics.frames.labels("sglang_idle"))
 
@@ -241,8 +242,11 @@ class Egress:
                 self._ping(nonce, fwd)
 
     def _on_sglang(self, frame: memoryview, stamp: float) -> None:
-        """One SGLang scheduler message (egress/sglang_in.py)."""
+        """One SGLang scheduler message (egress/sglang_in.py); or the HTTP process's deep
+        health probe, a native PING (no msgpack array starts with its tag)."""
         assert self.sglang is not None
+        if frame[0] == protocol.TAG_PING:
+            return self._sglang_probe(frame, stamp)
         try:
             msg = self.sglang.decode(frame)
             step = self.sglang.step(msg, self.router.where) \
@@ -251,7 +255,11 @@ class Egress:
             return self._drop(err)
         if step is not None:
             self.frames[protocol.TAG_BATCH].inc()
-            return self._route_sglang(step, frame, stamp)
+            try:
+                return self._route_sglang(step, frame, stamp)
+            except Exception:  # a bug costs this message's requests, told; never the ring
+                log.exception("internal error routing an SGLang message; dropping it")
+                return self._drop(FrameError("internal", "internal error", step.msg.rids))
         match msg:
             case wire.TokenIds():
                 self.idle.inc()  # an idle batch: nothing to decode, nothing to answer
@@ -263,9 +271,24 @@ class Egress:
             case wire.ConfigureLogging(log_level=level) if level:
                 logging.getLogger().setLevel(level.upper())
 
+    def _sglang_probe(self, frame: memoryview, stamp: float) -> None:
+        """Only probes (nonce < 0): their PONGs go to the health socket, never to SGLang."""
+        try:
+            msg = protocol.decode_control(frame)
+        except FrameError as err:
+            return self._drop(err)
+        if isinstance(msg, Ping) and msg.nonce < 0:
+            self._ping(msg.nonce, link.forward(stamp, frame))
+
     def _route_sglang(self, step: Step, frame: memoryview, stamp: float) -> None:
+        by_reason: dict[str, list[str]] = {}
+        for rid, why in step.refused:
+            by_reason.setdefault(why, []).append(rid)
         if step.lost:  # their rows route as late: no text without its start
-            self._end_on_shards(step.lost, EGRESS_RESTARTED if self.restarted else LOST_START)
+            by_reason.setdefault(EGRESS_RESTARTED if self.restarted else LOST_START,
+                                 []).extend(step.lost)
+        for why, rids in by_reason.items():
+            self._end_on_shards(rids, why)
         for opts in step.opens:  # a first row's options, before the row
             self._route_open(opts.rid, link.forward(stamp, protocol.encode_control(opts)))
         if self.router.quarantine:  # a first row is no suspect: nothing of it was lost
@@ -342,8 +365,11 @@ class Egress:
         for rid in rids:
             k = self.router.owner(rid)
             by_shard.setdefault(k, []).append((rid, self.router.end(rid) or Live(k)))
+        ipc_of = self.sglang.replies.ipc_of if self.sglang is not None else {}
         for k, ended in by_shard.items():
-            self._forward(k, link.drop(message, [rid for rid, _ in ended]), ended)
+            rids = [rid for rid, _ in ended]
+            workers = [ipc_of.get(rid) for rid in rids] if ipc_of else []
+            self._forward(k, link.drop(message, rids, workers), ended)
 
     def _route_abort(self, msg: Abort, stamp: float) -> None:
         by_shard: dict[int, Ended] = {}

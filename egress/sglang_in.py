@@ -19,73 +19,63 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 from msgspec import Raw
 from sglang_tok.ring.link import LATE
 
 from sglang_tok.integrations.sglang import wire
-from sglang_tok.integrations.sglang.reply import PICKLED_AT, Replies, encode_passed
+from sglang_tok.integrations.sglang.reply import Replies, cut, encode_passed
 from sglang_tok.protocol import FINISH_TYPES, Batch, BatchHeader, FrameError, Open
 
 _B64_FIELDS = ("routed_experts", "indexer_topk")
+_ENDPOINTS = ("ipc://", "tcp://")
 
 
 class Step:
     """One scheduler message as the egress routes it."""
 
-    __slots__ = ("batch", "opens", "fresh", "lost", "msg", "columns")
+    __slots__ = ("batch", "msg", "columns", "opens", "fresh", "lost", "refused")
 
-    def __init__(self, batch: Batch, msg: wire.TokenIds, columns: list[Any]) -> None:
+    def __init__(self, batch: Batch, msg: wire.TokenIds, columns: list[Any],
+                 firsts: FirstRows) -> None:
         self.batch = batch
         self.msg = msg
         self.columns = columns  # the passed-through fields, in wire.PASSED_FIELDS order
+        self.opens = firsts.opens
+        self.fresh = firsts.fresh
+        self.lost = firsts.lost
+        self.refused = firsts.refused
+
+    def passed(self, codes: list[int], nshards: int) -> dict[int, bytes]:
+        """Each shard's rows of the passed-through fields, in the order `split_frame` gives
+        its rows (frame order within a shard; LATE rows in no shard)."""
+        rids, ipcs = self.msg.rids or [], self.msg.http_worker_ipcs
+        code = np.array(codes, np.int64)
+        live = code != LATE
+        shard = code % nshards
+        owners = np.unique(shard[live]).tolist()
+        if len(owners) == 1 and live.all():  # one shard's whole message: nothing to cut
+            return {owners[0]: encode_passed(rids, ipcs, self.columns)}
+        parts = [np.flatnonzero(live & (shard == k)).tolist() for k in owners]
+        cols = cut(self.columns, len(rids), parts)
+        return {k: encode_passed([rids[i] for i in rows],
+                                 None if ipcs is None else [ipcs[i] for i in rows], part)
+                for k, rows, part in zip(owners, parts, cols)}
+
+
+class FirstRows:
+    """What a message's rows of rids the router does not route say (`SglangIn._first_rows`)."""
+
+    __slots__ = ("opens", "fresh", "lost", "refused")
+
+    def __init__(self) -> None:
         self.opens: list[Open] = []  # first rows whose options are not the defaults
         self.fresh: list[str] = []  # the other first rows' rids
         # unknown rids whose row is not their first: their start is gone (they were in
         # flight when the service, or its egress, started); they end, never half decoded
         self.lost: list[str] = []
-
-    def passed(self, codes: list[int], nshards: int) -> dict[int, bytes]:
-        """Each shard's rows of the passed-through fields, in the order `split_frame` gives
-        its rows (frame order within a shard; LATE rows in no shard)."""
-        ipcs = self.msg.http_worker_ipcs
-        if nshards == 1 and LATE not in codes:
-            return {0: encode_passed(ipcs, [_as_raw(c) for c in self.columns])}
-        by_shard: dict[int, list[int]] = {}
-        for i, code in enumerate(codes):
-            if code != LATE:
-                by_shard.setdefault(code % nshards, []).append(i)
-        if len(by_shard) == 1 and LATE not in codes:  # one shard's whole: nothing to cut
-            return {k: encode_passed(ipcs, [_as_raw(c) for c in self.columns])
-                    for k in by_shard}
-        cut = [_Column(c, i in PICKLED_AT) for i, c in enumerate(self.columns)]
-        return {k: encode_passed(None if ipcs is None else [ipcs[i] for i in rows],
-                                 [c.rows(rows) for c in cut])
-                for k, rows in by_shard.items()}
-
-
-class _Column:
-    """A passed-through column, cut into rows once for every shard's share."""
-
-    __slots__ = ("value", "cells")
-
-    def __init__(self, value: Any, pickled: bool) -> None:
-        # a pickle holds every row and cannot be cut without unpickling it: parts get nil
-        self.value = wire.NIL if pickled else value
-        self.cells: list[Any] | None = None
-        if isinstance(value, list):
-            self.cells = value
-        elif not pickled and wire.array_length(value) > 0:
-            self.cells = wire.rows_of(value)
-
-    def rows(self, rows: list[int]) -> Any:
-        if self.cells is None:  # nil, or [] (absent for every row): as it came
-            return _as_raw(self.value)
-        cells = self.cells
-        return Raw(wire.encoder.encode([cells[i] for i in rows]))
-
-
-def _as_raw(value: Any) -> Raw:
-    return value if isinstance(value, Raw) else Raw(wire.encoder.encode(value))
+        # (rid, why): rows the service will not decode; their requests end, not the message
+        self.refused: list[tuple[str, str]] = []
 
 
 class Rows:
@@ -112,13 +102,15 @@ class Rows:
 class SglangIn:
     """Reads and validates scheduler messages whole: a message is accepted or dropped."""
 
-    def __init__(self, max_rid_length: int, max_row_ids: int) -> None:
+    def __init__(self, max_rid_length: int, max_row_ids: int, keep_stop_ids: frozenset[int],
+                 workers: bool) -> None:
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
-        self.replies = Replies()  # the egress's own last rows, routed to their workers
+        self.keep = keep_stop_ids
+        self.replies = Replies(workers)  # the egress's own last rows, to their workers
 
     def decode(self, frame: memoryview) -> wire.Inbound:
-        count = wire.field_count(frame)
+        count = wire.array_length(frame)
         if count < 1:
             raise FrameError("header", "not a msgpack array: not an SGLang IPC message "
                              "(pickle IPC? start SGLang with SGLANG_USE_PICKLE_IPC=0, as "
@@ -143,36 +135,25 @@ class SglangIn:
         rids, n = r.rids, len(r.rids)
         ids = list(map(wire.int64_bytes, r.decode_ids))
         owner = list(map(where.get, rids))
-        firsts = [i for i, code in enumerate(owner) if code is None or code == LATE]
-        opens: list[Open] = []
-        fresh: list[str] = []
-        lost: list[str] = []
-        if firsts:
-            self._first_rows(r, ids, firsts, owner, (opens, fresh, lost))
+        firsts = FirstRows()
+        self._refuse(r, ids, owner, firsts)
+        unrouted = [i for i, code in enumerate(owner) if code is None or code == LATE]
+        if unrouted:
+            self._first_rows(r, ids, unrouted, owner, firsts)
         lens = [len(b) >> 3 for b in ids]
-        if self.max_row_ids and max(lens, default=0) > self.max_row_ids:
-            raise FrameError("limit_row_ids", f"row with more than --max-row-ids "
-                             f"{self.max_row_ids} ids", rids)
         fins = r.finished
-        header = BatchHeader(rids, fins if fins.count(None) == n else list(map(_for_shard, fins)),
-                             r.prompt, lens, r.cached, r.reasoning)
-        step = Step(Batch(header, memoryview(b"".join(ids)), sum(lens), []), r.msg,
-                    self._columns(r.msg))
-        step.opens, step.fresh, step.lost = opens, fresh, lost
+        if fins.count(None) != n:
+            fins = [self._for_shard(f) for f in fins]
+        header = BatchHeader(rids, fins, r.prompt, lens, r.cached, r.reasoning)
+        batch = Batch(header, memoryview(b"".join(ids)), sum(lens), [])
         if r.msg.http_worker_ipcs is not None:
-            self._track_workers(r, r.msg.http_worker_ipcs, firsts)
-        return step
+            self._track_workers(r, r.msg.http_worker_ipcs, unrouted)
+        return Step(batch, r.msg, self._columns(r.msg), firsts)
 
     def _rows(self, msg: wire.TokenIds) -> Rows:
         """The per-row columns, each one entry per row, or FrameError."""
         rids = msg.rids or []
         n = len(rids)
-        if not all(rids):
-            raise FrameError("header", "empty rid", [r for r in rids if r])
-        if self.max_rid_length and n and max(map(len, rids)) > self.max_rid_length:
-            raise FrameError("limit_rid_length", f"rid longer than --max-rid-length "
-                             f"{self.max_rid_length}",
-                             [r for r in rids if len(r) <= self.max_rid_length])
         for name in wire.ROW_FIELDS:
             col = getattr(msg, name)
             if col is None or len(col) != n:
@@ -181,9 +162,14 @@ class SglangIn:
         if wire.array_length(msg.output_ids) != n:
             raise FrameError("columns", f"output_ids is not a list of {n} arrays", rids)
         ipcs = msg.http_worker_ipcs
-        if ipcs is not None and len(ipcs) != n:
-            raise FrameError("columns", f"http_worker_ipcs has {len(ipcs)} entries, "
-                             f"expected {n}", rids)
+        if ipcs is not None:
+            if len(ipcs) != n:
+                raise FrameError("columns", f"http_worker_ipcs has {len(ipcs)} entries, "
+                                 f"expected {n}", rids)
+            bad = [i for i in ipcs if i is not None and not i.startswith(_ENDPOINTS)]
+            if bad:
+                raise FrameError("columns", f"http_worker_ipcs entry {bad[0]!r:.80} is not an "
+                                 "ipc:// or tcp:// endpoint", rids)
         for name in wire.TOKEN_IDS_FIELDS[14:]:
             if name in wire.PICKLED_FIELDS:
                 continue
@@ -199,32 +185,69 @@ class SglangIn:
                 if not isinstance(kind, str) or kind not in FINISH_TYPES:
                     raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
         if min(r.read_offsets, default=0) < 0 or min(r.prompt, default=0) < 0 \
-                or min(r.cached, default=0) < 0 or min(r.reasoning, default=0) < 0:
+                or min(r.cached, default=0) < 0 or min(r.reasoning, default=0) < 0 \
+                or min(r.completion, default=0) < 0:
             raise FrameError("header", "a negative offset or count", rids)
         return r
 
-    def _first_rows(self, r: Rows, ids: list[bytes], firsts: list[int],
-                    owner: list[int | None],
-                    out: tuple[list[Open], list[str], list[str]]) -> None:
+    def _refuse(self, r: Rows, ids: list[bytes], owner: list[int | None],
+                firsts: FirstRows) -> None:
+        """Rows the service will not decode end their own request, not the message: a rid
+        that is empty or over --max-rid-length, a row over --max-row-ids, a beam search
+        row (a client chooses the first two; beams are SGLang's to decode)."""
+        limit, most = self.max_rid_length, self.max_row_ids
+        rids = r.rids
+        bad: list[tuple[int, str]] = []
+        if not all(rids) or (limit and max(map(len, rids), default=0) > limit):
+            bad += [(i, f"rid longer than --max-rid-length {limit}" if rid else "empty rid")
+                    for i, rid in enumerate(rids) if not rid or (limit and len(rid) > limit)]
+        if most and max(map(len, ids), default=0) > 8 * most:
+            bad += [(i, f"a row of more than --max-row-ids {most} ids")
+                    for i, b in enumerate(ids) if len(b) > 8 * most]
+        if wire.array_length(r.msg.beam_search_output) > 0:
+            beams = wire.rows_of(r.msg.beam_search_output)
+            bad += [(i, "beam search output is not decoded by sglang-tok: serve beam search "
+                        "without the sglang_tok plugin") for i, b in enumerate(beams)
+                    if b != wire.NIL and bytes(b) != b"\xc0"]
+        for i, why in bad:
+            if owner[i] != LATE:  # once per request: then its rows are late
+                firsts.refused.append((rids[i], why))
+            owner[i] = LATE
+
+    def _first_rows(self, r: Rows, ids: list[bytes], unrouted: list[int],
+                    owner: list[int | None], firsts: FirstRows) -> None:
         """Rows of rids the router does not route: a first row's options and prompt context
         (its ids before `read_offsets[i]`, cut from `ids`), or a late or lost row."""
-        opens, fresh, lost = out
-        for i in firsts:
+        refused = {rid for rid, _ in firsts.refused}
+        for i in unrouted:
             rid, at = r.rids[i], r.read_offsets[i]
+            if rid in refused:
+                continue
             count = len(ids[i]) >> 3
             if r.completion[i] != count - at:  # not the request's first row
                 if owner[i] is None:
-                    lost.append(rid)
+                    firsts.lost.append(rid)
                 continue  # else a late row of an ended request
             prompt = memoryview(ids[i][:8 * at]).cast("q").tolist() if at else []
             ids[i] = ids[i][8 * at:]
             skip, no_trim, spaces = r.skip[i], r.no_stop_trim[i], r.spaces[i]
             if prompt or not skip or no_trim or not spaces or owner[i] == LATE:
-                opens.append(Open(rid, skip_special_tokens=skip,
-                                  spaces_between_special_tokens=spaces, no_stop_trim=no_trim,
-                                  prompt_ids=prompt))
+                firsts.opens.append(Open(rid, skip_special_tokens=skip,
+                                         spaces_between_special_tokens=spaces,
+                                         no_stop_trim=no_trim, prompt_ids=prompt))
             else:
-                fresh.append(rid)
+                firsts.fresh.append(rid)
+
+    def _for_shard(self, fin: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The finish the shard trims by (the reply carries the scheduler's own): SGLang
+        leaves a stop token out only when `matched` is one id that is not a tool-call
+        closer it keeps (--keep-stop-ids); a list of ids is not trimmed either."""
+        if fin is None or "matched" not in fin:
+            return fin
+        matched = fin["matched"]
+        if isinstance(matched, list) or (type(matched) is int and matched in self.keep):
+            return {k: v for k, v in fin.items() if k != "matched"}
+        return fin
 
     def _track_workers(self, r: Rows, ipcs: list[str | None], firsts: list[int]) -> None:
         """Remember each live request's tokenizer worker, for the egress's own last rows."""
@@ -248,14 +271,6 @@ class SglangIn:
                 val = wire.b64_tensors(val)
             cols.append(val)
         return cols
-
-
-def _for_shard(fin: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The finish the shard trims by: SGLang leaves a stop token out only when `matched`
-    is one id (a list of them is not trimmed); the reply carries the scheduler's own."""
-    if fin is None or "matched" not in fin or not isinstance(fin["matched"], list):
-        return fin
-    return {k: v for k, v in fin.items() if k != "matched"}
 
 
 def _readable_rids(frame: bytes | memoryview) -> list[str]:

@@ -76,10 +76,12 @@ class Arrays(msgspec.Struct, gc=False):
 
 
 class Drop(msgspec.Struct, array_like=True, gc=False):
-    """The egress dropped a frame: end these rids with this error."""
+    """The egress dropped a frame: end these rids with this error. `workers`: with
+    --protocol sglang, each rid's tokenizer worker when the egress knows it ([] if none)."""
 
     message: str
     rids: list[str]
+    workers: list[str | None] = []
 
 
 class Sync(msgspec.Struct, gc=False):
@@ -131,8 +133,8 @@ def sync(token: int) -> bytes:
     return _SYNC + _TOKEN.pack(token)
 
 
-def drop(message: str, rids: list[str]) -> bytes:
-    return _DROP + _drop_encoder.encode(Drop(message, rids))
+def drop(message: str, rids: list[str], workers: list[str | None] | None = None) -> bytes:
+    return _DROP + _drop_encoder.encode(Drop(message, rids, workers or []))
 
 
 def parse(msg: bytes | memoryview) -> Inbound:

@@ -38,6 +38,14 @@ class Config(msgspec.Struct, frozen=True):
         "what the input ring reads and the output carries: native (docs/protocol.md "
         "sections 2-5) or sglang (SGLang's BatchTokenIDOutput in, BatchStrOutput out, msgpack "
         "IPC: the service is SGLang's detokenizer; section 11)")] = "native"
+    sglang_tokenizer_workers: Annotated[int, _doc(
+        "with --protocol sglang: SGLang's --tokenizer-worker-num; above 1, every reply goes to "
+        "its row's worker, and a last row whose worker is unknown is logged, not sent to "
+        "--output (SGLang's router there takes only rows that name one)", ge=1)] = 1
+    keep_stop_ids: Annotated[str, _doc(
+        "with --protocol sglang: comma-separated stop token ids left in the text when they "
+        "stop a request (SGLang keeps its tool parser's one-token call closers)",
+        pattern=r"^(\d+(,\d+)*)?$")] = ""
     tokenizer: Annotated[str, _doc(
         "built-in name (deepseek-v4), a tokenizer.json, a directory holding one, or none "
         "(ids, usage and logprobs only, no text)")
@@ -123,6 +131,10 @@ class Config(msgspec.Struct, frozen=True):
 
     def ipc(self, name: str) -> str:
         return f"ipc://{self.runtime_dir}/{name}"
+
+    @property
+    def kept_stop_ids(self) -> frozenset[int]:
+        return frozenset(int(i) for i in self.keep_stop_ids.split(",") if i)
 
     @property
     def http_host(self) -> str:

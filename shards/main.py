@@ -60,7 +60,8 @@ class Shard:
         self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm, curve=curve)
         self.outs = PushTo(self.ctx, self.out, hwm)
         # --protocol sglang: BatchStrOutput replies, to the TokenizerManager or its workers
-        self.sglang = Replies() if cfg.protocol == "sglang" else None
+        self.sglang = Replies(cfg.sglang_tokenizer_workers > 1) \
+            if cfg.protocol == "sglang" else None
         if self.sglang is not None:
             self.output_format = "packed"
         self.back = make_socket(self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
@@ -109,7 +110,11 @@ class Shard:
             case link.Arrays() | link.Frame() as msg:
                 if self.started:  # else it was routed before our SYNC: the egress failed it
                     self._guarded(msg)
-            case link.Drop(message=message, rids=rids):
+            case link.Drop(message=message, rids=rids, workers=workers):
+                if self.sglang is not None:  # the rows it ends go to these workers
+                    for rid, ipc in zip(rids, workers):
+                        if ipc is not None:
+                            self.sglang.ipc_of[rid] = ipc
                 out: list[Delta] = []
                 self.table.on_drop(rids, message, out)
                 self._send(out)

@@ -5,10 +5,12 @@ The egress hands each shard, beside its rows' ids, the fields SGLang's detokeniz
 through, already cut to that shard's rows (`Passed`): this module only puts the shard's
 texts among them. With tokenizer workers (`http_worker_ipcs` set), rows are grouped by
 their worker's endpoint, one reply per worker, as SGLang's detokenizer sends them.
+Every cut of a message into parts (per shard, per worker) is `cut`, one rule for all.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,6 +21,7 @@ from sglang_tok.protocol import Delta, Packed
 
 from . import wire
 
+log = logging.getLogger("sglang_tok.sglang")
 # an abort the TokenizerManager turns into an error response (5xx: it may be retried)
 SERVICE_UNAVAILABLE = 503
 Reply = tuple[str | None, bytes]  # (tokenizer worker endpoint, or None: --output; message)
@@ -26,25 +29,55 @@ Reply = tuple[str | None, bytes]  # (tokenizer worker endpoint, or None: --outpu
 
 class Passed(msgspec.Struct, array_like=True, gc=False):
     """One shard's rows of a scheduler message: the columns SGLang passes through, in
-    `wire.PASSED_FIELDS` order, each a per-row list (or nil) of this shard's rows."""
+    `wire.PASSED_FIELDS` order, each a per-row list (or nil) of this shard's rows; `rids`
+    and `ipcs` are two of them, decoded once by the egress."""
 
+    rids: list[str]
     ipcs: list[str | None] | None
     columns: list[Raw]
 
 
 _passed_decoder = msgspec.msgpack.Decoder(Passed)
-_rids_decoder = msgspec.msgpack.Decoder(list[str])
 _encoder = msgspec.msgpack.Encoder()
 _OUT_AT = {name: i for i, name in enumerate(wire.STR_FIELDS)}
 _PASSED_AT = [(_OUT_AT[name], i) for i, name in enumerate(wire.PASSED_FIELDS)]
 _TEXTS_AT = _OUT_AT["output_strs"]
-# columns that are one pickle for the whole message, not a list per row
+# columns that are one pickle of every row (`time_stats`, `customized_info`), not a list
 PICKLED_AT = frozenset(i for i, name in enumerate(wire.PASSED_FIELDS)
                        if name in wire.PICKLED_FIELDS)
 
 
-def encode_passed(ipcs: list[str | None] | None, columns: Sequence[Any]) -> bytes:
-    return _encoder.encode(Passed(ipcs, list(columns)))
+def encode_passed(rids: list[str], ipcs: list[str | None] | None,
+                  columns: Sequence[Any]) -> bytes:
+    return _encoder.encode(Passed(rids, ipcs, [_as_raw(c) for c in columns]))
+
+
+def _as_raw(value: Any) -> Raw:
+    return value if isinstance(value, Raw) else Raw(_encoder.encode(value))
+
+
+def cut(columns: Sequence[Any], n: int, parts: list[list[int]],
+        whole: frozenset[int] = PICKLED_AT) -> list[list[Raw]]:
+    """Each part's rows of every column (a column is read once for all parts): a list of n
+    entries is cut to the part's rows; nil and `[]` (absent for every row) go as they are;
+    a column in `whole` (a pickle of every row, which the service never unpickles), or one
+    that is not an entry per row, is nil in a part."""
+    out: list[list[Raw]] = [[] for _ in parts]
+    for i, col in enumerate(columns):
+        cells: list[Any] | None = None
+        value = wire.NIL
+        if isinstance(col, list):  # a column the egress decoded (validated: n entries)
+            cells = col if i not in whole and len(col) == n else None
+        elif col is not None and i not in whole:
+            count = wire.array_length(col)
+            if count == n and n:
+                cells = wire.rows_of(col)
+            elif count in (-1, 0):
+                value = col
+        for part, rows in zip(out, parts):
+            part.append(value if cells is None else
+                        Raw(_encoder.encode(list(map(cells.__getitem__, rows)))))
+    return out
 
 
 def abort_finish(message: str) -> dict[str, Any]:
@@ -56,27 +89,28 @@ def _message(columns: list[Any]) -> bytes:
     return wire.encode_message(wire.STR_OUTPUT, columns)
 
 
-def pick_rows(columns: list[Raw], rows: list[int]) -> list[Raw]:
-    """Some rows of the passed-through columns. A pickle (`time_stats`, `customized_info`)
-    holds every row and cannot be cut without unpickling it: a part gets nil."""
-    return [wire.NIL if i in PICKLED_AT else _pick(c, rows) for i, c in enumerate(columns)]
-
-
-def _pick(col: Raw, rows: list[int]) -> Raw:
-    if wire.array_length(col) < 1:  # nil, or [] (absent for every row)
-        return col
-    vals = wire.rows_of(col)
-    return Raw(_encoder.encode([vals[r] for r in rows]))
+def _groups(keys: Sequence[Any]) -> dict[Any, list[int]]:
+    out: dict[Any, list[int]] = {}
+    for i, key in enumerate(keys):
+        out.setdefault(key, []).append(i)
+    return out
 
 
 class Replies:
-    """Writes one shard's (or the egress's) output in SGLang's form."""
+    """Writes one shard's (or the egress's) output in SGLang's form.
 
-    __slots__ = ("ipc_of",)
+    `workers`: SGLang runs tokenizer workers (`--tokenizer-worker-num` > 1). Then
+    `--output` is its router's socket, which takes only rows that name their worker, so a
+    row of the service's whose worker is unknown is logged and dropped instead.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("ipc_of", "workers", "unroutable")
+
+    def __init__(self, workers: bool = False) -> None:
+        self.workers = workers
         # the tokenizer worker of each live request that has one (failures find it here)
         self.ipc_of: dict[str, str] = {}
+        self.unroutable = 0
 
     # ------------------------------------------------------------------ decoded rows
     def rows(self, packed: Packed, extra: bytes) -> list[Reply]:
@@ -84,60 +118,65 @@ class Replies:
         with its passed-through fields; a row the shard ended with an error of its own, or
         a delta without a row, is a last row of the service's."""
         passed = _passed_decoder.decode(extra)
-        rids = _rids_decoder.decode(passed.columns[0])
-        out_rids = packed.rids
+        if passed.ipcs is not None:
+            self._remember(passed, {packed.rids[r] for r, _ in packed.finish})
         texts = packed.texts()
-        if out_rids == rids and not packed.error:  # one delta per row, in row order
-            return self._split(passed, texts, rids)
-        return self._matched(packed, passed, texts, rids)
+        if packed.rids == passed.rids and not packed.error:  # a delta per row, in row order
+            return self._split(passed, texts)
+        return self._matched(packed, passed, texts)
 
-    def _matched(self, packed: Packed, passed: Passed, texts: list[str],
-                 rids: list[str]) -> list[Reply]:
+    def _matched(self, packed: Packed, passed: Passed, texts: list[str]) -> list[Reply]:
         """The general join: each row takes its rid's next delta, in order."""
-        failed = {packed.rids[r]: err for r, err in packed.error}
-        queues: dict[str, list[int]] = {}
+        failed = {packed.rids[r] for r, _ in packed.error}
+        rows_of: dict[str, list[int]] = {}
         for r, rid in enumerate(packed.rids):
-            if rid not in failed:
-                queues.setdefault(rid, []).append(r)
+            rows_of.setdefault(rid, []).append(r)
+        taken: dict[str, int] = {}
         keep: list[int] = []
         strs: list[str] = []
-        for i, rid in enumerate(rids):
-            q = queues.get(rid)
-            if q:
+        for i, rid in enumerate(passed.rids):
+            at = taken.get(rid, 0)
+            mine = rows_of.get(rid)
+            if mine is not None and at < len(mine) and rid not in failed:
+                taken[rid] = at + 1
                 keep.append(i)
-                strs.append(texts[q.pop(0)])
+                strs.append(texts[mine[at]])
         out: list[Reply] = []
         if keep:
-            if len(keep) != len(rids):
-                passed = Passed(None if passed.ipcs is None else [passed.ipcs[i] for i in keep],
-                                pick_rows(passed.columns, keep))
-            out += self._split(passed, strs, [rids[i] for i in keep])
-        extra = [d for d in packed.deltas if d.rid in failed or (d.rid in queues
-                                                                  and queues[d.rid])]
-        return out + self.last_rows(extra)
+            if len(keep) != len(passed.rids):
+                ipcs = passed.ipcs
+                passed = Passed([passed.rids[i] for i in keep],
+                                None if ipcs is None else [ipcs[i] for i in keep],
+                                cut(passed.columns, len(passed.rids), [keep])[0])
+            out += self._split(passed, strs)
+        spare = [r for rid, rs in rows_of.items() for r in rs[taken.get(rid, 0):]]
+        if spare:
+            deltas = packed.deltas
+            out += self.last_rows([deltas[r] for r in sorted(spare)])
+        return out
 
-    def _split(self, passed: Passed, texts: list[str], rids: list[str]) -> list[Reply]:
+    def _split(self, passed: Passed, texts: list[str]) -> list[Reply]:
         """One reply, or one per tokenizer worker when the rows name several."""
         ipcs = passed.ipcs
         if ipcs is None or ipcs.count(None) == len(ipcs):
             return [(None, self._build(passed.columns, texts))]
-        self._remember(rids, ipcs, passed.columns)
-        groups: dict[str | None, list[int]] = {}
-        for i, ipc in enumerate(ipcs):
-            groups.setdefault(ipc, []).append(i)
+        groups = _groups(ipcs)
         if len(groups) == 1:
             return [(ipcs[0], self._build(passed.columns, texts))]
-        return [(ipc, self._build(pick_rows(passed.columns, rows), [texts[i] for i in rows]))
-                for ipc, rows in groups.items()]
+        parts = list(groups.values())
+        return [(ipc, self._build(columns, [texts[i] for i in rows]))
+                for ipc, rows, columns in zip(groups, parts,
+                                              cut(passed.columns, len(texts), parts))]
 
-    def _remember(self, rids: list[str], ipcs: list[str | None], columns: list[Raw]) -> None:
-        """Keep each request's worker while it lives, for a last row of the service's."""
-        finished = msgspec.msgpack.decode(columns[wire.PASSED_FIELDS.index("finished_reasons")])
-        for rid, ipc, fin in zip(rids, ipcs, finished):
-            if fin is not None:
-                self.ipc_of.pop(rid, None)
-            elif ipc is not None:
-                self.ipc_of[rid] = ipc
+    def _remember(self, passed: Passed, ended: set[str]) -> None:
+        """Keep each live request's worker, for a last row of the service's."""
+        assert passed.ipcs is not None
+        ipc_of = self.ipc_of
+        for rid, ipc in zip(passed.rids, passed.ipcs):
+            if ipc is not None and rid not in ipc_of:
+                ipc_of[rid] = ipc
+        for rid in ended:
+            ipc_of.pop(rid, None)
 
     @staticmethod
     def _build(columns: list[Raw], texts: list[str]) -> bytes:
@@ -153,8 +192,14 @@ class Replies:
         SGLang rows: an abort finish with the error, usage from the delta."""
         groups: dict[str | None, list[Delta]] = {}
         for d in deltas:
-            groups.setdefault(self.ipc_of.pop(d.rid, None) if d.finish else
-                              self.ipc_of.get(d.rid), []).append(d)
+            ipc = self.ipc_of.pop(d.rid, None) if d.finish else self.ipc_of.get(d.rid)
+            groups.setdefault(ipc, []).append(d)
+        lost = groups.pop(None, []) if self.workers else []
+        if lost:
+            self.unroutable += len(lost)
+            log.warning("no tokenizer worker known for %d ended requests (e.g. %r): their "
+                        "last rows are not sent (SGLang's router takes no row without one)",
+                        len(lost), lost[0].rid)
         return [(ipc, _own_rows(ds, ipc)) for ipc, ds in groups.items()]
 
 
@@ -181,22 +226,17 @@ def _own_rows(deltas: list[Delta], ipc: str | None) -> bytes:
     return _message(fields)
 
 
+_EMBEDDING_WHOLE = frozenset(i for i, name in enumerate(wire.EMBEDDING_FIELDS)
+                             if name in wire.PICKLED_FIELDS)
+
+
 def by_worker(msg: bytes, ipcs: list[str | None] | None) -> list[Reply]:
     """A message passed on as it came (`BatchEmbeddingOutput`), to each row's tokenizer
-    worker: whole when its rows name one, else cut per worker, each per-row field to the
-    worker's rows (a pickle, or a field that is not one entry per row, is nil in a part)."""
+    worker: whole when its rows name one, else cut per worker (`cut`)."""
     if not ipcs or len(set(ipcs)) == 1:
         return [(ipcs[0] if ipcs else None, msg)]
     fields = wire.rows_of(Raw(msg))
-    n = len(ipcs)
-    groups: dict[str | None, list[int]] = {}
-    for i, ipc in enumerate(ipcs):
-        groups.setdefault(ipc, []).append(i)
-    out: list[Reply] = []
-    for ipc, rows in groups.items():
-        part = [fields[0]]
-        for f in fields[1:]:
-            count = wire.array_length(f)
-            part.append(f if count < 1 else _pick(f, rows) if count == n else wire.NIL)
-        out.append((ipc, _encoder.encode(part)))
-    return out
+    groups = _groups(ipcs)
+    parts = list(groups.values())
+    columns = cut(fields[1:], len(ipcs), parts, _EMBEDDING_WHOLE)
+    return [(ipc, _encoder.encode([fields[0], *cols])) for ipc, cols in zip(groups, columns)]

@@ -135,6 +135,10 @@ STR_FIELDS: tuple[str, ...] = (
 # placeholders SGLang's detokenizer always sends as None
 OWN_FIELDS = frozenset(("output_strs", "placeholder_tokens_idx", "placeholder_tokens_val"))
 PASSED_FIELDS: tuple[str, ...] = tuple(f for f in STR_FIELDS if f not in OWN_FIELDS)
+EMBEDDING_FIELDS = ("rids", "http_worker_ipcs", "finished_reasons", "embeddings",
+                    "prompt_tokens", "cached_tokens", "placeholder_tokens_idx",
+                    "placeholder_tokens_val", "retraction_counts", "cached_tokens_details",
+                    "time_stats", "pooled_hidden_states")
 # fields that are not per row: a pickle SGLang wraps as ["PickleWrapper", bytes]
 PICKLED_FIELDS = frozenset(("customized_info", "time_stats"))
 # per-row columns every BatchTokenIDOutput row has
@@ -165,11 +169,6 @@ def array_length(raw: Raw | bytes | memoryview) -> int:
     return -1 if b == 0xC0 else -2
 
 
-def field_count(frame: bytes | memoryview) -> int:
-    """Elements of the message's outer array (the tag included); -2 if it is not one."""
-    return array_length(frame)
-
-
 # --------------------------------------------------------------------------- ext payloads
 def array_ext(ids: Any, typecode: str = "q") -> Ext:
     """An `array.array` as SGLang's encoder writes it."""
@@ -197,6 +196,8 @@ def int64_bytes(value: Ext | list[int]) -> bytes:
         return array("q", value).tobytes()
     data: bytes = value.data  # type: ignore[assignment]  # bytes when msgspec decodes it
     if value.code == EXT_ARRAY and data[:_Q_AT] == _Q_PREFIX:
+        if (len(data) - _Q_AT) & 7:
+            raise ValueError(f"an int64 array ext of {len(data) - _Q_AT} bytes")
         return data[_Q_AT:]
     meta, raw = buffer_payload(data)
     if value.code == EXT_ARRAY and isinstance(meta, str) and len(meta) == 1 \
@@ -228,10 +229,6 @@ def b64_tensors(raw: Raw) -> Raw:
 def rows_of(raw: Raw) -> list[Raw]:
     """A per-row column cut into its rows' values, each still raw."""
     return _raw_rows.decode(raw)
-
-
-def raw(value: Any) -> Raw:
-    return Raw(encoder.encode(value))
 
 
 def encode_message(tag: str, fields: list[Any]) -> bytes:
