@@ -138,3 +138,32 @@ def test_an_unknown_request_seen_mid_stream_ends_instead_of_losing_its_start(
     assert s.side.text("mid-stream") == ""
     assert len(s.side.rows["mid-stream"]) == 1
     assert s.side.text("from-start") == "Hello,"
+
+
+def test_a_bad_row_ends_its_own_request_not_the_message(sglang_service: SglangService) -> None:
+    """A rid over --max-rid-length (clients choose rids in SGLang) ends that request with
+    an abort row; the other rows of the same message decode as usual."""
+    s = sglang_service
+    long_rid = "x" * 600
+    rows = [{"rid": long_rid, "ids": [19923]}, {"rid": "beside-0", "ids": [19923]},
+            {"rid": "beside-1", "ids": [19923]}]
+    s.side.clear()
+    s.send(token_ids_message(rows))
+    s.send(token_ids_message([{**r, "ids": [14], "completion": 2,
+                               "finish": {"type": "length", "length": 2}} for r in rows]))
+    assert s.side.wait([long_rid, "beside-0", "beside-1"], timeout=15)
+    fin = s.side.finish(long_rid)
+    assert fin["type"] == "abort" and "--max-rid-length" in fin["message"], fin
+    assert len(s.side.rows[long_rid]) == 1
+    assert s.side.text("beside-0") == s.side.text("beside-1") == "Hello,"
+
+
+def test_deep_health_answers_in_this_protocol(sglang_service: SglangService) -> None:
+    """/health?deep=1 PINGs every process through the input ring; in this protocol the
+    egress takes that probe too, and no PONG reaches SGLang's socket."""
+    s = sglang_service
+    s.side.clear()
+    code, body = s.svc.get("/health?deep=1")
+    assert code == 200, body
+    s.side.poll(0.5)
+    assert s.side.messages == 0 or not s.side.rows

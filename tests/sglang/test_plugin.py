@@ -68,6 +68,12 @@ def test_service_args_from_sglangs_settings(tmp_path: Path) -> None:
                         "ipc:///x/tok"]
     assert args[args.index("--tokenizer") + 1] == str(tmp_path)
     assert "--shards" not in args  # the service's default: usable cores minus one
+    # a request that does not stream comes in one row of all its ids
+    assert int(args[args.index("--max-row-ids") + 1]) >= 1 << 20
+    workers = launcher.service_args(_serving(tmp_path, tokenizer_worker_num=3), ports,
+                                    frozenset({7, 3}))
+    assert workers[workers.index("--sglang-tokenizer-workers") + 1] == "3"
+    assert workers[workers.index("--keep-stop-ids") + 1] == "3,7"
     four = launcher.service_args(_serving(tmp_path, detokenizer_worker_num=4), ports)
     assert four[four.index("--shards") + 1] == "4"
     none = launcher.service_args(_serving(tmp_path, skip_tokenizer_init=True), ports)

@@ -56,7 +56,8 @@ def test_ids_of_a_numpy_ext_and_of_a_plain_list() -> None:
 
 
 @pytest.mark.parametrize("payload", [b"", b"\x00\x00", b"\x00\x00\x00\x09\xa1q",
-                                     b"\x00\x00\x00\x02\xa1d" + b"\x00" * 8])
+                                     b"\x00\x00\x00\x02\xa1d" + b"\x00" * 8,
+                                     b"\x00\x00\x00\x02\xa1q" + b"\x00" * 7])
 def test_ids_of_a_broken_ext_is_an_error(payload: bytes) -> None:
     with pytest.raises(ValueError):
         wire.int64_bytes(msgspec.msgpack.Ext(wire.EXT_ARRAY, payload))
@@ -79,3 +80,15 @@ def test_array_length_reads_headers_only() -> None:
     assert wire.array_length(msgspec.msgpack.encode(None)) == -1
     assert wire.array_length(msgspec.msgpack.encode({"a": 1})) == -2
     assert wire.array_length(b"") == -2
+
+
+def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
+    """SGLang keeps its tool parser's one-token call closer when it stops a request: the
+    shard is handed a finish without `matched` for such an id, and for a list of ids."""
+    from sglang_tok.egress.sglang_in import SglangIn
+
+    reader = SglangIn(512, 4096, frozenset({200012}), False)
+    assert reader._for_shard({"type": "stop", "matched": 200012}) == {"type": "stop"}
+    assert reader._for_shard({"type": "stop", "matched": 1}) == {"type": "stop", "matched": 1}
+    assert reader._for_shard({"type": "stop", "matched": [1, 2]}) == {"type": "stop"}
+    assert reader._for_shard({"type": "stop", "matched": "END"})["matched"] == "END"

@@ -54,16 +54,28 @@ def _hub_cached(repo: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def service_args(serving: Any, port_args: Any) -> list[str]:
+# a request that does not stream gets all its ids in one row; SGLang bounds neither
+MAX_ROW_IDS = 1 << 22
+MAX_RID_LENGTH = 1 << 16
+
+
+def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset()
+                 ) -> list[str]:
     """`serve` flags for SGLang's serving settings and its ports."""
     args = ["--protocol", "sglang",
             "--input", port_args.detokenizer_ipc_name,
             "--output", port_args.tokenizer_ipc_name,
             "--tokenizer", tokenizer_of(serving.tokenizer_path, serving.skip_tokenizer_init),
-            "--http", "127.0.0.1:0", "--exit-with-parent"]
+            "--http", "127.0.0.1:0", "--exit-with-parent",
+            "--max-row-ids", str(MAX_ROW_IDS), "--max-rid-length", str(MAX_RID_LENGTH)]
     workers = int(getattr(serving, "detokenizer_worker_num", 1) or 1)
     if workers > 1:
         args += ["--shards", str(workers)]
+    tokenizers = int(getattr(serving, "tokenizer_worker_num", 1) or 1)
+    if tokenizers > 1:
+        args += ["--sglang-tokenizer-workers", str(tokenizers)]
+    if keep_stop_ids:
+        args += ["--keep-stop-ids", ",".join(map(str, sorted(keep_stop_ids)))]
     return args
 
 

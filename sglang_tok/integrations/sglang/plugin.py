@@ -55,7 +55,30 @@ def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
 
     from .launcher import launch, service_args
 
-    args = service_args(get_serving(), port_args)
+    serving = get_serving()
+    args = service_args(serving, port_args, kept_stop_ids(serving))
     proc = launch(args)
     log.info("sglang_tok: detokenizer is sglang-tok (pid %d): %s", proc.pid, " ".join(args))
     return [proc], ["detokenizer"]
+
+
+# gpt-oss's <|call|>: SGLang's detokenizer keeps it when it stops a request
+GPT_OSS_CALL = 200012
+
+
+def kept_stop_ids(serving: Any) -> frozenset[int]:
+    """The stop token ids SGLang's detokenizer leaves in the text for this server's tool
+    parser (its `trim_matched_stop`): gpt-oss's call token, a response-template parser's
+    one-token call closers."""
+    parser = getattr(serving, "tool_call_parser", None)
+    if not parser or getattr(serving, "skip_tokenizer_init", False):
+        return frozenset()
+    keep = {GPT_OSS_CALL} if parser == "gpt-oss" else set()
+    try:
+        from sglang.srt.parser.response_template import tool_close_token_ids
+        from sglang.srt.utils.hf_transformers_utils import get_tokenizer
+
+        keep |= tool_close_token_ids(parser, get_tokenizer(serving.tokenizer_path))
+    except Exception:  # a parser SGLang cannot build here keeps nothing more
+        log.warning("sglang_tok: no tool-call closers for parser %r", parser, exc_info=True)
+    return frozenset(keep)
