@@ -47,6 +47,7 @@ from sglang_tok.protocol import (
     terminal,
 )
 
+from .journal import FILENAME as JOURNAL
 from .journal import Journal, replay
 from .router import Ended, Live, Router, shard_of
 from .split import split_frame
@@ -58,7 +59,6 @@ SYNC_RETRY_S = 1.0  # a SYNC can vanish into the pipe of a shard that just died
 # the egress's errors for its rids (two sockets have no common order); holding the errors
 # this long lets the frontend read those first (docs/protocol.md section 5, rule 7)
 STALE_HOLD_S = 0.25
-JOURNAL = "egress.journal"
 
 
 def main(cfg: Config, status: Status, core: int | None, restarted: bool = False) -> None:
