@@ -28,7 +28,15 @@ from sglang_tok.metrics import (
     LocalHistogram,
     Metrics,
 )
-from sglang_tok.process import ACTIVITY_CELL, Beat, Status, freeze_heap, pin, setup_child
+from sglang_tok.process import (
+    ACTIVITY_CELL,
+    Beat,
+    Status,
+    freeze_heap,
+    pin,
+    setup_child,
+    shards_text,
+)
 from sglang_tok.protocol import (
     EGRESS,
     EGRESS_RESTARTED,
@@ -138,7 +146,7 @@ class Egress:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        log.info("egress routing to %d shards; input ring %s", self.n, self.cfg.input)
+        log.info("egress routing to %s; input ring %s", shards_text(self.n), self.cfg.input)
         freeze_heap()
         if self.restarted:
             # the frontend ends every request in flight: rows of some may have died unread

@@ -50,6 +50,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sglang_tok.client import Client, RequestStream
+from sglang_tok.process import shards_text
 from sglang_tok.protocol import Delta
 from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
@@ -472,7 +473,7 @@ def main() -> int:
         app = App(svc, info, a.model, a.step_ms / 1000, a.idle_timeout, a.reasoning_parser,
                   a.tool_call_parser)
         web = Starlette(routes=app.routes(), lifespan=app.lifespan)
-        print(f"serving on http://{a.host}:{a.port} (service: {svc.shards} shards, "
+        print(f"serving on http://{a.host}:{a.port} (service: {shards_text(svc.shards)}, "
               f"{a.tokenizer})", flush=True)
         # httptools (the `examples` extra) when installed: h11 costs more per chunk
         uvicorn.run(web, host=a.host, port=a.port, loop="uvloop", http="auto",

@@ -32,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 from sglang_tok.load.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
+from sglang_tok.process import shards_text  # noqa: E402
 from sglang_tok.protocol import EGRESS  # noqa: E402
 from sglang_tok.testing.service import Service  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402
@@ -124,7 +125,7 @@ def main() -> int:
     steps = list(schedule(reqs, spec.concurrency, a.seed))
     svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-faults-")), shards=2,
                   args=a.service_args.split()).start()
-    print(f"service: {svc.shards} shards (its /health)", flush=True)
+    print(f"service: {shards_text(svc.shards)} (its /health)", flush=True)
     kinds = a.kinds.split(",")
     kill_at = sorted(random.uniform(0.1, 0.9) * len(steps) for _ in range(a.kills))
     injected: Counter[str] = Counter()

@@ -127,6 +127,11 @@ class Beat:
         self.cells[self.index] = time.monotonic()
 
 
+def shards_text(n: int) -> str:
+    """"1 shard", "2 shards": for log lines and reports."""
+    return f"{n} shard" if n == 1 else f"{n} shards"
+
+
 def service_roles(shards: int, encode_workers: int = 0) -> list[str]:
     """The service's process slots in status-block order: egress, shards, http, then the
     encode service's broker and workers when it is on."""
@@ -204,8 +209,8 @@ def plan_cores(shards: int, want_pin: bool) -> tuple[list[int | None], int | Non
     if not want_pin:
         return [None] * shards, None, "pinning disabled (--no-pin)"
     if len(cores) < shards + 1:
-        return [None] * shards, None, (f"{len(cores)} usable cores for {shards} shards + egress:"
-                                       " running unpinned")
+        return [None] * shards, None, (f"{len(cores)} usable cores for {shards_text(shards)} + "
+                                       "egress: running unpinned")
     return list(cores[1:shards + 1]), cores[0], ""
 
 

@@ -34,7 +34,7 @@ import zmq
 from . import endpoints
 from .config import Config, check_binds, discard, finalize, refused
 from .egress.journal import FILENAME as JOURNAL
-from .process import Status, plan_cores, run_titled, service_roles
+from .process import Status, plan_cores, run_titled, service_roles, shards_text
 from .ring import link
 from .ring.sockets import make_socket
 from .tokenizer import TokenizerLoadError, load_tokenizer
@@ -389,7 +389,7 @@ class Service:
         self.ready_reported = True
         self.http_port = port
         self._write_port(port)
-        log.info("ready: %d shards; input %s; output %s; http %s:%d", self.cfg.shards,
+        log.info("ready: %s; input %s; output %s; http %s:%d", shards_text(self.cfg.shards),
                  self.cfg.input, self.cfg.output, self.cfg.http_host, port)
 
     def _write_port(self, port: int) -> None:
