@@ -20,7 +20,7 @@ from sglang_tok.ring import link
 from sglang_tok.ring.sockets import make_socket
 
 from sglang_tok import protocol, security
-from sglang_tok.config import Config
+from sglang_tok.config import Config, refusing
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -131,9 +131,10 @@ class Egress:
             self.auth = security.authenticator(self.ctx, cfg.curve_keys, security.SCHEDULERS)
             ring_curve = security.service_server(cfg.curve_keys)
             out_curve = security.service_client(cfg.curve_keys)
-        self.ring = make_socket(self.ctx, zmq.PULL, cfg.input, bind=True, hwm=cfg.ring_capacity,
-                                max_msg_bytes=cfg.max_frame_bytes, linger_ms=0,
-                                curve=ring_curve)
+        with refusing("input", cfg.input):
+            self.ring = make_socket(self.ctx, zmq.PULL, cfg.input, bind=True,
+                                    hwm=cfg.ring_capacity, max_msg_bytes=cfg.max_frame_bytes,
+                                    linger_ms=0, curve=ring_curve)
         self.links = [make_socket(self.ctx, zmq.PUSH, cfg.ipc(f"shard-{k}.ipc"), bind=True,
                                   hwm=hwm) for k in range(self.n)]
         self.back = make_socket(self.ctx, zmq.PULL, cfg.ipc("back.ipc"), bind=True, hwm=hwm)

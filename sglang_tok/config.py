@@ -9,15 +9,18 @@ code reads environment variables.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
+import zmq
 from msgspec import Meta
 
 from . import endpoints
@@ -275,6 +278,18 @@ def check_binds(cfg: Config) -> None:
                 endpoints.check_free(endpoints.parse(value, bind=True), value)
             except endpoints.EndpointError as exc:
                 raise refused(name, str(exc), value) from None
+
+
+@contextlib.contextmanager
+def refusing(name: str, value: str) -> Iterator[None]:
+    """A child's bind of a flag's endpoint that fails (taken since the supervisor checked
+    it) is that flag refused, which the child reports (process.run_titled)."""
+    try:
+        yield
+    except zmq.ZMQError as exc:
+        raise refused(name, f"cannot bind: {exc.strerror}", value) from None
+    except OSError as exc:
+        raise refused(name, f"cannot listen: {exc.strerror}", value) from None
 
 
 def discard(made: list[Path], runtime: str) -> None:

@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from multiprocessing.sharedctypes import RawArray
@@ -23,6 +24,7 @@ import psutil
 log = logging.getLogger("sglang_tok")
 
 _PR_SET_PDEATHSIG = 1
+CONFIG_EXIT = 2  # a child that found a flag's value unusable (ExitCode.CONFIG)
 
 # status block layout, in doubles: service-wide cells, then (beat, pid) per process slot
 _ACTIVITY = 0
@@ -151,7 +153,12 @@ def run_titled(title: str, target: Callable[..., None], args: tuple[object, ...]
     if title:
         import setproctitle
         setproctitle.setproctitle(title)
-    target(*args)
+    from .config import ConfigError  # imported already: the args hold a Config
+    try:
+        target(*args)
+    except ConfigError as exc:  # one line, no traceback; the supervisor stops with code 2
+        log.error("%s", exc)
+        sys.exit(CONFIG_EXIT)
 
 
 def freeze_heap() -> None:

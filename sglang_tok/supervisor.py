@@ -34,7 +34,7 @@ import zmq
 from . import endpoints
 from .config import Config, check_binds, discard, finalize, refused
 from .egress.journal import FILENAME as JOURNAL
-from .process import Status, plan_cores, run_titled, service_roles, shards_text
+from .process import CONFIG_EXIT, Status, plan_cores, run_titled, service_roles, shards_text
 from .ring import link
 from .ring.sockets import make_socket
 from .tokenizer import TokenizerLoadError, load_tokenizer
@@ -231,6 +231,9 @@ class Supervisor:
             if spec.on_death is not None:
                 spec.on_death(pid)
             if not booted and run.starts == 1:
+                if proc.exitcode == CONFIG_EXIT:
+                    raise Stop(ExitCode.CONFIG, f"{spec.role} refused a flag's value (the "
+                               "error above).")
                 raise Stop(ExitCode.BOOT_FAILURE,
                            f"{spec.role} failed at boot ({run.verdict or 'it exited'}); "
                            "see its log above.")
