@@ -29,7 +29,7 @@ TOOLS: Any = [{"type": "function", "function": {
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with running_server(tmp_path_factory.mktemp("oai-parsers"), "--shards", "1", "--step-ms",
-                        "5", "--reasoning-parser", "deepseek-r1",
+                        "1", "--reasoning-parser", "deepseek-r1",
                         "--tool-call-parser", "deepseekv4") as url:
         yield url
 
