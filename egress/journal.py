@@ -22,6 +22,7 @@ from pathlib import Path
 
 import msgspec
 
+FILENAME = "egress.journal"  # in the runtime directory
 _LEN = struct.Struct("<I")
 MIN_COMPACT_BYTES = 1 << 20
 

@@ -21,7 +21,7 @@ from sglang_tok.ring import link
 from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
-from sglang_tok.config import Config
+from sglang_tok.config import Config, refusing
 from sglang_tok.integrations.sglang import wire
 from sglang_tok.integrations.sglang.reply import by_worker
 from sglang_tok.metrics import (
@@ -31,7 +31,15 @@ from sglang_tok.metrics import (
     LocalHistogram,
     Metrics,
 )
-from sglang_tok.process import ACTIVITY_CELL, Beat, Status, freeze_heap, pin, setup_child
+from sglang_tok.process import (
+    ACTIVITY_CELL,
+    Beat,
+    Status,
+    freeze_heap,
+    pin,
+    setup_child,
+    shards_text,
+)
 from sglang_tok.protocol import (
     EGRESS,
     EGRESS_RESTARTED,
@@ -50,6 +58,7 @@ from sglang_tok.protocol import (
     terminal,
 )
 
+from .journal import FILENAME as JOURNAL
 from .journal import Journal, replay
 from .router import Ended, Live, Router, shard_of
 from .sglang_in import SglangIn, Step
@@ -62,7 +71,6 @@ SYNC_RETRY_S = 1.0  # a SYNC can vanish into the pipe of a shard that just died
 # the egress's errors for its rids (two sockets have no common order); holding the errors
 # this long lets the frontend read those first (docs/protocol.md section 5, rule 7)
 STALE_HOLD_S = 0.25
-JOURNAL = "egress.journal"
 # --protocol sglang: a request first seen mid-stream (the service started after it did)
 LOST_START = "the detokenizer never received this request's first rows"
 
@@ -134,9 +142,10 @@ class Egress:
             self.auth = security.authenticator(self.ctx, cfg.curve_keys, security.SCHEDULERS)
             ring_curve = security.service_server(cfg.curve_keys)
             out_curve = security.service_client(cfg.curve_keys)
-        self.ring = make_socket(self.ctx, zmq.PULL, cfg.input, bind=True, hwm=cfg.ring_capacity,
-                                max_msg_bytes=cfg.max_frame_bytes, linger_ms=0,
-                                curve=ring_curve)
+        with refusing("input", cfg.input):
+            self.ring = make_socket(self.ctx, zmq.PULL, cfg.input, bind=True,
+                                    hwm=cfg.ring_capacity, max_msg_bytes=cfg.max_frame_bytes,
+                                    linger_ms=0, curve=ring_curve)
         self.links = [make_socket(self.ctx, zmq.PUSH, cfg.ipc(f"shard-{k}.ipc"), bind=True,
                                   hwm=hwm) for k in range(self.n)]
         self.back = make_socket(self.ctx, zmq.PULL, cfg.ipc("back.ipc"), bind=True, hwm=hwm)
@@ -150,7 +159,7 @@ class Egress:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        log.info("egress routing to %d shards; input ring %s", self.n, self.cfg.input)
+        log.info("egress routing to %s; input ring %s", shards_text(self.n), self.cfg.input)
         freeze_heap()
         if self.restarted and self.sglang is None:
             # the frontend ends every request in flight: rows of some may have died unread

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import zmq
 from sglang_tok.ring.sockets import make_socket
 
-from sglang_tok.config import Config
+from sglang_tok.config import Config, refusing
 from sglang_tok.metrics import Metrics
 from sglang_tok.process import Beat, Status, parent_alive, setup_child
 
@@ -64,9 +64,10 @@ class Broker:
                                   cfg.encode_max_total_chars)
         self.ctx = zmq.Context(io_threads=1)
         # libzmq refuses (drops the connection of) a message no valid request could be
-        self.front = make_socket(self.ctx, zmq.ROUTER, cfg.encode, bind=True,
-                                 hwm=max(1000, cfg.encode_queue), linger_ms=1000,
-                                 max_msg_bytes=self.limits.max_bytes)
+        with refusing("encode", cfg.encode):
+            self.front = make_socket(self.ctx, zmq.ROUTER, cfg.encode, bind=True,
+                                     hwm=max(1000, cfg.encode_queue), linger_ms=1000,
+                                     max_msg_bytes=self.limits.max_bytes)
         self.back = make_socket(self.ctx, zmq.ROUTER, cfg.ipc("encode-workers.ipc"),
                                 bind=True, hwm=1000, linger_ms=0)
         # a send to a worker that has gone raises instead of vanishing

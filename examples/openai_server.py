@@ -3,6 +3,14 @@
 
     python examples/openai_server.py --port 8000 [--shards N] [--tokenizer NAME_OR_PATH]
 
+The model is simulated; the detokenizer is not. A completion's text is not an answer to
+its prompt: the simulated scheduler replays multilingual text, code and emoji as token
+ids (seeded by the request's `seed`), and with a tool-call parser on, the simulated model
+"thinks" first and then calls the first tool offered with made-up arguments (`{"query":
+the prompt's first 40 characters, "n": 3}`). What is real is everything after the ids:
+the service's detokenization, stop strings, logprob texts, reasoning and tool-call
+parsing, and the kit's client; `GET /debug/requests/{id}` shows what was generated.
+
 Starts the sglang-tok service (through the harness, `sglang_tok.testing.service.Service`), a
 simulated scheduler that pushes one BATCH per step through the kit's writer
 (`sim_scheduler.py`), and the kit's asyncio client on the service's output. Serves
@@ -50,6 +58,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sglang_tok.client import Client, RequestStream
+from sglang_tok.parsers import REASONING_PARSERS, TOOL_PARSERS, TOOL_STREAMS, pairing_error
+from sglang_tok.process import shards_text
 from sglang_tok.protocol import Delta
 from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
@@ -60,7 +70,19 @@ RECORDS = 50000  # completions kept for /debug/requests
 
 
 class BadRequest(Exception):
-    pass
+    """A request OpenAI would answer 400 `invalid_request_error`: `param` names the body
+    field at fault, and it is answered before any stream starts."""
+
+    def __init__(self, message: str, param: str | None = None,
+                 code: str | None = "invalid_value") -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code if param else None
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": {"message": str(self), "type": "invalid_request_error",
+                                       "param": self.param, "code": self.code}},
+                            status_code=400)
 
 
 def sse(obj: Any) -> bytes:
@@ -155,44 +177,89 @@ class Parsed(msgspec.Struct):
     tool_stream: str = "incremental"  # the body's `tool_stream` (protocol section 8)
 
 
+def _int(body: dict[str, Any], key: str, default: Any, low: int, high: int | None = None
+         ) -> Any:
+    """body[key] as an int within [low, high], or the default when absent (or null)."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (
+            high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise BadRequest(f"{key} must be an integer {bounds}, got {value!r}", key)
+    return value
+
+
+def _name(value: Any, param: str, known: Any, flag: str) -> str:
+    """A parser or mode name from the body or the server's flag, checked against `known`."""
+    name = str(value)
+    if name and name not in known:
+        raise BadRequest(f"unknown {param} {name!r} (from {flag}); known: "
+                         f"{', '.join(sorted(known))}", param)
+    return name
+
+
 def parse(body: Any, chat: bool, model: str, reasoning_parser: str = "",
           tool_parser: str = "") -> Parsed:
+    """The request's fields, each checked: a bad one is a BadRequest naming it, answered
+    400 before anything is opened (the service would end the stream with an error
+    after its 200 and first chunk)."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     if body.get("n", 1) != 1:
-        raise BadRequest("only n=1 is supported")
+        raise BadRequest("only n=1 is supported", "n")
     if chat:
         msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            raise BadRequest("messages must be a non-empty list")
-        prompt = "\n".join(str(m.get("content") or "") for m in msgs if isinstance(m, dict))
-        top_k = (max(1, int(body.get("top_logprobs") or 0)) if body.get("logprobs") else 0)
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
+            raise BadRequest("messages must be a non-empty list of objects", "messages")
+        prompt = "\n".join(str(m.get("content") or "") for m in msgs)
+        top_k = max(1, _int(body, "top_logprobs", 0, 0, 20)) if body.get("logprobs") else 0
+        key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        max_tokens = _int(body, key, None, 1)
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1:
             prompt = prompt[0]
         if not isinstance(prompt, str):
-            raise BadRequest("prompt must be a string")
+            raise BadRequest("prompt must be a string", "prompt")
         lp = body.get("logprobs")
-        top_k = max(1, int(lp)) if lp is not None and lp is not False else 0
-        max_tokens = body.get("max_tokens", 16)
+        if lp is None or lp is False:
+            top_k = 0
+        else:
+            top_k = 1 if lp is True else max(1, _int(body, "logprobs", 0, 0, 5))
+        max_tokens = _int(body, "max_tokens", 16, 1)
     stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else list(stop)
+    stop = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise BadRequest("stop must be a string or a list of non-empty strings", "stop")
     opts = body.get("stream_options") or {}
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise BadRequest("max_tokens must be a positive integer")
+    if not isinstance(opts, dict):
+        raise BadRequest("stream_options must be an object", "stream_options")
+    seed = _int(body, "seed", None, -(1 << 63))
     defs = [t for t in body.get("tools") or [] if isinstance(t, dict)] if chat else []
     tools = [str((t.get("function") or {}).get("name") or "") for t in defs]
-    parser = str(body.get("tool_parser", tool_parser)) if chat else ""
+    reasoning = tool = ""
+    if chat:
+        reasoning = _name(body.get("reasoning_parser", reasoning_parser), "reasoning_parser",
+                          REASONING_PARSERS, "the body" if "reasoning_parser" in body
+                          else "--reasoning-parser")
+        tool = _name(body.get("tool_parser", tool_parser), "tool_parser", TOOL_PARSERS,
+                     "the body" if "tool_parser" in body else "--tool-call-parser")
+    tool_stream = _name(body.get("tool_stream", "incremental"), "tool_stream", TOOL_STREAMS,
+                        "the body")
     if body.get("tool_choice") == "none":  # OpenAI: the model must not call a tool
-        parser = ""
+        tool = ""
+    elif defs and not tool:
+        raise BadRequest("tools need a tool-call parser to be parsed from the model's text: "
+                         "start the server with --tool-call-parser NAME, or pass tool_parser "
+                         f"in the body (known: {', '.join(sorted(TOOL_PARSERS))})", "tools")
+    why = pairing_error(reasoning, tool)
+    if why:
+        raise BadRequest(why, "tool_parser" if tool else "reasoning_parser")
     return Parsed(chat, prompt, bool(body.get("stream")), max_tokens, stop, top_k,
                   bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  body.get("seed"), str(body.get("model") or model),
-                  str(body.get("reasoning_parser", reasoning_parser)) if chat else "",
-                  parser, [t for t in tools if t], defs if parser else [],
-                  str(body.get("tool_stream", "incremental")))
+                  seed, str(body.get("model") or model), reasoning, tool,
+                  [t for t in tools if t], defs if tool else [], tool_stream)
 
 
 class App:
@@ -290,11 +357,13 @@ class App:
 
     async def _serve(self, request: Request, chat: bool) -> Response:
         try:
-            p = parse(msgspec.json.decode(await request.body()), chat, self.model,
-                      self.reasoning_parser, self.tool_parser)
-        except (BadRequest, msgspec.DecodeError, ValueError, TypeError) as exc:
-            return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
-                                           "code": 400}}, status_code=400)
+            body = msgspec.json.decode(await request.body())
+        except msgspec.DecodeError as exc:
+            return BadRequest(f"the body is not valid JSON: {exc}").response()
+        try:
+            p = parse(body, chat, self.model, self.reasoning_parser, self.tool_parser)
+        except BadRequest as exc:
+            return exc.response()
         rid, gen, rs = self.start(p)
         if p.stream:
             return StreamingResponse(self._sse(p, rid, gen, rs), media_type="text/event-stream")
@@ -459,9 +528,12 @@ def main() -> int:
                     default="packed")
     # SGLang's flags: the default parsers of chat requests (a body may name others:
     # `reasoning_parser` / `tool_parser`, e.g. through the openai package's extra_body)
-    ap.add_argument("--reasoning-parser", default="", help="e.g. deepseek-r1, qwen3")
-    ap.add_argument("--tool-call-parser", default="",
-                    help="e.g. deepseekv4, deepseekv3, hermes, mistral")
+    ap.add_argument("--reasoning-parser", default="", metavar="NAME",
+                    choices=["", *sorted(REASONING_PARSERS)],
+                    help=f"one of {', '.join(sorted(REASONING_PARSERS))}")
+    ap.add_argument("--tool-call-parser", default="", metavar="NAME",
+                    choices=["", *sorted(TOOL_PARSERS)],
+                    help=f"one of {', '.join(sorted(TOOL_PARSERS))}")
     a = ap.parse_args()
     info = load(a.tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-openai-"))
@@ -472,7 +544,7 @@ def main() -> int:
         app = App(svc, info, a.model, a.step_ms / 1000, a.idle_timeout, a.reasoning_parser,
                   a.tool_call_parser)
         web = Starlette(routes=app.routes(), lifespan=app.lifespan)
-        print(f"serving on http://{a.host}:{a.port} (service: {svc.shards} shards, "
+        print(f"serving on http://{a.host}:{a.port} (service: {shards_text(svc.shards)}, "
               f"{a.tokenizer})", flush=True)
         # httptools (the `examples` extra) when installed: h11 costs more per chunk
         uvicorn.run(web, host=a.host, port=a.port, loop="uvloop", http="auto",

@@ -8,6 +8,7 @@ bounded so shutdown always ends, after giving queued messages time to leave.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,8 @@ def make_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, hwm: 
         sock.setsockopt(zmq.RCVTIMEO, rcvtimeo_ms)
     if sndtimeo_ms >= 0:
         sock.setsockopt(zmq.SNDTIMEO, sndtimeo_ms)
+    if endpoint.startswith("tcp://["):  # an IPv6 address: libzmq takes it only when told
+        sock.setsockopt(zmq.IPV6, 1)
     if curve is not None and endpoint.startswith("tcp://"):
         sock.curve_publickey = curve.public
         sock.curve_secretkey = curve.secret
@@ -84,3 +87,30 @@ class PushTo:
         for endpoint, sock in self.sockets.items():
             if endpoint is not None:
                 sock.close(linger=linger)
+
+
+class BoundFile:
+    """The socket file an ipc:// bind made, to remove once the socket is closed: libzmq
+    leaves it, and a directory holding it cannot be removed. Only that file goes, not one
+    a later bind of the same path put there (a frontend bound again where one closed)."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.path = ""
+        self.ident: tuple[int, int] | None = None
+        if endpoint.startswith("ipc://") and not endpoint.startswith("ipc://@"):
+            self.path = endpoint[len("ipc://"):]
+            self.ident = _ident(self.path)
+
+    def remove(self) -> None:
+        if self.ident is not None and _ident(self.path) == self.ident:
+            Path(self.path).unlink(missing_ok=True)
+        self.ident = None
+
+
+def _ident(path: str) -> tuple[int, int] | None:
+    """The socket file's (device, inode); None when no socket is there."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None

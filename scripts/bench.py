@@ -23,8 +23,10 @@ Then each target of the issue, with its ratio and whether it was reached.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -244,6 +246,7 @@ def main() -> int:
     ap.add_argument("--json", default="bench-out/bench.json")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sglang-tok-bench-"))
+    atexit.register(shutil.rmtree, work, True)  # whichever way this ends
     systems = a.systems.split(",")
     results: dict[str, Any] = {}
     for name, spec in standard_traces(4 if a.quick else 1).items():

@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from sglang_tok.egress.split import LocalRoute
 from sglang_tok.ring import link
+from sglang_tok.shards import table as table_module
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok.config import Config
@@ -268,9 +269,9 @@ def formats() -> tuple[list[str], list[str]]:
 @functools.cache
 def tokenizer(specials: tuple[str, ...]) -> TokenizerInfo:
     """The built-in DeepSeek-V4 tokenizer, `specials` added as special tokens."""
-    info = load("deepseek-v4")
     if not specials:
-        return info
+        return load("deepseek-v4")
+    info = tokenizer(())  # loaded once, not once per marker set
     from tokenizers import AddedToken, Tokenizer
     tok = Tokenizer.from_str(info.tokenizer.to_str())
     tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in specials])
@@ -446,6 +447,20 @@ def routed(tr: Trace) -> list[link.Arrays]:
     return msgs
 
 
+def plainless_table(info: TokenizerInfo, size: int) -> RidTable:
+    """A RidTable without an array decoder, as for a tokenizer the array path cannot decode:
+    a request without options then runs the same per-row machinery (Request.row) a parsed
+    one does. (Its decoder's tables take a third of a second to build: not once per run.)"""
+    real = table_module.plain_decoder
+    table_module.plain_decoder = lambda *_: None
+    try:
+        table = RidTable(info, 0, max_requests=size, ended_memory=size)
+    finally:
+        table_module.plain_decoder = real
+    assert table.plain is None and table._fresh is None
+    return table
+
+
 def run_table(tr: Trace, msgs: list[link.Arrays],
               opts: dict[str, Any]) -> tuple[float, float, dict[str, list[Delta]]]:
     """Seconds the shard spends on the whole trace (OPENs not timed), every request on the
@@ -455,10 +470,7 @@ def run_table(tr: Trace, msgs: list[link.Arrays],
     The deltas come back from the encoded frames, so the exactness check reads what a
     frontend would."""
     n = len(tr.reqs)
-    table = RidTable(tr.info, 0, max_requests=n + 1, ended_memory=n + 1)
-    # no array decoder, as for a tokenizer the array path cannot decode: a request without
-    # options then runs the same per-row machinery (Request.row) a parsed one does
-    table.plain = table._fresh = None
+    table = plainless_table(tr.info, n + 1)
     for r in range(n):
         sink: list[Delta] = []
         table.on_open(Open(f"r{r}", **opts), sink)

@@ -14,7 +14,9 @@ array path: `cd ../old && python ../sglang-tok/scripts/bench_small_frames.py --f
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -57,6 +59,7 @@ def main() -> int:
     a = ap.parse_args()
     info = load("deepseek-v4")
     runtime = tempfile.mkdtemp(prefix="bench-small-")
+    atexit.register(shutil.rmtree, runtime, True)  # whichever way this ends
     tr = bs.make_trace(info, "a", a.requests, a.concurrency, 1, 0.05)
     frames = sum(1 for f in tr.frames if f[0] == protocol.TAG_BATCH)
     egress = bs.measure_egress(tr, 1, a.repeat, runtime) * tr.rows / frames

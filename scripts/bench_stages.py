@@ -24,8 +24,10 @@ also given against one `tokenizers` DecodeStream.step per id, measured in the sa
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -363,6 +365,7 @@ def main() -> int:
     a = ap.parse_args()
     info = load(a.tokenizer)
     runtime = tempfile.mkdtemp(prefix="bench-stages-")
+    atexit.register(shutil.rmtree, runtime, True)  # whichever way this ends
     specs = {"a": (a.requests_a, 1024, 1, 0.05), "b": (a.requests_b, 256, 4, 0.0)}
     if a.only:
         tr = make_trace(info, "a", *specs[a.traces.split(",")[0]])

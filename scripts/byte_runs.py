@@ -20,10 +20,12 @@ and measures, for the current code and optionally for a git revision side by sid
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,6 +99,7 @@ def eval_texts(n: int, seed: int = 7) -> list[str]:
 def baseline_package(rev: str) -> ModuleType:
     """The sglang_tok package as of `rev`, importable beside the current one."""
     tmp = Path(tempfile.mkdtemp(prefix="byte_runs_"))
+    atexit.register(shutil.rmtree, tmp, True)  # imported from it until the process ends
     tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "sglang_tok"], check=True,
                          capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tmp)], input=tar, check=True)

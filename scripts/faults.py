@@ -22,16 +22,15 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 from sglang_tok.load.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
+from sglang_tok.process import shards_text  # noqa: E402
 from sglang_tok.protocol import EGRESS  # noqa: E402
 from sglang_tok.testing.service import Service  # noqa: E402
 from sglang_tok.tokenizer import load  # noqa: E402
@@ -122,9 +121,8 @@ def main() -> int:
                     seed=a.seed)
     reqs = make_requests(info, spec)
     steps = list(schedule(reqs, spec.concurrency, a.seed))
-    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-faults-")), shards=2,
-                  args=a.service_args.split()).start()
-    print(f"service: {svc.shards} shards (its /health)", flush=True)
+    svc = Service(shards=2, args=a.service_args.split()).start()
+    print(f"service: {shards_text(svc.shards)} (its /health)", flush=True)
     kinds = a.kinds.split(",")
     kill_at = sorted(random.uniform(0.1, 0.9) * len(steps) for _ in range(a.kills))
     injected: Counter[str] = Counter()
@@ -151,6 +149,9 @@ def main() -> int:
                 svc.front.poll(delay)
         dropped = settle(svc)
     finally:
+        # the supervisor's word on each death (its log goes with the service's directory)
+        deaths = [line for line in svc.log_path.read_text(errors="replace").splitlines()
+                  if " exited with code " in line or " restarted " in line]
         rc = svc.stop()
     outcome = judge(svc, reqs, info)
     print("\nfaults injected: " + (", ".join(f"{k} {v}" for k, v in injected.items()) or "none"))
@@ -170,7 +171,9 @@ def main() -> int:
     print(f"{'frontend violations':<22} {len(svc.front.violations)} "
           f"{svc.front.violations[:3] if svc.front.violations else ''}")
     print(f"frames dropped by reason: {dropped or 'none'}; service exit code {rc}")
-    print(f"service log: {svc.tmp / 'service.log'}")
+    print("the supervisor's log of deaths and restarts:")
+    for line in deaths:
+        print(f"  {line}")
     return 0 if not outcome["lost"] and not outcome["wrong"] else 1
 
 

@@ -18,10 +18,8 @@ import argparse
 import dataclasses
 import os
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,8 +45,7 @@ def rss_mib(svc: Service) -> float:
 
 def start_service(a: argparse.Namespace) -> Service:
     """Small rings, a frontend that buffers little and a producer whose buffer is small."""
-    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-overload-")), shards=2,
-                  args=["--link-capacity", str(a.link_capacity)],
+    svc = Service(shards=2, args=["--link-capacity", str(a.link_capacity)],
                   ring_capacity=a.ring_capacity)
     svc.front.close()
     svc.front = Frontend(svc.output, hwm=16)

@@ -18,8 +18,10 @@ per-shard load and errors, as a table, a JSON summary (--json) and a PNG chart (
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -320,6 +322,7 @@ def main() -> int:
     trace = read(a.trace)
     tokenizer = trace.meta.get("tokenizer", "deepseek-v4")
     work = Path(tempfile.mkdtemp(prefix="sglang-tok-replay-"))
+    atexit.register(shutil.rmtree, work, True)  # whichever way this ends
     if a.baseline:
         target = start_baseline(a.baseline, tokenizer, work)
     elif a.start:

@@ -16,7 +16,6 @@ import argparse
 import glob
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +41,7 @@ def soak(minutes: float, rate: float = 200.0, sample_every: float = 5.0,
          warmup_fraction: float = 0.2) -> dict:
     info = load("deepseek-v4")
     shm_before = set(glob.glob("/dev/shm/*"))
-    svc = Service(Path(tempfile.mkdtemp(prefix="sglang-tok-soak-")), shards=2).start()
+    svc = Service(shards=2).start()
     samples: list[tuple[float, list[tuple[int, int]]]] = []
     problems: list[str] = []
     t0 = time.monotonic()

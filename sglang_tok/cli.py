@@ -71,18 +71,28 @@ def config_from(args: argparse.Namespace) -> Config:
     return validate({f.name: getattr(args, f.name) for f in msgspec.structs.fields(Config)})
 
 
+class _OneLine(argparse.ArgumentParser):
+    """A subcommand whose mistakes are one line: `serve`'s usage alone is 30 lines, which
+    bury the error under it."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The whole command line, and its `serve` subcommand (for errors naming a flag)."""
     top = argparse.ArgumentParser(prog="sglang-tok", description=__doc__)
-    sub = top.add_subparsers(dest="cmd", required=True)
+    sub = top.add_subparsers(dest="cmd", required=True, parser_class=_OneLine)
     serve = sub.add_parser("serve", help="run the detokenizer service", epilog=_serve_epilog(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     config_flags(serve)
     h = sub.add_parser("health", help="probe a running service; exit 0 when healthy")
-    h.add_argument("--http", default=Config().http)
+    h.add_argument("--http", default=Config().http, metavar="HOST:PORT",
+                   help=f"the service's --http (default {Config().http})")
     h.add_argument("--deep", action="store_true",
                    help="also PING through the input ring and wait for every PONG")
-    h.add_argument("--timeout", type=float, default=5.0)
+    h.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="how long to wait for the answer (default 5)")
     kg = sub.add_parser("keygen", help="make a CURVE key directory for tcp:// endpoints")
     kg.add_argument("dir")
     dm = sub.add_parser("demo", help="start the service, stream verified requests through it")
@@ -106,16 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.requests, args.concurrency, args.shards or None, args.tokenizer)
     if args.cmd == "health":
         return health(args.http, args.deep, args.timeout)
+    from .supervisor import ExitCode, serve
     try:
-        cfg = config_from(args)
-    except ConfigError as exc:
-        serve_parser.error(str(exc))  # exits 2, naming the flag
-    from .supervisor import serve
-    try:
-        return serve(cfg)
-    except ConfigError as exc:
-        print(f"sglang-tok: {exc}", file=sys.stderr)
-        return 2
+        return serve(config_from(args))
+    except ConfigError as exc:  # nothing was started, nothing is left on disk
+        print(f"{serve_parser.prog}: error: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
 
 
 def health(http: str, deep: bool, timeout: float) -> int:

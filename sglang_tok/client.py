@@ -38,7 +38,7 @@ import zmq.asyncio
 from . import protocol
 from .logprob_rows import FIELDS, RowFamilies
 from .protocol import EGRESS, Columns, Delta, Deltas, Pong, Restarted
-from .ring.sockets import Curve, make_socket
+from .ring.sockets import BoundFile, Curve, make_socket
 from .scheduler import Scheduler
 
 __all__ = ["Client", "ClientStats", "Frontend", "RequestOutput", "RequestStream",
@@ -209,6 +209,7 @@ class Frontend:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = make_socket(self.ctx, zmq.PULL, endpoint, bind=bind, hwm=hwm, linger_ms=0,
                                 curve=curve)
+        self._file = BoundFile(endpoint if bind else "")
         self.requests: dict[str, RequestOutput] = {}
         self.pongs: list[Pong] = []
         self.seqs: dict[int, int] = {}
@@ -298,6 +299,7 @@ class Frontend:
 
     def close(self) -> None:
         self.sock.close(linger=0)
+        self._file.remove()
 
 
 def barrier(sched: Scheduler, front: Frontend, shards: int, timeout_s: float = 30.0) -> bool:
@@ -467,6 +469,7 @@ class Client:
         self.ctx = ctx or zmq.asyncio.Context.instance()
         self.sock: Any = make_socket(self.ctx, zmq.PULL, endpoint, bind=bind, hwm=hwm,
                                      linger_ms=0, curve=curve)
+        self._file = BoundFile(endpoint if bind else "")
         self.streams: dict[str, RequestStream] = {}
         # rids whose registered stream has its terminal delta queued (not yet read)
         self._done_rids: set[str] = set()
@@ -694,4 +697,5 @@ class Client:
                 pass
             self._reader = None
         self.sock.close(linger=0)
+        self._file.remove()
 

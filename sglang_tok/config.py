@@ -9,16 +9,24 @@ code reads environment variables.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
+import zmq
 from msgspec import Meta
 
+from . import endpoints
 from .tokenizer import DEFAULT_TOKENIZER
+
+log = logging.getLogger("sglang_tok.config")
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 OutputFormat = Literal["deltas", "columnar", "packed"]
@@ -152,6 +160,11 @@ def flag(field: str) -> str:
 _AT_FIELD = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<field>\w+)`)?$")
 
 
+def refused(name: str, what: str, got: object) -> ConfigError:
+    """The one shape of every refused value: `--flag: what is wrong (got value)`."""
+    return ConfigError(f"{flag(name)}: {what} (got {got!r})")
+
+
 def validate(fields: dict[str, Any]) -> Config:
     """A Config from field values, every `Meta` constraint checked; errors name the flag."""
     try:
@@ -163,8 +176,7 @@ def validate(fields: dict[str, Any]) -> Config:
         if name is None:
             raise ConfigError(str(exc)) from None
         what = m["what"].replace("`", "")
-        raise ConfigError(f"{flag(name)}: {what[0].lower()}{what[1:]}, got "
-                          f"{fields.get(name)!r}") from None
+        raise refused(name, f"{what[0].lower()}{what[1:]}", fields.get(name)) from None
 
 
 def default_shards() -> int:
@@ -176,32 +188,133 @@ def default_shards() -> int:
     return max(1, cores - 1)
 
 
-def finalize(cfg: Config) -> Config:
-    """Check every constraint, fill derived defaults (runtime dir, endpoints), and reject
-    what cannot work; a Config built in code gets the same checks as the CLI's."""
-    cfg = validate(msgspec.structs.asdict(cfg))
-    runtime = cfg.runtime_dir or tempfile.mkdtemp(prefix="sglang-tok-")
-    Path(runtime).mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(runtime, 0o700)  # ipc sockets live here: only the service's user may connect
-    if len(f"ipc://{runtime}/shard-255.ipc") > 100:
-        raise ConfigError(f"runtime dir {runtime!r} is too long for ipc:// socket paths")
+def _endpoints(cfg: Config) -> list[tuple[str, str, bool]]:
+    """(field, value, bound by the service) of every endpoint flag given a value."""
+    given = [("input", cfg.input, True), ("output", cfg.output, False),
+             ("encode", cfg.encode, True)]
+    return [(name, value, bind) for name, value, bind in given if value]
+
+
+def _check_syntax(cfg: Config) -> None:
+    """Every endpoint flag as libzmq and asyncio would take it, before anything is made."""
     try:
-        cfg_http_port = int(cfg.http.rsplit(":", 1)[1])
-    except (IndexError, ValueError):
-        raise ConfigError(f"--http must be HOST:PORT, got {cfg.http!r}") from None
-    if not 0 <= cfg_http_port < 65536:
-        raise ConfigError(f"--http port out of range: {cfg_http_port}")
+        endpoints.parse_http(cfg.http)
+    except endpoints.EndpointError as exc:
+        raise refused("http", str(exc), cfg.http) from None
+    seen: dict[str, str] = {}
+    for name, value, bind in _endpoints(cfg):
+        try:
+            endpoints.parse(value, bind=bind)
+        except endpoints.EndpointError as exc:
+            raise refused(name, str(exc), value) from None
+        if value in seen:
+            raise refused(name, f"the same endpoint as {flag(seen[value])}", value)
+        seen[value] = name
+    if cfg.encode and not cfg.encode_workers:
+        raise refused("encode", "the encode service is off without --encode-workers N",
+                      cfg.encode)
+    if cfg.encode_workers and cfg.curve_keys and cfg.encode.startswith("tcp://"):
+        raise refused("encode", "tcp:// with --curve-keys is not supported yet: the encode "
+                      "service has no CURVE keys of its own; use an ipc:// endpoint", cfg.encode)
     if cfg.curve_keys:
         for name in ("service.key_secret", "frontend.key", "authorized-schedulers"):
             if not Path(cfg.curve_keys, name).exists():
-                raise ConfigError(f"--curve-keys {cfg.curve_keys}: missing {name}; make the "
-                                  "directory with `sglang-tok keygen DIR`")
-    if cfg.encode_workers and cfg.curve_keys and cfg.encode.startswith("tcp://"):
-        raise ConfigError("--encode on tcp:// with --curve-keys is not supported yet: the "
-                          "encode service has no CURVE keys of its own; use an ipc:// endpoint")
+                raise refused("curve_keys", f"missing {name}; make the directory with "
+                              "`sglang-tok keygen DIR`", cfg.curve_keys)
+
+
+def _make_runtime(cfg: Config, made: list[Path]) -> str:
+    """The runtime directory, mode 0700 (ipc sockets live there: only the service's user
+    may connect); what it had to create is appended to `made`."""
+    if not cfg.runtime_dir:
+        runtime = tempfile.mkdtemp(prefix="sglang-tok-")
+        made.append(Path(runtime))
+    else:
+        runtime = cfg.runtime_dir
+        try:
+            made.extend(endpoints.make_dir(Path(runtime)))
+        except endpoints.EndpointError as exc:
+            raise refused("runtime_dir", str(exc), runtime) from None
+    os.chmod(runtime, 0o700)
+    return runtime
+
+
+def finalize(cfg: Config, made: list[Path] | None = None) -> Config:
+    """Check every constraint, fill derived defaults (runtime dir, endpoints), make the
+    directories ipc sockets need, and reject what cannot work; a Config built in code gets
+    the same checks as the CLI's. Directories it creates are appended to `made` (for
+    `discard`); on a refusal it removes them itself."""
+    cfg = validate(msgspec.structs.asdict(cfg))
+    _check_syntax(cfg)
+    created: list[Path] = []
+    runtime = cfg.runtime_dir
+    try:
+        runtime = _make_runtime(cfg, created)
+        if len(f"ipc://{runtime}/shard-255.ipc") > 100:
+            raise refused("runtime_dir", "too long for the ipc:// socket paths in it" + (
+                "" if cfg.runtime_dir else " (a fresh one under TMPDIR); pass a shorter one"),
+                runtime)
+        for name, value, _ in _endpoints(cfg):
+            ep = endpoints.parse(value, bind=False)
+            if isinstance(ep, endpoints.Ipc):
+                try:
+                    dirs = endpoints.make_dirs(ep)
+                except endpoints.EndpointError as exc:
+                    raise refused(name, str(exc), value) from None
+                created.extend(dirs)
+                for d in dirs:
+                    log.info("made directory %s (mode 0700) for %s %s", d, flag(name), value)
+    except ConfigError:
+        discard(created, runtime)
+        raise
+    if made is not None:
+        made.extend(created)
     return msgspec.structs.replace(
         cfg, runtime_dir=runtime,
         encode=cfg.encode or (f"ipc://{runtime}/encode.ipc" if cfg.encode_workers else ""),
         input=cfg.input or f"ipc://{runtime}/input.ipc",
         output=cfg.output or f"ipc://{runtime}/output.ipc",
         model_name=cfg.model_name or cfg.tokenizer)
+
+
+def check_binds(cfg: Config) -> None:
+    """Bind and release every endpoint the service binds, and the HTTP port, so that a
+    busy one is a refused flag before any process starts (a finalized Config)."""
+    host, port = endpoints.parse_http(cfg.http)
+    try:
+        endpoints.check_http_free(host, port)
+    except endpoints.EndpointError as exc:
+        raise refused("http", str(exc), cfg.http) from None
+    for name in ("egress-ctl.ipc", "back.ipc", "health.ipc"):
+        if endpoints.listening(str(Path(cfg.runtime_dir, name))):
+            raise refused("runtime_dir", "another sglang-tok serve is running there",
+                          cfg.runtime_dir)
+    for name, value, bind in _endpoints(cfg):
+        if bind:
+            try:
+                endpoints.check_free(endpoints.parse(value, bind=True), value)
+            except endpoints.EndpointError as exc:
+                raise refused(name, str(exc), value) from None
+
+
+@contextlib.contextmanager
+def refusing(name: str, value: str) -> Iterator[None]:
+    """A child's bind of a flag's endpoint that fails (taken since the supervisor checked
+    it) is that flag refused, which the child reports (process.run_titled)."""
+    try:
+        yield
+    except zmq.ZMQError as exc:
+        raise refused(name, f"cannot bind: {exc.strerror}", value) from None
+    except OSError as exc:
+        raise refused(name, f"cannot listen: {exc.strerror}", value) from None
+
+
+def discard(made: list[Path], runtime: str) -> None:
+    """Remove what `finalize` made, innermost first: the runtime directory with whatever
+    is left in it (a dead egress's journal), any other directory only when it is empty (a
+    frontend's socket may be in it)."""
+    for d in reversed(made):
+        if d == Path(runtime):
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            endpoints.remove_dirs([d])

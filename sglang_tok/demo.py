@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .config import default_shards
 from .load.workload import PlanSpec, make_requests, schedule, verify
+from .process import shards_text
 from .testing.service import Service
 from .tokenizer import load
 
@@ -48,7 +49,7 @@ def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> 
         problems = [p for r in reqs for p in verify(r, front.requests.get(r.rid), info)]
         for r in reqs[:3]:
             print(f"  {r.rid}: {front.requests[r.rid].text[:70]!r}")
-        print(f"{len(reqs)} requests, {tokens} tokens through {svc.shards} shards in "
+        print(f"{len(reqs)} requests, {tokens} tokens through {shards_text(svc.shards)} in "
               f"{elapsed:.2f}s ({tokens / elapsed:,.0f} tokens/s incl. the client)")
         print(f"exact: {len(reqs) - len({p.split(':')[0] for p in problems})}/{len(reqs)}; "
               f"protocol violations: {len(front.violations)}")

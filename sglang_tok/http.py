@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from . import protocol, security
-from .config import Config
+from .config import Config, refusing
 from .process import Beat, Status, parent_alive, service_roles, setup_child
 from .ring.sockets import make_socket
 
@@ -135,8 +135,9 @@ class HttpServer:
         return 404, JSON, b'{"error": "not found"}'
 
     async def serve(self) -> None:
-        server = await asyncio.start_server(self.handle, self.cfg.http_host, self.cfg.http_port,
-                                            limit=MAX_REQUEST_BYTES)
+        with refusing("http", self.cfg.http):
+            server = await asyncio.start_server(self.handle, self.cfg.http_host,
+                                                self.cfg.http_port, limit=MAX_REQUEST_BYTES)
         port = server.sockets[0].getsockname()[1]
         self.status.http_port = port
         log.info("http listening on %s:%d", self.cfg.http_host, port)

@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from multiprocessing.sharedctypes import RawArray
@@ -23,6 +24,7 @@ import psutil
 log = logging.getLogger("sglang_tok")
 
 _PR_SET_PDEATHSIG = 1
+CONFIG_EXIT = 2  # a child that found a flag's value unusable (ExitCode.CONFIG)
 
 # status block layout, in doubles: service-wide cells, then (beat, pid) per process slot
 _ACTIVITY = 0
@@ -127,6 +129,11 @@ class Beat:
         self.cells[self.index] = time.monotonic()
 
 
+def shards_text(n: int) -> str:
+    """"1 shard", "2 shards": for log lines and reports."""
+    return f"{n} shard" if n == 1 else f"{n} shards"
+
+
 def service_roles(shards: int, encode_workers: int = 0) -> list[str]:
     """The service's process slots in status-block order: egress, shards, http, then the
     encode service's broker and workers when it is on."""
@@ -146,7 +153,12 @@ def run_titled(title: str, target: Callable[..., None], args: tuple[object, ...]
     if title:
         import setproctitle
         setproctitle.setproctitle(title)
-    target(*args)
+    from .config import ConfigError  # imported already: the args hold a Config
+    try:
+        target(*args)
+    except ConfigError as exc:  # one line, no traceback; the supervisor stops with code 2
+        log.error("%s", exc)
+        sys.exit(CONFIG_EXIT)
 
 
 def freeze_heap() -> None:
@@ -204,8 +216,8 @@ def plan_cores(shards: int, want_pin: bool) -> tuple[list[int | None], int | Non
     if not want_pin:
         return [None] * shards, None, "pinning disabled (--no-pin)"
     if len(cores) < shards + 1:
-        return [None] * shards, None, (f"{len(cores)} usable cores for {shards} shards + egress:"
-                                       " running unpinned")
+        return [None] * shards, None, (f"{len(cores)} usable cores for {shards_text(shards)} + "
+                                       "egress: running unpinned")
     return list(cores[1:shards + 1]), cores[0], ""
 
 

@@ -31,8 +31,10 @@ from types import FrameType
 
 import zmq
 
-from .config import Config, finalize
-from .process import Status, plan_cores, run_titled, service_roles
+from . import endpoints
+from .config import Config, check_binds, discard, finalize, refused
+from .egress.journal import FILENAME as JOURNAL
+from .process import CONFIG_EXIT, Status, plan_cores, run_titled, service_roles, shards_text
 from .ring import link
 from .ring.sockets import make_socket
 from .tokenizer import TokenizerLoadError, load_tokenizer
@@ -122,11 +124,14 @@ class Supervisor:
                  drain: Callable[[float], None] = _nothing,
                  tick: Callable[[], None] = _nothing,
                  on_restart: Callable[[Child], None] = _nothing,
-                 title: str = "", parent: int | None = None) -> None:
+                 title: str = "", parent: int | None = None,
+                 on_forced_exit: Callable[[], None] = _nothing) -> None:
         """`drain(deadline)` tells the data holders to finish by that monotonic time;
         `tick()` runs once per loop turn; `title` prefixes the children's process titles;
-        with `parent` (a pid), its exit stops the service as SIGTERM would."""
+        with `parent` (a pid), its exit stops the service as SIGTERM would;
+        `on_forced_exit()` runs before a second SIGINT ends the process at once."""
         self.parent = parent
+        self.on_forced_exit = on_forced_exit
         self.running = [_Running(c) for c in children]
         self.status = status
         self.timeouts = timeouts
@@ -140,6 +145,7 @@ class Supervisor:
     # ------------------------------------------------------------------ signals
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.signals and signum == signal.SIGINT:
+            self.on_forced_exit()  # os._exit runs no `finally`
             os._exit(ExitCode.FORCED)  # a second ^C; the children die with us (PDEATHSIG)
         self.signals.append(signum)
 
@@ -225,6 +231,9 @@ class Supervisor:
             if spec.on_death is not None:
                 spec.on_death(pid)
             if not booted and run.starts == 1:
+                if proc.exitcode == CONFIG_EXIT:
+                    raise Stop(ExitCode.CONFIG, f"{spec.role} refused a flag's value (the "
+                               "error above).")
                 raise Stop(ExitCode.BOOT_FAILURE,
                            f"{spec.role} failed at boot ({run.verdict or 'it exited'}); "
                            "see its log above.")
@@ -383,7 +392,7 @@ class Service:
         self.ready_reported = True
         self.http_port = port
         self._write_port(port)
-        log.info("ready: %d shards; input %s; output %s; http %s:%d", self.cfg.shards,
+        log.info("ready: %s; input %s; output %s; http %s:%d", shards_text(self.cfg.shards),
                  self.cfg.input, self.cfg.output, self.cfg.http_host, port)
 
     def _write_port(self, port: int) -> None:
@@ -397,13 +406,13 @@ class Service:
         self.notices.close(linger=0)
         self.zctx.term()
         rt = Path(self.cfg.runtime_dir)
-        for path in [*rt.glob("*.ipc"), rt / "http.port"]:
+        journal = rt / JOURNAL  # left by an egress that died
+        for path in [*rt.glob("*.ipc"), rt / "http.port", journal, journal.with_suffix(".tmp")]:
             path.unlink(missing_ok=True)
+        for bound in (self.cfg.input, self.cfg.encode):  # libzmq leaves socket files
+            if bound.startswith("ipc://"):
+                endpoints.remove_stale(bound[len("ipc://"):])
         shutil.rmtree(rt / "metrics", ignore_errors=True)
-        try:
-            rt.rmdir()  # only if nothing else lives there
-        except OSError:
-            pass
 
 
 def _mark_dead(pid: int) -> None:
@@ -412,15 +421,27 @@ def _mark_dead(pid: int) -> None:
 
 
 def serve(cfg: Config) -> int:
+    """Run the service until it stops; ConfigError (nothing was started, nothing is left
+    on disk) when a flag's value cannot work."""
     logging.basicConfig(level=cfg.log_level,
                         format="%(asctime)s sglang-tok supervisor %(levelname)s %(message)s",
                         stream=sys.stderr)
-    cfg = finalize(cfg)
+    made: list[Path] = []
+    runtime = cfg.runtime_dir
     try:
-        load_tokenizer(cfg.tokenizer)  # fail fast and clearly, before any child starts
-    except TokenizerLoadError as exc:
-        log.error("%s", exc)
-        return ExitCode.CONFIG
+        cfg = finalize(cfg, made)
+        runtime = cfg.runtime_dir
+        try:
+            load_tokenizer(cfg.tokenizer)  # fail fast and clearly, before any child starts
+        except TokenizerLoadError as exc:
+            raise refused("tokenizer", str(exc), cfg.tokenizer) from None
+        check_binds(cfg)
+        return _run(cfg, lambda: discard(made, runtime))
+    finally:
+        discard(made, runtime)
+
+
+def _run(cfg: Config, on_forced_exit: Callable[[], None]) -> int:
     metrics_dir = Path(cfg.runtime_dir, "metrics")
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(mode=0o700)
@@ -433,6 +454,7 @@ def serve(cfg: Config) -> int:
         return Supervisor(service.children(), service.status, service.timeouts(),
                           drain=service.drain, tick=service.report_ready,
                           on_restart=service.count_restart, title=TITLE,
-                          parent=os.getppid() if cfg.exit_with_parent else None).run()
+                          parent=os.getppid() if cfg.exit_with_parent else None,
+                          on_forced_exit=on_forced_exit).run()
     finally:
         service.close()

@@ -76,3 +76,11 @@ def hang_at_boot(status: Status, slot: int, where: str) -> None:
     setup_child("test child", "INFO")
     _dump_stacks_to(where)
     stuck_in_a_loop_that_never_beats()
+
+
+def refuse_flag(status: Status, slot: int, where: str) -> None:
+    """Find a flag's endpoint taken at bind (since the supervisor checked it)."""
+    setup_child("test child", "INFO")
+    from sglang_tok.config import refusing
+    with refusing("input", "tcp://127.0.0.1:5555"):
+        raise OSError(98, "Address already in use")

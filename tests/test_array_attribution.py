@@ -32,6 +32,7 @@ from sglang_tok.protocol import ColumnsOut, Delta, Open, PackedOut
 from sglang_tok.tokenizer import TokenizerInfo
 
 FORMATS = ("deltas", "columnar", "packed")
+pytestmark = pytest.mark.usefixtures("plain_decoders_once")
 
 
 def _per_row_rule(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> str | None:

@@ -30,6 +30,8 @@ from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
+pytestmark = pytest.mark.usefixtures("plain_decoders_once")
+
 
 @functools.cache
 def tokenizer(name: str) -> TokenizerInfo:

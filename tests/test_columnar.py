@@ -18,6 +18,8 @@ from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Columns, Delta, Deltas, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
 
+pytestmark = pytest.mark.usefixtures("plain_decoders_once")
+
 INFO: TokenizerInfo = load("deepseek-v4")
 
 pairs = st.lists(st.tuples(st.floats(-50, 0, width=32), st.integers(0, 1 << 20)), max_size=3)

@@ -68,7 +68,10 @@ def test_table_only_for_fallback_chains() -> None:
     assert fallback_chain(swapped) is None  # ByteFallback before Replace: not this rule set
 
 
-def id_lists(info: TokenizerInfo) -> st.SearchStrategy[list[int]]:
+@functools.cache
+def id_lists(name: str) -> st.SearchStrategy[list[int]]:
+    """Per tokenizer, once: the vocabulary and the encoded texts, not once per example."""
+    info = tokenizer(name)[0]
     vocab = info.tokenizer.get_vocab(with_added_tokens=True)
     byte_ids = [vocab[f"<0x{b:02X}>"] for b in range(256)]
     lead_ids = [vocab[f"<0x{b:02X}>"] for b in (0x20, 0xC3, 0xE4, 0xF0)]
@@ -98,7 +101,7 @@ def full(info: TokenizerInfo, ids: list[int], skip: bool) -> str:
 def test_rows_equal_window_stream_loop_and_full_decode(name: str, data: st.DataObject) -> None:
     info, tab = tokenizer(name)
     vocab = info.vocab_size
-    ids_of = id_lists(info)
+    ids_of = id_lists(name)
     nslots = data.draw(st.integers(1, 6), "slots")
     prompts = [data.draw(st.one_of(st.just([]), ids_of), "prompt") for _ in range(nslots)]
     seqs = [data.draw(ids_of, "ids") for _ in range(nslots)]

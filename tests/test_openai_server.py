@@ -98,7 +98,41 @@ def test_models_health_and_bad_requests(base: str) -> None:
     assert httpx.get(f"{base}/health").json()["status"] == "ok"
     r = httpx.post(f"{base}/v1/chat/completions", json={"model": "m", "messages": MSG, "n": 2})
     assert r.status_code == 400 and "n=1" in r.text
-    assert httpx.post(f"{base}/v1/completions", content=b"{").status_code == 400
+    r = httpx.post(f"{base}/v1/completions", content=b"{")
+    assert r.status_code == 400 and r.json()["error"]["param"] is None
+
+
+TOOLS: Any = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("fields, param, words", [
+    ({"tool_parser": "nope", "tools": TOOLS}, "tool_parser",
+     "unknown tool_parser 'nope' (from the body); known: deepseekv3"),
+    ({"tools": TOOLS}, "tools", "start the server with --tool-call-parser NAME, or pass "
+                                "tool_parser in the body"),
+    ({"reasoning_parser": "r2"}, "reasoning_parser", "unknown reasoning_parser 'r2'"),
+    ({"tool_parser": "hermes", "tools": TOOLS, "tool_stream": "all"}, "tool_stream",
+     "unknown tool_stream 'all'"),
+    ({"reasoning_parser": "gpt-oss", "tool_parser": "hermes"}, "tool_parser", "gpt-oss pairs"),
+    ({"max_tokens": 0}, "max_tokens", "max_tokens must be an integer at least 1, got 0"),
+    ({"top_logprobs": 99, "logprobs": True}, "top_logprobs", "between 0 and 20"),
+    ({"stop": [1]}, "stop", "stop must be a string or a list"),
+    ({"messages": "hi"}, "messages", "messages must be a non-empty list"),
+])
+def test_a_bad_field_is_a_400_in_openais_shape_before_any_stream(
+        base: str, stream: bool, fields: dict[str, Any], param: str, words: str) -> None:
+    body = {"model": "m", "messages": MSG, "stream": stream, **fields}
+    r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400 and r.headers["content-type"] == "application/json", r.text
+    err = r.json()["error"]
+    assert (err["type"], err["param"], err["code"]) == ("invalid_request_error", param,
+                                                       "invalid_value"), err
+    assert words in err["message"], err
+    with pytest.raises(openai.BadRequestError) as exc:  # what an OpenAI client raises
+        oai(base).chat.completions.create(model="m", messages=MSG, stream=stream,
+                                          extra_body=fields)
+    assert exc.value.param == param and exc.value.code == "invalid_value"
 
 
 def test_chat_stream_usage_on_every_chunk_and_the_final_usage_chunk(base: str) -> None:

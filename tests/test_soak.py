@@ -1,4 +1,4 @@
-"""The short soak: `scripts/soak.py`'s checks for ~15 seconds, run as the program it is."""
+"""The short soak: `scripts/soak.py`'s checks for ~10 seconds, run as the program it is."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ SOAK = Path(__file__).resolve().parent.parent / "scripts" / "soak.py"
 
 def test_short_soak_leaks_nothing(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
-    p = subprocess.run([sys.executable, str(SOAK), "--minutes", "0.25", "--sample-every", "3",
+    p = subprocess.run([sys.executable, str(SOAK), "--minutes", "0.17", "--sample-every", "2",
                         "--warmup-fraction", "0.4", "--json", str(out)],
                        capture_output=True, text=True, timeout=180)
     r = json.loads(out.read_text())

@@ -147,3 +147,21 @@ def test_data_holder_that_does_not_drain_is_killed_at_the_deadline(tmp_path: Pat
     assert sup.run() == ExitCode.OK
     (holder,) = (r.proc for r in sup.running)
     assert holder is not None and holder.exitcode == -signal.SIGKILL
+
+
+def test_a_child_refusing_a_flag_at_boot_stops_the_service_with_the_config_code(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An endpoint taken between the supervisor's check and the child's bind: one line
+    naming the flag, exit code 2, the others stopped."""
+    status = Status(2)
+    sup = Supervisor([child(kids.refuse_flag, (status, 0, str(tmp_path))),
+                      child(kids.serve, (status, 1, str(tmp_path), False), holds_data=False,
+                            slot=1)], status, Timeouts(drain=1.0, stop_grace=1.0))
+    t0 = time.monotonic()
+    with caplog.at_level(logging.INFO, "sglang_tok.supervisor"):
+        assert sup.run() == ExitCode.CONFIG
+    assert "kid 0 refused a flag's value (the error above)" in caplog.text
+    assert sup.running[0].proc is None and sup.running[0].spec.role == "kid 0"
+    other = sup.running[1].proc
+    assert other is not None and not other.is_alive()
+    assert time.monotonic() - t0 < 30

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -40,12 +42,15 @@ class Service:
     with the asyncio `Client`) before or after `start()`; the service's PUSH connects
     either way. `shards` is the `--shards` flag asked for; once started, `self.shards` is
     the count the service reports on `/health` (extra `args` may hold another `--shards`).
+    Without `tmp` it makes a temporary directory of its own, which `stop()` removes (with
+    the log in it: read `logs()` before).
     """
 
-    def __init__(self, tmp: Path, shards: int = 2, args: list[str] | None = None,
+    def __init__(self, tmp: Path | None = None, shards: int = 2, args: list[str] | None = None,
                  ring_capacity: int = 1000, tokenizer: str | None = None,
                  frontend: bool = True) -> None:
-        self.tmp = Path(tmp)
+        self.own_tmp = tmp is None
+        self.tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-")) if tmp is None else Path(tmp)
         self.runtime = self.tmp / "rt"
         self.runtime.mkdir(parents=True, exist_ok=True)
         self.shards = shards
@@ -69,10 +74,15 @@ class Service:
         self.stop()
 
     def start(self, timeout: float = 60.0) -> Service:
+        """Start and wait until healthy; on failure, stop what started, then raise."""
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=self.log,
                                      start_new_session=True)
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
         self.sched = Scheduler(self.input)
         return self
 
@@ -185,6 +195,8 @@ class Service:
         if self.log is not None:
             self.log.close()
             self.log = None
+        if self.own_tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
         return rc
 
 
