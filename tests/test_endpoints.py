@@ -4,8 +4,10 @@ flag, and a directory an ipc socket needs is made (mode 0700) and removed again.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -131,12 +133,16 @@ def test_a_directory_that_cannot_be_made_is_refused_and_nothing_is_left(tmp_path
 
 
 def test_a_fresh_runtime_dir_is_removed_when_a_flag_is_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    (tmp_path / "file").write_text("")
-    with pytest.raises(ConfigError, match="--output"):
-        finalize(Config(output=f"ipc://{tmp_path}/file/x.ipc"), [])
-    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    short = Path(tempfile.mkdtemp(prefix="sgt-"))  # room for the ipc paths of a runtime dir
+    try:
+        monkeypatch.setattr("tempfile.tempdir", str(short))
+        (short / "file").write_text("")
+        with pytest.raises(ConfigError, match="--output"):
+            finalize(Config(output=f"ipc://{short}/file/x.ipc"), [])
+        assert [p.name for p in short.iterdir()] == ["file"]
+    finally:
+        shutil.rmtree(short)
 
 
 def test_busy_endpoints_are_refused_before_anything_starts(tmp_path: Path) -> None:
