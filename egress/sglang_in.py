@@ -50,6 +50,8 @@ class Step:
         """Each shard's rows of the passed-through fields, in the order `split_frame` gives
         its rows (frame order within a shard; LATE rows in no shard)."""
         rids, ipcs = self.msg.rids or [], self.msg.http_worker_ipcs
+        if nshards == 1 and LATE not in codes:  # the usual one-shard message: no array work
+            return {0: encode_passed(rids, ipcs, self.columns)}
         code = np.array(codes, np.int64)
         live = code != LATE
         shard = code % nshards
