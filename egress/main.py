@@ -298,12 +298,23 @@ class Egress:
                                  []).extend(step.lost)
         for why, rids in by_reason.items():
             self._end_on_shards(rids, why)
-        for opts in step.opens:  # a first row's options, before the row
-            self._route_open(opts.rid, link.forward(stamp, protocol.encode_control(opts)))
+        opens = self._sglang_opens(step.opens) if step.opens else None
         if self.router.quarantine:  # a first row is no suspect: nothing of it was lost
             for rid in step.fresh:
                 self.router.open(rid)
-        self._route_batch(step.batch, frame, stamp, step)
+        self._route_batch(step.batch, frame, stamp, step, opens)
+
+    def _sglang_opens(self, opens: list[Open]) -> dict[int, list[Open]]:
+        """First rows' options, by shard: they ride in the shard's ARRAYS message, ahead
+        of its rows (`Sparse.opens`), so a new request costs no message of its own."""
+        rids = [o.rid for o in opens]
+        for rid in rids:  # a reused rid: the old one was ended for its scheduler
+            self.replayed.pop(rid, None)
+        self.journal.write(opened=rids)
+        by_shard: dict[int, list[Open]] = {}
+        for o in opens:
+            by_shard.setdefault(self.router.open(o.rid), []).append(o)
+        return by_shard
 
     def _forward(self, k: int, msg: bytes, ended: Ended | None = None) -> None:
         """Queue a message for shard k; `ended` rids end when the shard acknowledges it."""
@@ -328,7 +339,8 @@ class Egress:
         self._forward(k, fwd, [(rid, st)] if st is not None else None)
 
     def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float,
-                     sglang: Step | None = None) -> None:
+                     sglang: Step | None = None,
+                     opens: dict[int, list[Open]] | None = None) -> None:
         router = self.router
         if router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
             router.quarantine = False
@@ -350,7 +362,7 @@ class Egress:
         if late == len(owner):
             return
         passed = sglang.passed(owner, self.n) if sglang is not None else None
-        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed):
+        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed, opens):
             self._forward(k, msg, finished.get(k))
 
     def _fail_suspects(self) -> None:

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from sglang_tok.ring import link
 from sglang_tok.ring.link import LATE, Family, Sparse
 
-from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, Batch
+from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, Batch, Open
 from sglang_tok.ragged import ragged_index, small_ints, starts_of, u32s
 
 I64 = npt.NDArray[np.int64]
@@ -30,9 +30,11 @@ _OUTPUT_FAMILIES = {name: (idx, kind) for name, idx, kind in FAMILIES
 
 def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
                 new_rows: list[tuple[int, str]],
-                passed: dict[int, bytes] | None = None) -> list[tuple[int, bytes]]:
+                passed: dict[int, bytes] | None = None,
+                opens: dict[int, list[Open]] | None = None) -> list[tuple[int, bytes]]:
     """(shard, ARRAYS message) for every shard that owns a row of the frame; `passed` is
-    each shard's part of what an SGLang reply passes on (`Sparse.extra`).
+    each shard's part of what an SGLang reply passes on (`Sparse.extra`), `opens` its
+    first rows' options (`Sparse.opens`).
 
     Rows are grouped by shard with one stable sort, so each shard's slots and ids are
     slices of two gathers, whatever the number of shards.
@@ -49,12 +51,15 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         # the frame's own ids buffer as is; slots by `array` (no numpy call for a small
         # frame, whose latency is per-call overheads)
         sparse = None if one_each and not new_rows and not end_rows and reasoning is None \
-            and not batch.layout and not passed else \
+            and not batch.layout and not passed and not opens else \
             _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
                         _whole_families(batch) if batch.layout else [])
         if passed:
             assert sparse is not None
             sparse.extra = passed[0]
+        if opens:
+            assert sparse is not None
+            sparse.opens = opens[0]
         # with one shard a row's route code is its slot: the codes go as they are
         return [(0, link.frame_arrays(stamp, array("I", codes), batch.data[:8 * batch.total_ids],
                                       sparse))]
@@ -95,6 +100,8 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
             sparse.families = [f.part(shard) for f in families]
         if passed:
             sparse.extra = passed[shard]
+        if opens and shard in opens:
+            sparse.opens = opens[shard]
         shard_ids = ids_sorted[int(id_first[shard]):int(id_first[shard + 1])]
         out.append((shard, link.arrays(stamp, slots[row_from:row_to], shard_ids, sparse)))
     return out

@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sglang_tok.logprob_rows import Family  # (name, rows, lens, poslens, values, ids)
+from sglang_tok.protocol import Open
 
 # the route code of a row no shard decodes (its rid has ended); above every slot code
 LATE = (1 << 32) - 1
@@ -64,6 +65,9 @@ class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     # --protocol sglang: the scheduler's fields a reply passes on, cut to these rows
     # (msgpack `integrations.sglang.reply.Passed`)
     extra: bytes = b""
+    # --protocol sglang: the options of first rows that are not the defaults, which the
+    # shard takes as OPENs before the rows (one message, not one per request)
+    opens: list[Open] = []
 
 
 class Arrays(msgspec.Struct, gc=False):

@@ -357,7 +357,8 @@ def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
     texts: list[list[str]] = [[] for _ in trace.rids]
     finishes: list[Any] = [None] * len(trace.rids)
     stray = sent = done = 0
-    cpu0, own0 = cpu_seconds(pids), time.process_time()
+    per0: dict[str, list[float]] = {}
+    cpu0, own0 = cpu_seconds(pids, per0), time.process_time()
     t0 = last = time.monotonic()
     deadline = t0 + timeout
     while done < total:
@@ -396,7 +397,10 @@ def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
             hit = np.flatnonzero(counts)
             rem[hit + lo] -= counts[hit]
             done += int(np.count_nonzero(rem[hit + lo] == 0))
-    cpu, own = cpu_seconds(pids) - cpu0, time.process_time() - own0
+    per1: dict[str, list[float]] = {}
+    cpu, own = cpu_seconds(pids, per1) - cpu0, time.process_time() - own0
+    by_process = {title: round(sum(per1[title]) - sum(per0.get(title, [])), 3)
+                  for title in per1}
     elapsed = max(1e-9, last - t0)
     exact, problems = 0, []
     for k, rid in enumerate(trace.rids):
@@ -413,7 +417,8 @@ def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
         else:
             exact += 1
     return {"ids": trace.ids, "elapsed_s": elapsed, "ids_per_s": trace.ids / elapsed,
-            "cpu_s": cpu, "cpu_s_per_mid": cpu / max(1, trace.ids) * 1e6, "bench_cpu_s": own,
+            "cpu_s": cpu, "cpu_by_process": by_process,
+            "cpu_s_per_mid": cpu / max(1, trace.ids) * 1e6, "bench_cpu_s": own,
             "complete": done == total, "answered_messages": done, "messages": total,
             "exact": exact, "requests": len(trace.rids), "stray_rows": stray,
             "problems": problems[:10]}
@@ -622,6 +627,7 @@ def main() -> int:
                           f"  exact {r['exact']}/{r['requests']}  {r['elapsed_s']:.2f}s"
                           f"  (bench CPU {r['bench_cpu_s']:.2f}s, start "
                           f"{r['startup_s']:.1f}s)", flush=True)
+                    print(f"      CPU s by process: {r['cpu_by_process']}")
                     for p in r["problems"][:3]:
                         print(f"      {p}")
     finally:

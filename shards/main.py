@@ -62,8 +62,8 @@ class Shard:
         # --protocol sglang: BatchStrOutput replies, to the TokenizerManager or its workers
         self.sglang = Replies(cfg.sglang_tokenizer_workers > 1) \
             if cfg.protocol == "sglang" else None
-        if self.sglang is not None:
-            self.output_format = "packed"
+        if self.sglang is not None:  # the replies take the decoders' texts as they are
+            self.output_format = "columnar"
         self.back = make_socket(self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
@@ -175,6 +175,11 @@ class Shard:
         table = self.table
         extra = b""
         if isinstance(msg, link.Arrays):
+            if msg.sparse.opens:  # first rows' options, as OPENs before the rows
+                opened = protocol.output_sink(self.output_format)
+                for opts in msg.sparse.opens:
+                    table.on_open(opts, opened)
+                self._send(opened)
             table.on_arrays(msg, out)
             extra = msg.sparse.extra
         else:
@@ -249,11 +254,11 @@ class Shard:
         passed on (`extra`), or, without it, the service's own last rows."""
         assert self.sglang is not None
         if extra:
-            assert isinstance(out, protocol.PackedOut)
-            replies = self.sglang.rows(out.build_packed(self.shard, self.seq), extra)
+            assert isinstance(out, protocol.ColumnsOut)
+            replies = self.sglang.rows(out, extra)
         else:
-            deltas = out.build_packed(self.shard, self.seq).deltas \
-                if isinstance(out, protocol.PackedOut) else list(out)  # type: ignore[arg-type]
+            deltas = out.build(self.shard, self.seq).deltas \
+                if isinstance(out, protocol.ColumnsOut) else out
             replies = self.sglang.last_rows(deltas)
         for to, reply in replies:
             self.outs[to].send(reply)

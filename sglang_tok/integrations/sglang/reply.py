@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from sglang_tok.protocol import Delta, Packed
+from sglang_tok.protocol import ColumnsOut, Delta
 
 from . import wire
 
@@ -113,23 +113,24 @@ class Replies:
         self.unroutable = 0
 
     # ------------------------------------------------------------------ decoded rows
-    def rows(self, packed: Packed, extra: bytes) -> list[Reply]:
+    def rows(self, out: ColumnsOut, extra: bytes) -> list[Reply]:
         """Replies for one ARRAYS message: the decoded rows, in the scheduler's row order,
         with its passed-through fields; a row the shard ended with an error of its own, or
-        a delta without a row, is a last row of the service's."""
+        a delta without a row, is a last row of the service's. `out` is the shard's sink
+        as it stands: the texts go on as the lists the decoders made."""
         passed = _passed_decoder.decode(extra)
+        errors = out.sparse.get("error")
         if passed.ipcs is not None:
-            self._remember(passed, {packed.rids[r] for r, _ in packed.finish})
-        texts = packed.texts()
-        if packed.rids == passed.rids and not packed.error:  # a delta per row, in row order
-            return self._split(passed, texts)
-        return self._matched(packed, passed, texts)
+            self._remember(passed, {out.rids[r] for r, _ in out.sparse.get("finish", ())})
+        if out.rids == passed.rids and not errors:  # a delta per row, in row order
+            return self._split(passed, out.texts)
+        return self._matched(out, passed, {out.rids[r] for r, _ in errors or ()})
 
-    def _matched(self, packed: Packed, passed: Passed, texts: list[str]) -> list[Reply]:
+    def _matched(self, out: ColumnsOut, passed: Passed, failed: set[str]) -> list[Reply]:
         """The general join: each row takes its rid's next delta, in order."""
-        failed = {packed.rids[r] for r, _ in packed.error}
+        texts = out.texts
         rows_of: dict[str, list[int]] = {}
-        for r, rid in enumerate(packed.rids):
+        for r, rid in enumerate(out.rids):
             rows_of.setdefault(rid, []).append(r)
         taken: dict[str, int] = {}
         keep: list[int] = []
@@ -141,19 +142,19 @@ class Replies:
                 taken[rid] = at + 1
                 keep.append(i)
                 strs.append(texts[mine[at]])
-        out: list[Reply] = []
+        replies: list[Reply] = []
         if keep:
             if len(keep) != len(passed.rids):
                 ipcs = passed.ipcs
                 passed = Passed([passed.rids[i] for i in keep],
                                 None if ipcs is None else [ipcs[i] for i in keep],
                                 cut(passed.columns, len(passed.rids), [keep])[0])
-            out += self._split(passed, strs)
+            replies += self._split(passed, strs)
         spare = [r for rid, rs in rows_of.items() for r in rs[taken.get(rid, 0):]]
         if spare:
-            deltas = packed.deltas
-            out += self.last_rows([deltas[r] for r in sorted(spare)])
-        return out
+            deltas = out.build(0, 0).deltas
+            replies += self.last_rows([deltas[r] for r in sorted(spare)])
+        return replies
 
     def _split(self, passed: Passed, texts: list[str]) -> list[Reply]:
         """One reply, or one per tokenizer worker when the rows name several."""
