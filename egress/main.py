@@ -45,19 +45,17 @@ from sglang_tok.protocol import (
     EGRESS_RESTARTED,
     MALFORMED_FRAME,
     SHARD_RESTARTED,
-    Abort,
     Delta,
-    Error,
     FrameError,
     Open,
     Ping,
     Pong,
     Restarted,
-    Result,
     Usage,
     terminal,
 )
 
+from .control import Routed, route_control
 from .journal import FILENAME as JOURNAL
 from .journal import Journal, replay
 from .router import Ended, Live, Router, shard_of
@@ -239,16 +237,12 @@ class Egress:
         self.frames[tag].inc()
         fwd = link.forward(stamp, frame)
         match msg:
-            case Open(rid=rid):
-                self._route_open(rid, fwd)
-            case Error(rid=rid):
-                self._route_error(rid, fwd)
-            case Result(rid=rid):
-                self._forward(self.router.owner(rid), fwd)
-            case Abort():
-                self._route_abort(msg, stamp)
             case Ping(nonce=nonce):
                 self._ping(nonce, fwd)
+            case Open():
+                self._route_open(msg, fwd)
+            case _:
+                self._route_control(msg, fwd, stamp)
 
     def _on_sglang(self, frame: memoryview, stamp: float) -> None:
         """One SGLang scheduler message (egress/sglang_in.py); or the HTTP process's deep
@@ -322,21 +316,24 @@ class Egress:
         self.pending[k].append(msg)
         self._flush(k)
 
-    def _route_open(self, rid: str, fwd: bytes) -> None:
+    def _route_open(self, msg: Open, fwd: bytes) -> None:
+        rid = msg.rid
         if len(rid) > self.cfg.max_rid_length:
             return self._drop(FrameError("limit_rid_length", "rid longer than "
                                          f"--max-rid-length {self.cfg.max_rid_length}"))
         self.replayed.pop(rid, None)  # a reused rid: the old one was ended for its scheduler
         self.journal.write(opened=(rid,))
-        self._forward(self.router.open(rid), fwd)
+        self._route_control(msg, fwd, 0.0)
 
-    def _route_error(self, rid: str, fwd: bytes) -> None:
-        if self.router.is_ended(rid):
-            self.late.inc()
-            return
-        k = self.router.owner(rid)
-        st = self.router.end(rid)
-        self._forward(k, fwd, [(rid, st)] if st is not None else None)
+    def _route_control(self, msg: Routed, fwd: bytes, stamp: float) -> None:
+        """OPEN, ERROR, ABORT, RESULT to their shards (egress/control.py); the frame goes
+        as it came unless a shard gets a part of it (an ABORT of several shards' rids)."""
+        routes, late = route_control(self.router, msg)
+        if late:
+            self.late.inc(late)
+        for k, part, ended in routes:
+            frame = fwd if part is msg else link.forward(stamp, protocol.encode_control(part))
+            self._forward(k, frame, ended)
 
     def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float,
                      sglang: Step | None = None,
@@ -391,19 +388,6 @@ class Egress:
             rids = [rid for rid, _ in ended]
             workers = [ipc_of.get(rid) for rid in rids] if ipc_of else []
             self._forward(k, link.drop(message, rids, workers), ended)
-
-    def _route_abort(self, msg: Abort, stamp: float) -> None:
-        by_shard: dict[int, Ended] = {}
-        for rid in dict.fromkeys(msg.rids):
-            if self.router.is_ended(rid):
-                self.late.inc()
-                continue
-            k = self.router.owner(rid)
-            st = self.router.end(rid) or Live(k)
-            by_shard.setdefault(k, []).append((rid, st))
-        for k, ended in by_shard.items():
-            frame = protocol.encode_control(Abort([rid for rid, _ in ended]))
-            self._forward(k, link.forward(stamp, frame), ended)
 
     def _publish(self) -> None:
         """The per-frame metrics to the shared files: a few times a second, before a

@@ -34,7 +34,6 @@ from typing import Any
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
-from sglang_tok.egress.split import LocalRoute
 from sglang_tok.ring import link
 from sglang_tok.shards import table as table_mod
 from sglang_tok.shards.paths import row_reason
@@ -45,6 +44,7 @@ from sglang_tok import protocol
 from sglang_tok.client import decode_frame
 from sglang_tok.decoder import make_stream
 from sglang_tok.load.workload import PlanSpec, make_requests, schedule
+from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 

@@ -40,7 +40,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from sglang_tok.egress.split import LocalRoute
 from sglang_tok.ring import link
 from sglang_tok.shards import table as table_module
 from sglang_tok.shards.table import RidTable
@@ -69,6 +68,7 @@ from sglang_tok.protocol import (
 )
 from sglang_tok.scheduler import encode_step
 from sglang_tok.stops import StopMatcher
+from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 CODE = ["def area(r: float) -> float:\n    return 3.14159 * r ** 2  # 🙂\n",

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.egress.split import LocalRoute
 from sglang_tok.shards import table as table_mod
 from sglang_tok.shards.paths import row_reason
 from sglang_tok.shards.table import RidTable
@@ -29,6 +28,7 @@ from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
 from sglang_tok.load.workload import PlannedRequest, schedule, verify
 from sglang_tok.protocol import ColumnsOut, Delta, Open, PackedOut
+from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo
 
 FORMATS = ("deltas", "columnar", "packed")

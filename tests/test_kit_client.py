@@ -279,10 +279,10 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     """The client queues a PACKED message's running rows as (message, row) and makes each
     Delta when it is read: what a consumer reads equals the message's Deltas, logprobs,
     finishes and usage included, row for row."""
-    from sglang_tok.egress.split import LocalRoute
     from sglang_tok.shards.table import RidTable
 
     from sglang_tok.load.workload import PlanSpec, make_requests, schedule
+    from sglang_tok.testing.local_route import LocalRoute
 
     spec = PlanSpec(requests=80, concurrency=30, ids_per_row=(1, 3), min_tokens=2,
                     max_tokens=20, logprob_share=0.3, stop_share=0.1, options_share=0.2,

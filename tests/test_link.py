@@ -330,9 +330,9 @@ def test_split_gives_each_shard_its_rows_in_order_and_an_ended_rids_rows_to_none
     message holds exactly its rows, in frame order, with their slots and ids; the rows of
     a rid that has ended (LATE) reach no shard."""
     from sglang_tok.egress.router import shard_of
-    from sglang_tok.egress.split import LocalRoute
 
     from sglang_tok.scheduler import encode_step
+    from sglang_tok.testing.local_route import LocalRoute
 
     route = LocalRoute(nshards)
     rids = [f"r{i}" for i in range(14)]

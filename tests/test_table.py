@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sglang_tok.egress.split import LocalRoute
 from sglang_tok.ring import link
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok import protocol
 from sglang_tok.protocol import Abort, ColumnsOut, Delta, Error, Open, Usage
+from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 INFO: TokenizerInfo = load("deepseek-v4")
