@@ -27,6 +27,7 @@ from .parsers import (
     pairing_error,
 )
 from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
+from .shards.ending import cut_matched, stop_string, trims_stop_token, usage
 from .stops import StopMatcher
 from .tokenizer import NO_TOKENIZER, TokenizerInfo
 
@@ -108,8 +109,8 @@ class Request:
         if stop_finish is not None:
             finish = stop_finish
         elif not self.opts.no_stop_trim and finish.get("type") == "stop":
-            matched = finish.get("matched")
-            if isinstance(matched, str) and matched:
+            matched = stop_string(finish)
+            if matched:
                 text = self._trim_matched(text, matched)
         return self._emit(text, ids, finish, logprobs, top, tid_lp)
 
@@ -167,11 +168,9 @@ class Request:
                     self.attr.cut(at)
                 return ""
             return text
-        window = self.tail + text
-        at = window.rfind(matched)
-        if at < 0:
+        keep = cut_matched(self.tail, text, matched)
+        if keep is None:
             return text
-        keep = max(0, at - len(self.tail))
         if self.attr is not None:
             self.attr.cut(self.sent + keep)
         return text[:keep]
@@ -213,25 +212,8 @@ class Request:
         return delta
 
     def usage(self) -> Usage:
-        return Usage(self.prompt_tokens, self.completion, self.prompt_tokens + self.completion,
-                     self.cached_tokens, self.reasoning_tokens)
-
-
-def trims_stop_token(finish: dict[str, Any] | None, no_stop_trim: bool, ids: list[int]) -> bool:
-    """Whether a last row's final id is the scheduler's stop token, left out of the text
-    (`finish.matched` an id or ids; not with `no_stop_trim`): one rule for every path."""
-    return bool(ids) and finish is not None and not no_stop_trim and \
-        finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1])
-
-
-def _is_stop_token(matched: Any, last: int) -> bool:
-    if isinstance(matched, bool):
-        return False
-    if isinstance(matched, int):
-        return matched == last
-    if isinstance(matched, list):
-        return last in matched
-    return False
+        return usage(self.prompt_tokens, self.completion, self.cached_tokens,
+                     self.reasoning_tokens)
 
 
 # ====================================================================== parsers (section 8)

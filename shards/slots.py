@@ -14,12 +14,13 @@ trimming, usage) exist once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sglang_tok.decoder import Stream
-from sglang_tok.request import Request
+if TYPE_CHECKING:  # a slot holds a request; the request module uses the shard's rules
+    from sglang_tok.decoder import Stream
+    from sglang_tok.request import Request
 
 FREE, PLAIN, ROW = 0, 1, 2
 # a slot's numbers: its path (FREE, PLAIN, ROW), its byte table (0 specials kept, 1

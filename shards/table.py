@@ -10,7 +10,6 @@ remembered (bounded) so that late rows are ignored instead of reopening.
 
 from __future__ import annotations
 
-from codecs import utf_8_decode
 from collections import Counter
 from collections.abc import Callable
 from itertools import accumulate, chain
@@ -36,10 +35,20 @@ from sglang_tok.protocol import (
     terminal,
 )
 from sglang_tok.ragged import ragged_index, starts_of
-from sglang_tok.request import Request, logprob_texts, make_request, refusal, trims_stop_token
+from sglang_tok.request import Request, logprob_texts, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .attributed import Attribution, carry_into, finish_row
+from .attributed import Attribution, carry_into
+from .ending import (
+    Ends,
+    blank_stop_tokens,
+    end_attributions,
+    ends_of,
+    flush_held,
+    stop_string,
+    trims_stop_token,
+    usage,
+)
 from .mapped import MAPPED_MIN_ROWS, decode_attributed, decode_mapped
 from .paths import ARRAY, row_reason
 from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
@@ -218,8 +227,7 @@ class RidTable:
         distinct = self.state.marks.distinct(slots, self.state.capacity)
         plain = kinds == PLAIN
         special = np.zeros(n_rows, bool)  # rows for the per-row path whatever their request
-        ends = {row: (fin, prompt, cached, reasoning)
-                for row, fin, prompt, cached, reasoning in sparse.ends}
+        ends = ends_of(sparse.ends)
         fams = _Families(sparse.families, n_rows)
         quick_ends: list[int] = []
         late_ends: list[int] = []  # last rows ended after the plain rows, one by one
@@ -233,8 +241,7 @@ class RidTable:
             # their held bytes flushed after); a stop string the scheduler matched is
             # trimmed from the text by the per-row rules
             quick_ends = sorted(row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
-                                if special[row]
-                                and not isinstance(ends[row][0].get("matched"), str))
+                                if special[row] and stop_string(ends[row].finish) is None)
             special[quick_ends] = False
             if isinstance(self.plain, PlainDecoder):
                 plain[quick_ends] = True
@@ -269,25 +276,10 @@ class RidTable:
         self.counters.late_rows += n_rows - len(plain_rows) - len(late_ends) - ran
 
     def _blank_stop_tokens(self, rows: list[int], slots: I64, ids: I64, id_starts: I64,
-                           ends: dict[int, tuple[dict[str, Any], int, int, int]],
-                           stops: dict[int, int]) -> I64:
-        """The message's ids with the scheduler's stop token of each of these last rows
-        made out-of-vocabulary (no text), as the per-row path leaves it out of the text;
-        the output keeps the real ids (`_RowsOut` reads the message's own). `stops` gets
-        each such row's stop token (attribution makes it zero-width)."""
-        blank: list[int] = []
-        for row in rows:
-            fin = ends[row][0]
-            a, b = int(id_starts[row]), int(id_starts[row + 1])
-            if fin.get("type") == "stop" and \
-                    trims_stop_token(fin, self._no_stop_trim(int(slots[row])), ids[a:b].tolist()):
-                blank.append(b - 1)
-                stops[row] = int(ids[b - 1])
-        if not blank:
-            return ids
-        ids = ids.astype(np.int64, copy=True)
-        ids[blank] = self.info.vocab_size
-        return ids
+                           ends: Ends, stops: dict[int, int]) -> I64:
+        return blank_stop_tokens(rows, ends, ids, id_starts,
+                                 lambda row: self._no_stop_trim(int(slots[row])),
+                                 self.info.vocab_size, stops)
 
     def _no_stop_trim(self, slot: int) -> bool:
         opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
@@ -304,50 +296,17 @@ class RidTable:
     def _end_flush(self, attrs: list[list[Attribution] | None] | None, at: list[int],
                    slots: I64, rows: list[int], text_of: Callable[[int], str],
                    stops: dict[int, int]) -> tuple[list[int], list[str]]:
-        """Last rows whose slot still holds bytes of an incomplete character: the codec's
-        final rules for them (U+FFFD), to go after the row's text (`text_of(j)`) as
-        `ByteStream.flush` does; then the end's attribution rules (`_end_attrs`)."""
-        extra_at, extra = self._held_flush(at, slots)
+        """The end of last rows decoded as running ones (ending.py): their held bytes'
+        flush, to go after the row's text (`text_of(j)`), then their attribution."""
+        extra_at, extra = flush_held(self.state, at, slots)
         if attrs is not None and self.state.carry:
-            self._end_attrs(attrs, at, slots, rows, [text_of(j) for j in at], set(extra_at),
-                            stops)
+            end_attributions(self.state, attrs, at, slots, rows, [text_of(j) for j in at],
+                             set(extra_at), stops)
         return extra_at, extra
-
-    def _held_flush(self, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
-        """(where, text) of the flushes `_flush_ends` adds; the slots hold nothing after."""
-        state, extra_at, extra = self.state, [], []
-        held_all = state.pend_len[slots]  # one gather: most hold nothing
-        holding = np.flatnonzero(held_all)
-        for k, slot, held in zip(holding.tolist(), slots[holding].tolist(),
-                                 held_all[holding].tolist()):
-            j = at[k]
-            text = utf_8_decode(state.pending[slot, :held].tobytes(), "replace", True)[0]
-            if state.skip[slot]:  # the prompt's incomplete character: its first one goes
-                text = text[1:]
-            state.pend_len[slot] = 0
-            if text:
-                extra_at.append(j)
-                extra.append(text)
-        return extra_at, extra
-
-    def _end_attrs(self, attrs: list[list[Attribution] | None], at: list[int], slots: I64,
-                   rows: list[int], texts: list[str], flushed: set[int],
-                   stops: dict[int, int]) -> None:
-        """The end's attribution rules for last rows decoded as running ones (at[k] among
-        the rows, message row rows[k], its text before the flush texts[k]): the ids they
-        leave pending are placed by `attributed.finish_row` (`flushed`: the rows whose
-        held bytes came out as U+FFFD; `stops`: the rows' trimmed stop tokens)."""
-        carry = self.state.carry
-        for j, slot, row, text in zip(at, slots.tolist(), rows, texts):
-            left = carry.pop(slot, None)
-            got = attrs[j]
-            if left and got is not None:
-                attrs[j] = finish_row(got, left, len(text.encode()), j in flushed,
-                                      stops.get(row))
 
     def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,
                       fams: _Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
-                      rids: list[str], ends: dict[int, tuple[dict[str, Any], int, int, int]]
+                      rids: list[str], ends: Ends
                       ) -> None:
         """What a message's plain rows (output rows base + j) carry beside text and ids:
         their logprobs' token texts, continuous usage, and the last rows' (`ends_rows`, at
@@ -370,21 +329,21 @@ class RidTable:
 
     def _array_ends(self, out: Sink, base: int, at: list[int], rows: list[int],
                     rids: list[str], plain_slots: I64,
-                    ends: dict[int, tuple[dict[str, Any], int, int, int]]) -> None:
+                    ends: Ends) -> None:
         """The last rows' finish and usage (the request's own prompt and cached tokens, as
         its last row gives them), then their requests end."""
         completion = self.state.completion[plain_slots[at]].tolist()
         columns = isinstance(out, ColumnsOut)
         for j, row, done in zip(at, rows, completion):
             fin, prompt, cached, reasoning = ends[row]
-            usage = Usage(prompt, done, prompt + done, cached, reasoning)
+            final = usage(prompt, done, cached, reasoning)
             if columns:
                 assert isinstance(out, ColumnsOut)
                 out.add_sparse("finish", base + j, fin)
-                out.add_sparse("usage", base + j, usage)
+                out.add_sparse("usage", base + j, final)
             else:
                 delta = cast(list[Delta], out)[base + j]
-                delta.finish, delta.usage = fin, usage
+                delta.finish, delta.usage = fin, final
             self._finish(rids[j], False, done, reasoning)
         if columns and self.state.usage_live:  # continuous usage rows came first
             assert isinstance(out, ColumnsOut)
@@ -405,7 +364,7 @@ class RidTable:
             self._bind(slot_list[row], rid, prompt, cached, out)
         self.counters.rows += n
         self.counters.tokens += len(ids)
-        ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
+        ends = ends_of(sp.ends)
         heads = state.meta[msg.slots].tolist()
         plain_rows = [r for r in range(n) if heads[r][KIND] == PLAIN and r not in ends]
         done = 0
@@ -471,7 +430,7 @@ class RidTable:
             if sp.counts else None
         self.counters.rows += n
         self.counters.tokens += len(msg.ids)
-        ends = {row: (fin, p, c, r) for row, fin, p, c, r in sp.ends}
+        ends = ends_of(sp.ends)
         meta = state.meta[slots]
         kinds = meta[:, KIND]
         plain_mask = kinds == PLAIN
@@ -484,7 +443,7 @@ class RidTable:
             end_rows = np.fromiter(ends, np.int64, len(ends))
             plain_mask[end_rows] = False
             quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
-                           if not isinstance(ends[r][0].get("matched"), str))
+                           if stop_string(ends[r].finish) is None)
             if quick:
                 plain_mask[quick] = True
                 ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1)
@@ -542,7 +501,7 @@ class RidTable:
         return True
 
     def _rest_of_small(self, msg: Arrays, plain_rows: list[int], kinds: list[int],
-                       ends: dict[int, tuple[dict[str, Any], int, int, int]],
+                       ends: Ends,
                        out: Sink) -> int:
         """The rows of a small message that are not plain running rows, by the same code as
         the vectorised path; how many ran."""
@@ -553,8 +512,7 @@ class RidTable:
         else:
             id_starts = np.arange(n + 1, dtype=np.int64)
         fams = _Families(msg.sparse.families, n)
-        quick = [r for r in ends if kinds[r] == PLAIN
-                 and not isinstance(ends[r][0].get("matched"), str)]
+        quick = [r for r in ends if kinds[r] == PLAIN and stop_string(ends[r].finish) is None]
         if quick:
             self._plain_ends(quick, slots, msg, id_starts, ends, fams, out)
         # the rest: rows of per-row requests, and last rows the quick end did not take
@@ -565,7 +523,7 @@ class RidTable:
         return len(quick) + ran
 
     def _plain_ends(self, rows: list[int], slots: I64, msg: Arrays, id_starts: I64,
-                    ends: dict[int, tuple[dict[str, Any], int, int, int]], fams: _Families,
+                    ends: Ends, fams: _Families,
                     out: Sink) -> None:
         """Last rows of plain requests: the final flush, the scheduler's stop token left
         out of the text, usage; from the slot's arrays, with no Request built."""
@@ -595,7 +553,7 @@ class RidTable:
                 text = self.plain.finish(state, slot, decode_ids)
             completion = int(state.completion[slot]) + len(row_ids)
             delta = Delta(rid, text, row_ids, attributions=attrs, finish=fin,
-                          usage=Usage(prompt, completion, prompt + completion, cached, reasoning))
+                          usage=usage(prompt, completion, cached, reasoning))
             if fams.carries(row):
                 delta.logprobs, delta.top_logprobs, delta.token_ids_logprobs = fams.extras(row)
                 if opts is not None and opts.logprob_text:
@@ -620,7 +578,7 @@ class RidTable:
         return self.plain.decode(self.state, slots, ids, id_starts, distinct)
 
     def _row_path(self, rows: I64, slots: I64, msg: Arrays, id_starts: I64,
-                  ends: dict[int, tuple[dict[str, Any], int, int, int]],
+                  ends: Ends,
                   fams: _Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
@@ -843,12 +801,12 @@ def _continuous_usage(out: Sink, base: int, outs: list[int], rows: list[int], sl
     per_row = np.frombuffer(reasoning, np.uint32).tolist() if reasoning else None
     for j, row, numbers in zip(outs, rows, state.meta[slots].tolist()):
         completion, prompt = numbers[COMPLETION], numbers[PROMPT]
-        usage = Usage(prompt, completion, prompt + completion, numbers[CACHED],
-                      per_row[row] if per_row is not None else 0)
+        so_far = usage(prompt, completion, numbers[CACHED],
+                       per_row[row] if per_row is not None else 0)
         if isinstance(out, ColumnsOut):
-            out.add_sparse("usage", base + j, usage)
+            out.add_sparse("usage", base + j, so_far)
         else:
-            out[base + j].usage = usage
+            out[base + j].usage = so_far
 
 
 def _attributions(out: Sink, base: int, attrs: list[list[Attribution] | None]) -> None:

@@ -1,0 +1,139 @@
+"""How a request ends: every end-of-request rule, once, for every path through the shard.
+
+A last row differs from a running one in five ways, and each is decided here: the
+scheduler's stop token is left out of the text (`trims_stop_token`, `blank_stop_tokens`);
+a stop string the scheduler matched is cut at its last occurrence (`stop_string`,
+`cut_matched`); bytes still held for an incomplete character come out by the codec's final
+rules (`flush_held`); the ids still pending attribution are placed (`end_attributions`);
+and the final usage is the request's own numbers (`usage`). The array path (shards/table.py)
+and the per-row path (shards/request.py) both call these, so a rule changes in one place.
+"""
+
+from __future__ import annotations
+
+from codecs import utf_8_decode
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from sglang_tok.protocol import Usage
+
+from .attributed import Attribution, finish_row
+
+if TYPE_CHECKING:  # the slots hold requests: no import cycle at run time
+    from .slots import Slots
+
+I64 = npt.NDArray[np.int64]
+
+
+class End(NamedTuple):
+    """A message row that is its request's last (`Sparse.ends`, less the row number)."""
+
+    finish: dict[str, Any]
+    prompt: int
+    cached: int
+    reasoning: int
+
+
+Ends = dict[int, End]  # message row -> its request's end
+
+
+def ends_of(sparse_ends: list[tuple[int, dict[str, Any], int, int, int]]) -> Ends:
+    return {row: End(fin, prompt, cached, reasoning)
+            for row, fin, prompt, cached, reasoning in sparse_ends}
+
+
+def usage(prompt: int, completion: int, cached: int, reasoning: int) -> Usage:
+    return Usage(prompt, completion, prompt + completion, cached, reasoning)
+
+
+# ------------------------------------------------------------------ the stop token
+def trims_stop_token(finish: dict[str, Any] | None, no_stop_trim: bool, ids: list[int]) -> bool:
+    """Whether a last row's final id is the scheduler's stop token, left out of the text
+    (`finish.matched` an id or ids; not with `no_stop_trim`)."""
+    return bool(ids) and finish is not None and not no_stop_trim and \
+        finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1])
+
+
+def _is_stop_token(matched: Any, last: int) -> bool:
+    if isinstance(matched, bool):
+        return False
+    if isinstance(matched, int):
+        return matched == last
+    if isinstance(matched, list):
+        return last in matched
+    return False
+
+
+def blank_stop_tokens(rows: list[int], ends: Ends, ids: I64, id_starts: I64,
+                      no_trim: Any, vocab: int, stops: dict[int, int]) -> I64:
+    """The message's ids with the stop token of each of these last rows made
+    out-of-vocabulary (no text), for decoders that take a message's rows whole; the output
+    keeps the real ids. `no_trim(row)`: the row's request asked for `no_stop_trim`.
+    `stops` gets each such row's stop token (attribution makes it zero-width)."""
+    blank: list[int] = []
+    for row in rows:
+        fin = ends[row].finish
+        a, b = int(id_starts[row]), int(id_starts[row + 1])
+        if fin.get("type") == "stop" and trims_stop_token(fin, no_trim(row), ids[a:b].tolist()):
+            blank.append(b - 1)
+            stops[row] = int(ids[b - 1])
+    if not blank:
+        return ids
+    ids = ids.astype(np.int64, copy=True)
+    ids[blank] = vocab
+    return ids
+
+
+# ------------------------------------------------------------------ a matched stop string
+def stop_string(finish: dict[str, Any]) -> str | None:
+    """The stop string the scheduler matched, which the per-row rules cut (None: none)."""
+    matched = finish.get("matched")
+    return matched if isinstance(matched, str) else None
+
+
+def cut_matched(sent_tail: str, text: str, matched: str) -> int | None:
+    """Where a scheduler-matched stop string's last occurrence starts in `text`, looked for
+    in what was already sent (`sent_tail`) and `text`; 0 when it began in sent text (that
+    text is never unsent); None when it does not occur."""
+    at = (sent_tail + text).rfind(matched)
+    if at < 0:
+        return None
+    return max(0, at - len(sent_tail))
+
+
+# ------------------------------------------------------------------ held bytes, attribution
+def flush_held(state: Slots, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
+    """(where among the rows, text) of the last rows whose slot still holds bytes of an
+    incomplete character: the codec's final rules (U+FFFD), after the row's own text, as
+    `ByteStream.flush` does; the slots hold nothing after."""
+    extra_at: list[int] = []
+    extra: list[str] = []
+    held_all = state.pend_len[slots]  # one gather: most hold nothing
+    holding = np.flatnonzero(held_all)
+    for k, slot, held in zip(holding.tolist(), slots[holding].tolist(),
+                             held_all[holding].tolist()):
+        text = utf_8_decode(state.pending[slot, :held].tobytes(), "replace", True)[0]
+        if state.skip[slot]:  # the prompt's incomplete character: its first one goes
+            text = text[1:]
+        state.pend_len[slot] = 0
+        if text:
+            extra_at.append(at[k])
+            extra.append(text)
+    return extra_at, extra
+
+
+def end_attributions(state: Slots, attrs: list[list[Attribution] | None], at: list[int],
+                     slots: I64, rows: list[int], texts: list[str], flushed: set[int],
+                     stops: dict[int, int]) -> None:
+    """The ids last rows decoded as running ones leave pending (at[k] among the rows,
+    message row rows[k], its text before the flush texts[k]) are placed by
+    `attributed.finish_row` (`flushed`: rows whose held bytes came out as U+FFFD; `stops`:
+    the rows' trimmed stop tokens)."""
+    carry = state.carry
+    for j, slot, row, text in zip(at, slots.tolist(), rows, texts):
+        left = carry.pop(slot, None)
+        got = attrs[j]
+        if left and got is not None:
+            attrs[j] = finish_row(got, left, len(text.encode()), j in flushed, stops.get(row))
