@@ -5,7 +5,7 @@ per-slot arrays; it knows text, ids, usage, logprob values and their texts, and 
 byte-level BPE, whose ids' byte lengths give the anchors: shards/attributed.py)
 attribution, nothing else.
 Everything else needs per-request Python state and takes the per-row path (a `Request`,
-sglang_tok/request.py). The reason is kept (the shard counts requests per reason), so an
+shards/request.py). The reason is kept (the shard counts requests per reason), so an
 operator can see why a deployment is not on the fast path.
 """
 

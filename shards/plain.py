@@ -15,11 +15,11 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+from sglang_tok.shards.request import SENT_TAIL
 
 from sglang_tok.decoder import ByteStream
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index, starts_of
-from sglang_tok.request import SENT_TAIL
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .array_decode import FlatTable, decode_rows, flat_table

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+from sglang_tok.shards.request import SENT_TAIL
 
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
-from sglang_tok.request import SENT_TAIL
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .fallback_decode import (

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # a slot holds a request; the request module uses the shard's rules
+    from sglang_tok.shards.request import Request
+
     from sglang_tok.decoder import Stream
-    from sglang_tok.request import Request
 
 FREE, PLAIN, ROW = 0, 1, 2
 # a slot's numbers: its path (FREE, PLAIN, ROW), its byte table (0 specials kept, 1

@@ -20,6 +20,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 from sglang_tok.ring.link import Arrays
+from sglang_tok.shards.request import Request, logprob_texts, make_request, refusal
 
 from sglang_tok.logprob_rows import FIELDS, RowFamilies, shift
 from sglang_tok.protocol import (
@@ -35,7 +36,6 @@ from sglang_tok.protocol import (
     terminal,
 )
 from sglang_tok.ragged import ragged_index, starts_of
-from sglang_tok.request import Request, logprob_texts, make_request, refusal
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .attributed import Attribution, carry_into

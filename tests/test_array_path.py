@@ -212,7 +212,7 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     decodes them again at its end. Long outputs (more ids than the ring holds), prompts
     that end mid-character, and stop strings that begin in earlier rows: the deltas equal
     those of a per-row `Request` fed the same rows."""
-    from sglang_tok.request import Request
+    from sglang_tok.shards.request import Request
 
     info = tokenizer(name)
     tok = info.tokenizer

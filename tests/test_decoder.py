@@ -6,13 +6,13 @@ import pytest
 import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sglang_tok.shards.request import Request
 from strategies import chunk, chunk_sizes, text
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 from sglang_tok.decoder import ByteStream, WindowStream, make_stream
 from sglang_tok.protocol import Open
-from sglang_tok.request import Request
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 

@@ -17,12 +17,12 @@ import test_parsers as tp
 import test_parsers_kimi_llama_harmony as tk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sglang_tok.shards.request import ParsedRequest, make_request
 from strategies import chunk, chunk_sizes
 
 from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
 from sglang_tok.protocol import Delta, Open
-from sglang_tok.request import ParsedRequest, make_request
 from sglang_tok.tokenizer import TokenizerInfo
 
 MODES = ["incremental", "whole"]

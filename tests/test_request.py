@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sglang_tok.shards.request import Request
 from strategies import chunk, chunk_sizes, text
 
 from sglang_tok.protocol import Delta, Open
-from sglang_tok.request import Request
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 INFO: TokenizerInfo = load("deepseek-v4")

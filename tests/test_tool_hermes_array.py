@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sglang_tok.shards.request import make_request
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
 from sglang_tok.protocol import Open
-from sglang_tok.request import make_request
 from sglang_tok.tokenizer import load
 
 MODES = ["incremental", "whole"]

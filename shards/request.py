@@ -12,9 +12,8 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from .attribution import Attributor, push_attributed
-from .decoder import ByteStream, Stream, WindowStream, make_stream
-from .parsers import (
+from sglang_tok.decoder import ByteStream, Stream, WindowStream, make_stream
+from sglang_tok.parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
     TOOL_STREAMS,
@@ -26,10 +25,12 @@ from .parsers import (
     merge_calls,
     pairing_error,
 )
-from .protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
-from .shards.ending import cut_matched, stop_string, trims_stop_token, usage
-from .stops import StopMatcher
-from .tokenizer import NO_TOKENIZER, TokenizerInfo
+from sglang_tok.protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
+from sglang_tok.stops import StopMatcher
+from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
+
+from .attribution import Attributor, push_attributed
+from .ending import cut_matched, stop_string, trims_stop_token, usage
 
 # how much already-sent text is remembered to find a scheduler-matched stop string that
 # began in an earlier delta (protocol rule 3: cut at its last occurrence)

@@ -16,7 +16,7 @@ from collections.abc import Container
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .decoder import Stream
+    from sglang_tok.decoder import Stream
 
 VISIBLE = 0
 ZERO_WIDTH = 1
