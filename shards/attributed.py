@@ -8,8 +8,7 @@ special is zero-width at the text so far; entries leave in order, so those after
 pending id wait with it. For byte-level BPE that is arithmetic on byte positions: in a
 row's buffer (the slot's pending bytes, then each id's bytes), an id starting at byte p
 is anchored at the character boundary at or before p when the row's text reaches past
-p, and is pending otherwise (`decode_rows(..., anchors=True)` finds those boundaries for
-a whole message at once). A pending id (and whatever follows it) is carried in
+p, and is pending otherwise. A pending id (and whatever follows it) is carried in
 `Slots.carry` and released at offset 0 of the next delta with text, which the pending
 bytes begin.
 
@@ -21,15 +20,11 @@ pending bytes, the last rows of a small message.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 from sglang_tok.shards.attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor, push_attributed
 
 from sglang_tok.decoder import ByteStream
-
-from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
 Attribution = tuple[int, int, int]
@@ -61,56 +56,6 @@ def attributed_push(table: list[bytes], vocab: int, drop: frozenset[int] | tuple
     released = attr.release(0, text)
     left = [(tid, kind) for tid, kind, _ in attr.queue] or None
     return text, stream.pending, stream.skip, released, left
-
-
-def row_attributions(state: Slots, slot_list: list[int], want: list[bool], ids: I64,
-                     id_starts: I64, anchors: I64, kinds: I64,
-                     text_bytes: I64) -> list[list[Attribution] | None]:
-    """Every row's attributions from the anchors of a message decoded as a whole (valid
-    UTF-8: `decode_rows(..., anchors=True)`); None for a row whose request did not ask.
-
-    Most rows release exactly their own ids (tuples built at C speed, one slice per row);
-    only a row whose slot carries pending entries in, or that leaves some pending, takes
-    a Python step for the queue rules.
-    """
-    counts = id_starts[1:] - id_starts[:-1]
-    n = len(counts)
-    offs = np.where(anchors >= 0, anchors, np.repeat(text_bytes, counts))
-    tuples = list(zip(ids.tolist(), kinds.tolist(), offs.tolist()))
-    one_each = len(ids) == n and bool((counts == 1).all())
-    cuts: list[int] = []
-    if one_each:
-        rows_out: list[Any] = list(map(list, zip(tuples)))
-    else:
-        cuts = id_starts.tolist()
-        rows_out = list(map(tuples.__getitem__, map(slice, cuts, cuts[1:])))
-    # a visible id with no text after it in its row is pending: its row leaves a carry
-    waits = (anchors < 0) & (kinds == VISIBLE)
-    if one_each:
-        leaving = np.flatnonzero(waits)
-    else:
-        seen = np.concatenate(([0], np.cumsum(waits)))
-        leaving = np.flatnonzero(seen[id_starts[1:]] > seen[id_starts[:-1]])
-    odd = set(leaving.tolist())
-    carry = state.carry
-    if carry:
-        slots = np.array(slot_list, np.int64)
-        odd.update(np.flatnonzero(np.isin(slots, np.fromiter(carry, np.int64, len(carry))))
-                   .tolist())
-    if odd:
-        tb = text_bytes.tolist()
-        for r in sorted(odd):
-            if not want[r]:
-                continue
-            a, b = (r, r + 1) if one_each else (cuts[r], cuts[r + 1])
-            own = tuples[a:b]
-            first = next((k for k, w in enumerate(waits[a:b].tolist()) if w), None)
-            rows_out[r], left = queue_row(carry.pop(slot_list[r], None), own, first, tb[r])
-            if left:
-                carry[slot_list[r]] = left
-    if not all(want):
-        rows_out = [x if w else None for x, w in zip(rows_out, want)]
-    return rows_out
 
 
 def one_id_row(carry: dict[int, Carry], slot: int, tid: int, kind: int,

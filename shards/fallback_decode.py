@@ -37,7 +37,7 @@ import numpy.typing as npt
 from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .array_decode import pending_in_front
+from .held_bytes import pending_in_front
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]

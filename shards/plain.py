@@ -1,11 +1,8 @@
-"""The array path: a message's plain rows decoded against their slots' arrays.
-
-Two ways to the same result (the tests hold them to `decoder.ByteStream` and to each
-other): whole-array operations (`array_decode.decode_rows`) for a message of many rows, and
-a plain loop for a message of few, since each numpy call has a fixed cost of about a
-microsecond and a 16-row frame would pay more in calls than in work. The loop also takes
-what the array code hands back: a message whose bytes are not valid UTF-8, or that names
-one slot twice (rows of one request must be decoded in order).
+"""The array path's byte-level decoder: a message's plain rows decoded against their slots'
+arrays, row by row in order as `decoder.ByteStream` does (the reference the tests hold it
+to). The id lookup (shards/mapped.py) takes the messages whose slots are distinct; this
+loop takes every other one (a slot named twice: rows of one request decode in order), and
+a request's end.
 """
 
 from __future__ import annotations
@@ -19,13 +16,12 @@ from sglang_tok.shards.request import SENT_TAIL
 
 from sglang_tok.decoder import ByteStream
 from sglang_tok.protocol import Open
-from sglang_tok.ragged import ragged_index, starts_of
+from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .array_decode import FlatTable, decode_rows, flat_table
-from .attributed import Attribution, attributed_push, row_attributions
+from .attributed import Attribution, attributed_push
 from .mapped import IdTexts
-from .slots import PENDING, Slots
+from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
 # below this many rows a message takes the loop (shards/small.py): where the loop and the
@@ -102,8 +98,6 @@ class PlainDecoder:
         self.tables = (info.byte_table, info.byte_table_skip)
         self.strs = whole_char_texts(info.byte_table, info.byte_table_skip)
         self.id_texts = IdTexts(self.tables, self.strs, info.special_ids)
-        self.flat: FlatTable = flat_table(info.byte_table, info.byte_table_skip,
-                                          info.special_ids)
         self.min_rows = min_rows
         # per table: the ids attribution makes zero-width (the skipped specials)
         self.drops: tuple[frozenset[int], frozenset[int]] = (frozenset(), info.special_ids)
@@ -113,11 +107,8 @@ class PlainDecoder:
         """Decode rows (row r: ids[id_starts[r]:id_starts[r + 1]] for slot slots[r]) and
         advance their slots; ids in [0, vocab] (vocab: out of the vocabulary, no text)."""
         counts = id_starts[1:] - id_starts[:-1]
-        if len(slots) >= self.min_rows and distinct:
+        if distinct:
             state.completion[slots] += counts
-            out = self._arrays(state, slots, ids, id_starts)
-            if out is not None:
-                return out
         else:
             np.add.at(state.completion, slots, counts)  # a slot named twice counts twice
         return self._loop(state, slots, ids, id_starts)
@@ -181,56 +172,6 @@ class PlainDecoder:
             self.tables[sel], self.vocab, self.drops[sel], state.pending[slot, :held].tobytes(),
             int(state.skip[slot]), state.carry.pop(slot, None), ids, True, stop)
         return text, got
-
-    def _arrays(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts | None:
-        pend_len = state.pend_len[slots]
-        want = state.attr[slots].astype(bool) if state.attr_live else None
-        if want is not None and not want.any():
-            want = None
-        sel, pending, skip = state.table_sel[slots], state.pending[slots], state.skip[slots]
-        decoded = decode_rows(self.flat, ids, id_starts, sel, pending, pend_len, skip > 0,
-                              want is not None)
-        if decoded is None:
-            return None
-        state.pend_len[slots] = decoded.held
-        if len(decoded.held_data):
-            rows = np.flatnonzero(decoded.held)
-            dest = ragged_index(slots[rows] * PENDING, decoded.held[rows])
-            state.pending.reshape(-1)[dest] = decoded.held_data
-        attrs = None
-        if want is not None:
-            want_list = want.tolist()
-            if decoded.anchors is not None and decoded.kinds is not None:
-                attrs = row_attributions(state, slots.tolist(), want_list, ids, id_starts,
-                                         decoded.anchors, decoded.kinds,
-                                         decoded.cuts[1:] - decoded.cuts[:-1])
-            else:  # U+FFFD rows: the exact rules, from the state before the message
-                attrs = self._exact_attrs(state, slots.tolist(), want_list, ids, id_starts,
-                                          sel.tolist(), pending, pend_len.tolist(),
-                                          skip.tolist())
-        return PlainTexts(decoded.text, decoded.chars, decoded.parts, decoded.buf.tobytes(),
-                          attrs)
-
-    def _exact_attrs(self, state: Slots, slot_list: list[int], want: list[bool], ids: I64,
-                     id_starts: I64, sel: list[int], pending: npt.NDArray[np.uint8],
-                     pend_len: list[int], skip: list[int]
-                     ) -> list[list[Attribution] | None]:
-        """Attributions of a message whose rows did not decode as they are (broken UTF-8),
-        by the per-row path's own rules, row by row (slots distinct)."""
-        id_list, st = ids.tolist(), id_starts.tolist()
-        out: list[list[Attribution] | None] = []
-        for r, slot in enumerate(slot_list):
-            if not want[r]:
-                out.append(None)
-                continue
-            held = pending[r, :pend_len[r]].tobytes()
-            _, _, _, got, left = attributed_push(
-                self.tables[sel[r]], self.vocab, self.drops[sel[r]], held, skip[r],
-                state.carry.pop(slot, None), id_list[st[r]:st[r + 1]])
-            if left:
-                state.carry[slot] = left
-            out.append(got)
-        return out
 
     def _loop(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> PlainTexts:
         """Row by row, in order, as `ByteStream.push` (the reference) does it."""

@@ -43,9 +43,10 @@ def _per_row_rule(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -
     return why
 
 
-# how a shard decodes a message's plain rows: (array_min_rows, mapped) of RidTable; "mixed":
-# the loop below 3 rows, the whole-array code from 3
-PATHS = {"array": (1, False), "mapped": (1, True), "loop": (10**9, False),
+# how a shard decodes a message's plain rows: (array_min_rows, mapped) of RidTable: the
+# loop over the rows in order, the id lookup, the small-message loop; "mixed": the small
+# loop below 3 rows, the ordered loop from 3
+PATHS = {"loop": (1, False), "mapped": (1, True), "small": (10**9, False),
          "mixed": (3, False)}
 
 
@@ -158,8 +159,8 @@ def plans(draw: st.DrawFn, info: TokenizerInfo) -> list[PlannedRequest]:
 def test_array_path_attributions_equal_the_per_row_paths(
         name: str, data: st.DataObject, concurrency: int, seed: int, nshards: int,
         path: str, fmt: str) -> None:
-    """Each way a shard decodes plain rows (`PATHS`: whole-array code, id lookup, loop,
-    the loop and the whole-array code message by message)."""
+    """Each way a shard decodes plain rows (`PATHS`: the ordered loop, the id lookup, the small
+    loop, the two loops message by message)."""
     info = tokenizer(name)
     reqs = data.draw(plans(info))
     got, paths = _run(info, reqs, concurrency, seed, nshards, path, fmt)

@@ -1,8 +1,9 @@
 """The array path against the per-row reference and the full decode.
 
-Three ways to decode the same rows must agree: `decoder.ByteStream` (the reference, one row
-at a time), the shard's whole-array code (`shards/array_decode.py`), and its small-message
-loop; and every request's text must equal the full `tokenizer.decode` (section 5, rule 2).
+Every way a shard decodes the same rows must agree with `decoder.ByteStream` (the
+reference, one row at a time): the loop over a message's rows in order, the id lookup
+(`shards/mapped.py`) and the small-message loop (`shards/small.py`); and every request's
+text must equal the full `tokenizer.decode` (section 5, rule 2).
 The service-level property drives the shard's table through the egress's own routing
 (`LocalRoute`: slots taken, freed and reused) with frames that mix plain requests and
 requests on the per-row path, rows of 1-4 ids, prompts, and specials skipped and not.
@@ -17,7 +18,6 @@ import pytest
 import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.array_decode import decode_rows, flat_table
 from sglang_tok.shards.paths import row_reason
 from sglang_tok.shards.slots import Slots
 from sglang_tok.shards.table import RidTable, plain_decoder
@@ -46,55 +46,10 @@ TEXTS = ["héllo wörld 你好世界 🙂👩‍👩‍👧 ", "plain ascii text
          "emoji 🏳️‍🌈❤️‍🔥 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"]
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
-@given(name=st.sampled_from(["deepseek-v4", "trained-bpe"]), data=st.data())
-def test_decode_rows_equals_bytestream_row_by_row(name: str, data: st.DataObject) -> None:
-    """Any ids (broken UTF-8 included): rows decoded together equal each slot's ByteStream,
-    text and held bytes; a message the array code refuses (None) is never wrong."""
-    info = tokenizer(name)
-    assert info.byte_table is not None and info.byte_table_skip is not None
-    tab = flat_table(info.byte_table, info.byte_table_skip)
-    corpus = [info.tokenizer.encode(t, add_special_tokens=False).ids for t in TEXTS]
-    nslots = data.draw(st.integers(1, 6))
-    seqs = [data.draw(st.one_of(
-        st.sampled_from(corpus),
-        st.lists(st.integers(0, info.vocab_size - 1), min_size=1, max_size=30)))
-        for _ in range(nslots)]
-    skip = [data.draw(st.booleans()) for _ in range(nslots)]
-    ref = [ByteStream(info.byte_table_skip if s else info.byte_table) for s in skip]
-    pos = [0] * nslots
-    pend = [b""] * nslots
-    while any(p < len(s) for p, s in zip(pos, seqs)):
-        rows = [i for i in range(nslots) if pos[i] < len(seqs[i])]
-        sizes = [data.draw(st.integers(0, 4)) for _ in rows]
-        row_ids = []
-        for i, k in zip(rows, sizes):
-            row_ids.append(seqs[i][pos[i]:pos[i] + k])
-            pos[i] += k
-        expected = [ref[i].push(r) for i, r in zip(rows, row_ids)]
-        ids = np.array([x for r in row_ids for x in r], np.int64)
-        starts = np.concatenate(([0], np.cumsum([len(r) for r in row_ids]))).astype(np.int64)
-        pending = np.zeros((len(rows), 4), np.uint8)
-        for j, i in enumerate(rows):
-            pending[j, :len(pend[i])] = list(pend[i])
-        d = decode_rows(tab, ids, starts, np.array([int(skip[i]) for i in rows], np.int64),
-                        pending, np.array([len(pend[i]) for i in rows], np.int64),
-                        np.zeros(len(rows), bool))
-        if d is None:  # left to the exact loop (a prompt's character): resynchronise
-            pend = [ref[i].pending for i in range(nslots)]
-            continue
-        assert [d.text[d.chars[j]:d.chars[j + 1]] for j in range(len(rows))] == expected
-        held = np.concatenate(([0], np.cumsum(d.held)))
-        for j, i in enumerate(rows):
-            pend[i] = d.held_data[held[j]:held[j + 1]].tobytes()
-            assert pend[i] == ref[i].pending
-
-
-# the three ways a shard decodes a message of plain rows, each forced on every message:
-# the whole-array code, the id-lookup path for rows of one id (others: the array code), the
-# loop (RidTable's array_min_rows and mapped)
-PATHS = {"array": (1, False), "mapped": (1, True), "loop": (10**9, False)}
+# the three ways a shard decodes a message of plain rows, each forced on every message
+# (RidTable's array_min_rows and mapped): the loop over the rows in order, the id lookup
+# (a message whose slots are distinct), the small-message loop
+PATHS = {"loop": (1, False), "mapped": (1, True), "small": (10**9, False)}
 
 
 def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
@@ -187,7 +142,7 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
     holds it (CPython holds a surrogate's first two bytes, ED A0..BF, for instance)."""
     from codecs import utf_8_decode
 
-    from sglang_tok.shards.array_decode import held_tail
+    from sglang_tok.shards.held_bytes import held_tail
 
     tails = [bytes([a]) for a in range(256)]
     tails += [bytes([a, b]) for a in range(0xC0, 0x100) for b in range(0x70, 0xC8)]
@@ -239,19 +194,21 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     assert [(d.text, d.finish) for d in got] == [(d.text, d.finish) for d in want]
 
 
-def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row() -> None:
-    """Found by the property above: E5 A7 C2 holds C2 and sends U+FFFD for E5 A7; with C2
-    cut off, E5 A7 must not join the next row's A1 into one character (U+59E1)."""
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row(path: str) -> None:
+    """Found by a property test of an earlier whole-array decoder: E5 A7 C2 holds C2 and
+    sends U+FFFD for E5 A7; with C2 cut off, E5 A7 must not join the next row's A1 into one
+    character (U+59E1)."""
     info = tokenizer("deepseek-v4")
-    assert info.byte_table is not None and info.byte_table_skip is not None
-    tab = flat_table(info.byte_table, info.byte_table_skip)
     t = info.byte_table
+    assert t is not None
     e5a7, c2, a1 = (next(i for i in range(info.vocab_size) if t[i] == b)
                     for b in (b"\xe5\xa7", b"\xc2", b"\xa1"))
-    d = decode_rows(tab, np.array([e5a7, c2, a1], np.int64), np.array([0, 2, 3], np.int64),
-                    np.zeros(2, np.int64), np.zeros((2, 4), np.uint8), np.zeros(2, np.int64),
-                    np.zeros(2, bool))
+    min_rows, mapped = PATHS[path]
+    table = RidTable(info, 0, array_min_rows=min_rows, mapped=mapped)
+    got: list[Delta] = []
+    LocalRoute(1).feed(protocol.encode_batch([{"rid": "a", "ids": [e5a7, c2]},
+                                              {"rid": "b", "ids": [a1]}]), [table], [got])
     refs = [ByteStream(t), ByteStream(t)]
-    assert d is not None
-    assert [d.text[d.chars[r]:d.chars[r + 1]] for r in (0, 1)] == \
-        [refs[0].push([e5a7, c2]), refs[1].push([a1])] == ["\ufffd", "\ufffd"]
+    assert [d.text for d in got] == [refs[0].push([e5a7, c2]), refs[1].push([a1])] \
+        == ["\ufffd", "\ufffd"]
