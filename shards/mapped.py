@@ -6,9 +6,8 @@ are one `map` over its ids at C speed, and only the other rows (bytes pending fr
 row before, an id that is part of a character, characters to pass over after a prompt)
 take a loop through the incremental codec, as shards/small.py does. The slots' numbers
 are read with one gather and written back with a few whole-array operations: a fixed cost
-of about twenty numpy calls per message, where the general array code
-(shards/array_decode.py) pays about a hundred. Same state and same results as the other
-two paths (the property tests run all three).
+of about twenty numpy calls per message. Same state and same results as the loops
+(shards/small.py, shards/plain.py; the property tests run all three).
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ from .attributed import Attribution, attributed_push, one_id_rows, queue_row
 from .slots import PEND, SEL, SKIP, Slots
 
 I64 = npt.NDArray[np.int64]
-# from this many rows of one id each a message takes this path, below them the loop: where
-# the two cost the same per row (trace a's shape at 16, 32, 64 and 128 concurrent requests:
-# 2.5 / 1.5 / 1.1 / 0.8 us per row here, 2.0 / 1.6 / 1.3 / 1.3 in the loop)
+# from this many rows a message takes this path, below them the loop: about where the two
+# cost the same per row (scripts/bench_stages.py measures both)
 MAPPED_MIN_ROWS = 32
 
 
