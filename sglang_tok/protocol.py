@@ -429,13 +429,13 @@ class Open(msgspec.Struct, gc=False):
     continuous_usage: bool = False
     logprob_text: bool = False
     attribution: bool = False
-    # issue 11 (section 8): per-request parsers and min_tokens
+    # section 8: per-request parsers and min_tokens
     reasoning_parser: str = ""
     # None (absent): the reasoning parser's own default (True for deepseek-r1, as SGLang)
     reasoning_started: bool | None = None
     tool_parser: str = ""
     min_tokens: int = 0
-    # issue 18 (section 8): the request's OpenAI tool definitions (bounded by
+    # section 8: the request's OpenAI tool definitions (bounded by
     # --max-tools-bytes) and how calls stream: "incremental" or "whole"
     tools: list[dict[str, Any]] = []
     tool_stream: str = "incremental"
