@@ -204,6 +204,16 @@ class RidTable:
                                      self.plain.sent_tail(self.state, slot))
 
     # ------------------------------------------------------------------ messages
+    def _take(self, msg: Arrays, slots: Any, out: Sink) -> Ends:
+        """What every message path does first: bind the rids whose first row this is,
+        count the rows and ids, and read the last rows."""
+        sparse = msg.sparse
+        for row, rid, prompt, cached in sparse.new:
+            self._bind(int(slots[row]), rid, prompt, cached, out)
+        self.counters.rows += len(msg.slots)
+        self.counters.tokens += len(msg.ids)
+        return ends_of(sparse.ends)
+
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
         """One ARRAYS message: bind new rids, decode plain rows as arrays, the rest per row."""
         n = len(msg.slots)
@@ -219,15 +229,11 @@ class RidTable:
             id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64))
         else:
             id_starts = np.arange(n_rows + 1, dtype=np.int64)
-        for row, rid, prompt, cached in sparse.new:
-            self._bind(int(slots[row]), rid, prompt, cached, out)
-        self.counters.rows += n_rows
-        self.counters.tokens += len(msg.ids)
+        ends = self._take(msg, slots, out)
         kinds = self.state.kind[slots] if n_rows else np.zeros(0, np.uint8)
         distinct = self.state.marks.distinct(slots, self.state.capacity)
         plain = kinds == PLAIN
         special = np.zeros(n_rows, bool)  # rows for the per-row path whatever their request
-        ends = ends_of(sparse.ends)
         fams = _Families(sparse.families, n_rows)
         quick_ends: list[int] = []
         late_ends: list[int] = []  # last rows ended after the plain rows, one by one
@@ -360,11 +366,7 @@ class RidTable:
             return False
         sp, state = msg.sparse, self.state
         n, ids = len(slot_list), msg.ids.tolist()
-        for row, rid, prompt, cached in sp.new:
-            self._bind(slot_list[row], rid, prompt, cached, out)
-        self.counters.rows += n
-        self.counters.tokens += len(ids)
-        ends = ends_of(sp.ends)
+        ends = self._take(msg, slot_list, out)
         heads = state.meta[msg.slots].tolist()
         plain_rows = [r for r in range(n) if heads[r][KIND] == PLAIN and r not in ends]
         done = 0
@@ -424,13 +426,9 @@ class RidTable:
         slots = msg.slots.astype(np.int64)
         if not n or not state.marks.distinct(slots, max(state.capacity, int(slots.max()) + 1)):
             return False
-        for row, rid, prompt, cached in sp.new:
-            self._bind(int(slots[row]), rid, prompt, cached, out)
+        ends = self._take(msg, slots, out)
         id_starts = starts_of(np.frombuffer(sp.counts, np.uint32).astype(np.int64)) \
             if sp.counts else None
-        self.counters.rows += n
-        self.counters.tokens += len(msg.ids)
-        ends = ends_of(sp.ends)
         meta = state.meta[slots]
         kinds = meta[:, KIND]
         plain_mask = kinds == PLAIN
