@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from itertools import accumulate, chain
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import msgspec
 import numpy as np
@@ -432,71 +432,59 @@ class RidTable:
         meta = state.meta[slots]
         kinds = meta[:, KIND]
         plain_mask = kinds == PLAIN
-        vocab = plain.vocab
+        quick, rest = _split_ends(ends, kinds, plain_mask)
+        stops: dict[int, int] = {}  # quick last rows whose stop token is left out: its id
         ids = msg.ids
-        quick: list[int] = []  # plain requests' last rows, decoded with the others
-        stops: dict[int, int] = {}  # those whose stop token is left out: its id
-        rest = ends
-        if ends:
-            end_rows = np.fromiter(ends, np.int64, len(ends))
-            plain_mask[end_rows] = False
-            quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
-                           if stop_string(ends[r].finish) is None)
-            if quick:
-                plain_mask[quick] = True
-                ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1)
-                                              if id_starts is None else id_starts, ends, stops)
-                taken = set(quick)
-                rest = {r: e for r, e in ends.items() if r not in taken}
-        ids = _in_vocab(ids, vocab)
-        plain_rows = np.flatnonzero(plain_mask)
+        if quick:
+            ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1)
+                                          if id_starts is None else id_starts, ends, stops)
         rows: list[int] = []
-        if len(plain_rows):
-            every = len(plain_rows) == n
-            sent = msg.ids  # the ids as they came (out of range too), for the output
-            counts = None
-            if id_starts is not None:
-                counts = id_starts[1:] - id_starts[:-1]
-                if not every:
-                    counts = counts[plain_rows]
-                    take = ragged_index(id_starts[plain_rows], counts)
-                    ids, sent, id_starts = ids[take], sent[take], starts_of(counts)
-            elif not every:
-                ids, sent = ids[plain_rows], sent[plain_rows]
-            if not every:
-                slots, meta = slots[plain_rows], meta[plain_rows]
-            attrs = None
-            want = meta[:, ATTR].astype(bool) if state.attr_live else None
-            if want is not None and want.any():
-                texts, attrs = decode_attributed(plain.id_texts, plain.tables, vocab, plain.drops,
-                                                 state, slots, meta, want, ids, id_starts)
-            else:
-                texts = decode_mapped(plain.id_texts, state, slots, meta, ids, id_starts)
-            if counts is None:
-                state.record_one_each(slots, meta, ids)
-            else:
-                state.record_ids(slots, ids, id_starts)
-                state.completion[slots] += counts
-            end_at: list[int] = []
-            if quick:
-                end_at = quick if every else np.searchsorted(plain_rows, quick).tolist()
-                for j, text in zip(*self._end_flush(attrs, end_at, slots[end_at], quick,
-                                                    texts.__getitem__, stops)):
-                    texts[j] += text
-            rids = cast(list[str], state.rid_col.take(slots).tolist())
-            rows = plain_rows.tolist()
-            fams, base = _Families(sp.families, n), len(out)
-            _small_out(out, rids, texts, sent.tolist(), None if counts is None else
-                       counts.tolist(), rows, n, fams, sp.families)
-            if attrs is not None:
-                _attributions(out, base, attrs)
-            self._plain_extras(out, base, plain_rows, slots, fams, sp.reasoning, end_at, quick,
-                               rids, ends)
+        if plain_mask.any():
+            got = _gather(np.flatnonzero(plain_mask), slots, meta, _in_vocab(ids, plain.vocab),
+                          msg.ids, id_starts)
+            rows = got.rows.tolist()
+            self._mapped_rows(msg, got, quick, stops, ends, out)
         done = len(rows)
         if rest or done < n:  # per-row requests' rows, other last rows, late rows
             done += self._rest_of_small(msg, rows, kinds.tolist(), rest, out)
         self.counters.late_rows += n - done
         return True
+
+    def _mapped_rows(self, msg: Arrays, got: _Gathered, quick: list[int],
+                     stops: dict[int, int], ends: Ends, out: Sink) -> None:
+        """Decode a message's plain rows by id lookup, end its quick last rows, write."""
+        plain, state, sp = self.plain, self.state, msg.sparse
+        assert isinstance(plain, PlainDecoder)
+        slots, meta, ids, id_starts, counts = got.slots, got.meta, got.ids, got.id_starts, \
+            got.counts
+        attrs = None
+        want = meta[:, ATTR].astype(bool) if state.attr_live else None
+        if want is not None and want.any():
+            texts, attrs = decode_attributed(plain.id_texts, plain.tables, plain.vocab,
+                                             plain.drops, state, slots, meta, want, ids,
+                                             id_starts)
+        else:
+            texts = decode_mapped(plain.id_texts, state, slots, meta, ids, id_starts)
+        if counts is None:
+            state.record_one_each(slots, meta, ids)
+        else:
+            state.record_ids(slots, ids, id_starts)
+            state.completion[slots] += counts
+        end_at: list[int] = []
+        if quick:
+            end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
+            for j, text in zip(*self._end_flush(attrs, end_at, slots[end_at], quick,
+                                                texts.__getitem__, stops)):
+                texts[j] += text
+        rids = cast(list[str], state.rid_col.take(slots).tolist())
+        n = len(msg.slots)
+        fams, base = _Families(sp.families, n), len(out)
+        _small_out(out, rids, texts, got.sent.tolist(), None if counts is None else
+                   counts.tolist(), got.rows.tolist(), n, fams, sp.families)
+        if attrs is not None:
+            _attributions(out, base, attrs)
+        self._plain_extras(out, base, got.rows, slots, fams, sp.reasoning, end_at, quick,
+                           rids, ends)
 
     def _rest_of_small(self, msg: Arrays, plain_rows: list[int], kinds: list[int],
                        ends: Ends,
@@ -710,6 +698,55 @@ def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
     for row in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
         if row > first_end[int(slots[row])]:
             plain[row] = special[row] = False
+
+
+def _split_ends(ends: Ends, kinds: Any, plain: npt.NDArray[np.bool_]
+                ) -> tuple[list[int], Ends]:
+    """A message's last rows: those of plain requests without a scheduler-matched stop
+    string end with the running rows (`plain` marks them, in place), the rest per row."""
+    if not ends:
+        return [], ends
+    end_rows = np.fromiter(ends, np.int64, len(ends))
+    plain[end_rows] = False
+    quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
+                   if stop_string(ends[r].finish) is None)
+    if not quick:
+        return quick, ends
+    plain[quick] = True
+    taken = set(quick)
+    return quick, {r: e for r, e in ends.items() if r not in taken}
+
+
+class _Gathered(NamedTuple):
+    """A message's plain rows, gathered for a decoder: their message rows, slots and slot
+    numbers, ids (in the vocabulary, stop tokens blanked) and ids as they came (`sent`, for
+    the output), and per-row starts and counts (None: one id per row)."""
+
+    rows: I64
+    slots: I64
+    meta: I64
+    ids: I64
+    sent: I64
+    id_starts: I64 | None
+    counts: I64 | None
+    every: bool  # the message's every row: nothing was gathered
+
+
+def _gather(rows: I64, slots: I64, meta: I64, ids: I64, sent: I64,
+            id_starts: I64 | None) -> _Gathered:
+    every = len(rows) == len(slots)
+    counts = None
+    if id_starts is not None:
+        counts = id_starts[1:] - id_starts[:-1]
+        if not every:
+            counts = counts[rows]
+            take = ragged_index(id_starts[rows], counts)
+            ids, sent, id_starts = ids[take], sent[take], starts_of(counts)
+    elif not every:
+        ids, sent = ids[rows], sent[rows]
+    if not every:
+        slots, meta = slots[rows], meta[rows]
+    return _Gathered(rows, slots, meta, ids, sent, id_starts, counts, every)
 
 
 class _RowsOut:
