@@ -48,21 +48,8 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     reasoning = np.array(header.reasoning_tokens, np.uint32) \
         if header.reasoning_tokens.count(0) != n_rows else None
     if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
-        # the frame's own ids buffer as is; slots by `array` (no numpy call for a small
-        # frame, whose latency is per-call overheads)
-        sparse = None if one_each and not new_rows and not end_rows and reasoning is None \
-            and not batch.layout and not passed and not opens else \
-            _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
-                        _whole_families(batch) if batch.layout else [])
-        if passed:
-            assert sparse is not None
-            sparse.extra = passed[0]
-        if opens:
-            assert sparse is not None
-            sparse.opens = opens[0]
-        # with one shard a row's route code is its slot: the codes go as they are
-        return [(0, link.frame_arrays(stamp, array("I", codes), batch.data[:8 * batch.total_ids],
-                                      sparse))]
+        return [_whole(stamp, batch, codes, one_each, lens, new_rows, end_rows, reasoning,
+                       passed[0] if passed else b"", opens[0] if opens else [])]
     code = u32s(codes).astype(np.int64)
     ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     shard_of = code % nshards
@@ -105,6 +92,24 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         shard_ids = ids_sorted[int(id_first[shard]):int(id_first[shard + 1])]
         out.append((shard, link.arrays(stamp, slots[row_from:row_to], shard_ids, sparse)))
     return out
+
+
+def _whole(stamp: float, batch: Batch, codes: list[int], one_each: bool, lens: list[int],
+           new_rows: list[tuple[int, str]], end_rows: list[int],
+           reasoning: npt.NDArray[np.uint32] | None, extra: bytes,
+           opens: list[Open]) -> tuple[int, bytes]:
+    """A frame that is shard 0's whole: the frame's own ids buffer as is, slots by `array`
+    (no numpy call for a small frame, whose latency is per-call overheads); with one shard
+    a row's route code is its slot, so the codes go as they are."""
+    header = batch.header
+    sparse = None if one_each and not new_rows and not end_rows and reasoning is None \
+        and not batch.layout and not extra and not opens else \
+        _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
+                    _whole_families(batch) if batch.layout else [])
+    if sparse is not None:
+        sparse.extra, sparse.opens = extra, opens
+    return 0, link.frame_arrays(stamp, array("I", codes), batch.data[:8 * batch.total_ids],
+                                sparse)
 
 
 def _sparse_all(header: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],

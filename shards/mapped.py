@@ -134,23 +134,9 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
     text after it waits for the next row's text, `Slots.carry`). Any other wanting row goes
     id by id through the per-row path's rules (`attributed_push`), which also decodes it.
     """
-    n = len(slots)
-    stride = id_texts.stride
     if id_starts is None:
-        texts = decode_mapped(id_texts, state, slots, meta, ids)
-        asked = np.flatnonzero(want)
-        every = len(asked) == n
-        found = one_id_rows(state.carry, slots if every else slots[asked],
-                            ids.tolist() if every else ids[asked].tolist(),
-                            id_texts.kind[ids + meta[:, SEL] * stride] if every else
-                            id_texts.kind[ids[asked] + meta[asked, SEL] * stride],
-                            texts if every else [texts[r] for r in asked.tolist()])
-        if every:
-            return texts, list(found)
-        out: list[list[Attribution] | None] = [None] * n
-        for j, entries in zip(asked.tolist(), found):
-            out[j] = entries
-        return texts, out
+        return _one_id_attributed(id_texts, state, slots, meta, want, ids)
+    stride = id_texts.stride
     counts = id_starts[1:] - id_starts[:-1]
     where = ids + np.repeat(meta[:, SEL] * stride, counts)
     broken = np.concatenate(([0], np.cumsum(~id_texts.whole[where])))
@@ -187,24 +173,56 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
         attrs = [x if w else None for x, w in zip(attrs, want.tolist())]
     rows = np.flatnonzero(exact).tolist()
     if rows:
-        heads = meta[rows].tolist()
-        buf, width = state.pend_buf, state.width
-        for r, head in zip(rows, heads):
-            slot, sel = slot_list[r], head[SEL]
-            held = head[PEND]
-            at = slot * width
-            pending = bytes(buf[at:at + held]) if held else b""
-            text, rest, skip, got, left = attributed_push(
-                tables[sel], vocab, drops[sel], pending, head[SKIP], carry.pop(slot, None),
-                id_list[cuts[r]:cuts[r + 1]])
-            if left:
-                carry[slot] = left
-            if rest:
-                buf[at:at + len(rest)] = rest
-            if len(rest) != held:
-                state.meta[slot, PEND] = len(rest)
-            if skip != head[SKIP]:
-                state.meta[slot, SKIP] = skip
-            texts[r] = text
-            attrs[r] = got
+        _exact_rows(tables, vocab, drops, state, slot_list, meta, rows, id_list, cuts, texts,
+                    attrs)
     return texts, attrs
+
+
+def _one_id_attributed(id_texts: IdTexts, state: Slots, slots: I64, meta: I64,
+                       want: npt.NDArray[np.bool_], ids: I64
+                       ) -> tuple[list[str], list[list[Attribution] | None]]:
+    """One id per row: every row decoded as usual, then `attributed.one_id_rows`."""
+    n, stride = len(slots), id_texts.stride
+    texts = decode_mapped(id_texts, state, slots, meta, ids)
+    asked = np.flatnonzero(want)
+    every = len(asked) == n
+    found = one_id_rows(state.carry, slots if every else slots[asked],
+                        ids.tolist() if every else ids[asked].tolist(),
+                        id_texts.kind[ids + meta[:, SEL] * stride] if every else
+                        id_texts.kind[ids[asked] + meta[asked, SEL] * stride],
+                        texts if every else [texts[r] for r in asked.tolist()])
+    if every:
+        return texts, list(found)
+    out: list[list[Attribution] | None] = [None] * n
+    for j, entries in zip(asked.tolist(), found):
+        out[j] = entries
+    return texts, out
+
+
+def _exact_rows(tables: tuple[list[bytes], list[bytes]], vocab: int,
+                drops: tuple[frozenset[int], frozenset[int]], state: Slots,
+                slot_list: list[int], meta: I64, rows: list[int], id_list: list[int],
+                cuts: list[int], texts: list[str],
+                attrs: list[list[Attribution] | None]) -> None:
+    """Wanting rows that are not the simple case, id by id through the per-row path's
+    rules (`attributed_push`), which also decodes them; their slots advance."""
+    carry = state.carry
+    buf, width = state.pend_buf, state.width
+    for r, head in zip(rows, meta[rows].tolist()):
+        slot, sel = slot_list[r], head[SEL]
+        held = head[PEND]
+        at = slot * width
+        pending = bytes(buf[at:at + held]) if held else b""
+        text, rest, skip, got, left = attributed_push(
+            tables[sel], vocab, drops[sel], pending, head[SKIP], carry.pop(slot, None),
+            id_list[cuts[r]:cuts[r + 1]])
+        if left:
+            carry[slot] = left
+        if rest:
+            buf[at:at + len(rest)] = rest
+        if len(rest) != held:
+            state.meta[slot, PEND] = len(rest)
+        if skip != head[SKIP]:
+            state.meta[slot, SKIP] = skip
+        texts[r] = text
+        attrs[r] = got
