@@ -253,33 +253,40 @@ class RidTable:
                 plain[quick_ends] = True
             else:  # byte fallback: its held byte runs end by the fallback decoder's rules
                 late_ends, quick_ends = quick_ends, []
-        rows_out = _RowsOut(out, msg, id_starts, fams)
         plain_rows = np.flatnonzero(plain)
         if len(plain_rows):
-            assert self.plain is not None
-            stops: dict[int, int] = {}  # last rows whose stop token is left out: its id
-            ids = self._blank_stop_tokens(quick_ends, slots, msg.ids, id_starts, ends, stops) \
-                if quick_ends else msg.ids
-            texts = self._plain_rows(plain_rows, slots, ids, id_starts, distinct)
-            # a plain slot always holds its rid (Slots.bind_plain)
-            plain_slots = slots[plain_rows]
-            end_at: list[int] = []  # where the last rows are among the plain rows
-            if quick_ends:
-                end_at = np.searchsorted(plain_rows, quick_ends).tolist()
-                texts = self._flush_ends(texts, end_at, plain_slots[end_at], quick_ends, stops)
-            rids = cast(list[str], self.state.rid_col.take(plain_slots).tolist())
-            base = len(out)
-            rows_out.plain(plain_rows, rids, texts)
-            if texts.attrs is not None:
-                _attributions(out, base, texts.attrs)
-            self._plain_extras(out, base, plain_rows, plain_slots, fams, sparse.reasoning,
-                               end_at, quick_ends, rids, ends)
+            self._ordered_rows(msg, plain_rows, slots, id_starts, distinct, quick_ends, ends,
+                               fams, out)
         if late_ends:
             self._plain_ends(late_ends, slots, msg, id_starts, ends, fams, out)
         others = np.flatnonzero(~plain & ((kinds == ROW) | special))
         ran = self._row_path(others, slots, msg, id_starts, ends, fams, out) if len(others) \
             else 0
         self.counters.late_rows += n_rows - len(plain_rows) - len(late_ends) - ran
+
+    def _ordered_rows(self, msg: Arrays, plain_rows: I64, slots: I64, id_starts: I64,
+                      distinct: bool, quick_ends: list[int], ends: Ends, fams: _Families,
+                      out: Sink) -> None:
+        """Decode a message's plain rows with the tokenizer's array decoder (rows in order),
+        end its quick last rows, write."""
+        assert self.plain is not None
+        stops: dict[int, int] = {}  # last rows whose stop token is left out: its id
+        ids = self._blank_stop_tokens(quick_ends, slots, msg.ids, id_starts, ends, stops) \
+            if quick_ends else msg.ids
+        texts = self._plain_rows(plain_rows, slots, ids, id_starts, distinct)
+        # a plain slot always holds its rid (Slots.bind_plain)
+        plain_slots = slots[plain_rows]
+        end_at: list[int] = []  # where the last rows are among the plain rows
+        if quick_ends:
+            end_at = np.searchsorted(plain_rows, quick_ends).tolist()
+            texts = self._flush_ends(texts, end_at, plain_slots[end_at], quick_ends, stops)
+        rids = cast(list[str], self.state.rid_col.take(plain_slots).tolist())
+        base = len(out)
+        _RowsOut(out, msg, id_starts, fams).plain(plain_rows, rids, texts)
+        if texts.attrs is not None:
+            _attributions(out, base, texts.attrs)
+        self._plain_extras(out, base, plain_rows, plain_slots, fams, msg.sparse.reasoning,
+                           end_at, quick_ends, rids, ends)
 
     def _blank_stop_tokens(self, rows: list[int], slots: I64, ids: I64, id_starts: I64,
                            ends: Ends, stops: dict[int, int]) -> I64:
