@@ -220,8 +220,9 @@ def decodestream_rows(tok: Tokenizer, frames: Iterable[list[tuple[str, list[int]
 def route_arrays(batches: Iterable[protocol.Batch], rids: Iterable[str] = ()) -> list[Arrays]:
     """The frames as the egress routes them to one shard (ARRAYS messages), `rids` opened
     first; done before any clock starts, since the egress is another process."""
-    from sglang_tok.testing.local_route import LocalRoute
     from sglang_tok.ring import link
+
+    from sglang_tok.testing.local_route import LocalRoute
 
     route = LocalRoute(1)
     for rid in rids:
