@@ -450,7 +450,7 @@ def measure_cost(impls: list[Impl], tok: Tokenizer, reqs: list[list[int]], repea
     n = sum(len(ids) for ids in reqs)
     loops = [cost_runs(impl, tok, reqs) for impl in impls]
     cases = {(name, k): timed(lp[name]) for name in loops[0] for k, lp in enumerate(loops)}
-    got = interleaved(cases, repeat)  # type: ignore[arg-type]
+    got = interleaved(cases, repeat)
     return [{name: min(got[name, k]) / n * 1e6 for name in lp} for k, lp in enumerate(loops)]
 
 

@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
@@ -49,10 +49,13 @@ def best(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | No
     return min(times)
 
 
-def interleaved(cases: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+K = TypeVar("K")
+
+
+def interleaved(cases: Mapping[K, Callable[[], float]], rounds: int) -> dict[K, list[float]]:
     """Each round runs every case once, in order, so that every case sees the same machine;
     a case returns its own figure (a time, a rate). Per case, its figures in round order."""
-    out: dict[str, list[float]] = {name: [] for name in cases}
+    out: dict[K, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, case in cases.items():
             out[name].append(case())
