@@ -9,8 +9,8 @@ them), cut into rows of 1 id (a decode step) or 1..4 ids, requests interleaved a
 scheduler would send them. A format joins by name: a writer in `WRITERS` for a name in
 `sglang_tok.parsers.FORMATS` (names without one are listed at the end).
 
---table: the shard's `RidTable.on_arrays`, the trace routed into ARRAYS link
-messages before the clock starts (egress/split.py `LocalRoute`, another process in the
+--table: the shard's `RidTable.on_arrays`, the trace routed into ARRAYS link messages
+before the clock starts (`common.route_arrays`: the egress is another process in the
 service), every request on the per-row path: parser on vs the same requests without a
 parser (what a parser costs). Two figures: `on_arrays` into the output sink a shard uses
 (the default output format's), and that plus the output frame's encoding, all of the
