@@ -154,6 +154,12 @@ class Lean:
         return {"prompt_tokens": p, "completion_tokens": n, "total_tokens": p + n,
                 "cached_tokens": h.cached[i], "reasoning_tokens": h.reasoning[i]}
 
+    def last(self, d: dict[str, Any], h: Head, i: int, n: int) -> None:
+        """A request's last delta: its finish and usage; its state goes."""
+        d["finish"] = h.finish[i]
+        d["usage"] = self.usage(h, i, n)
+        del self.state[d["rid"]]
+
 
 class VllmState:
     __slots__ = ("ds", "n", "opts", "held", "tail")
@@ -220,9 +226,7 @@ class Vllm(Lean):
                 text, row = s.held
             d: dict[str, Any] = {"rid": rid, "text": text, "ids": row}
             if fin is not None:
-                d["finish"] = fin
-                d["usage"] = self.usage(h, i, s.n)
-                del state[rid]
+                self.last(d, h, i, s.n)
             out.append(d)
         return out
 
@@ -311,9 +315,7 @@ class Sglang(Lean):
             d: dict[str, Any] = {"rid": rid, "text": text[s.sent:], "ids": row}
             s.sent = len(text)
             if fin is not None:
-                d["finish"] = fin
-                d["usage"] = self.usage(h, i, s.n)
-                del state[rid]
+                self.last(d, h, i, s.n)
             out.append(d)
         return out
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmark: issue 17's targets, sglang-tok (1 and 2 shards) against the lean peers.
+"""The benchmark: the service's targets, sglang-tok (1 and 2 shards) against the lean peers.
 
 One run, same traces, same sockets, same client, systems side by side (ratios, because
 the machine is shared and noisy). The peer is `baselines.py vllm`: one process stepping a
@@ -13,7 +13,7 @@ shown beside it. For every system and trace:
   50% load     replay at half the peer's flat-out frame rate: frame latency p50/p99 (send
                to the last delta its rows produced), time to first delta, inter-delta gap
 
-Then each target of the issue, with its ratio and whether it was reached.
+Then each target, with its ratio and whether it was reached.
 
     python scripts/bench.py                   # both standard traces (a, b)
     python scripts/bench.py --quick           # quarter-size traces, for a smoke run
@@ -23,21 +23,15 @@ Then each target of the issue, with its ratio and whether it was reached.
 from __future__ import annotations
 
 import argparse
-import atexit
-import json
 import os
-import shutil
-import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 sys.path.insert(0, os.path.dirname(__file__))
 
+from common import cpu_seconds, median, ratio, workdir, write_json
 from replay import Target, replay, start_baseline, start_service
 from synth import synthesise
 
@@ -46,22 +40,6 @@ from sglang_tok.load.workload import PlanSpec
 
 PEER = "peer vllm"
 SYSTEMS = ["sglang-tok x1", "sglang-tok x2", PEER, "peer sglang"]
-
-
-def cpu_seconds(pids: list[int], per: dict[str, list[float]] | None = None) -> float:
-    """CPU seconds of these processes; `per` collects each one's, by its title."""
-    total = 0.0
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            t = proc.cpu_times()
-            total += t.user + t.system
-            if per is not None:
-                title = " ".join(proc.cmdline()[:1]) or str(pid)
-                per.setdefault(title, []).append(t.user + t.system)
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def start(system: str, tokenizer: str, work: Path, extra: list[str]) -> Target:
@@ -116,10 +94,6 @@ def measure(systems: list[str], path: str, work: Path, window: int, repeat: int,
     return {"systems": per, "half_rate_fps": rate}
 
 
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
 def fig(res: dict[str, Any], system: str, kind: str, *path: str) -> float:
     """The median over rounds of one figure, e.g. fig(res, PEER, "half", "latency_ms", "p99")."""
     vals = []
@@ -128,10 +102,6 @@ def fig(res: dict[str, Any], system: str, kind: str, *path: str) -> float:
             r = r[key]
         vals.append(float(r))
     return median(vals)
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if b else float("nan")
 
 
 COLUMNS: list[tuple[str, str, tuple[str, ...], str, bool]] = [
@@ -245,8 +215,7 @@ def main() -> int:
     ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
     ap.add_argument("--json", default="bench-out/bench.json")
     a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="sglang-tok-bench-"))
-    atexit.register(shutil.rmtree, work, True)  # whichever way this ends
+    work = workdir("sglang-tok-bench-")
     systems = a.systems.split(",")
     results: dict[str, Any] = {}
     for name, spec in standard_traces(4 if a.quick else 1).items():
@@ -261,9 +230,7 @@ def main() -> int:
         print_systems(name, res, a.window)
     rows = targets(results, a.window)
     print_targets(rows)
-    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.json).write_text(json.dumps(
-        {"results": strip(results), "targets": rows, "window": a.window}, indent=1))
+    write_json(a.json, {"results": strip(results), "targets": rows, "window": a.window})
     print(f"\nJSON: {a.json}")
     return 0
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import signal
@@ -37,6 +36,15 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import msgspec
 import zmq
 import zmq.asyncio
+from common import (
+    cpu_seconds,
+    percentile,
+    shuffled_text,
+    terminate,
+    tree_pids,
+    wait_for_file,
+    write_json,
+)
 
 SHORT = 500  # tokens: prompts this short are reported on their own
 
@@ -45,34 +53,11 @@ class _Errors(msgspec.Struct):
     error: str | None = None
 
 
-def percentile(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
-
-
-def corpus() -> str:
-    try:
-        from faker import Faker
-    except ImportError:
-        from sglang_tok.load.workload import BUILTIN_TEXTS
-        return "\n".join(BUILTIN_TEXTS * 400)
-    parts = []
-    for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN"):
-        f = Faker(loc)
-        f.seed_instance(1)
-        parts += [f.text(max_nb_chars=600) for _ in range(80)]
-    parts.append("```python\ndef f(x):\n    return x ** 2  # 🙂\n```\n👩‍👩‍👧‍👦 🏳️‍🌈 ❤️‍🔥")
-    random.Random(1).shuffle(parts)
-    return "\n\n".join(parts)
-
-
 def prompts(tokenizer: str, n: int, seed: int) -> list[tuple[int, bytes]]:
     """(tokens, request bytes) for n prompts of log-uniform length in [50, 20000] tokens."""
     from sglang_tok.tokenizer import load_tokenizer
     tok = load_tokenizer(tokenizer)
-    text = corpus()
+    text = shuffled_text()
     while len(tok.encode(text, add_special_tokens=False).ids) < 25_000:
         text = text + "\n\n" + text
     offsets = tok.encode(text, add_special_tokens=False).offsets
@@ -117,25 +102,10 @@ class System:
 
     def cpu_seconds(self) -> float:
         """User + system time of every process of the system (the whole service tree)."""
-        import psutil
-        root = psutil.Process(self.proc.pid)
-        total = 0.0
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return cpu_seconds(tree_pids(self.proc.pid))
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
 
 
 def start(name: str, workers: int, endpoint: str, tokenizer: str, work: Path) -> System:
@@ -153,12 +123,7 @@ def start(name: str, workers: int, endpoint: str, tokenizer: str, work: Path) ->
                "--output", f"ipc://{work}/front.ipc", "--log-level", "WARNING",
                "--encode-workers", str(workers), "--encode", endpoint]
     proc = subprocess.Popen(cmd)
-    deadline = time.monotonic() + 180
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"{name} failed to start")
-        time.sleep(0.05)
+    wait_for_file(ready, proc, 180, name)
     return System(name, proc)
 
 
@@ -271,7 +236,7 @@ def main() -> int:
               f"{r['cpu_ms_per_ktok']:>12.3f}{r['errors']:>7}   "
               f"{ratio if name != 'baseline' else ''}")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        write_json(args.json, results)
     return 0 if all(r["errors"] == 0 for r in results.values()) else 1
 
 

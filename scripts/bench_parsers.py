@@ -9,10 +9,10 @@ them), cut into rows of 1 id (a decode step) or 1..4 ids, requests interleaved a
 scheduler would send them. A format joins by name: a writer in `WRITERS` for a name in
 `sglang_tok.parsers.FORMATS` (names without one are listed at the end).
 
---table: the shard's `RidTable.on_arrays`, the trace routed into ARRAYS link
-messages before the clock starts (egress/split.py `LocalRoute`, another process in the
+--table: the shard's `RidTable.on_arrays`, the trace routed into ARRAYS link messages
+before the clock starts (`common.route_arrays`: the egress is another process in the
 service), every request on the per-row path: parser on vs the same requests without a
-parser (the issue's measure). Two figures: `on_arrays` into the output sink a shard uses
+parser (what a parser costs). Two figures: `on_arrays` into the output sink a shard uses
 (the default output format's), and that plus the output frame's encoding, all of the
 shard's work per ARRAYS message but the socket; the deltas checked are the ones decoded
 from those frames. Default: the decoder and ParsedStream alone, no table.
@@ -40,6 +40,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from common import LOCALES, faker_texts, has_faker, route_arrays
 from sglang_tok.ring import link
 from sglang_tok.shards import table as table_module
 from sglang_tok.shards.table import RidTable
@@ -68,7 +69,7 @@ from sglang_tok.protocol import (
 )
 from sglang_tok.scheduler import encode_step
 from sglang_tok.stops import StopMatcher
-from sglang_tok.testing.local_route import LocalRoute
+from sglang_tok.testing.zoo import with_special_tokens
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 CODE = ["def area(r: float) -> float:\n    return 3.14159 * r ** 2  # 🙂\n",
@@ -84,27 +85,16 @@ def corpus(seed: int, which: str = "auto") -> list[str]:
     parser costs most inside calls), so the table prints it."""
     if corpus_name(which) == "builtin":
         return BUILTIN_TEXTS + CODE
-    try:
-        from faker import Faker
-    except ImportError:
-        raise SystemExit("--corpus faker: pip install -e '.[scripts]'") from None
-    out = []
-    for loc in ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN", "ko_KR"):
-        f = Faker(loc)
-        f.seed_instance(seed)
-        out += [f.text(max_nb_chars=300) for _ in range(20)]
-    return out + CODE
+    if not has_faker():
+        raise SystemExit("--corpus faker: pip install -e '.[scripts]'")
+    return faker_texts(seed, 20, 300, (*LOCALES, "ko_KR")) + CODE
 
 
 def corpus_name(which: str) -> str:
     """What `--corpus` means here: `auto` is faker when it is installed."""
     if which != "auto":
         return which
-    try:
-        import faker  # noqa: F401
-    except ImportError:
-        return "builtin"
-    return "faker"
+    return "faker" if has_faker() else "builtin"
 
 
 # ------------------------------------------------------------------ traces, per format
@@ -272,10 +262,8 @@ def tokenizer(specials: tuple[str, ...]) -> TokenizerInfo:
     if not specials:
         return load("deepseek-v4")
     info = tokenizer(())  # loaded once, not once per marker set
-    from tokenizers import AddedToken, Tokenizer
-    tok = Tokenizer.from_str(info.tokenizer.to_str())
-    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in specials])
-    return describe(tok, "deepseek-v4+" + "".join(specials))
+    return describe(with_special_tokens(info.tokenizer, specials),
+                    "deepseek-v4+" + "".join(specials))
 
 
 def output(rng: random.Random, texts: list[str], write: Writer,
@@ -433,18 +421,8 @@ def frames_of(reqs: list[list[int]], order: list[tuple[int, list[int]]]) -> list
 
 
 def routed(tr: Trace) -> list[link.Arrays]:
-    """The trace's frames as the egress routes them to one shard (ARRAYS messages); done
-    once, before any clock: the egress is another process."""
-    route = LocalRoute(1)
-    for r in range(len(tr.reqs)):
-        route.open(f"r{r}")
-    msgs = []
-    for batch in frames_of(tr.reqs, tr.order):
-        for raw in route(batch).values():
-            msg = link.parse(raw)
-            assert isinstance(msg, link.Arrays)
-            msgs.append(msg)
-    return msgs
+    """The trace's frames as the egress routes them to one shard (ARRAYS messages)."""
+    return route_arrays(frames_of(tr.reqs, tr.order), [f"r{r}" for r in range(len(tr.reqs))])
 
 
 def plainless_table(info: TokenizerInfo, size: int) -> RidTable:
@@ -653,14 +631,10 @@ def latency_mode(info: TokenizerInfo) -> int:
     many ids after the name's text the name's delta leaves, and after that delta the first
     arguments bytes and the first bytes of the value; per format and tool_stream mode (the
     request's `tools` declare `content` a string)."""
-    from tokenizers import AddedToken, Tokenizer
-
-    from sglang_tok.tokenizer import describe
     markers = sorted(set(XML_SPECIALS) | {
         m for config, _ in LATENCY_CALLS.values()
         for m in make_parsed_stream(**config).markers if m.startswith("<|")})
-    tok = Tokenizer.from_str(info.tokenizer.to_str())
-    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
+    tok = with_special_tokens(info.tokenizer, markers)
     info = describe(tok, "deepseek-v4+markers")
     print(f"{'parser':<12} {'mode':<12} {'call ids':>9} {'name after':>10} {'args after':>10} "
           f"{'value after':>11}  (ids; name after its text, the others after the name's delta)")
@@ -704,14 +678,13 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=400, help="per format")
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=9,
-                    help="best of N alternating runs (on a shared host, best of 3 moved "
-                         "the same configuration by up to 0.4x; best of 9 held two "
-                         "identical parsers within 0.1x)")
+                    help="best of N alternating runs (on a shared host a best of few "
+                         "moves one configuration's ratio by much more than of many)")
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--table", action="store_true",
                     help="through the shard's RidTable.on_arrays (ARRAYS messages, OPEN "
                          "options, Deltas), every request per row: parser on vs the same "
-                         "requests without it (the issue's measure)")
+                         "requests without it (what a parser costs)")
     ap.add_argument("--formats", default="", help="comma-separated format names (default all)")
     ap.add_argument("--args", choices=sorted(ARGS), default="short",
                     help="short: a query, a limit, sometimes a line of code; files: every "

@@ -30,7 +30,6 @@ import os
 import random
 import select
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,12 +40,11 @@ from typing import IO, Any
 
 import msgspec
 import numpy as np
-import psutil
 import zmq
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from bench import cpu_seconds
+from common import cpu_seconds, median, ratio, span, times, tree_pids, write_json
 from replay import Target, start_service
 from synth import corpus
 
@@ -178,10 +176,6 @@ def build_trace(name: str, title: str, spec: PlanSpec, info: TokenizerInfo,
 def trace_specs(a: argparse.Namespace) -> dict[str, tuple[str, PlanSpec]]:
     scale = 4 if a.quick else 1
 
-    def span(text: str) -> tuple[int, int]:
-        lo, _, hi = text.partition("-")
-        return int(lo), int(hi or lo)
-
     ca, cb = max(1, a.concurrency_a // scale), max(1, a.concurrency_b // scale)
     ta, tb = span(a.tokens_a), span(a.tokens_b)
     ka, kb = span(a.ids_per_row_a), span(a.ids_per_row_b)
@@ -268,14 +262,7 @@ class SglangSystem:
         self.failed = False
 
     def pids(self) -> list[int]:
-        out = []
-        for pid in self.roots:
-            try:
-                proc = psutil.Process(pid)
-                out += [pid] + [c.pid for c in proc.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                pass
-        return out
+        return tree_pids(*self.roots)
 
     def stop(self) -> None:
         self.failed = bool(self.peer.call({"cmd": "stop"}).get("failed"))
@@ -467,19 +454,6 @@ def run_system(system: str, traces: list[Trace], root: Path, peer: Peer | None,
 
 
 # ------------------------------------------------------------------------------ reports
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def ratio(a: float, b: float) -> float:
-    return a / b if b and b == b else float("nan")
-
-
-def times(x: float, width: int) -> str:
-    """A ratio as `1.23x`, or `-` without the SGLang figure it is relative to."""
-    return f"{x:.{width}f}x" if x == x else "-"
-
-
 def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"ids_per_s": median([r["ids_per_s"] for r in runs]),
             "cpu_s_per_mid": median([r["cpu_s_per_mid"] for r in runs]),
@@ -547,7 +521,7 @@ def finite(obj: Any) -> Any:
     return obj
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="quarter-size traces")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
@@ -575,21 +549,33 @@ def main() -> int:
     ap.add_argument("--ids-per-row-b", default="4", help="k or lo-hi")
     ap.add_argument("--json", default="", help="write the figures here")
     a = ap.parse_args()
-    systems = [s.strip() for s in a.systems.split(",") if s.strip()]
-    unknown = [s for s in systems if s not in SYSTEMS]
+    a.systems = [s.strip() for s in a.systems.split(",") if s.strip()]
+    unknown = [s for s in a.systems if s not in SYSTEMS]
     if unknown:
         ap.error(f"unknown systems {unknown}; choose from {SYSTEMS}")
-    root = Path(tempfile.mkdtemp(prefix="bench-sglang-"))
-    peer: Peer | None = None
-    if any(s.startswith("sglang ") for s in systems):
-        python = side_python(a.sglang_python)
-        if python is None:
-            print(f"SGLang systems skipped: no side python at {a.sglang_python} "
-                  "(build it with ../shared/tools/sglang-venv.sh, or pass --sglang-python)")
-            systems = [s for s in systems if not s.startswith("sglang ")]
-        else:
-            # SGLang imports while the traces are built
-            peer = Peer(python, root, a.sglang_start_method)
+    return a
+
+
+def without_sglang(systems: list[str], why: str) -> list[str]:
+    print(f"SGLang systems skipped: {why}")
+    return [s for s in systems if not s.startswith("sglang ")]
+
+
+def start_peer(a: argparse.Namespace, root: Path) -> Peer | None:
+    """The peer, started first (SGLang imports while the traces are built); None where
+    no SGLang system is asked for or there is no side python."""
+    if not any(s.startswith("sglang ") for s in a.systems):
+        return None
+    python = side_python(a.sglang_python)
+    if python is None:
+        a.systems = without_sglang(a.systems, f"no side python at {a.sglang_python} (build "
+                                   "it with ../shared/tools/sglang-venv.sh, or pass "
+                                   "--sglang-python)")
+        return None
+    return Peer(python, root, a.sglang_start_method)
+
+
+def build_traces(a: argparse.Namespace) -> list[Trace]:
     info = load(TOKENIZER)
     texts = corpus(0)
     traces = []
@@ -599,40 +585,56 @@ def main() -> int:
             traces.append(build_trace(name, title, spec, info, texts))
             print(f"trace {title}: {traces[-1].summary()} "
                   f"(built in {time.monotonic() - t0:.1f}s)", flush=True)
-    if peer is not None:
-        try:
-            peer.wait_ready()
-        except (RuntimeError, TimeoutError) as exc:
-            print(f"SGLang systems skipped: the side python cannot run SGLang: {exc}")
-            systems = [s for s in systems if not s.startswith("sglang ")]
-            peer.close()
-            peer = None
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        t.name: {s: [] for s in systems} for t in traces}
-    failures = []
+    return traces
+
+
+def peer_ready(a: argparse.Namespace, peer: Peer | None) -> Peer | None:
+    if peer is None:
+        return None
     try:
-        for n in range(a.repeat):
-            for system in systems:
-                try:
-                    got = run_system(system, traces, root, peer, a.window, a.timeout,
-                                     a.stall)
-                except (RuntimeError, TimeoutError) as exc:
-                    failures.append(f"round {n + 1} {system}: {exc}")
-                    print(f"  round {n + 1} {system:<14} FAILED: {str(exc)[:2000]}", flush=True)
-                    continue
-                for name, r in got.items():
-                    runs[name][system].append(r)
-                    print(f"  round {n + 1} {system:<14} trace {name}: "
-                          f"{r['ids_per_s']:>10,.0f} ids/s  {r['cpu_s_per_mid']:6.2f} CPU s/Mid"
-                          f"  exact {r['exact']}/{r['requests']}  {r['elapsed_s']:.2f}s"
-                          f"  (bench CPU {r['bench_cpu_s']:.2f}s, start "
-                          f"{r['startup_s']:.1f}s)", flush=True)
-                    print(f"      CPU s by process: {r['cpu_by_process']}")
-                    for p in r["problems"][:3]:
-                        print(f"      {p}")
-    finally:
-        if peer is not None:
-            peer.close()
+        peer.wait_ready()
+    except (RuntimeError, TimeoutError) as exc:
+        a.systems = without_sglang(a.systems, f"the side python cannot run SGLang: {exc}")
+        peer.close()
+        return None
+    return peer
+
+
+Runs = dict[str, dict[str, list[dict[str, Any]]]]  # trace -> system -> its rounds
+
+
+def print_round(n: int, system: str, name: str, r: dict[str, Any]) -> None:
+    print(f"  round {n + 1} {system:<14} trace {name}: "
+          f"{r['ids_per_s']:>10,.0f} ids/s  {r['cpu_s_per_mid']:6.2f} CPU s/Mid"
+          f"  exact {r['exact']}/{r['requests']}  {r['elapsed_s']:.2f}s"
+          f"  (bench CPU {r['bench_cpu_s']:.2f}s, start "
+          f"{r['startup_s']:.1f}s)", flush=True)
+    print(f"      CPU s by process: {r['cpu_by_process']}")
+    for p in r["problems"][:3]:
+        print(f"      {p}")
+
+
+def run_rounds(a: argparse.Namespace, traces: list[Trace], root: Path,
+               peer: Peer | None) -> tuple[Runs, list[str]]:
+    """--repeat rounds, every system once in each (interleaved), every trace on it."""
+    runs: Runs = {t.name: {s: [] for s in a.systems} for t in traces}
+    failures = []
+    for n in range(a.repeat):
+        for system in a.systems:
+            try:
+                got = run_system(system, traces, root, peer, a.window, a.timeout, a.stall)
+            except (RuntimeError, TimeoutError) as exc:
+                failures.append(f"round {n + 1} {system}: {exc}")
+                print(f"  round {n + 1} {system:<14} FAILED: {str(exc)[:2000]}", flush=True)
+                continue
+            for name, r in got.items():
+                runs[name][system].append(r)
+                print_round(n, system, name, r)
+    return runs, failures
+
+
+def report(a: argparse.Namespace, traces: list[Trace], runs: Runs, failures: list[str]) -> int:
+    """The tables and goals (and the JSON); 1 where sglang-tok failed or was not exact."""
     results = {t.name: {s: medians(rs) for s, rs in runs[t.name].items() if rs}
                for t in traces}
     for t in traces:
@@ -640,18 +642,31 @@ def main() -> int:
     rows = goals(results)
     print_goals(rows)
     if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(finite({
+        write_json(a.json, finite({
             "window": a.window, "repeat": a.repeat, "traces": {
                 t.name: {"title": t.title, **t.summary()} for t in traces},
-            "medians": results, "rounds": runs, "goals": rows, "failures": failures}),
-            indent=1))
+            "medians": results, "rounds": runs, "goals": rows, "failures": failures}))
         print(f"\nJSON: {a.json}")
-    shutil.rmtree(root, ignore_errors=True)
     ours_bad = [f for f in failures if "sglang-tok" in f] + [
         f"{t}: {s}" for t, per in results.items() for s, m in per.items()
         if s.startswith("sglang-tok") and (m["exact"] < m["requests"] or not m["complete"])]
     return 1 if ours_bad else 0
+
+
+def main() -> int:
+    a = parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-sglang-"))
+    peer = start_peer(a, root)
+    traces = build_traces(a)
+    peer = peer_ready(a, peer)
+    try:
+        runs, failures = run_rounds(a, traces, root, peer)
+    finally:
+        if peer is not None:
+            peer.close()
+    rc = report(a, traces, runs, failures)
+    shutil.rmtree(root, ignore_errors=True)
+    return rc
 
 
 if __name__ == "__main__":

@@ -18,24 +18,28 @@ each shard only its own rows (ARRAYS), so N shards give N / r rows/s (r: a shard
 per own row), and the egress gives 1 / e. The smaller one saturates first. Each figure is
 also given against one `tokenizers` DecodeStream.step per id, measured in the same run.
 
+--small-frames: egress and shard CPU per BATCH frame at 16 concurrent requests (frames of
+~15 rows, trace a's shape: 1 id per row, 5% with top-5 logprobs). Whole-array operations
+have a fixed cost per call, so a small frame pays in calls what a large one pays in work.
+It runs the egress and shard stages above on such a trace, and the shard's whole loop step
+(`Shard.handle`: parse, decode, acknowledgement, metrics), and prints microseconds per frame.
+
     python scripts/bench_stages.py --repeat 5
+    python scripts/bench_stages.py --small-frames --format packed
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import gc
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
+from common import batch_rows, best, decodestream_rows, markdown, workdir
 from prometheus_client import REGISTRY
 from sglang_tok.egress.main import Egress
 from sglang_tok.ring import link
@@ -48,6 +52,8 @@ from sglang_tok.process import Status, service_roles
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 CORES = (2, 4, 8, 16, 64)
+# a trace's requests, concurrency, ids per row and share of rows with top-5 logprobs
+TraceSpec = tuple[int, int, int, float]
 
 
 @dataclass
@@ -95,17 +101,6 @@ class Recorder:
 def config(shards: int, fmt: str, runtime: str) -> Config:
     return finalize(Config(shards=shards, runtime_dir=runtime, http="127.0.0.1:0", pin=False,
                            output_format=fmt, log_level="WARNING"))
-
-
-def best(fn: Callable[[], None], repeat: int, setup: Callable[[], Any] = lambda: None) -> float:
-    times = []
-    for _ in range(repeat):
-        setup()
-        gc.collect()
-        t0 = time.thread_time()  # CPU time of this thread: the machine may be shared
-        fn()
-        times.append(time.thread_time() - t0)
-    return min(times)
 
 
 def fresh_metrics() -> None:
@@ -206,29 +201,9 @@ def measure_parse(msgs: list[bytes], repeat: int) -> float:
 
 def measure_decodestream(info: TokenizerInfo, frames: Sequence[bytes], repeat: int) -> float:
     """The lean peer's unit of work: one `tokenizers` DecodeStream.step, per id."""
-    from tokenizers.decoders import DecodeStream
-
-    tok = info.tokenizer
-    rows = []
-    for f in frames:
-        b = protocol.decode_batch(f)
-        ids, st = b.token_ids(), b.tokens.row_starts
-        rows.append([(rid, ids[st[i]:st[i + 1]]) for i, rid in enumerate(b.rids)])
+    rows = [batch_rows(f) for f in frames]
     total = sum(len(x) for rs in rows for _, x in rs)
-
-    def run() -> None:
-        streams: dict[str, DecodeStream] = {}
-        for rs in rows:
-            for rid, ids in rs:
-                ds = streams.get(rid)
-                if ds is None:
-                    ds = streams[rid] = DecodeStream(skip_special_tokens=True)
-                for i in ids:
-                    try:
-                        ds.step(tok, i)
-                    except Exception:
-                        streams[rid] = ds = DecodeStream(skip_special_tokens=True)
-    return best(run, repeat) / total
+    return best(lambda: decodestream_rows(info.tokenizer, rows), repeat) / total
 
 
 def demux_deltas(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
@@ -340,15 +315,141 @@ def decode_only(msgs: list[bytes], repeat: int) -> float:
 
 
 def model(e: float, h: float, r: float, ids_per_row: float) -> list[str]:
-    lines = ["| cores | shards | egress Mrows/s | shards Mrows/s | saturates first | "
-             "M ids/s |", "|---|---|---|---|---|---|"]
+    lines = []
     for c in CORES:
         n = max(1, c - 1)
         eg, sh = 1 / e, 1 / (h + r / n)
         first = "egress" if eg < sh else "shards"
-        lines.append(f"| {c} | {n} | {eg / 1e6:.2f} | {sh / 1e6:.2f} | {first} | "
-                     f"{min(eg, sh) * ids_per_row / 1e6:.2f} |")
-    return lines
+        lines.append([str(c), str(n), f"{eg / 1e6:.2f}", f"{sh / 1e6:.2f}", first,
+                      f"{min(eg, sh) * ids_per_row / 1e6:.2f}"])
+    return markdown(["cores", "shards", "egress Mrows/s", "shards Mrows/s", "saturates first",
+                     "M ids/s"], lines).splitlines()
+
+
+def run_only(a: argparse.Namespace, info: TokenizerInfo, specs: dict[str, TraceSpec],
+             runtime: str) -> int:
+    """--only: one stage on the first trace, over and over for --seconds (for py-spy)."""
+    tr = make_trace(info, "a", *specs[a.traces.split(",")[0]])
+    stage: EgressStage | ShardStage = (
+        EgressStage(config(a.shards, "deltas", runtime), tr.frames, False)
+        if a.only == "egress" else
+        ShardStage(config(1, "deltas", runtime), info, shard_messages(tr, a.shards, runtime),
+                   False))
+    print(f"running {a.only} (pid {os.getpid()}) for {a.seconds}s", flush=True)
+    end = time.monotonic() + a.seconds
+    while time.monotonic() < end:
+        stage.setup()
+        stage.run()
+    return 0
+
+
+def measure_stages(info: TokenizerInfo, tr: Trace, repeat: int,
+                   runtime: str) -> dict[str, float]:
+    """Every figure of one trace, seconds per row (per id, per delta where so named)."""
+    f: dict[str, float] = {"e1": measure_egress(tr, 1, repeat, runtime),
+                           "e2": measure_egress(tr, 2, repeat, runtime)}
+    m1, m2 = shard_messages(tr, 1, runtime), shard_messages(tr, 2, runtime)
+    f["h"] = measure_parse(m1, repeat)
+    f["step"] = measure_decodestream(info, tr.frames, repeat)
+    outs: dict[str, list[bytes]] = {}
+    for key, fmt in (("s1", "deltas"), ("s1c", "columnar"), ("s1p", "packed")):
+        f[key], outs[fmt] = measure_shard(info, m1, fmt, repeat, runtime)
+    f["s2"], _ = measure_shard(info, m2, "deltas", repeat, runtime)
+    f["own2"] = own_rows(m2)[0]
+    out_d, out_c, out_p = outs["deltas"], outs["columnar"], outs["packed"]
+    f["fd"] = measure_frontend(out_d, demux_deltas, repeat)
+    f["fc"] = measure_frontend(out_c, demux_columns, repeat)
+    f["fcc"] = measure_frontend(out_c, demux_columns_c, repeat)
+    f["fpc"] = measure_frontend(out_p, demux_packed_c, repeat)
+    f["kit_p"] = measure_client(out_p, repeat, runtime)
+    f["kit_c"] = measure_client(out_c, repeat, runtime)
+    f["kit_pr"] = measure_client(out_p, repeat, runtime, read=True)
+    f["kit_cr"] = measure_client(out_c, repeat, runtime, read=True)
+    f["fdc"] = measure_frontend(out_d, demux_deltas_c, repeat)
+    f["dd"], f["dc"] = decode_only(out_d, repeat), decode_only(out_c, repeat)
+    return f
+
+
+STAGE_ROWS = [
+    ("e1", "egress, 1 shard (decode_batch + route + link message)"),
+    ("e2", "egress, 2 shards"),
+    ("s1", "shard, 1 shard, DELTAS out (per row)"),
+    ("s1c", "shard, 1 shard, COLUMNS out (per row)"),
+    ("s1p", "shard, 1 shard, PACKED out (per row)"),
+    ("s2", "shard 0 of 2, DELTAS out (per own row; {own2}/{rows} rows its own)"),
+    ("h", "shard: reading its link messages (per own row, included above)"),
+    ("step", "lean peer: one DecodeStream.step (per id)"),
+    ("dd", "frontend: decode DELTAS only"),
+    ("dc", "frontend: decode COLUMNS only"),
+    ("fd", "frontend: DELTAS decode + each delta to its rid"),
+    ("fc", "frontend: COLUMNS decode + each row to its rid (for loop)"),
+    ("fdc", "frontend: DELTAS decode + each text to its rid (map)"),
+    ("fcc", "frontend: COLUMNS decode + each text to its rid (map)"),
+    ("fpc", "frontend: PACKED decode + each text to its rid (map)"),
+    ("kit_p", "frontend: the kit's Client.dispatch, PACKED (per delta)"),
+    ("kit_c", "frontend: the kit's Client.dispatch, COLUMNS (per delta)"),
+    ("kit_pr", "frontend: dispatch + every delta read, PACKED (per delta)"),
+    ("kit_cr", "frontend: dispatch + every delta read, COLUMNS (per delta)"),
+]
+
+
+def print_stages(tr: Trace, f: dict[str, float]) -> None:
+    per_row, step = tr.ids / tr.rows, f["step"]
+    own2 = int(f["own2"])
+    print(markdown(["stage", "us/row"],
+                   [(title.format(own2=own2, rows=tr.rows), f"{f[key] * 1e6:.3f}")
+                    for key, title in STAGE_ROWS]))
+    print(f"\nratios to one DecodeStream.step per id: shard row (COLUMNS out) "
+          f"{f['s1c'] / per_row / step:.2f}x, (PACKED out) {f['s1p'] / per_row / step:.2f}x, "
+          f"egress row (2 shards) {f['e2'] / per_row / step:.2f}x")
+    r = min(f["s1c"], f["s1p"])
+    print(f"\nmodel (shards: r={r * 1e6:.3f}/N us per row, best output format: each "
+          f"shard reads only its own rows; check: 2 shards modelled {r / 2 * 1e6:.3f}, "
+          f"measured DELTAS {f['s2'] * own2 / tr.rows * 1e6:.3f} us per frame row); the "
+          f"frontend is not on these cores: one frontend core takes "
+          f"{1 / f['fpc'] / 1e6:.2f} M deltas/s (PACKED), {1 / f['fcc'] / 1e6:.2f} M (COLUMNS) "
+          f"or {1 / f['fdc'] / 1e6:.2f} M (DELTAS), texts to rids by map")
+    print("\n".join(model(f["e2"], 0.0, r, per_row)))
+
+
+def loop_step(info: TokenizerInfo, msgs: list[bytes], fmt: str, runtime: str
+              ) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(run, setup) of a shard's `handle` on every message, as its loop calls it: what a
+    message costs beyond `on_frame` (its acknowledgement to the egress and the metrics)
+    shows at small frames, where each message comes alone."""
+    stage = ShardStage(config(1, fmt, runtime), info, msgs, False)
+
+    def setup() -> None:
+        stage.setup()
+        assert stage.sh is not None
+        stage.sh.started = True
+
+    def run() -> None:
+        assert stage.sh is not None
+        handle = stage.sh.handle
+        for m in msgs:
+            handle(m)
+
+    return run, setup
+
+
+def small_frames(a: argparse.Namespace, info: TokenizerInfo, runtime: str) -> int:
+    """--small-frames: egress, shard and the shard's loop step, microseconds per frame."""
+    repeat = a.repeat or 7
+    tr = make_trace(info, "a", a.small_requests, a.small_concurrency, 1, 0.05)
+    frames = sum(1 for f in tr.frames if f[0] == protocol.TAG_BATCH)
+    egress = measure_egress(tr, 1, repeat, runtime) * tr.rows / frames
+    msgs = shard_messages(tr, 1, runtime)
+    shard, _ = measure_shard(info, msgs, a.format, repeat, runtime)
+    shard *= own_rows(msgs)[0] / frames
+    run, setup = loop_step(info, msgs, a.format, runtime)
+    loop = best(run, repeat, setup) / frames
+    print(f"{frames} frames of {tr.rows / frames:.1f} rows; per frame: egress "
+          f"{egress * 1e6:.1f} us, shard {shard * 1e6:.1f} us ({a.format} out), "
+          f"total {(egress + shard) * 1e6:.1f} us; the shard's whole loop step (parse, "
+          f"decode, acknowledgement, metrics) {loop * 1e6:.1f} us; a frame's path through "
+          f"the service (egress + shard loop step) {(egress + loop) * 1e6:.1f} us")
+    return 0
 
 
 def main() -> int:
@@ -356,91 +457,36 @@ def main() -> int:
     ap.add_argument("--tokenizer", default="deepseek-v4")
     ap.add_argument("--requests-a", type=int, default=2048)
     ap.add_argument("--requests-b", type=int, default=768)
-    ap.add_argument("--repeat", type=int, default=5, help="runs per figure; the best is kept")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="runs per figure; the best is kept (default 5, 7 with --small-frames)")
     ap.add_argument("--traces", default="a,b")
     ap.add_argument("--only", choices=("egress", "shard"),
                     help="run this stage on the first trace for --seconds (for py-spy)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--shards", type=int, default=2, help="with --only")
+    ap.add_argument("--small-frames", action="store_true",
+                    help="CPU per BATCH frame at --small-concurrency concurrent requests")
+    ap.add_argument("--small-requests", type=int, default=400)
+    ap.add_argument("--small-concurrency", type=int, default=16)
+    ap.add_argument("--format", default="packed",
+                    help="the shard's --output-format, with --small-frames")
     a = ap.parse_args()
     info = load(a.tokenizer)
-    runtime = tempfile.mkdtemp(prefix="bench-stages-")
-    atexit.register(shutil.rmtree, runtime, True)  # whichever way this ends
-    specs = {"a": (a.requests_a, 1024, 1, 0.05), "b": (a.requests_b, 256, 4, 0.0)}
+    runtime = str(workdir("bench-stages-"))
+    if a.small_frames:
+        return small_frames(a, info, runtime)
+    specs: dict[str, TraceSpec] = {"a": (a.requests_a, 1024, 1, 0.05),
+                                   "b": (a.requests_b, 256, 4, 0.0)}
     if a.only:
-        tr = make_trace(info, "a", *specs[a.traces.split(",")[0]])
-        stage: EgressStage | ShardStage = (
-            EgressStage(config(a.shards, "deltas", runtime), tr.frames, False)
-            if a.only == "egress" else
-            ShardStage(config(1, "deltas", runtime), info, shard_messages(tr, a.shards, runtime),
-                       False))
-        print(f"running {a.only} (pid {os.getpid()}) for {a.seconds}s", flush=True)
-        end = time.monotonic() + a.seconds
-        while time.monotonic() < end:
-            stage.setup()
-            stage.run()
-        return 0
-    print(f"best of {a.repeat} runs per figure, thread CPU time; us per row (a row: one rid's "
+        return run_only(a, info, specs, runtime)
+    repeat = a.repeat or 5
+    print(f"best of {repeat} runs per figure, thread CPU time; us per row (a row: one rid's "
           "ids of one frame)")
     for name in a.traces.split(","):
         tr = make_trace(info, name, *specs[name])
-        per_row = tr.ids / tr.rows
         print(f"\n## trace {name}: {len(tr.frames)} frames, {tr.rows} rows, {tr.ids} ids "
-              f"({per_row:.2f} ids/row)")
-        e1 = measure_egress(tr, 1, a.repeat, runtime)
-        e2 = measure_egress(tr, 2, a.repeat, runtime)
-        m1, m2 = shard_messages(tr, 1, runtime), shard_messages(tr, 2, runtime)
-        h = measure_parse(m1, a.repeat)
-        step = measure_decodestream(info, tr.frames, a.repeat)
-        s1, out_d = measure_shard(info, m1, "deltas", a.repeat, runtime)
-        s1c, out_c = measure_shard(info, m1, "columnar", a.repeat, runtime)
-        s1p, out_p = measure_shard(info, m1, "packed", a.repeat, runtime)
-        s2, _ = measure_shard(info, m2, "deltas", a.repeat, runtime)
-        own2, _ = own_rows(m2)
-        fd = measure_frontend(out_d, demux_deltas, a.repeat)
-        fc = measure_frontend(out_c, demux_columns, a.repeat)
-        fcc = measure_frontend(out_c, demux_columns_c, a.repeat)
-        fpc = measure_frontend(out_p, demux_packed_c, a.repeat)
-        kit_p = measure_client(out_p, a.repeat, runtime)
-        kit_c = measure_client(out_c, a.repeat, runtime)
-        kit_pr = measure_client(out_p, a.repeat, runtime, read=True)
-        kit_cr = measure_client(out_c, a.repeat, runtime, read=True)
-        fdc = measure_frontend(out_d, demux_deltas_c, a.repeat)
-        dd, dc = decode_only(out_d, a.repeat), decode_only(out_c, a.repeat)
-        print("| stage | us/row |\n|---|---|")
-        print(f"| egress, 1 shard (decode_batch + route + link message) | {e1 * 1e6:.3f} |")
-        print(f"| egress, 2 shards | {e2 * 1e6:.3f} |")
-        print(f"| shard, 1 shard, DELTAS out (per row) | {s1 * 1e6:.3f} |")
-        print(f"| shard, 1 shard, COLUMNS out (per row) | {s1c * 1e6:.3f} |")
-        print(f"| shard, 1 shard, PACKED out (per row) | {s1p * 1e6:.3f} |")
-        print(f"| shard 0 of 2, DELTAS out (per own row; {own2}/{tr.rows} rows its own) | "
-              f"{s2 * 1e6:.3f} |")
-        print(f"| shard: reading its link messages (per own row, included above) | "
-              f"{h * 1e6:.3f} |")
-        print(f"| lean peer: one DecodeStream.step (per id) | {step * 1e6:.3f} |")
-        print(f"| frontend: decode DELTAS only | {dd * 1e6:.3f} |")
-        print(f"| frontend: decode COLUMNS only | {dc * 1e6:.3f} |")
-        print(f"| frontend: DELTAS decode + each delta to its rid | {fd * 1e6:.3f} |")
-        print(f"| frontend: COLUMNS decode + each row to its rid (for loop) | {fc * 1e6:.3f} |")
-        print(f"| frontend: DELTAS decode + each text to its rid (map) | {fdc * 1e6:.3f} |")
-        print(f"| frontend: COLUMNS decode + each text to its rid (map) | {fcc * 1e6:.3f} |")
-        print(f"| frontend: PACKED decode + each text to its rid (map) | {fpc * 1e6:.3f} |")
-        print(f"| frontend: the kit's Client.dispatch, PACKED (per delta) | {kit_p * 1e6:.3f} |")
-        print(f"| frontend: the kit's Client.dispatch, COLUMNS (per delta) | {kit_c * 1e6:.3f} |")
-        print(f"| frontend: dispatch + every delta read, PACKED (per delta) | {kit_pr * 1e6:.3f} |")
-        print(f"| frontend: dispatch + every delta read, COLUMNS (per delta) | "
-              f"{kit_cr * 1e6:.3f} |")
-        print(f"\nratios to one DecodeStream.step per id: shard row (COLUMNS out) "
-              f"{s1c / per_row / step:.2f}x, (PACKED out) {s1p / per_row / step:.2f}x, "
-              f"egress row (2 shards) {e2 / per_row / step:.2f}x")
-        r = min(s1c, s1p)
-        print(f"\nmodel (shards: r={r * 1e6:.3f}/N us per row, best output format: each "
-              f"shard reads only its own rows; check: 2 shards modelled {r / 2 * 1e6:.3f}, "
-              f"measured DELTAS {s2 * own2 / tr.rows * 1e6:.3f} us per frame row); the "
-              f"frontend is not on these cores: one frontend core takes "
-              f"{1 / fpc / 1e6:.2f} M deltas/s (PACKED), {1 / fcc / 1e6:.2f} M (COLUMNS) "
-              f"or {1 / fdc / 1e6:.2f} M (DELTAS), texts to rids by map")
-        print("\n".join(model(e2, 0.0, r, per_row)))
+              f"({tr.ids / tr.rows:.2f} ids/row)")
+        print_stages(tr, measure_stages(info, tr, repeat, runtime))
     return 0
 
 

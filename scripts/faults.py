@@ -26,14 +26,11 @@ import time
 from collections import Counter
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-from sglang_tok.load.workload import PlanSpec, expected, make_requests, schedule  # noqa: E402
-from sglang_tok.process import shards_text  # noqa: E402
-from sglang_tok.protocol import EGRESS  # noqa: E402
-from sglang_tok.testing.service import Service  # noqa: E402
-from sglang_tok.tokenizer import load  # noqa: E402
+from sglang_tok.load.workload import PlanSpec, expected, make_requests, schedule
+from sglang_tok.process import shards_text
+from sglang_tok.protocol import EGRESS
+from sglang_tok.testing.service import Service
+from sglang_tok.tokenizer import load
 
 
 def pick_victim(svc: Service, kind: str) -> int | None:

@@ -14,17 +14,14 @@ drop count and the tracebacks in the service log at the end; exits 1 unless both
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from sglang_tok.testing.fuzzing import dropped, fuzz_round, tracebacks  # noqa: E402
-from sglang_tok.testing.service import Service  # noqa: E402
+from sglang_tok.testing.fuzzing import dropped, fuzz_round, tracebacks
+from sglang_tok.testing.service import Service
 
 
 def main() -> int:

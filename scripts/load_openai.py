@@ -18,7 +18,6 @@ import importlib.util
 import json
 import multiprocessing
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -30,13 +29,9 @@ from typing import Any
 import httpx
 import openai
 import uvloop
+from common import percentile, terminate
 
 SERVER = Path(__file__).resolve().parent.parent / "examples" / "openai_server.py"
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 async def one(client: openai.AsyncOpenAI, k: int, max_tokens: int) -> dict[str, Any]:
@@ -146,12 +141,7 @@ def cpu_seconds(proc: subprocess.Popen[bytes] | None) -> dict[str, float]:
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    terminate(proc, 60, group=True)
 
 
 def main() -> int:
@@ -185,9 +175,10 @@ def main() -> int:
     summary = {
         "streams": a.streams, "exact": a.streams - len(bad), "wall_s": round(wall, 2),
         "requests_per_s": round(a.streams / wall, 1), "content_chunks": chunks,
-        "chunks_per_s": round(chunks / wall), "ttfc_ms_p50": round(pct(ttfc, 0.5), 1),
-        "ttfc_ms_p99": round(pct(ttfc, 0.99), 1), "inter_chunk_ms_p50": round(pct(gaps, 0.5), 1),
-        "inter_chunk_ms_p99": round(pct(gaps, 0.99), 1), "step_ms": a.step_ms,
+        "chunks_per_s": round(chunks / wall), "ttfc_ms_p50": round(percentile(ttfc, 50), 1),
+        "ttfc_ms_p99": round(percentile(ttfc, 99), 1),
+        "inter_chunk_ms_p50": round(percentile(gaps, 50), 1),
+        "inter_chunk_ms_p99": round(percentile(gaps, 99), 1), "step_ms": a.step_ms,
         "backend": a.backend, "load_procs": a.procs,
         "cpu_s": {"load_client": round(client_cpu, 1), **server_cpu},
         "load_average_1m": round(os.getloadavg()[0], 1),

@@ -16,26 +16,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import psutil
 
-import psutil  # noqa: E402
-
-from sglang_tok import protocol  # noqa: E402
-from sglang_tok.client import Frontend, Scheduler  # noqa: E402
-from sglang_tok.load.workload import (  # noqa: E402
+from sglang_tok import protocol
+from sglang_tok.client import Frontend, Scheduler
+from sglang_tok.load.workload import (
     PlannedRequest,
     PlanSpec,
     make_requests,
     schedule,
     verify,
 )
-from sglang_tok.testing.service import Service  # noqa: E402
-from sglang_tok.tokenizer import TokenizerInfo, load  # noqa: E402
+from sglang_tok.testing.service import Service
+from sglang_tok.tokenizer import TokenizerInfo, load
 
 
 def rss_mib(svc: Service) -> float:

@@ -11,20 +11,15 @@ ring. Stops on Ctrl-C, after --seconds, or after --frames.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
 
 import zmq
+from sglang_tok.ring.sockets import make_socket
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)  # a sibling script module, when imported from elsewhere
-
-from sglang_tok.ring.sockets import make_socket  # noqa: E402
-
-from sglang_tok.load.tracefile import TraceWriter  # noqa: E402
-from sglang_tok.scheduler import Scheduler  # noqa: E402
+from sglang_tok.load.tracefile import TraceWriter
+from sglang_tok.scheduler import Scheduler
 
 
 def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepseek-v4",

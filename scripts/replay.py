@@ -18,11 +18,7 @@ per-shard load and errors, as a table, a JSON summary (--json) and a PNG chart (
 from __future__ import annotations
 
 import argparse
-import atexit
-import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +31,8 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from common import percentile, terminate, tree_pids, wait_for_file, workdir, write_json
+
 from sglang_tok import protocol
 from sglang_tok.client import Frontend
 from sglang_tok.load.frame_latency import DeltaMap
@@ -42,13 +40,6 @@ from sglang_tok.load.tracefile import Trace, read, requests
 from sglang_tok.load.workload import verify
 from sglang_tok.testing.service import report_shards, wait_healthy
 from sglang_tok.tokenizer import load
-
-
-def percentile(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q / 100 * len(xs)))]
 
 
 class Target:
@@ -60,19 +51,11 @@ class Target:
         self.baseline = baseline  # produces text, ids, finish and the last usage only
 
     def pids(self) -> list[int]:
-        if self.proc is None:
-            return []
-        import psutil
-        root = psutil.Process(self.proc.pid)
-        return [root.pid] + [c.pid for c in root.children(recursive=True)]
+        return [] if self.proc is None else tree_pids(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.proc is not None:
+            terminate(self.proc)
 
 
 def start_service(shards: int, tokenizer: str, workdir: Path,
@@ -101,11 +84,7 @@ def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:
     cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "baselines.py"), kind,
            "--input", inp, "--output", out, "--tokenizer", tokenizer, "--ready", str(ready)]
     proc = subprocess.Popen(cmd)
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"baseline {kind} failed to start")
-        time.sleep(0.05)
+    wait_for_file(ready, proc, 60, f"baseline {kind}")
     return Target(inp, out, 1, proc, baseline=True)
 
 
@@ -321,8 +300,7 @@ def main() -> int:
     a = ap.parse_args()
     trace = read(a.trace)
     tokenizer = trace.meta.get("tokenizer", "deepseek-v4")
-    work = Path(tempfile.mkdtemp(prefix="sglang-tok-replay-"))
-    atexit.register(shutil.rmtree, work, True)  # whichever way this ends
+    work = workdir("sglang-tok-replay-")
     if a.baseline:
         target = start_baseline(a.baseline, tokenizer, work)
     elif a.start:
@@ -339,8 +317,7 @@ def main() -> int:
     if a.chart:
         chart(report, a.chart)
     if a.json:
-        Path(a.json).write_text(json.dumps({k: v for k, v in report.items()
-                                            if not k.startswith("_")}, indent=1))
+        write_json(a.json, {k: v for k, v in report.items() if not k.startswith("_")})
     ok = report["complete"] and not report["problems"] and not report["violations"]
     return 0 if ok else 1
 

@@ -18,11 +18,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from common import faker_texts, has_faker, span
+
 from sglang_tok.load.tracefile import TraceWriter
 from sglang_tok.load.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule
 from sglang_tok.tokenizer import load
 
-LOCALES = ("en_US", "zh_CN", "ja_JP", "ru_RU", "ar_AA", "hi_IN")
 EXTRA = [
     "```python\nimport asyncio\n\nasync def main() -> None:\n    await asyncio.sleep(0.1)\n```\n",
     "# Heading\n\n- **bold** item\n- `code` item\n\n> quote with a [link](https://example.com)\n",
@@ -31,18 +32,11 @@ EXTRA = [
 
 
 def corpus(seed: int, per_locale: int = 40) -> list[str]:
-    try:
-        from faker import Faker
-    except ImportError:
+    if not has_faker():
         print("faker not installed (pip install -e '.[scripts]'): using built-in texts",
               file=sys.stderr)
         return BUILTIN_TEXTS + EXTRA
-    texts = []
-    for loc in LOCALES:
-        fake = Faker(loc)
-        fake.seed_instance(seed)
-        texts += [fake.text(max_nb_chars=600) for _ in range(per_locale)]
-    return texts + EXTRA * 10
+    return faker_texts(seed, per_locale, 600) + EXTRA * 10
 
 
 def synthesise(path: str, spec: PlanSpec, tokenizer: str, step_ms: float, top_k: int) -> dict:
@@ -100,9 +94,8 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
-    lo, _, hi = a.ids_per_row.partition("-")
     spec = PlanSpec(requests=a.requests, concurrency=a.concurrency,
-                    ids_per_row=(int(lo), int(hi or lo)), min_tokens=a.min_tokens,
+                    ids_per_row=span(a.ids_per_row), min_tokens=a.min_tokens,
                     max_tokens=a.max_tokens, logprob_share=a.logprob_share, top_k=a.top_k,
                     stop_share=a.stop_share, options_share=a.options_share,
                     special_share=a.special_share, abort_share=a.abort_share,

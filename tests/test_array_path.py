@@ -15,7 +15,6 @@ import functools
 
 import numpy as np
 import pytest
-import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards.paths import row_reason
@@ -27,6 +26,7 @@ from sglang_tok.client import RequestOutput
 from sglang_tok.decoder import ByteStream
 from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Delta, Open
+from sglang_tok.testing import zoo
 from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards.request import Request
@@ -13,6 +12,7 @@ from tokenizers.decoders import DecodeStream
 
 from sglang_tok.decoder import ByteStream, WindowStream, make_stream
 from sglang_tok.protocol import Open
+from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 

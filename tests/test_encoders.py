@@ -14,7 +14,6 @@ import msgspec
 import psutil
 import pytest
 import zmq
-import zoo
 from service import Service
 from sglang_tok.encoders import cores as plan_mod
 from tokenizers import Tokenizer
@@ -22,6 +21,7 @@ from tokenizers import Tokenizer
 from sglang_tok.config import Config, ConfigError, finalize
 from sglang_tok.encode_client import AsyncEncodeClient, EncodeClient, EncodeError
 from sglang_tok.process import plan_cores
+from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import load_tokenizer
 
 TEXTS = [*zoo.CORPUS, "", " ", "<|im_start|>user\nhi<|im_end|>", "a" * 3000,

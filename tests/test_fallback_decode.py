@@ -14,7 +14,6 @@ import functools
 import json
 
 import numpy as np
-import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards.fallback_decode import (
@@ -29,6 +28,7 @@ from sglang_tok.shards.fallback_decode import (
 from tokenizers import Tokenizer
 
 from sglang_tok.decoder import WindowStream
+from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe
 
 NAMES = ["metaspace_bpe", "unigram", "no_strip"]

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zoo
 from parser_cases_load import load_cases
 from sglang_tok.shards.request import make_request, refusal
 
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream
 from sglang_tok.protocol import Delta, Open
+from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 # case file -> the tokenizer its text is encoded with ("deepseek-v4" or a list of specials)

@@ -18,7 +18,6 @@ import re
 from typing import Any
 
 import pytest
-import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import PIECES, chunk, chunk_sizes
@@ -37,6 +36,7 @@ from sglang_tok.parsers import (
     merge,
     skip_table,
 )
+from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]"]

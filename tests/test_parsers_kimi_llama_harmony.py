@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import zoo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes
@@ -32,6 +31,7 @@ from sglang_tok.parsers import (
     skip_table,
 )
 from sglang_tok.protocol import Open
+from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo
 from shards.table import RidTable
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import zoo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards.request import ParsedRequest, Request, make_request, refusal
@@ -20,6 +19,7 @@ from sglang_tok import protocol
 from sglang_tok.decoder import make_stream
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids
 from sglang_tok.protocol import Delta, Open, ToolCallDelta
+from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, load, no_tokenizer
 
 DS: TokenizerInfo = load("deepseek-v4")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -186,13 +187,25 @@ def test_bench_stages_runs_every_stage_on_a_small_trace() -> None:
     assert r.stdout.count("| egress, 1 shard") == 2 and "saturates first" in r.stdout
 
 
-def test_bench_small_frames_measures_both_stages_per_frame() -> None:
-    """It runs from the project's root (it imports that checkout's bench_stages)."""
-    r = subprocess.run([sys.executable, str(SCRIPTS / "bench_small_frames.py"), "--requests",
-                        "40", "--repeat", "1"], capture_output=True, text=True, timeout=300,
-                       cwd=SCRIPTS.parent)
+def test_bench_stages_small_frames_measures_both_stages_per_frame() -> None:
+    r = run(str(SCRIPTS / "bench_stages.py"), "--small-frames", "--small-requests", "40",
+            "--repeat", "1", timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "per frame: egress" in r.stdout and "shard" in r.stdout
+
+
+def test_bench_fallback_runs_its_sections_exactly() -> None:
+    """Each decoder's rows are checked against WindowStream before timing (an assertion);
+    the runs section (its tokenizer trains on faker text, the `scripts` extra) prints its
+    figures for a short run where faker is installed."""
+    runs = importlib.util.find_spec("faker") is not None
+    r = run(str(SCRIPTS / "bench_fallback.py"), "--section", "all" if runs else "rows",
+            "--rows", "16", "--workload", "multilingual", "--repeat", "1", "--requests", "12",
+            timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert r.stdout.count("| multilingual | 16 |") == 1, r.stdout
+    if runs:
+        assert "anchored != oracle: 0 of" in r.stdout and "attributed 1/row" in r.stdout
 
 
 @pytest.mark.parametrize("args,requests", [("short", "12"), ("files", "4")])

@@ -2,13 +2,15 @@
 
 Each mirrors a real model's pipeline (GPT-2/Llama-3 byte-level BPE, Llama-2/Mistral
 Metaspace + ByteFallback BPE, a Unigram with byte fallback, BERT WordPiece) so property
-tests can check exactness per family without downloading anything.
+tests (and the byte-fallback benchmarks) can check exactness per family without
+downloading anything.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable
 
 from tokenizers import (
     AddedToken,
@@ -38,6 +40,13 @@ def _corpus() -> list[str]:
     return CORPUS * 20
 
 
+def sentencepiece_decoder() -> decoders.Sequence:
+    """The Hugging Face decoder chain of Llama-2 / Mistral: Replace("▁", " "), ByteFallback,
+    Fuse, Strip(" ", 1, 0)."""
+    return decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                              decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+
+
 @functools.cache
 def byte_level_bpe() -> Tokenizer:
     tok = Tokenizer(models.BPE())
@@ -56,24 +65,22 @@ def metaspace_byte_fallback_bpe() -> Tokenizer:
     tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
                                            normalizers.Replace(" ", "▁")])
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.decoder = sentencepiece_decoder()
     trainer = trainers.BpeTrainer(vocab_size=500, special_tokens=SPECIALS,
                                   limit_alphabet=60, show_progress=False)
     tok.train_from_iterator(_corpus(), trainer)
-    return _with_byte_tokens(tok)
+    return with_byte_tokens(tok)
 
 
 @functools.cache
 def unigram_byte_fallback() -> Tokenizer:
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
-                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.decoder = sentencepiece_decoder()
     trainer = trainers.UnigramTrainer(vocab_size=300, special_tokens=SPECIALS,
                                       unk_token="<unk>", show_progress=False)
     tok.train_from_iterator(_corpus(), trainer)
-    return _with_byte_tokens(tok)
+    return with_byte_tokens(tok)
 
 
 @functools.cache
@@ -89,7 +96,7 @@ def wordpiece() -> Tokenizer:
     return tok
 
 
-def _with_byte_tokens(tok: Tokenizer) -> Tokenizer:
+def with_byte_tokens(tok: Tokenizer) -> Tokenizer:
     """Add the 256 <0xNN> vocabulary entries and switch byte_fallback on, as Llama-2 has.
 
     The trainers add such tokens only as special tokens, which decode would skip.
@@ -120,6 +127,11 @@ def with_markers(markers: tuple[str, ...], name: str = "",
                  base: str = "byte_level_bpe") -> TokenizerInfo:
     """A trained tokenizer (`base`: a function of this module) with a model's reasoning and
     tool markers as special added tokens, as Qwen, GLM, Kimi and gpt-oss ship theirs."""
-    tok = Tokenizer.from_str(globals()[base]().to_str())
-    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
-    return describe(tok, name or "+".join(markers))
+    return describe(with_special_tokens(globals()[base](), markers), name or "+".join(markers))
+
+
+def with_special_tokens(tok: Tokenizer, markers: Iterable[str]) -> Tokenizer:
+    """A copy of `tok` with `markers` added as special tokens (not normalized)."""
+    out = Tokenizer.from_str(tok.to_str())
+    out.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in markers])
+    return out
