@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import random
 import subprocess
@@ -291,7 +292,10 @@ class Impl:
     def __init__(self, name: str, pkg: str, tok: Tokenizer) -> None:
         self.name = name
         self.tokenizer = importlib.import_module(f"{pkg}.tokenizer")
-        self.request = importlib.import_module(f"{pkg}.request")
+        # the per-row path: shards/ now, sglang_tok/ in a baseline from before the move
+        self.request = importlib.import_module(
+            f"{pkg}.shards.request" if importlib.util.find_spec(f"{pkg}.shards") else
+            f"{pkg}.request")
         self.decoder = importlib.import_module(f"{pkg}.decoder")
         self.protocol = importlib.import_module(f"{pkg}.protocol")
         self.info = self.tokenizer.describe(tok, "llama2-style")
