@@ -19,7 +19,7 @@ from sglang_tok.parsers import (
     TOOL_STREAMS,
     ParsedDelta,
     ParsedStream,
-    ToolCallDelta,
+    concat,
     make_parsed_stream,
     marker_token_ids,
     merge_calls,
@@ -315,75 +315,48 @@ class ParsedRequest(Request):
             top: list[Any] | None = None, tid_lp: list[Any] | None = None,
             safe_ids: list[int] | None = None) -> Delta | None:
         self.completion += len(ids)
-        if finish is None and self.hot:
-            s = self.bytes
-            if s is None:
-                piece = self.stream.push(ids if safe_ids is None else safe_ids)
-            else:  # ByteStream.push, inlined
-                src = ids if safe_ids is None else safe_ids
-                table = s.table
-                data = table[src[0]] if len(src) == 1 else b"".join([table[x] for x in src])
-                if s.pending:
-                    data = s.pending + data
-                piece, used = utf_8_decode(data, "replace", False)
-                s.pending = data[used:] if used != len(data) else b""
-                if s.skip and piece:
-                    piece = piece[1:]
-                    s.skip = 0
-            parsed = self.parsed
-            first = parsed.tool_first
-            if parsed.plain and not (parsed.after and piece[-1:].isspace()) \
-                    and (first is None or (first not in piece and parsed.tool_second not in piece)
-                         or parsed.tools.plain_text(piece)):  # type: ignore[union-attr]
-                # what `feed` returns for a piece with nothing to parse, without building it
-                # (`plain_text`: a marker's first character but no marker, `<think>` or
-                # code in content)
-                q = parsed.quotes
-                if q is not None and (q.line or q.run_n or "\n" in piece or "`" in piece
-                                      or "~" in piece):  # (else `Quotes.feed` does nothing)
-                    q.feed(piece)
-                delta = Delta(self.rid, piece, ids, logprobs, top, tid_lp)
-                if piece:
-                    self.sent += len(piece)
-                    t = self.tail + piece
-                    self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
-                return delta
-            if parsed.thinking and parsed.close_first not in piece:  # type: ignore[operator]
-                # all reasoning (what `feed` returns for it, without building it)
-                delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
-                delta.reasoning = piece
-                return delta
-            if parsed.calling:  # `feed`'s in-call route, without building its ParsedDelta
-                tools = parsed.tools
-                frag = tools.absorb(piece)  # type: ignore[union-attr]
-                if frag.__class__ is str:
-                    delta = Delta(self.rid, "", ids, logprobs, top, tid_lp)
-                    if frag:
-                        delta.tool_calls = [ToolCallDelta(tools.opened[-1], None,  # type: ignore[union-attr]
-                                                          frag)]  # type: ignore[arg-type]
-                    return delta
-                pd = parsed.step(piece) if frag is None else \
-                    parsed.absorbed(frag)  # type: ignore[arg-type]
-            else:
-                pd = parsed.feed(piece)
-            if pd.stop is None:
-                text = pd.text
-                delta = Delta(self.rid, text, ids, logprobs, top, tid_lp)
-                if pd.reasoning:
-                    delta.reasoning = pd.reasoning
-                if pd.tool_calls:
-                    delta.tool_calls = pd.tool_calls
-                if text:  # for a scheduler-matched stop string's cut (`_trim_matched`)
-                    self.sent += len(text)
-                    t = self.tail + text
-                    self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
-                return delta
-            # a service stop string: the request's last delta, with its usage
-            self.prompt_tokens = prompt_tokens
-            self.cached_tokens = cached_tokens
-            self.reasoning_tokens = reasoning_tokens
-            return self._emit_parsed(pd, pd.text, ids, {"type": "stop", "matched": pd.stop},
-                                     logprobs, top, tid_lp)
+        if finish is not None or not self.hot:
+            return self._row(ids, finish, prompt_tokens, cached_tokens, reasoning_tokens,
+                             logprobs, top, tid_lp, safe_ids)
+        s = self.bytes
+        if s is None:
+            piece = self.stream.push(ids if safe_ids is None else safe_ids)
+        else:  # ByteStream.push, inlined
+            src = ids if safe_ids is None else safe_ids
+            table = s.table
+            data = table[src[0]] if len(src) == 1 else b"".join([table[x] for x in src])
+            if s.pending:
+                data = s.pending + data
+            piece, used = utf_8_decode(data, "replace", False)
+            s.pending = data[used:] if used != len(data) else b""
+            if s.skip and piece:
+                piece = piece[1:]
+                s.skip = 0
+        pd = self.parsed.feed(piece)
+        if pd.stop is None:
+            text = pd.text
+            delta = Delta(self.rid, text, ids, logprobs, top, tid_lp)
+            if pd.reasoning:
+                delta.reasoning = pd.reasoning
+            if pd.tool_calls:
+                delta.tool_calls = pd.tool_calls
+            if text:  # for a scheduler-matched stop string's cut (`_trim_matched`)
+                self.sent += len(text)
+                t = self.tail + text
+                self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+            return delta
+        # a service stop string: the request's last delta, with its usage
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = cached_tokens
+        self.reasoning_tokens = reasoning_tokens
+        return self._emit_parsed(pd, pd.text, ids, {"type": "stop", "matched": pd.stop},
+                                 logprobs, top, tid_lp)
+
+    def _row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
+             cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None,
+             top: list[Any] | None, tid_lp: list[Any] | None,
+             safe_ids: list[int] | None) -> Delta | None:
+        """`row` for the last row, or a row with per-row extras or the min_tokens-th id."""
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
@@ -391,25 +364,15 @@ class ParsedRequest(Request):
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
             decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
         parsed = self.parsed
-        if finish is not None and parsed.plain and not self.min_left:
-            # the last row with nothing held anywhere (most requests end in plain content):
-            # when its text and the decoder's tail pass `row`'s plain test, `feed` gives
-            # them back as they are and `finish` releases nothing, so skip building both
+        if finish is not None and not self.min_left:
             piece = self.stream.push(decode_ids)
-            tail = self.stream.flush()
-            text = piece + tail if tail else piece
-            first = parsed.tool_first
-            if (first is None or (first not in text and parsed.tool_second not in text)) \
-                    and not (parsed.after and text[-1:].isspace()):
-                pd = ParsedDelta(text)
-            else:
-                pd = _merge([parsed.feed(piece), parsed.feed(tail), parsed.finish()])
+            pd = parsed.last(piece, self.stream.flush())
         else:
             parts = self._feed(decode_ids)
             if finish is not None and parsed.stopped is None:
                 parts.append(parsed.feed(self.stream.flush()))
                 parts.append(parsed.finish())
-            pd = parts[0] if len(parts) == 1 else _merge(parts)
+            pd = parts[0] if len(parts) == 1 else concat(parts)
         text = pd.text
         if pd.stop is not None:
             finish = {"type": "stop", "matched": pd.stop}
@@ -423,7 +386,7 @@ class ParsedRequest(Request):
         parsed = self.parsed
         parts = [] if parsed.stopped is not None else [parsed.feed(self.stream.flush())]
         parts.append(parsed.finish())
-        pd = _merge(parts)
+        pd = concat(parts)
         delta = self._emit_parsed(pd, pd.text, [], finish, None, None, None)
         assert delta is not None
         delta.error = error
@@ -466,37 +429,3 @@ class ParsedRequest(Request):
             delta.reasoning = pd.reasoning
             delta.tool_calls = pd.tool_calls
         return delta
-
-
-def _merge(parts: list[ParsedDelta]) -> ParsedDelta:
-    """One row's pieces as one delta; a call's fragments stay fragments (per index, in order)."""
-    parts = [p for p in parts if p.text or p.reasoning or p.tool_calls or p.stop is not None]
-    if len(parts) == 1:
-        return parts[0]
-    calls: list[ToolCallDelta] | None = None
-    for p in parts:
-        if p.tool_calls:
-            calls = _merge_calls(calls, p.tool_calls)
-    stop = next((p.stop for p in parts if p.stop is not None), None)
-    return ParsedDelta("".join(p.text for p in parts), "".join(p.reasoning for p in parts),
-                       calls, stop)
-
-
-def _merge_calls(have: list[ToolCallDelta] | None,
-                 new: list[ToolCallDelta]) -> list[ToolCallDelta]:
-    """One row's fragments of the same call (same index) concatenated, flags kept (a
-    frontend concatenates too). A call's first entry keeps its name and "" arguments, so a
-    row that opens a call still starts it as rule 4 of section 8 says."""
-    out = list(have or ())
-    last = {c.index: i for i, c in enumerate(out)}
-    for c in new:
-        i = last.get(c.index)
-        old = None if i is None else out[i]
-        if old is None or c.name is not None or (old.name is not None and not old.arguments):
-            last[c.index] = len(out)
-            out.append(ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut, c.id))
-        else:
-            out[i] = ToolCallDelta(c.index, old.name, old.arguments + c.arguments,  # type: ignore[index]
-                                   old.malformed or c.malformed, old.cut or c.cut,
-                                   old.id)  # type: ignore[index]
-    return out

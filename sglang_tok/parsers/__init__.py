@@ -75,7 +75,7 @@ from .reasoning import ReasoningParser
 from .schema import Schemas, tool_schemas
 from .stream import ParsedStream
 from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
-from .types import ParsedDelta, ParserError, ToolCallDelta, merge, merge_calls
+from .types import ParsedDelta, ParserError, ToolCallDelta, concat, merge, merge_calls
 
 HARMONY = "gpt-oss"
 
@@ -98,8 +98,9 @@ __all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "REASONING_STARTED",
            "STARTS_IN_REASONING", "TOOL_PARSERS", "TOOL_STREAMS",
            "CallReader", "Event", "MarkerSet", "ParsedDelta", "ParsedStream", "ParserError",
            "ReasoningParser", "Schemas", "ToolCallDelta", "ToolFormat", "ToolParser",
-           "make_parsed_stream", "make_reasoning_parser", "make_tool_parser", "pairing_error",
-           "marker_token_ids", "merge", "merge_calls", "skip_table", "tool_schemas"]
+           "concat", "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
+           "pairing_error", "marker_token_ids", "merge", "merge_calls", "skip_table",
+           "tool_schemas"]
 
 
 def pairing_error(reasoning_parser: str, tool_parser: str) -> str | None:

@@ -7,7 +7,7 @@ and leaves when its parameter closes, serialised as whole mode serialises it, so
 modes give the same arguments. An invoke whose body is a JSON object passes it through
 like the JSON formats.
 
-What real output looks like (issue 18, item 4), each handled here or in the engine:
+What real output looks like, each handled here or in the engine:
 - `<｜DSML｜invoke name="f"/>` (self-closing) is a call with `{}` (SGLang
   test_deepseekv4_detector / test_function_call_parser `test_self_closing_*`);
 - an invoke without the `<｜DSML｜tool_calls>` wrapper is a call (SGLang

@@ -42,6 +42,7 @@ from .tools import (
     WHOLE,
     CloseMarker,
     Event,
+    FastPath,
     Item,
     ObjectArgs,
     ToolFormat,
@@ -209,7 +210,7 @@ class HarmonyParser(ToolParser):
                 self.name = recipient[len(FUNCTIONS):]
                 if self.incremental:
                     self.reader = ArgsReader()
-                    self.fast = self.reader.fast
+                    self.path = FastPath(self.reader)
                     self.opened = []
                     self.rejected = False
                     self._events([(self.name, "")])

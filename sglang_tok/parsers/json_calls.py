@@ -2,9 +2,9 @@
 
 A hermes `<tool_call>` may hold a JSON array of calls (`CallArray`): a malformed element
 costs only itself, because models that batch calls this way should not lose every call
-to one bad sibling (issue 18; SGLang keeps the valid ones too).
+to one bad sibling (SGLang keeps the valid ones too).
 
-Whole mode re-serialises the parsed arguments (today's bytes). Incremental mode passes
+Whole mode re-serialises the parsed arguments. Incremental mode passes
 the arguments object through exactly as the model wrote it (no re-serialisation, so no
 escaping or key-order drift: vLLM #13826, #46308), found by scanning the call's JSON
 member by member; validity is still decided by the same whole parse when the call ends.
@@ -308,11 +308,6 @@ class HermesReader:
         self.obj.read(body, ready, out)
         return out
 
-    def fast(self, at: int, text: str) -> str | None:
-        """Inside the named call's arguments: `RawArgs.fast`."""
-        fast = self.fast_now()
-        return None if fast is None else fast(at, text)
-
     def fast_now(self) -> Callable[[int, str], str | None] | None:
         """`fast` until the next `read`: the named call's `RawArgs.fast` (which gives None
         once its object ends), or None."""
@@ -609,11 +604,6 @@ class MistralReader:
         self.objs: list[CallObject] = []
         self.args: RawArgs | None = None
 
-    def fast(self, at: int, text: str) -> str | None:
-        """Inside a named call's arguments (an element's, or v11's): `RawArgs.fast`."""
-        fast = self.fast_now()
-        return None if fast is None else fast(at, text)
-
     def fast_now(self) -> Callable[[int, str], str | None] | None:
         """`fast` until the next `read`: the named call's `RawArgs.fast`, or None."""
         st = self.state
@@ -789,10 +779,6 @@ class DeepSeekV3Reader:
         if frag:
             out.append((None, frag))
         return out
-
-    def fast(self, at: int, text: str) -> str | None:
-        """Inside the arguments: `RawArgs.fast`."""
-        return None if self.args is None or self.bad else self.args.fast(at, text)
 
     def fast_now(self) -> Callable[[int, str], str | None] | None:
         """`fast` until the next `read`: `RawArgs.fast` once the arguments started."""

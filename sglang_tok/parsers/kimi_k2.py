@@ -78,15 +78,10 @@ class KimiReader:
 
     piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
 
-    def fast(self, at: int, text: str) -> str | None:
-        """Inside the arguments object: `RawArgs.fast` (what `read` gives for the piece:
-        `ObjectArgs.read` of a started object is its `RawArgs.read`)."""
-        fast = self.fast_now()
-        return None if fast is None else fast(at, text)
-
     def fast_now(self) -> Callable[[int, str], str | None] | None:
         """`fast` until the next `read`: the arguments object's `RawArgs.fast`, once it
-        started."""
+        started (what `read` gives for the piece: `ObjectArgs.read` of a started object is
+        its `RawArgs.read`)."""
         args = self.args
         if args is None or args.args is None or args.bad:
             return None

@@ -17,12 +17,14 @@ from __future__ import annotations
 from ..stops import StopMatcher
 from .reasoning import CONTENT, REASONING, ReasoningParser
 from .tools import Item, ToolParser
-from .types import ParsedDelta, Thought, ToolCallDelta, merge
+from .types import ParsedDelta, Thought, ToolCallDelta, concat, merge
 
 
 class ParsedStream:
-    # `plain` and `tool_first` are public for the shard's hot branch (request.py), which
-    # tests them inline to skip `feed` for a piece that passes through unchanged
+    """One request's parsers behind one call per piece (`feed`) and one at the end
+    (`finish`, or `last` for the last row's text). The shortcuts for a piece that passes
+    through unchanged live here, so a caller never reads the pipeline's state to skip it."""
+
     __slots__ = (
         "after",
         "calling",
@@ -80,17 +82,34 @@ class ParsedStream:
         self._update()
 
     def feed(self, text: str) -> ParsedDelta:
+        """A decoded piece: what it releases, by channel. A piece with nothing to parse
+        (plain content with nothing held, all reasoning, or a fragment inside a call)
+        takes a shortcut; the rest go through `step`."""
         if self.plain:
             first = self.tool_first
             tools = self.tools
             if (first is None or (first not in text and self.tool_second not in text)
                     or (tools is not None and tools.plain_text(text))) \
                     and not (self.after and text[-1:].isspace()):
-                if self.quotes is not None:
-                    self.quotes.feed(text)
+                # `plain_text`: a marker's first character but no marker (`<think>` or
+                # code in content); `Quotes.feed` changes nothing mid-line without a
+                # newline, backtick or tilde
+                q = self.quotes
+                if q is not None and (q.line or q.run_n or "\n" in text or "`" in text
+                                      or "~" in text):
+                    q.feed(text)
                 return ParsedDelta(text)
         elif self.thinking and self.close_first not in text:  # type: ignore[operator]
             return ParsedDelta("", text)
+        elif self.calling:  # a piece that cannot end the call only grows it (`absorb`)
+            t = self.tools
+            assert t is not None
+            frag = t.absorb(text)
+            if frag.__class__ is str:
+                return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)]) \
+                    if frag else ParsedDelta()  # type: ignore[arg-type]
+            return self.step(text) if frag is None else \
+                self.absorbed(frag)  # type: ignore[arg-type]
         if self.stopped is not None:
             return ParsedDelta()
         r, t = self.reasoning, self.tools
@@ -106,6 +125,23 @@ class ParsedStream:
                     self._update()
                 return delta
         return self.step(text)
+
+    def last(self, text: str, tail: str) -> ParsedDelta:
+        """The last row's text and the decoder's tail, then `finish`, as one delta. Most
+        requests end in plain content with nothing held: then both pass through as they
+        are and `finish` has nothing to release, so neither is built."""
+        if self.stopped is not None:
+            return ParsedDelta()
+        if self.plain:
+            both = text + tail if tail else text
+            first = self.tool_first
+            if (first is None or (first not in both and self.tool_second not in both)) \
+                    and not (self.after and both[-1:].isspace()):
+                return ParsedDelta(both)
+        parts = [self.feed(text)]
+        if self.stopped is None:
+            parts += [self.feed(tail), self.finish()]
+        return parts[0] if len(parts) == 1 else concat(parts)
 
     def absorbed(self, items: list[Item]) -> ParsedDelta:
         """The items of a piece the tool parser absorbed (a call's name or flags): as

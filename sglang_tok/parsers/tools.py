@@ -19,8 +19,8 @@ How to add a format (why it is shaped this way):
   - `close(body)` either returns the rest, so that everything emitted for the call
     concatenates to its final arguments (the same text a batch parse gives), or None
     when the call is malformed. Emitted text is never taken back; the engine flags it.
-  `parse` is the format's whole-call parse for `tool_stream: "whole"` (today's delivery:
-  one fragment when the call ends); a format without its own uses `parse_with_reader`.
+  `parse` is the format's whole-call parse for `tool_stream: "whole"` (one fragment
+  when the call ends); a format without its own uses `parse_with_reader`.
 
 Rules, identical for streaming and batch (batch is the same machine fed once, and every
 decision depends only on the text so far, never on how it was chunked):
@@ -379,28 +379,54 @@ class CallReader(Protocol):
     `close` is called once with the complete body (after a last `read` of all of it): the
     remaining events, or None when the call is malformed.
 
-    Optional, for speed: `fast(at, text) -> str | None`, for a piece `text` appended at
-    `at` that holds no character starting the call's end marker: the argument fragment
-    `read` would give for it, without the scan (None: not in a state that can tell).
-    A reader whose `fast` depends only on its own state and the piece, never on what the
-    body holds before `at` (it tells from its state that everything before was read),
-    says so with `piece_fast = True`: it is then also given a piece that holds the
-    marker's first character where no marker can start (code's `<`), all of it ready.
-    An end without a close marker (a JSON value's, a Python list's) may likewise have
-    `skip(at, text) -> bool`: True when the piece cannot end the call (its state advanced
-    past it as `end` would), so the piece skips the engine's end search.
-    And `waits(text) -> bool`: True when `read` would give nothing for the piece and
-    change nothing, however much of it is ready (a head waiting for its `>`): a piece that
-    may hold the start of the end marker then only grows the body.
-    `fast` and `skip` may be given as the object they delegate to, for one Python call
-    less per piece: a reader's `fast_now()` is the `fast` to use until its next `read`
-    (None: none), an end's `skip_now()` the `skip` until its next `end` (the engine asks
-    after each).
+    Optional, for speed: the hooks `FastPath` collects (its docstring says what each
+    must give), so that the common piece inside a call skips the engine's scans.
     """
 
     def read(self, body: str, ready: int) -> list[Event]: ...
 
     def close(self, body: str) -> list[Event] | None: ...
+
+
+class FastPath:
+    """An open call's shortcuts for a piece appended to its body, collected once per call
+    from its reader and its end, so the engine asks one object and a reader or an end
+    without them gets the defaults, which decline every piece (the engine's full way).
+
+    From the reader (incremental mode):
+    - `fast(at, text) -> str | None`: for a piece `text` appended at `at` that holds no
+      character starting the call's end marker, the argument fragment `read` would give
+      for it, without the scan (None: not in a state that can tell).
+    - `piece_fast = True`: its `fast` depends only on its own state and the piece, never
+      on what the body holds before `at`; it is then also given a piece that holds the
+      marker's first character where no marker can start (code's `<`), all of it ready.
+    - `waits(text) -> bool`: True when `read` would give nothing for the piece and change
+      nothing, however much of it is ready (a head waiting for its `>`): a piece that may
+      hold the start of the end marker then only grows the body.
+    From an end without a close marker (a JSON value's, a Python list's):
+    - `skip(at, text) -> bool`: True when the piece cannot end the call (its state moved
+      past it as `end` would), so the piece skips the engine's end search.
+    A reader's `fast_now()` (an end's `skip_now()`) gives the `fast` (`skip`) to use until
+    its next `read` (`end`), None for none: the object that `fast` would delegate to, so a
+    piece costs one Python call less. The engine asks again after each.
+    """
+
+    __slots__ = ("fast", "fast_now", "piece", "skip", "skip_now", "waits")
+
+    def __init__(self, reader: object = None, ender: object = None) -> None:
+        self.fast_now: Callable[[], Callable[[int, str], str | None] | None] | None = \
+            getattr(reader, "fast_now", None)
+        self.fast: Callable[[int, str], str | None] | None = \
+            self.fast_now() if self.fast_now is not None else getattr(reader, "fast", None)
+        self.piece: bool = getattr(reader, "piece_fast", False)
+        self.waits: Callable[[str], bool] | None = getattr(reader, "waits", None)
+        self.skip_now: Callable[[], Callable[[int, str], bool] | None] | None = \
+            getattr(ender, "skip_now", None)
+        self.skip: Callable[[int, str], bool] | None = \
+            self.skip_now() if self.skip_now is not None else getattr(ender, "skip", None)
+
+
+NO_FAST_PATH = FastPath()
 
 
 ReaderFactory = Callable[[Schemas | None], CallReader]
@@ -431,7 +457,7 @@ def parse_with_reader(make_reader: ReaderFactory) -> Callable[[str, Schemas | No
 class ToolFormat:
     """A grammar, shared by every request using it (immutable after construction).
 
-    `parse(body)` is the whole-mode parse (`tool_stream: "whole"`, today's bytes);
+    `parse(body)` is the whole-mode parse (`tool_stream: "whole"`);
     `reader(schemas)` makes the per-call incremental reader. A schema-typed format passes
     `typed_parse` instead of `parse`: its whole mode is its reader run once.
 
@@ -630,8 +656,6 @@ class ToolParser:
         "delivered",
         "dropped",
         "ender",
-        "fast",
-        "fast_now",
         "fresh_start",
         "fmt",
         "held",
@@ -642,16 +666,13 @@ class ToolParser:
         "opened",
         "opened_by",
         "out",
+        "path",
         "pending",
-        "piece_fast",
         "quotes",
         "reader",
         "rejected",
         "schemas",
         "section_ok",
-        "skip_end",
-        "skip_now",
-        "waits",
         "state",
     )
 
@@ -666,16 +687,8 @@ class ToolParser:
         self.body = ""  # the open call's text after its opener
         self.ender: Any = None
         self.reader: CallReader | None = None  # incremental: the open call's reader
-        self.fast: Callable[[int, str], str | None] | None = None  # its `fast`, if any
-        # the reader's `fast_now`, if any: the `fast` to use until its next read (the
-        # object its `fast` would delegate to, so a piece skips that call)
-        self.fast_now: Callable[[], Callable[[int, str], str | None] | None] | None = None
-        self.piece_fast = False  # its `fast` reads the piece alone (CallReader)
-        self.waits: Callable[[str], bool] | None = None  # its `waits`, if any (CallReader)
-        # the open call's end's `skip`, for a format with no close marker (else None)
-        self.skip_end: Callable[[int, str], bool] | None = None
-        # the end's `skip_now`, if any: the `skip` to use until its next `end`
-        self.skip_now: Callable[[], Callable[[int, str], bool] | None] | None = None
+        # the open call's shortcuts (its reader's and its end's), or none
+        self.path = NO_FAST_PATH
         self.opened: list[int] = []  # incremental: indices of the open body's sent calls
         self.dropped = ""  # incremental: text of the open body's malformed elements
         self.rejected = False  # incremental: the open body is already known to be text
@@ -730,9 +743,10 @@ class ToolParser:
                 return ""
             return None
         body = self.body
+        path = self.path
         close = self.fmt.close_first
         if close is None:  # an end with no marker: its own `skip` tells
-            skip = self.skip_end
+            skip = path.skip
             if skip is None or not skip(len(body), text):
                 return None
         else:
@@ -749,7 +763,7 @@ class ToolParser:
                 window = body[lo:] + text
                 if fmt.close_marker in window:
                     return None
-                waits = self.waits
+                waits = path.waits
                 if waits is not None and waits(text):  # nothing to read: only grow
                     del window
                     self.body = ""
@@ -757,14 +771,14 @@ class ToolParser:
                     self.body = body
                     return ""
                 ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
-                if ready < lo + len(window) or not self.piece_fast:
+                if ready < lo + len(window) or not path.piece:
                     del body
                     return self._grow(text, ready)
                 # all of it ready (a `<` in code that starts no marker), and the reader's
                 # `fast` reads the piece alone: the common route
         # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
         # piece inside a call). `fast` is None in whole mode.
-        fast = self.fast
+        fast = path.fast
         if fast is not None and self.opened and not self.rejected:
             frag = fast(len(body), text)
             if frag is not None:
@@ -782,7 +796,7 @@ class ToolParser:
         by it, and the reader reads it up to `ready` (-1: all of it, no marker can start;
         only then may the reader's `fast` take the piece)."""
         if self.incremental and not self.rejected:
-            fast = self.fast
+            fast = self.path.fast
             if fast is not None and self.opened and ready < 0:
                 frag = fast(len(self.body), text)
                 if frag is not None:
@@ -806,8 +820,9 @@ class ToolParser:
         body += text  # the only reference: CPython grows it in place
         self.body = body
         events = self.reader.read(body, len(body) if ready < 0 else ready)  # type: ignore[union-attr]
-        if self.fast_now is not None:
-            self.fast = self.fast_now()
+        path = self.path
+        if path.fast_now is not None:
+            path.fast = path.fast_now()
         if not events:
             return ""
         ev = events[0]
@@ -1030,18 +1045,12 @@ class ToolParser:
         self.ender = self.fmt.make_end()
         if self.incremental:
             self.reader = self.fmt.reader(self.schemas)
-            self.fast_now = getattr(self.reader, "fast_now", None)
-            self.fast = self.fast_now() if self.fast_now is not None \
-                else getattr(self.reader, "fast", None)
-            self.piece_fast = getattr(self.reader, "piece_fast", False)
-            self.waits = getattr(self.reader, "waits", None)
             self.opened = []
             self.dropped = ""
             self.rejected = False
-        self.skip_now = getattr(self.ender, "skip_now", None) if self.fmt.close_first is None \
-            else None
-        self.skip_end = self.skip_now() if self.skip_now is not None else \
-            getattr(self.ender, "skip", None) if self.fmt.close_first is None else None
+        # an end with a close marker has no `skip`: the engine's search is short
+        self.path = FastPath(self.reader if self.incremental else None,
+                             self.ender if self.fmt.close_first is None else None)
 
     def _call(self, s: str) -> str:
         body, self.body = self.body, ""
@@ -1049,14 +1058,15 @@ class ToolParser:
         end_body, end_call = self.ender.end(body)
         if end_body < 0:
             self.body = body
-            if self.skip_now is not None:
-                self.skip_end = self.skip_now()
+            path = self.path
+            if path.skip_now is not None:
+                path.skip = path.skip_now()
             if self.incremental and not self.rejected:
                 cs = self.fmt.close_set
                 ready = len(body) if cs is None else cs.hold_from(body)
                 self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
-                if self.fast_now is not None:
-                    self.fast = self.fast_now()
+                if path.fast_now is not None:
+                    path.fast = path.fast_now()
             return ""
         self.ender = None
         self.state = self.home

@@ -7,7 +7,8 @@ import msgspec
 # on the wire as is (Delta.tool_calls): defined with the other frames
 from ..protocol import ToolCallDelta
 
-__all__ = ["ParsedDelta", "ParserError", "Thought", "ToolCallDelta", "merge", "merge_calls"]
+__all__ = ["ParsedDelta", "ParserError", "Thought", "ToolCallDelta", "concat", "merge",
+           "merge_calls"]
 
 
 class ParserError(ValueError):
@@ -66,3 +67,38 @@ def merge_calls(have: list[ToolCallDelta] | None,
                                          old.id if c.id is None else c.id)
     kept = [c for c in out.values() if not c.malformed]
     return kept or None
+
+
+def concat(parts: list[ParsedDelta]) -> ParsedDelta:
+    """One row's pieces as one delta, for a row that is fed in parts: a call's fragments
+    stay fragments (per index, in order), so the row's delta streams as its parts would."""
+    parts = [p for p in parts if p.text or p.reasoning or p.tool_calls or p.stop is not None]
+    if len(parts) == 1:
+        return parts[0]
+    calls: list[ToolCallDelta] | None = None
+    for p in parts:
+        if p.tool_calls:
+            calls = _concat_calls(calls, p.tool_calls)
+    stop = next((p.stop for p in parts if p.stop is not None), None)
+    return ParsedDelta("".join(p.text for p in parts), "".join(p.reasoning for p in parts),
+                       calls, stop)
+
+
+def _concat_calls(have: list[ToolCallDelta] | None,
+                  new: list[ToolCallDelta]) -> list[ToolCallDelta]:
+    """The fragments of the same call (same index) concatenated, flags kept, as a frontend
+    concatenates them. A call's first entry keeps its name and "" arguments, so a row that
+    opens a call still starts it as rule 4 of section 8 says."""
+    out = list(have or ())
+    last = {c.index: i for i, c in enumerate(out)}
+    for c in new:
+        i = last.get(c.index)
+        old = None if i is None else out[i]
+        if old is None or c.name is not None or (old.name is not None and not old.arguments):
+            last[c.index] = len(out)
+            out.append(ToolCallDelta(c.index, c.name, c.arguments, c.malformed, c.cut, c.id))
+        else:
+            out[i] = ToolCallDelta(c.index, old.name, old.arguments + c.arguments,  # type: ignore[index]
+                                   old.malformed or c.malformed, old.cut or c.cut,
+                                   old.id)  # type: ignore[index]
+    return out
