@@ -1,4 +1,4 @@
-"""Trivial child targets for tests/test_supervisor.py: module-level, so `spawn` imports them.
+"""Trivial child targets for tests/service/test_supervisor.py: module-level, so `spawn` imports them.
 
 Each writes what it lived through to files under `where`, the only channel a spawned
 child and the test share besides the status block.

@@ -122,7 +122,7 @@ def test_process_titles_and_health_lists_every_process(tmp_path: Path) -> None:
 
 def test_every_flag_the_docs_name_exists() -> None:
     """docs/operations.md once named a --restart-limit that no command had."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     top, _ = cli.parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     real = {opt for p in subs.choices.values() for a in p._actions for opt in a.option_strings}

@@ -175,7 +175,7 @@ def test_the_body_maps_to_open_options() -> None:
     and gives a call to another name back as text); `tool_choice: "none"` sends neither."""
     import sys
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
     from openai_server import parse
     p = parse({"messages": MSG, "tools": TOOLS, "tool_stream": "whole"}, True, "m",
               "", "hermes")

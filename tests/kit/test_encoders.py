@@ -381,7 +381,7 @@ def test_encode_workers_go_on_cores_the_shards_do_not_use(
 def test_no_pickle_in_the_encode_service() -> None:
     """As test_security's walk, for encoders/: nothing that reads a socket unpickles."""
     import ast
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for path in [*root.glob("encoders/*.py"), root / "sglang_tok" / "encode_client.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -395,7 +395,7 @@ def test_bench_encode_runs_and_prints_ratios(tmp_path: Path) -> None:
     import json
     import subprocess
     import sys
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_encode.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_encode.py"
     out = tmp_path / "b.json"
     r = subprocess.run([sys.executable, str(script), "--clients", "2", "--duration", "1",
                         "--warmup", "0.2", "--prompts", "8", "--rounds", "1", "--workers", "1",

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sglang_tok import protocol
 from sglang_tok.protocol import FrameError, decode_batch, encode_batch
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent.parent / "golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
 ALIASES = {"logprobs": "output_logprobs", "top_logprobs": "output_top"}
 

@@ -26,7 +26,7 @@ import pytest
 
 from sglang_tok.tokenizer import TokenizerInfo, load
 
-SERVER = Path(__file__).resolve().parent.parent / "examples" / "openai_server.py"
+SERVER = Path(__file__).resolve().parents[2] / "examples" / "openai_server.py"
 MSG = [{"role": "user", "content": "Tell me something in several languages."}]
 
 

@@ -1,5 +1,5 @@
-"""Load the peer parser cases in tests/parser_cases/ (data ported from SGLang's and vLLM's
-parser test suites and bug reports; see tests/parser_cases/README.md for the schema)."""
+"""Load the peer parser cases in tests/parsers/parser_cases/ (data ported from SGLang's and vLLM's
+parser test suites and bug reports; see tests/parsers/parser_cases/README.md for the schema)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from sglang_tok import protocol, security
 from sglang_tok.client import Frontend, Scheduler, barrier
 from sglang_tok.tokenizer import load
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

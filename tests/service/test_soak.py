@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SOAK = Path(__file__).resolve().parent.parent / "scripts" / "soak.py"
+SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
 
 
 def test_short_soak_leaks_nothing(tmp_path: Path) -> None:

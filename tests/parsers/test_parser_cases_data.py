@@ -1,4 +1,4 @@
-"""Schema checks of the ported peer parser cases (tests/parser_cases/*.json).
+"""Schema checks of the ported peer parser cases (tests/parsers/parser_cases/*.json).
 
 Only the data is validated here; replaying the cases through our parsers is another test's job."""
 

@@ -1,6 +1,6 @@
 """kimi_k2, llama3_json, pythonic and gpt-oss (Harmony): grammar examples, and stream == batch.
 
-The same two property tests as tests/test_parsers.py: any split of marker-rich text, and
+The same two property tests as tests/parsers/test_parsers.py: any split of marker-rich text, and
 outputs built from a known structure, encoded with a byte-level BPE whose model markers are
 special added tokens (as in Kimi-K2's, Llama's and gpt-oss's vocabularies), decoded in rows
 of 1-8 ids (with and without skip_special_tokens, markers kept visible), in both

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 CLI = [sys.executable, "-m", "sglang_tok.cli"]
 

@@ -1,4 +1,4 @@
-"""Replay of the ported SGLang parser cases (tests/parser_cases/) through our parsers.
+"""Replay of the ported SGLang parser cases (tests/parsers/parser_cases/) through our parsers.
 
 Each case's text is encoded with a real tokenizer of its family (the built-in DeepSeek-V4
 one for the DeepSeek formats; for the others a byte-level BPE built here with the
@@ -12,7 +12,7 @@ runs it. Two checks per case:
   so the list stays honest).
 
 Adding a parser's case file is one entry in `FILES` (and its tokenizer's specials, if it
-is not a DeepSeek format). `python tests/test_parser_cases_replay.py` prints agree/total
+is not a DeepSeek format). `python tests/parsers/test_parser_cases_replay.py` prints agree/total
 per file.
 """
 

@@ -12,7 +12,7 @@ import pytest
 from sglang_tok.protocol import decode_batch, encode_batch
 from sglang_tok.scheduler import encode_step
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent.parent / "golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
 
 

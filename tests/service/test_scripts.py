@@ -14,7 +14,7 @@ import pytest
 
 from sglang_tok.load.tracefile import read, requests
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

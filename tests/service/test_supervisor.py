@@ -1,4 +1,4 @@
-"""The supervisor alone, with trivial children (tests/supervisor_children.py): restarts
+"""The supervisor alone, with trivial children (tests/service/supervisor_children.py): restarts
 with backoff, the cap per window, stuck and boot-hung children killed, the drain."""
 
 from __future__ import annotations
