@@ -147,8 +147,8 @@ def parse_http(value: str) -> tuple[str, int]:
 def make_dirs(ep: Ipc) -> list[Path]:
     """Make the socket's missing directories, mode 0700; return them, outermost first.
 
-    A path that is there but is no socket is refused: binding would replace it (the
-    service clears a stale socket file before it binds)."""
+    A path that is there but is no socket (nor an empty placeholder file) is refused:
+    binding would replace it (the service clears a stale socket file before it binds)."""
     if ep.abstract:
         return []
     path = Path(ep.path)
@@ -161,7 +161,10 @@ def make_dirs(ep: Ipc) -> list[Path]:
     else:
         if stat.S_ISDIR(mode):
             raise EndpointError(f"{path} is a directory; name a socket file in it")
-        if not stat.S_ISSOCK(mode):
+        # an empty file is a placeholder, not data: SGLang reserves its ipc names with
+        # tempfile.NamedTemporaryFile(delete=False) and binds over them
+        placeholder = stat.S_ISREG(mode) and path.lstat().st_size == 0
+        if not stat.S_ISSOCK(mode) and not placeholder:
             raise EndpointError(f"{path} exists and is not a socket; refusing to replace it")
     return make_dir(path.parent)
 

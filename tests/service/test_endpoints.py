@@ -126,6 +126,7 @@ def test_a_directory_that_cannot_be_made_is_refused_and_nothing_is_left(tmp_path
         _finalize(tmp_path, input=f"ipc://{tmp_path}/file/sub/input.ipc",
                   output=f"ipc://{tmp_path}/out/x.ipc")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    (tmp_path / "file").write_text("data")
     with pytest.raises(ConfigError, match="exists and is not a socket; refusing to replace"):
         _finalize(tmp_path, input=f"ipc://{tmp_path}/file")
     with pytest.raises(ConfigError, match="--runtime-dir: .*file is not a directory"):
@@ -183,3 +184,19 @@ def test_a_stale_socket_file_is_no_obstacle(tmp_path: Path) -> None:
     assert stale.is_socket() and not endpoints.listening(str(stale))
     check_binds(_finalize(tmp_path, http="127.0.0.1:0", input=f"ipc://{stale}"))
     assert os.path.isdir(tmp_path / "rt")
+
+
+def test_an_empty_placeholder_file_is_bound_over(tmp_path: Path) -> None:
+    """SGLang reserves its ipc names with tempfile.NamedTemporaryFile(delete=False): the
+    plugin's service binds where an empty file stands, as SGLang's own detokenizer does."""
+    import zmq
+
+    (tmp_path / "placeholder").touch()
+    cfg = _finalize(tmp_path, input=f"ipc://{tmp_path}/placeholder")
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    try:
+        sock.bind(cfg.input)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
