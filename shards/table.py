@@ -450,14 +450,14 @@ class RidTable:
             got = _gather(np.flatnonzero(plain_mask), slots, meta, _in_vocab(ids, plain.vocab),
                           msg.ids, id_starts)
             rows = got.rows.tolist()
-            self._mapped_rows(msg, got, quick, stops, ends, out)
+            self._mapped_rows(msg, got, rows, quick, stops, ends, out)
         done = len(rows)
         if rest or done < n:  # per-row requests' rows, other last rows, late rows
             done += self._rest_of_small(msg, rows, kinds.tolist(), rest, out)
         self.counters.late_rows += n - done
         return True
 
-    def _mapped_rows(self, msg: Arrays, got: _Gathered, quick: list[int],
+    def _mapped_rows(self, msg: Arrays, got: _Gathered, rows: list[int], quick: list[int],
                      stops: dict[int, int], ends: Ends, out: Sink) -> None:
         """Decode a message's plain rows by id lookup, end its quick last rows, write."""
         plain, state, sp = self.plain, self.state, msg.sparse
@@ -487,7 +487,7 @@ class RidTable:
         n = len(msg.slots)
         fams, base = _Families(sp.families, n), len(out)
         _small_out(out, rids, texts, got.sent.tolist(), None if counts is None else
-                   counts.tolist(), got.rows.tolist(), n, fams, sp.families)
+                   counts.tolist(), rows, n, fams, sp.families)
         if attrs is not None:
             _attributions(out, base, attrs)
         self._plain_extras(out, base, got.rows, slots, fams, sp.reasoning, end_at, quick,
