@@ -42,7 +42,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from common import LOCALES, faker_texts, has_faker, route_arrays
 from sglang_tok.ring import link
-from sglang_tok.shards import table as table_module
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok.config import Config
@@ -428,14 +427,9 @@ def routed(tr: Trace) -> list[link.Arrays]:
 def plainless_table(info: TokenizerInfo, size: int) -> RidTable:
     """A RidTable without an array decoder, as for a tokenizer the array path cannot decode:
     a request without options then runs the same per-row machinery (Request.row) a parsed
-    one does. (Its decoder's tables take a third of a second to build: not once per run.)"""
-    real = table_module.plain_decoder
-    table_module.plain_decoder = lambda *_: None
-    try:
-        table = RidTable(info, 0, max_requests=size, ended_memory=size)
-    finally:
-        table_module.plain_decoder = real
-    assert table.plain is None and table._fresh is None
+    one does."""
+    table = RidTable(info, 0, max_requests=size, ended_memory=size, decoder=False)
+    assert table.decoder is None and table._fresh is None
     return table
 
 

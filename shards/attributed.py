@@ -14,8 +14,8 @@ bytes begin.
 
 The exact reference (`attributed_push`: a `ByteStream` and an `Attributor` fed id by id,
 as the per-row path does) serves the rows that are not the simple case: broken UTF-8
-(U+FFFD rows), a prompt's incomplete character, the small-message loop's rows with
-pending bytes, the last rows of a small message.
+(U+FFFD rows), a prompt's incomplete character, the reference loop's rows with
+pending bytes.
 """
 
 from __future__ import annotations
@@ -32,27 +32,17 @@ Carry = list[tuple[int, int]]  # (token_id, kind) of entries still pending, in p
 
 
 def attributed_push(table: list[bytes], vocab: int, drop: frozenset[int] | tuple[()],
-                    pending: bytes, skip: int, carry: Carry | None, ids: list[int],
-                    final: bool = False, trimmed: int | None = None
+                    pending: bytes, skip: int, carry: Carry | None, ids: list[int]
                     ) -> tuple[str, bytes, int, list[Attribution], Carry | None]:
-    """One row as the per-row path decodes and attributes it (`Request._push_attributed`,
-    and on the last row the trimmed stop token, `_flush` and `Attributor.end`): its text,
-    the pending bytes and skip after it, its attributions (offsets local to the text) and
-    the entries it leaves pending. Cold path: a Python step per id."""
+    """One row as the per-row path decodes and attributes it (`Request._push_attributed`):
+    its text, the pending bytes and skip after it, its attributions (offsets local to the
+    text) and the entries it leaves pending. Cold path: a Python step per id."""
     stream = ByteStream(table)
     stream.pending, stream.skip = pending, skip
     attr = Attributor()
     if carry:  # a carried zero-width entry sits where the carried text will begin: 0
         attr.queue = [[tid, kind, PENDING if kind == VISIBLE else 0] for tid, kind in carry]
     text = push_attributed(stream, attr, ids, drop, vocab)
-    if final:
-        if trimmed is not None:
-            attr.zero_width(trimmed)
-        more = stream.flush()
-        if more:
-            attr.produced(len(more))
-            text += more
-        attr.end()
     released = attr.release(0, text)
     left = [(tid, kind) for tid, kind, _ in attr.queue] or None
     return text, stream.pending, stream.skip, released, left

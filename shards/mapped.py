@@ -1,31 +1,24 @@
-"""The path for a message of one id per row: each row's text looked up by its id.
+"""The id lookup: byte-level rows decoded as lists of their ids' texts, at C speed.
 
-Most rows of most text are one id whose bytes are whole UTF-8 characters, on a slot with
-nothing pending: that row's text is the id's own text, a list lookup. So a message's texts
-are one `map` over its ids at C speed, and only the other rows (bytes pending from the
-row before, an id that is part of a character, characters to pass over after a prompt)
-take a loop through the incremental codec, as shards/small.py does. The slots' numbers
-are read with one gather and written back with a few whole-array operations: a fixed cost
-of about twenty numpy calls per message. Same state and same results as the loops
-(shards/small.py, shards/plain.py; the property tests run all three).
+Most rows of most text are ids whose bytes are whole UTF-8 characters, on a slot with
+nothing pending: such a row's text is its ids' own texts, list lookups. So a message's
+texts are one `map` over its ids, and only the other rows (bytes pending from the row
+before, an id that is part of a character, characters to pass over after a prompt) go
+through the reference loop's row rules (shards/byte_rows.py). The slots' numbers are read
+with one gather: a fixed cost of about twenty numpy calls per message, which is why
+`byte_level.ByteLookup` leaves small messages (and those naming a slot twice) to the loop.
 """
 
 from __future__ import annotations
 
-from codecs import utf_8_decode
-
 import numpy as np
 import numpy.typing as npt
 
-from .attributed import Attribution, attributed_push, one_id_rows, queue_row
+from .attributed import Attribution, one_id_rows, queue_row
+from .byte_rows import push, push_attributed
 from .slots import PEND, SEL, SKIP, Slots
 
 I64 = npt.NDArray[np.int64]
-# from this many rows a message takes this path, below them the loop: about where the two
-# cost the same per row (scripts/bench_stages.py measures both)
-MAPPED_MIN_ROWS = 32
-
-
 class IdTexts:
     """Per id, for both byte tables (specials kept, skipped) side by side: its bytes, its
     text when its bytes are whole characters (None when not; "" in `joinable`, for a join
@@ -84,39 +77,10 @@ def decode_mapped(id_texts: IdTexts, state: Slots, slots: I64, meta: I64, ids: I
             return texts  # type: ignore[return-value]
         raw = list(map(id_texts.bytes.__getitem__, at))
         datas = [b"".join(raw[cuts[r]]) for r in other.tolist()]
-    for r, text in zip(other.tolist(), _decode_others(state, slots[other], meta[other], datas)):
-        texts[r] = text
+    for r, slot, head, data in zip(other.tolist(), slots[other].tolist(),
+                                   meta[other].tolist(), datas):
+        texts[r] = push(state, slot, head, data)
     return texts  # type: ignore[return-value]
-
-
-def _decode_others(state: Slots, slots: I64, meta: I64, datas: list[bytes]) -> list[str]:
-    """The rows that are not their ids' whole characters: each row's bytes after its slot's
-    pending ones, decoded as the incremental codec does (`small._push`, with the slots'
-    numbers written back once for all rows, not once per row)."""
-    buf, width = state.pend_buf, state.width
-    texts: list[str] = []
-    rests: list[int] = []
-    skipped: list[int] = []
-    data: bytes | bytearray
-    for slot, held, skip, data in zip(slots.tolist(), meta[:, PEND].tolist(),
-                                      meta[:, SKIP].tolist(), datas):
-        if held:
-            at = slot * width
-            data = buf[at:at + held] + data  # a bytearray: the codec takes any buffer
-        text, used = utf_8_decode(data, "replace", False)
-        rest = len(data) - used
-        if rest:
-            at = slot * width
-            buf[at:at + rest] = data[used:]
-        rests.append(rest)
-        if skip and text:  # the prompt's incomplete character: its first one goes
-            text = text[1:]
-            skipped.append(slot)
-        texts.append(text)
-    state.meta[slots, PEND] = rests
-    if skipped:
-        state.meta[skipped, SKIP] = 0
-    return texts
 
 
 def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]], vocab: int,
@@ -172,9 +136,10 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
     if not want.all():
         attrs = [x if w else None for x, w in zip(attrs, want.tolist())]
     rows = np.flatnonzero(exact).tolist()
-    if rows:
-        _exact_rows(tables, vocab, drops, state, slot_list, meta, rows, id_list, cuts, texts,
-                    attrs)
+    for r, head in zip(rows, meta[rows].tolist()):  # id by id, through the per-row rules
+        sel = head[SEL]
+        texts[r], attrs[r] = push_attributed(tables[sel], vocab, drops[sel], state,
+                                             slot_list[r], head, id_list[cuts[r]:cuts[r + 1]])
     return texts, attrs
 
 
@@ -197,32 +162,3 @@ def _one_id_attributed(id_texts: IdTexts, state: Slots, slots: I64, meta: I64,
     for j, entries in zip(asked.tolist(), found):
         out[j] = entries
     return texts, out
-
-
-def _exact_rows(tables: tuple[list[bytes], list[bytes]], vocab: int,
-                drops: tuple[frozenset[int], frozenset[int]], state: Slots,
-                slot_list: list[int], meta: I64, rows: list[int], id_list: list[int],
-                cuts: list[int], texts: list[str],
-                attrs: list[list[Attribution] | None]) -> None:
-    """Wanting rows that are not the simple case, id by id through the per-row path's
-    rules (`attributed_push`), which also decodes them; their slots advance."""
-    carry = state.carry
-    buf, width = state.pend_buf, state.width
-    for r, head in zip(rows, meta[rows].tolist()):
-        slot, sel = slot_list[r], head[SEL]
-        held = head[PEND]
-        at = slot * width
-        pending = bytes(buf[at:at + held]) if held else b""
-        text, rest, skip, got, left = attributed_push(
-            tables[sel], vocab, drops[sel], pending, head[SKIP], carry.pop(slot, None),
-            id_list[cuts[r]:cuts[r + 1]])
-        if left:
-            carry[slot] = left
-        if rest:
-            buf[at:at + len(rest)] = rest
-        if len(rest) != held:
-            state.meta[slot, PEND] = len(rest)
-        if skip != head[SKIP]:
-            state.meta[slot, SKIP] = skip
-        texts[r] = text
-        attrs[r] = got

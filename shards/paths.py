@@ -1,7 +1,7 @@
 """Which path a request's rows take in its shard, decided once, at its first row.
 
-The array path (shards/plain.py) decodes a message's rows in whole-array operations from
-per-slot arrays; it knows text, ids, usage, logprob values and their texts, and (for
+The array path (shards/decoders.py) decodes a message's plain rows together, from per-slot
+arrays; it knows text, ids, usage, logprob values and their texts, and (for
 byte-level BPE, whose ids' byte lengths give the anchors: shards/attributed.py)
 attribution, nothing else.
 Everything else needs per-request Python state and takes the per-row path (a `Request`,

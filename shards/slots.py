@@ -64,10 +64,10 @@ class Slots:
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = 0
         # the numbers of a slot, one row of `meta` (its columns, by name, are the views
-        # below): vectorised code works on a column, the small-message loop takes a
+        # below): vectorised code works on a column, the reference loop takes a
         # message's rows with one gather and writes them back with one assignment
         self.meta = np.zeros((0, len(COLUMNS)), np.int64)
-        # pending bytes, `width` per slot: a bytearray (the small-message loop slices it at
+        # pending bytes, `width` per slot: a bytearray (the reference loop slices it at
         # Python speed) with `pending` its numpy view (the whole-array code gathers from it)
         self.width = PENDING
         self.pend_buf = bytearray()
@@ -202,20 +202,6 @@ class Slots:
         return ring[at:].tolist() + ring[:at].tolist(), None
 
     # ------------------------------------------------------------------ many slots
-    def record_small(self, slots: list[int], heads: list[list[int]], ids: list[int],
-                     counts: list[int] | None) -> None:
-        """`record_ids` and the completion counts for a small message (distinct slots, as
-        Python lists; `heads` each slot's `meta` columns through RING_LEN, read before):
-        two whole-array assignments, since each numpy call costs more than 16 rows' work."""
-        if counts is None:  # one id per row
-            where = [s * RING + h[RING_LEN] % RING for s, h in zip(slots, heads)]
-            self.meta[slots, COMPLETION:RING_LEN + 1] += 1
-        else:  # a row longer than the ring: its last ids win (later writes land last)
-            where = [s * RING + (h[RING_LEN] + j) % RING
-                     for s, h, c in zip(slots, heads, counts) for j in range(c)]
-            self.meta[slots, COMPLETION:RING_LEN + 1] += np.array(counts, np.int64)[:, None]
-        self.ring.reshape(-1)[where] = ids
-
     def record_one_each(self, slots: Any, meta: Any, ids: Any) -> None:
         """`record_ids` and the completion counts for rows of one id each (distinct slots;
         `meta` their numbers read before): two whole-array writes."""

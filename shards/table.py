@@ -1,8 +1,12 @@
 """A shard's requests: the only owner of their state (no locks), by slot and by rid.
 
-Rows arrive as slots (ring/link.py, ARRAYS). A plain request's rows go through the array
-path (shards/plain.py); a request that needs more keeps a `Request` and takes the per-row
-path; shards/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT, DROP)
+Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids
+are bound, its rows planned once (`_Plan`: plain rows, the last rows that end with them,
+per-row rows, late rows), the plain ones decoded by the tokenizer family's decoder
+(shards/decoders.py, injected: tests choose the implementation), the last ones ended by
+shards/ending.py's rules, and all written by one sink writer (`_write_rows`). A request
+that needs more than the array path knows keeps a `Request` and takes the per-row path;
+shards/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT, DROP)
 name rids, so rids map to slots too. Requests are never evicted to make room (SGLang issue
 #2812): past `max_requests` a new rid is refused with a terminal error, and ended rids are
 remembered (bounded) so that late rows are ignored instead of reopening.
@@ -11,16 +15,15 @@ remembered (bounded) so that late rows are ignored instead of reopening.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from itertools import accumulate, chain
 from operator import itemgetter
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 from sglang_tok.ring.link import Arrays
-from sglang_tok.shards.request import Request, logprob_texts, make_request, refusal
+from sglang_tok.shards.request import Request, make_request, refusal
 
 from sglang_tok.logprob_rows import FIELDS, RowFamilies, shift
 from sglang_tok.protocol import (
@@ -39,22 +42,10 @@ from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .attributed import Attribution, carry_into
-from .ending import (
-    Ends,
-    blank_stop_tokens,
-    end_attributions,
-    ends_of,
-    flush_held,
-    stop_string,
-    trims_stop_token,
-    usage,
-)
-from .mapped import MAPPED_MIN_ROWS, decode_attributed, decode_mapped
+from .decoders import Decoded, PlainRows, RowDecoder, decoder_for
+from .ending import Ends, blank_stop_tokens, end_attributions, ends_of, stop_string, usage
 from .paths import ARRAY, row_reason
-from .plain import ARRAY_MIN_ROWS, PlainDecoder, PlainTexts
-from .plain_fallback import FallbackPlainDecoder
-from .slots import ATTR, CACHED, COMPLETION, CONT_USAGE, KIND, LP_TEXT, PLAIN, PROMPT, ROW, Slots
-from .small import decode_small
+from .slots import CACHED, COMPLETION, KIND, PLAIN, PROMPT, ROW, Slots
 
 I64 = npt.NDArray[np.int64]
 
@@ -82,7 +73,9 @@ class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
-                 array_min_rows: int | None = None, mapped: bool = True) -> None:
+                 decoder: RowDecoder | Literal[False] | None = None) -> None:
+        """`decoder`: how plain rows are decoded (shards/decoders.py); None for the
+        tokenizer family's default, False for none (every request takes the per-row path)."""
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
@@ -91,14 +84,8 @@ class RidTable:
         self.max_stop_len = max_stop_len
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
-        self.small_rows = ARRAY_MIN_ROWS if array_min_rows is None else array_min_rows
-        # messages of one id per row and at least `mapped_rows` rows take the id-lookup path
-        # (shards/mapped.py); False: the loop or the general array code, by size (the tests
-        # hold each path to the others)
-        self.mapped = mapped
-        self.mapped_rows = min(MAPPED_MIN_ROWS, self.small_rows)
-        self.plain = plain_decoder(info, self.small_rows)
-        self._fresh = self.plain.start(_DEFAULT_OPEN) if self.plain is not None else None
+        self.decoder = decoder_for(info) if decoder is None else decoder or None
+        self._fresh = self.decoder.start(_DEFAULT_OPEN) if self.decoder is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
         self.ended: dict[str, None] = {}  # insertion-ordered: the oldest is forgotten first
@@ -178,14 +165,14 @@ class RidTable:
             self.opts[slot] = opened.opts
 
     def _prepare(self, rid: str, opts: Open | None) -> _Opened:
-        reason = row_reason(opts, self.info, self.plain is not None)
+        reason = row_reason(opts, self.info, self.decoder is not None)
         if reason is not None:
             return _Opened(opts or _DEFAULT_OPEN, reason, make_request(rid, self.info, opts),
                            None)
-        assert self.plain is not None
+        assert self.decoder is not None
         if opts is None:
             return _Opened(_DEFAULT_OPEN, None, None, self._fresh)
-        return _Opened(opts, None, None, self.plain.start(opts))
+        return _Opened(opts, None, None, self.decoder.start(opts))
 
     def _as_request(self, slot: int) -> Request:
         """The slot's request as a `Request` (a plain one is moved into one first)."""
@@ -196,12 +183,12 @@ class RidTable:
         assert rid is not None
         opts = self.opts.get(slot)
         opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
-        assert self.plain is not None
+        assert self.decoder is not None
         req = Request(rid, self.info, opts)
         if req.attr is not None:  # the ids still pending attribution go with it
             carry_into(req.attr, self.state.carry.pop(slot, None))
-        return self.state.to_request(slot, req, self.plain.stream_of(self.state, slot),
-                                     self.plain.sent_tail(self.state, slot))
+        return self.state.to_request(slot, req, self.decoder.stream_of(self.state, slot),
+                                     self.decoder.sent_tail(self.state, slot))
 
     # ------------------------------------------------------------------ messages
     def _take(self, msg: Arrays, slots: Any, out: Sink) -> Ends:
@@ -215,107 +202,92 @@ class RidTable:
         return ends_of(sparse.ends)
 
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
-        """One ARRAYS message: bind new rids, decode plain rows as arrays, the rest per row."""
-        n = len(msg.slots)
-        if self.mapped and n >= self.mapped_rows:
-            if self._on_mapped(msg, out):
-                return
-        elif n < self.small_rows and self._on_small(msg, out):
-            return
+        """One ARRAYS message: bind new rids, plan its rows, decode the plain ones with the
+        tokenizer family's decoder, the others per row."""
+        plan = self._plan(msg, out)
+        fams = _Families(msg.sparse.families, plan.n)
+        done = 0
+        if plan.plain is not None:
+            self._plain_rows(msg, plan, plan.plain, fams, out)
+            done = len(plan.plain.rows)
+        if plan.per_row:
+            done += self._row_path(plan, msg, fams, out)
+        self.counters.late_rows += plan.n - done
+
+    def _plan(self, msg: Arrays, out: Sink) -> _Plan:
+        """Bind the message's new rids, then sort its rows by what each needs."""
+        sparse, state = msg.sparse, self.state
         slots = msg.slots.astype(np.int64)
-        sparse = msg.sparse
-        n_rows = len(slots)
-        if sparse.counts:
-            id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64))
-        else:
-            id_starts = np.arange(n_rows + 1, dtype=np.int64)
+        n = len(slots)
+        if n and int(slots.max()) >= state.capacity:  # late rows of a rid never bound
+            state.grow(int(slots.max()) + 1)
         ends = self._take(msg, slots, out)
-        kinds = self.state.kind[slots] if n_rows else np.zeros(0, np.uint8)
-        distinct = self.state.marks.distinct(slots, self.state.capacity)
+        id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64)) \
+            if sparse.counts else None
+        if not n:
+            return _Plan(0, slots, id_starts, ends, None, [], {}, [])
+        meta = state.meta[slots]
+        kinds = meta[:, KIND]
+        distinct = state.marks.distinct(slots, state.capacity)
         plain = kinds == PLAIN
-        special = np.zeros(n_rows, bool)  # rows for the per-row path whatever their request
-        fams = _Families(sparse.families, n_rows)
-        quick_ends: list[int] = []
-        late_ends: list[int] = []  # last rows ended after the plain rows, one by one
+        quick: list[int] = []
+        per_row: list[int] = []
+        late = None
         if ends:
-            end_rows = np.fromiter(ends, np.int64, len(ends))
-            special[end_rows] = True
-            plain[end_rows] = False
-            if not distinct:
-                _late_after_end(slots, end_rows, plain, special)
-            # last rows of plain requests stay on the array path (their stop token blanked,
-            # their held bytes flushed after); a stop string the scheduler matched is
-            # trimmed from the text by the per-row rules
-            quick_ends = sorted(row for row in end_rows[kinds[end_rows] == PLAIN].tolist()
-                                if special[row] and stop_string(ends[row].finish) is None)
-            special[quick_ends] = False
-            if isinstance(self.plain, PlainDecoder):
-                plain[quick_ends] = True
-            else:  # byte fallback: its held byte runs end by the fallback decoder's rules
-                late_ends, quick_ends = quick_ends, []
-        plain_rows = np.flatnonzero(plain)
-        if len(plain_rows):
-            self._ordered_rows(msg, plain_rows, slots, id_starts, distinct, quick_ends, ends,
-                               fams, out)
-        if late_ends:
-            self._plain_ends(late_ends, slots, msg, id_starts, ends, fams, out)
-        others = np.flatnonzero(~plain & ((kinds == ROW) | special))
-        ran = self._row_path(others, slots, msg, id_starts, ends, fams, out) if len(others) \
-            else 0
-        self.counters.late_rows += n_rows - len(plain_rows) - len(late_ends) - ran
+            quick, late = _split_ends(ends, slots, kinds, plain, distinct)
+        rows = np.flatnonzero(plain)
+        if len(rows) < n:  # rows of per-row requests, other last rows, late rows
+            per_row = _per_row_rows(kinds, ends, quick, late)
+        stops: dict[int, int] = {}  # quick last rows whose stop token is left out: its id
+        got = None
+        if len(rows):
+            assert self.decoder is not None  # a plain slot exists only with a decoder
+            ids = msg.ids
+            if quick:
+                ids = blank_stop_tokens(quick, ends, ids, np.arange(n + 1) if id_starts is None
+                                        else id_starts, lambda r: self._no_stop_trim(
+                                            int(slots[r])), self.info.vocab_size, stops)
+            got = _gather(rows, slots, meta, _in_vocab(ids, self.info.vocab_size), msg.ids,
+                          id_starts, distinct)
+        return _Plan(n, slots, id_starts, ends, got, quick, stops, per_row)
 
-    def _ordered_rows(self, msg: Arrays, plain_rows: I64, slots: I64, id_starts: I64,
-                      distinct: bool, quick_ends: list[int], ends: Ends, fams: _Families,
-                      out: Sink) -> None:
-        """Decode a message's plain rows with the tokenizer's array decoder (rows in order),
-        end its quick last rows, write."""
-        assert self.plain is not None
-        stops: dict[int, int] = {}  # last rows whose stop token is left out: its id
-        ids = self._blank_stop_tokens(quick_ends, slots, msg.ids, id_starts, ends, stops) \
-            if quick_ends else msg.ids
-        texts = self._plain_rows(plain_rows, slots, ids, id_starts, distinct)
-        # a plain slot always holds its rid (Slots.bind_plain)
-        plain_slots = slots[plain_rows]
+    def _plain_rows(self, msg: Arrays, plan: _Plan, got: PlainRows, fams: _Families,
+                    out: Sink) -> None:
+        """Decode the message's plain rows, end its quick last rows, write."""
+        assert self.decoder is not None
+        state, quick = self.state, plan.quick
+        decoded = self.decoder.decode(state, got)
+        _record(state, got)
         end_at: list[int] = []  # where the last rows are among the plain rows
-        if quick_ends:
-            end_at = np.searchsorted(plain_rows, quick_ends).tolist()
-            texts = self._flush_ends(texts, end_at, plain_slots[end_at], quick_ends, stops)
-        rids = cast(list[str], self.state.rid_col.take(plain_slots).tolist())
+        if quick:
+            end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
+            self._end_flush(decoded, end_at, got.slots[end_at], quick, plan.stops)
+        # a plain slot always holds its rid (Slots.bind_plain)
+        rids = cast(list[str], state.rid_col.take(got.slots).tolist())
         base = len(out)
-        _RowsOut(out, msg, id_starts, fams).plain(plain_rows, rids, texts)
-        if texts.attrs is not None:
-            _attributions(out, base, texts.attrs)
-        self._plain_extras(out, base, plain_rows, plain_slots, fams, msg.sparse.reasoning,
-                           end_at, quick_ends, rids, ends)
-
-    def _blank_stop_tokens(self, rows: list[int], slots: I64, ids: I64, id_starts: I64,
-                           ends: Ends, stops: dict[int, int]) -> I64:
-        return blank_stop_tokens(rows, ends, ids, id_starts,
-                                 lambda row: self._no_stop_trim(int(slots[row])),
-                                 self.info.vocab_size, stops)
+        _write_rows(out, rids, decoded, got, msg, fams)
+        if decoded.attrs is not None:
+            _attributions(out, base, decoded.attrs)
+        self._plain_extras(out, base, got.rows, got.slots, fams, msg.sparse.reasoning, end_at,
+                           quick, rids, plan.ends)
 
     def _no_stop_trim(self, slot: int) -> bool:
         opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
         return opts is not None and opts.no_stop_trim
 
-    def _flush_ends(self, texts: PlainTexts, at: list[int], slots: I64, rows: list[int],
-                    stops: dict[int, int]) -> PlainTexts:
-        """`_end_flush` for the whole-array code's texts."""
-        c = texts.chars.tolist()
-        extra_at, extra = self._end_flush(texts.attrs, at, slots, rows,
-                                          lambda j: texts.text[c[j]:c[j + 1]], stops)
-        return texts.with_suffixes(extra_at, extra) if extra else texts
-
-    def _end_flush(self, attrs: list[list[Attribution] | None] | None, at: list[int],
-                   slots: I64, rows: list[int], text_of: Callable[[int], str],
-                   stops: dict[int, int]) -> tuple[list[int], list[str]]:
-        """The end of last rows decoded as running ones (ending.py): their held bytes'
-        flush, to go after the row's text (`text_of(j)`), then their attribution."""
-        extra_at, extra = flush_held(self.state, at, slots)
+    def _end_flush(self, decoded: Decoded, at: list[int], slots: I64, rows: list[int],
+                   stops: dict[int, int]) -> None:
+        """The end of last rows decoded as running ones (ending.py): what their slots still
+        hold, flushed after the row's text, then their attribution."""
+        assert self.decoder is not None
+        extra_at, extra = self.decoder.flush(self.state, at, slots)
+        attrs = decoded.attrs
         if attrs is not None and self.state.carry:
-            end_attributions(self.state, attrs, at, slots, rows, [text_of(j) for j in at],
+            texts = decoded.texts()
+            end_attributions(self.state, attrs, at, slots, rows, [texts[j] for j in at],
                              set(extra_at), stops)
-        return extra_at, extra
+        if extra:
+            decoded.add(extra_at, extra)
 
     def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,
                       fams: _Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
@@ -363,224 +335,18 @@ class RidTable:
             out.sparse["usage"].sort(key=_first)
 
 
-    def _on_small(self, msg: Arrays, out: Sink) -> bool:
-        """A message of few rows (shards/small.py): the same rules as below, with a few
-        numpy calls per message instead of dozens. False (nothing done) for what only the
-        vectorised code takes: a slot named twice, a byte-fallback tokenizer."""
-        plain = self.plain
-        slot_list: list[int] = msg.slots.tolist()
-        if not isinstance(plain, PlainDecoder) or len(set(slot_list)) != len(slot_list):
-            return False
-        sp, state = msg.sparse, self.state
-        n, ids = len(slot_list), msg.ids.tolist()
-        ends = self._take(msg, slot_list, out)
-        heads = state.meta[msg.slots].tolist()
-        plain_rows = [r for r in range(n) if heads[r][KIND] == PLAIN and r not in ends]
-        done = 0
-        if plain_rows:
-            all_rows = len(plain_rows) == n
-            slots = slot_list if all_rows else [slot_list[r] for r in plain_rows]
-            rows_heads = heads if all_rows else [heads[r] for r in plain_rows]
-            row_ids: list[list[int]] | None = None
-            counts: list[int] | None = None
-            if sp.counts:
-                cuts = [0, *accumulate(np.frombuffer(sp.counts, np.uint32).tolist())]
-                row_ids = [ids[cuts[r]:cuts[r + 1]] for r in plain_rows]
-                counts = list(map(len, row_ids))
-                flat = list(chain.from_iterable(row_ids))
-                singles = None
-            else:
-                flat = singles = ids if all_rows else [ids[r] for r in plain_rows]
-            sent = flat  # the ids as they came, for the output
-            texts, attrs = decode_small(plain.tables, plain.vocab, state, slots, rows_heads,
-                                        row_ids, singles, plain.strs, plain.drops)
-            vocab = plain.vocab
-            if flat and (min(flat) < 0 or max(flat) >= vocab):  # as the byte tables index
-                flat = [i if 0 <= i < vocab else vocab for i in flat]
-            state.record_small(slots, rows_heads, flat, counts)
-            rids = cast(list[str], list(map(state.rids.__getitem__, slots)))
-            fams, base = _Families(sp.families, n), len(out)
-            _small_out(out, rids, texts, sent, counts, plain_rows, n, fams, sp.families)
-            if attrs is not None:
-                _attributions(out, base, attrs)
-            if sp.families:
-                wants = [j for j, h in enumerate(rows_heads) if h[LP_TEXT]]
-                if wants:
-                    _logprob_texts(out, base, wants, [plain_rows[j] for j in wants], fams,
-                                   self.info)
-            if state.usage_live:
-                asked = [j for j, h in enumerate(rows_heads) if h[CONT_USAGE]]
-                if asked:
-                    _continuous_usage(out, base, asked, [plain_rows[j] for j in asked],
-                                      [slots[j] for j in asked], state, sp.reasoning)
-            done = len(plain_rows)
-        if ends or len(plain_rows) + len(ends) < n:  # last rows, per-row requests, late rows
-            kinds = [h[KIND] for h in heads]
-            done += self._rest_of_small(msg, plain_rows, kinds, ends, out)
-        self.counters.late_rows += n - done
-        return True
-
-    def _on_mapped(self, msg: Arrays, out: Sink) -> bool:
-        """A message of at least `mapped_rows` rows (shards/mapped.py): its texts by id
-        lookup, the slots' numbers by a few whole-array operations, plain requests' last
-        rows among them as on the array path. False (nothing done) for what the general
-        code takes: a slot named twice, a byte-fallback tokenizer."""
-        plain = self.plain
-        if not isinstance(plain, PlainDecoder):
-            return False
-        sp, state = msg.sparse, self.state
-        n = len(msg.slots)
-        slots = msg.slots.astype(np.int64)
-        if not n or not state.marks.distinct(slots, max(state.capacity, int(slots.max()) + 1)):
-            return False
-        ends = self._take(msg, slots, out)
-        id_starts = starts_of(np.frombuffer(sp.counts, np.uint32).astype(np.int64)) \
-            if sp.counts else None
-        meta = state.meta[slots]
-        kinds = meta[:, KIND]
-        plain_mask = kinds == PLAIN
-        quick, rest = _split_ends(ends, kinds, plain_mask)
-        stops: dict[int, int] = {}  # quick last rows whose stop token is left out: its id
-        ids = msg.ids
-        if quick:
-            ids = self._blank_stop_tokens(quick, slots, ids, np.arange(n + 1)
-                                          if id_starts is None else id_starts, ends, stops)
-        rows: list[int] = []
-        if plain_mask.any():
-            got = _gather(np.flatnonzero(plain_mask), slots, meta, _in_vocab(ids, plain.vocab),
-                          msg.ids, id_starts)
-            rows = got.rows.tolist()
-            self._mapped_rows(msg, got, rows, quick, stops, ends, out)
-        done = len(rows)
-        if rest or done < n:  # per-row requests' rows, other last rows, late rows
-            done += self._rest_of_small(msg, rows, kinds.tolist(), rest, out)
-        self.counters.late_rows += n - done
-        return True
-
-    def _mapped_rows(self, msg: Arrays, got: _Gathered, rows: list[int], quick: list[int],
-                     stops: dict[int, int], ends: Ends, out: Sink) -> None:
-        """Decode a message's plain rows by id lookup, end its quick last rows, write."""
-        plain, state, sp = self.plain, self.state, msg.sparse
-        assert isinstance(plain, PlainDecoder)
-        slots, meta, ids, id_starts, counts = got.slots, got.meta, got.ids, got.id_starts, \
-            got.counts
-        attrs = None
-        want = meta[:, ATTR].astype(bool) if state.attr_live else None
-        if want is not None and want.any():
-            texts, attrs = decode_attributed(plain.id_texts, plain.tables, plain.vocab,
-                                             plain.drops, state, slots, meta, want, ids,
-                                             id_starts)
-        else:
-            texts = decode_mapped(plain.id_texts, state, slots, meta, ids, id_starts)
-        if counts is None:
-            state.record_one_each(slots, meta, ids)
-        else:
-            state.record_ids(slots, ids, id_starts)
-            state.completion[slots] += counts
-        end_at: list[int] = []
-        if quick:
-            end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
-            for j, text in zip(*self._end_flush(attrs, end_at, slots[end_at], quick,
-                                                texts.__getitem__, stops)):
-                texts[j] += text
-        rids = cast(list[str], state.rid_col.take(slots).tolist())
-        n = len(msg.slots)
-        fams, base = _Families(sp.families, n), len(out)
-        _small_out(out, rids, texts, got.sent.tolist(), None if counts is None else
-                   counts.tolist(), rows, n, fams, sp.families)
-        if attrs is not None:
-            _attributions(out, base, attrs)
-        self._plain_extras(out, base, got.rows, slots, fams, sp.reasoning, end_at, quick,
-                           rids, ends)
-
-    def _rest_of_small(self, msg: Arrays, plain_rows: list[int], kinds: list[int],
-                       ends: Ends,
-                       out: Sink) -> int:
-        """The rows of a small message that are not plain running rows, by the same code as
-        the vectorised path; how many ran."""
-        slots = msg.slots.astype(np.int64)
-        n = len(slots)
-        if msg.sparse.counts:
-            id_starts = starts_of(np.frombuffer(msg.sparse.counts, np.uint32).astype(np.int64))
-        else:
-            id_starts = np.arange(n + 1, dtype=np.int64)
-        fams = _Families(msg.sparse.families, n)
-        quick = [r for r in ends if kinds[r] == PLAIN and stop_string(ends[r].finish) is None]
-        if quick:
-            self._plain_ends(quick, slots, msg, id_starts, ends, fams, out)
-        # the rest: rows of per-row requests, and last rows the quick end did not take
-        taken = set(quick)
-        others = sorted(r for r in range(n) if kinds[r] == ROW or (r in ends and r not in taken))
-        ran = self._row_path(np.array(others, np.int64), slots, msg, id_starts, ends, fams,
-                             out) if others else 0
-        return len(quick) + ran
-
-    def _plain_ends(self, rows: list[int], slots: I64, msg: Arrays, id_starts: I64,
-                    ends: Ends, fams: _Families,
-                    out: Sink) -> None:
-        """Last rows of plain requests: the final flush, the scheduler's stop token left
-        out of the text, usage; from the slot's arrays, with no Request built."""
-        assert self.plain is not None
-        state, st = self.state, id_starts.tolist()
-        for row in rows:
-            slot = int(slots[row])
-            rid = state.rids[slot]
-            if rid is None:  # ended by an earlier row of this message (a stop string)
-                self.counters.late_rows += 1
-                continue
-            fin, prompt, cached, reasoning = ends[row]
-            row_ids = msg.ids[st[row]:st[row + 1]].tolist()
-            opts = self.opts.get(slot)
-            decode_ids = row_ids
-            trimmed = trims_stop_token(fin, self._no_stop_trim(slot), row_ids)
-            if trimmed:
-                decode_ids = row_ids[:-1]
-            attrs: list[Attribution] | None = None
-            if state.attr[slot]:  # id by id, as the per-row path attributes them
-                assert isinstance(self.plain, PlainDecoder)
-                vocab = self.info.vocab_size
-                text, attrs = self.plain.finish_attributed(
-                    state, slot, [i if 0 <= i < vocab else vocab for i in decode_ids],
-                    row_ids[-1] if trimmed else None)
-            else:
-                text = self.plain.finish(state, slot, decode_ids)
-            completion = int(state.completion[slot]) + len(row_ids)
-            delta = Delta(rid, text, row_ids, attributions=attrs, finish=fin,
-                          usage=usage(prompt, completion, cached, reasoning))
-            if fams.carries(row):
-                delta.logprobs, delta.top_logprobs, delta.token_ids_logprobs = fams.extras(row)
-                if opts is not None and opts.logprob_text:
-                    delta.token_texts, delta.top_texts = logprob_texts(
-                        self.info, delta.logprobs, delta.top_logprobs)
-            out.append(delta)
-            self._finish(rid, False, completion, reasoning)
-
-    def _plain_rows(self, rows: I64, slots: I64, ids: I64, id_starts: I64,
-                    distinct: bool) -> PlainTexts:
-        """Decode these rows on the array path; their ids go to their slots' rings."""
-        assert self.plain is not None
-        if len(rows) != len(slots):
-            counts = id_starts[rows + 1] - id_starts[rows]
-            if (counts == 1).all() and len(ids) == len(slots):
-                ids, id_starts = ids[rows], np.arange(len(rows) + 1, dtype=np.int64)
-            else:
-                ids, id_starts = ids[ragged_index(id_starts[rows], counts)], starts_of(counts)
-            slots = slots[rows]
-        ids = _in_vocab(ids, self.info.vocab_size)
-        self.state.record_ids(slots, ids, id_starts, distinct)
-        return self.plain.decode(self.state, slots, ids, id_starts, distinct)
-
-    def _row_path(self, rows: I64, slots: I64, msg: Arrays, id_starts: I64,
-                  ends: Ends,
-                  fams: _Families, out: Sink) -> int:
+    def _row_path(self, plan: _Plan, msg: Arrays, fams: _Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
-        ids, st = msg.ids.tolist(), id_starts.tolist()
+        ids = msg.ids.tolist()
+        st = list(range(plan.n + 1)) if plan.id_starts is None else plan.id_starts.tolist()
         objs, rids, vocab = self.state.objs, self.state.rids, self.info.vocab_size
         carrying = fams.get().carrying.tolist() if fams.families else None
+        ends, slots = plan.ends, plan.slots.tolist()
         ran = 0
-        for row, slot in zip(rows.tolist(), slots[rows].tolist()):
+        for row in plan.per_row:
+            slot = slots[row]
             req = objs[slot]
             if req is None:
                 if rids[slot] is None:
@@ -676,16 +442,6 @@ _DEFAULT_OPEN = Open("")
 _first = itemgetter(0)
 
 
-def plain_decoder(info: TokenizerInfo,
-                  min_rows: int) -> PlainDecoder | FallbackPlainDecoder | None:
-    """The array path's decoder for this tokenizer, or None (every request per row)."""
-    if not info.has_text:
-        return None
-    if info.byte_table is not None:
-        return PlainDecoder(info, min_rows)
-    return FallbackPlainDecoder.of(info, min_rows)
-
-
 def _in_vocab(ids: I64, vocab: int) -> I64:
     """Ids as the byte tables index them: any id outside the vocabulary becomes `vocab`,
     whose entry is empty (the full decode drops such an id)."""
@@ -694,53 +450,63 @@ def _in_vocab(ids: I64, vocab: int) -> I64:
     return ids
 
 
-def _late_after_end(slots: I64, end_rows: I64, plain: npt.NDArray[np.bool_],
-                    special: npt.NDArray[np.bool_]) -> None:
-    """Rows after their request's last row in the same message (no scheduler sends one;
-    a fuzzed frame may, even a second last row) are late: neither path sees them."""
-    first_end: dict[int, int] = {}
-    for row, slot in zip(end_rows.tolist(), slots[end_rows].tolist()):
-        if slot not in first_end or row < first_end[slot]:
-            first_end[slot] = row
-    for row in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
-        if row > first_end[int(slots[row])]:
-            plain[row] = special[row] = False
+class _Plan(NamedTuple):
+    """A message's rows by what they need: `plain` (running rows of plain requests, and
+    `quick`, the last rows that end with them; `stops`: the stop tokens left out of those)
+    for the tokenizer family's decoder, `per_row` (rows of per-row requests, the other last
+    rows) for the per-row path, in order; every other row is late (its rid ended, or it
+    follows its request's last row in the same message)."""
+
+    n: int
+    slots: I64
+    id_starts: I64 | None  # None: one id per row
+    ends: Ends
+    plain: PlainRows | None
+    quick: list[int]
+    stops: dict[int, int]
+    per_row: list[int]
 
 
-def _split_ends(ends: Ends, kinds: Any, plain: npt.NDArray[np.bool_]
-                ) -> tuple[list[int], Ends]:
+def _split_ends(ends: Ends, slots: I64, kinds: Any, plain: npt.NDArray[np.bool_],
+                distinct: bool) -> tuple[list[int], npt.NDArray[np.bool_] | None]:
     """A message's last rows: those of plain requests without a scheduler-matched stop
-    string end with the running rows (`plain` marks them, in place), the rest per row."""
-    if not ends:
-        return [], ends
+    string end with the running rows (marked in `plain`, in place: the quick ones), the
+    others per row. Rows after their request's last row in the same message (no scheduler
+    sends one; a fuzzed frame may, even a second last row) are late: the mask of them, or
+    None when every slot is named once."""
     end_rows = np.fromiter(ends, np.int64, len(ends))
     plain[end_rows] = False
+    late = None
+    if not distinct:
+        first_end: dict[int, int] = {}
+        for row, slot in zip(end_rows.tolist(), slots[end_rows].tolist()):
+            if slot not in first_end or row < first_end[slot]:
+                first_end[slot] = row
+        late = np.zeros(len(slots), bool)
+        for row in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
+            late[row] = row > first_end[int(slots[row])]
+        plain &= ~late
     quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
-                   if stop_string(ends[r].finish) is None)
-    if not quick:
-        return quick, ends
+                   if (late is None or not late[r]) and stop_string(ends[r].finish) is None)
     plain[quick] = True
-    taken = set(quick)
-    return quick, {r: e for r, e in ends.items() if r not in taken}
+    return quick, late
 
 
-class _Gathered(NamedTuple):
-    """A message's plain rows, gathered for a decoder: their message rows, slots and slot
-    numbers, ids (in the vocabulary, stop tokens blanked) and ids as they came (`sent`, for
-    the output), and per-row starts and counts (None: one id per row)."""
-
-    rows: I64
-    slots: I64
-    meta: I64
-    ids: I64
-    sent: I64
-    id_starts: I64 | None
-    counts: I64 | None
-    every: bool  # the message's every row: nothing was gathered
+def _per_row_rows(kinds: Any, ends: Ends, quick: list[int],
+                  late: npt.NDArray[np.bool_] | None) -> list[int]:
+    """The rows for the per-row path, in order: rows of per-row requests, and last rows
+    that do not end with the running rows."""
+    mask = kinds == ROW
+    if ends:
+        mask[np.fromiter(ends, np.int64, len(ends))] = True
+        mask[quick] = False
+    if late is not None:
+        mask &= ~late
+    return np.flatnonzero(mask).tolist()
 
 
 def _gather(rows: I64, slots: I64, meta: I64, ids: I64, sent: I64,
-            id_starts: I64 | None) -> _Gathered:
+            id_starts: I64 | None, distinct: bool) -> PlainRows:
     every = len(rows) == len(slots)
     counts = None
     if id_starts is not None:
@@ -753,52 +519,60 @@ def _gather(rows: I64, slots: I64, meta: I64, ids: I64, sent: I64,
         ids, sent = ids[rows], sent[rows]
     if not every:
         slots, meta = slots[rows], meta[rows]
-    return _Gathered(rows, slots, meta, ids, sent, id_starts, counts, every)
+    return PlainRows(rows, slots, meta, ids, sent, id_starts, counts, distinct, every)
 
 
-class _RowsOut:
-    """Appends a message's plain rows to the output: columns at C speed, or Deltas."""
-
-    __slots__ = ("out", "msg", "id_starts", "fams")
-
-    def __init__(self, out: Sink, msg: Arrays, id_starts: I64, fams: _Families) -> None:
-        self.out, self.msg, self.id_starts, self.fams = out, msg, id_starts, fams
-
-    def plain(self, rows: I64, rids: list[str], texts: PlainTexts) -> None:
-        out, ids, st = self.out, self.msg.ids, self.id_starts
-        counts = st[rows + 1] - st[rows]
-        one_each = len(ids) == len(self.msg.slots) and (counts == 1).all()
-        row_ids = ids[rows] if one_each else ids[ragged_index(st[rows], counts)]
-        fams = self.fams
-        if isinstance(out, PackedOut):
-            base = len(out.rids)
-            out.add_rows(rids, texts.data, texts.char_lens(), counts, row_ids)
-            if base == 0 and len(rows) == len(self.msg.slots):  # the message's rows, as is
-                out.families += self.msg.sparse.families
-                return
-            for fam in self.msg.sparse.families:  # the numbers pass through
-                out.families.append(shift(fam, rows, base))
-            return
-        if isinstance(out, ColumnsOut):
-            base = len(out.rids)
-            out.rids += rids
-            out.texts += texts.texts()
-            out.id_lens += counts.tolist()
-            out.ids += row_ids.tolist()
-            if fams.families:
-                self._logprobs(out, rows, base)
-            return
-        flat = row_ids.tolist()
-        cuts = starts_of(counts).tolist()
-        for j, (rid, text, row) in enumerate(zip(rids, texts.texts(), rows.tolist())):
-            delta = Delta(rid, text, flat[cuts[j]:cuts[j + 1]])
-            if fams.carries(row):
-                delta.logprobs, delta.top_logprobs, delta.token_ids_logprobs = fams.extras(row)
-            out.append(delta)
+def _record(state: Slots, rows: PlainRows) -> None:
+    """The rows' ids into their slots' rings, and their completion counts."""
+    slots, counts = rows.slots, rows.counts
+    if not rows.distinct:  # a slot named twice counts twice, its ids in order
+        if counts is None:
+            counts = np.ones(len(slots), np.int64)
+        state.record_ids(slots, rows.ids, starts_of(counts), False)
+        np.add.at(state.completion, slots, counts)
+    elif counts is None:
+        state.record_one_each(slots, rows.meta, rows.ids)
+    else:
+        state.record_ids(slots, rows.ids, rows.id_starts)
+        state.completion[slots] += counts
 
 
-    def _logprobs(self, out: ColumnsOut, rows: I64, base: int) -> None:
-        _logprob_columns(out, self.fams.get(), rows.tolist(), base)
+def _write_rows(out: Sink, rids: list[str], decoded: Decoded, rows: PlainRows, msg: Arrays,
+                fams: _Families) -> None:
+    """A message's plain rows into the output, in the sink's own form: their texts, their
+    ids as they came, and their logprob values (passed through)."""
+    counts = None if rows.counts is None else rows.counts.tolist()
+    sent = rows.sent.tolist()
+    families = msg.sparse.families
+    if isinstance(out, PackedOut):
+        base = len(out.rids)
+        data, char_lens = decoded.packed()
+        out.add_rows(rids, data, char_lens, [1] * len(sent) if counts is None else counts, sent)
+        if families:
+            if base == 0 and rows.every:  # the message's rows, numbered as they are
+                out.families += families
+            else:
+                out.families += [shift(fam, rows.rows, base) for fam in families]
+        return
+    if isinstance(out, ColumnsOut):
+        base = len(out.rids)
+        out.rids += rids
+        out.texts += decoded.texts()
+        out.id_lens += [1] * len(sent) if counts is None else counts
+        out.ids += sent
+        if families:
+            _logprob_columns(out, fams.get(), rows.rows.tolist(), base)
+        return
+    if counts is None:
+        row_ids = [[i] for i in sent]
+    else:
+        cuts = [0, *accumulate(counts)]
+        row_ids = [sent[a:b] for a, b in zip(cuts, cuts[1:])]
+    for rid, text, ids_, r in zip(rids, decoded.texts(), row_ids, rows.rows.tolist()):
+        d = Delta(rid, text, ids_)
+        if fams.carries(r):
+            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
+        out.append(d)
 
 
 def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: int) -> None:
@@ -862,43 +636,6 @@ def _attributions(out: Sink, base: int, attrs: list[list[Attribution] | None]) -
     for j, a in enumerate(attrs):
         if a is not None:
             out[base + j].attributions = a
-
-
-def _small_out(out: Sink, rids: list[str], texts: list[str], flat: list[int],
-               counts: list[int] | None, rows: list[int], n: int, fams: _Families,
-               families: list[Any]) -> None:
-    """A small message's plain rows into the output, as `_RowsOut.plain` does: their ids
-    flat (as they came) with per-row `counts`, or (counts None) each row's one id."""
-    if isinstance(out, PackedOut):
-        base = len(out.rids)
-        out.add_rows(rids, "".join(texts).encode(), list(map(len, texts)),
-                     [1] * len(flat) if counts is None else counts, flat)
-        if families:
-            if base == 0 and len(rows) == n:  # the message's rows, numbered as they are
-                out.families += families
-            else:
-                keep = np.array(rows, np.int64)
-                out.families += [shift(fam, keep, base) for fam in families]
-        return
-    if isinstance(out, ColumnsOut):
-        base = len(out.rids)
-        out.rids += rids
-        out.texts += texts
-        out.id_lens += [1] * len(flat) if counts is None else counts
-        out.ids += flat
-        if families:
-            _logprob_columns(out, fams.get(), rows, base)
-        return
-    if counts is None:
-        row_ids = [[i] for i in flat]
-    else:
-        cuts = [0, *accumulate(counts)]
-        row_ids = [flat[a:b] for a, b in zip(cuts, cuts[1:])]
-    for rid, text, ids_, r in zip(rids, texts, row_ids, rows):
-        d = Delta(rid, text, ids_)
-        if fams.carries(r):
-            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
-        out.append(d)
 
 
 class _Families:

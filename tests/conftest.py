@@ -34,22 +34,15 @@ _load_builtins_once()
 
 @pytest.fixture(scope="module")
 def plain_decoders_once() -> Iterator[None]:
-    """Every RidTable of a module shares its tokenizer's array decoder, built once: its
-    tables are read-only once made (a request's state lives in the table's Slots), and a
+    """Every RidTable of a module made with its default decoder shares it, built once (a
+    decoder's tables are read-only; a request's state lives in the table's Slots), since a
     property test makes fresh tables for every example."""
+    from decoding import cached_decoder
     from sglang_tok.shards import table
 
-    real = table.plain_decoder
-    made: dict[tuple[int, int], Any] = {}
-
-    def once(info: Any, min_rows: int) -> Any:
-        key = (id(info), min_rows)
-        if key not in made:
-            made[key] = (info, real(info, min_rows))  # holding info keeps its id unique
-        return made[key][1]
-
-    table.plain_decoder = once
+    real = table.decoder_for
+    table.decoder_for = cached_decoder  # type: ignore[assignment]
     try:
         yield
     finally:
-        table.plain_decoder = real
+        table.decoder_for = real

@@ -279,6 +279,7 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     """The client queues a PACKED message's running rows as (message, row) and makes each
     Delta when it is read: what a consumer reads equals the message's Deltas, logprobs,
     finishes and usage included, row for row."""
+    from sglang_tok.shards.decoders import decoder_for
     from sglang_tok.shards.table import RidTable
 
     from sglang_tok.load.workload import PlanSpec, make_requests, schedule
@@ -288,7 +289,7 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
                     max_tokens=20, logprob_share=0.3, stop_share=0.1, options_share=0.2,
                     abort_share=0.05, seed=4)
     reqs = make_requests(info, spec)
-    route, table = LocalRoute(1), RidTable(info, 0, array_min_rows=1)
+    route, table = LocalRoute(1), RidTable(info, 0, decoder=decoder_for(info, min_rows=1))
     client = Client(f"ipc://{tmp_path}/c.ipc", 1, queue_limit=1 << 20)
     streams = {r.rid: client.stream(r.rid) for r in reqs}
     expected: dict[str, list[Delta]] = {}

@@ -17,11 +17,11 @@ import os
 from typing import Any
 
 import pytest
+from decoding import MIXED, table_on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards import table as table_mod
 from sglang_tok.shards.paths import row_reason
-from sglang_tok.shards.table import RidTable
 from test_array_path import TEXTS, tokenizer
 
 from sglang_tok import protocol
@@ -43,20 +43,16 @@ def _per_row_rule(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -
     return why
 
 
-# how a shard decodes a message's plain rows: (array_min_rows, mapped) of RidTable: the
-# loop over the rows in order, the id lookup, the small-message loop; "mixed": the small
-# loop below 3 rows, the ordered loop from 3
-PATHS = {"loop": (1, False), "mapped": (1, True), "small": (10**9, False),
-         "mixed": (3, False)}
+# how a shard decodes a message's plain rows (tests/decoding.py): the reference loop, the
+# id lookup on every message it takes, and "mixed": the loop below 3 rows, the lookup from 3
+PATHS = MIXED
 
 
 def _run(info: TokenizerInfo, reqs: list[PlannedRequest], concurrency: int, seed: int,
          nshards: int, path: str, fmt: str
          ) -> tuple[dict[str, list[Delta]], dict[str, int]]:
     route = LocalRoute(nshards)
-    min_rows, mapped = PATHS[path]
-    tables = [RidTable(info, k, array_min_rows=min_rows, mapped=mapped)
-              for k in range(nshards)]
+    tables = [table_on(info, path, k) for k in range(nshards)]
     outs: dict[str, list[Delta]] = {}
     for step in schedule(reqs, concurrency, seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
@@ -195,8 +191,7 @@ def test_attribution_rows_stay_on_the_array_path_with_carried_ids() -> None:
     x = info.tokenizer.encode("x", add_special_tokens=False).ids[0]
     rows = [[x, e4], [eos, b8], [ad, x], [x]]
     for path in sorted(PATHS):
-        min_rows, mapped = PATHS[path]
-        table = RidTable(info, 0, array_min_rows=min_rows, mapped=mapped)
+        table = table_on(info, path)
         route = LocalRoute(1)
         route.open("r")
         table.on_open(Open("r", attribution=True), [])

@@ -1,9 +1,10 @@
 """The array path against the per-row reference and the full decode.
 
 Every way a shard decodes the same rows must agree with `decoder.ByteStream` (the
-reference, one row at a time): the loop over a message's rows in order, the id lookup
-(`shards/mapped.py`) and the small-message loop (`shards/small.py`); and every request's
-text must equal the full `tokenizer.decode` (section 5, rule 2).
+reference, one row at a time): each tokenizer family's reference loop and its vectorised
+implementation (shards/decoders.py; the id lookup for byte-level BPE, whole arrays for
+byte fallback); and every request's text must equal the full `tokenizer.decode` (section
+5, rule 2).
 The service-level property drives the shard's table through the egress's own routing
 (`LocalRoute`: slots taken, freed and reused) with frames that mix plain requests and
 requests on the per-row path, rows of 1-4 ids, prompts, and specials skipped and not.
@@ -15,11 +16,12 @@ import functools
 
 import numpy as np
 import pytest
+from decoding import IMPLEMENTATIONS, table_on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sglang_tok.shards.decoders import decoder_for
 from sglang_tok.shards.paths import row_reason
 from sglang_tok.shards.slots import Slots
-from sglang_tok.shards.table import RidTable, plain_decoder
 
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
@@ -46,10 +48,9 @@ TEXTS = ["héllo wörld 你好世界 🙂👩‍👩‍👧 ", "plain ascii text
          "emoji 🏳️‍🌈❤️‍🔥 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"]
 
 
-# the three ways a shard decodes a message of plain rows, each forced on every message
-# (RidTable's array_min_rows and mapped): the loop over the rows in order, the id lookup
-# (a message whose slots are distinct), the small-message loop
-PATHS = {"loop": (1, False), "mapped": (1, True), "small": (10**9, False)}
+# the ways a shard decodes a message of plain rows: each family's reference loop, and its
+# vectorised implementation forced on every message it takes (tests/decoding.py)
+PATHS = IMPLEMENTATIONS
 
 
 def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
@@ -57,8 +58,7 @@ def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
     """Every frame of a plan through routing and the shards' tables; the problems found."""
     reqs = make_requests(info, spec)
     route = LocalRoute(nshards)
-    min_rows, mapped = PATHS[path]
-    tables = [RidTable(info, k, array_min_rows=min_rows, mapped=mapped) for k in range(nshards)]
+    tables = [table_on(info, path, k) for k in range(nshards)]
     outs: dict[str, list[Delta]] = {}
     for step in schedule(reqs, spec.concurrency, spec.seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
@@ -107,7 +107,7 @@ def test_slots_are_reused_after_requests_end(path: str) -> None:
     problems, _ = run_service_in_process(info, spec, 1, path)
     assert not problems
     reqs = make_requests(info, spec)
-    table = RidTable(info, 0, array_min_rows=1)
+    table = table_on(info, path)
     for step in schedule(reqs, spec.concurrency, spec.seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
             route.feed(f, [table], [[]])
@@ -132,9 +132,9 @@ def test_the_path_is_decided_once_with_a_reason() -> None:
         "attribution"
     assert row_reason(None, info, False) == "tokenizer"
     # which tokenizers have an array decoder: byte-level BPE and SentencePiece byte fallback
-    assert plain_decoder(describe(zoo.wordpiece(), "wp"), 48) is None
-    assert plain_decoder(describe(zoo.metaspace_byte_fallback_bpe(), "sp"), 48) is not None
-    assert plain_decoder(info, 48) is not None
+    assert decoder_for(describe(zoo.wordpiece(), "wp")) is None
+    assert decoder_for(describe(zoo.metaspace_byte_fallback_bpe(), "sp")) is not None
+    assert decoder_for(info) is not None
 
 
 def test_held_tails_are_what_the_incremental_codec_holds() -> None:
@@ -160,9 +160,9 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
 @given(name=st.sampled_from(["deepseek-v4", "trained-bpe", "llama2-style"]),
        words=st.lists(st.sampled_from(["héllo", "世界", "🙂", "end", "STOP", " ", "\n", "ok."]),
                       min_size=1, max_size=400),
-       cut=st.integers(1, 30), prompt=st.booleans(), min_rows=st.sampled_from([1, 10**9]))
+       cut=st.integers(1, 30), prompt=st.booleans(), path=st.sampled_from(sorted(PATHS)))
 def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
-        name: str, words: list[str], cut: int, prompt: bool, min_rows: int) -> None:
+        name: str, words: list[str], cut: int, prompt: bool, path: str) -> None:
     """Rule 3 needs the text a request already sent: a plain slot keeps its last ids and
     decodes them again at its end. Long outputs (more ids than the ring holds), prompts
     that end mid-character, and stop strings that begin in earlier rows: the deltas equal
@@ -177,7 +177,7 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     prompt_ids = tok.encode("前置🙂", add_special_tokens=False).ids[:-1] if prompt else []
     opts = Open("r", prompt_ids=prompt_ids)
     ref = Request("r", info, opts)
-    table = RidTable(info, 0, array_min_rows=min_rows)
+    table = table_on(info, path)
     route = LocalRoute(1)
     route.open("r")
     table.on_open(opts, [])
@@ -204,8 +204,7 @@ def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row(pa
     assert t is not None
     e5a7, c2, a1 = (next(i for i in range(info.vocab_size) if t[i] == b)
                     for b in (b"\xe5\xa7", b"\xc2", b"\xa1"))
-    min_rows, mapped = PATHS[path]
-    table = RidTable(info, 0, array_min_rows=min_rows, mapped=mapped)
+    table = table_on(info, path)
     got: list[Delta] = []
     LocalRoute(1).feed(protocol.encode_batch([{"rid": "a", "ids": [e5a7, c2]},
                                               {"rid": "b", "ids": [a1]}]), [table], [got])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from decoding import IMPLEMENTATIONS, table_on
 from sglang_tok.ring import link
 from sglang_tok.shards.table import RidTable
 
@@ -170,7 +171,7 @@ def test_columns_keep_each_rids_order() -> None:
 def test_a_second_last_row_in_the_same_frame_is_late_not_an_error() -> None:
     """Found by the ring fuzz: a frame that ends the same rid twice (and carries a row
     after that). The first last row ends it; the others are late rows, not a crash."""
-    t = RidTable(INFO, 0, array_min_rows=1)
+    t = table_on(INFO, "vectorised")
     feed(t, [{"rid": "r", "ids": IDS[:2]}])
     fin = {"type": "length", "length": 3}
     out = feed(t, [{"rid": "r", "ids": IDS[2:3], "finish": fin},
@@ -182,9 +183,9 @@ def test_a_second_last_row_in_the_same_frame_is_late_not_an_error() -> None:
 
 def test_rows_without_ids_in_small_and_large_messages() -> None:
     """Found by the ring fuzz: a running row with no ids (a scheduler step that produced
-    nothing for it) beside rows with ids, on the small-message loop and on whole arrays."""
-    for min_rows in (48, 1):
-        t = RidTable(INFO, 0, array_min_rows=min_rows)
+    nothing for it) beside rows with ids, by each decoder implementation."""
+    for implementation in IMPLEMENTATIONS:
+        t = table_on(INFO, implementation)
         out = feed(t, [{"rid": "a", "ids": IDS[:1]}, {"rid": "b", "ids": []}],
                    protocol.output_sink("packed"))
         out = feed(t, [{"rid": "a", "ids": []}, {"rid": "b", "ids": IDS[:2]}], out)
@@ -193,17 +194,17 @@ def test_rows_without_ids_in_small_and_large_messages() -> None:
                                                         ("b", IDS[:2])]
 
 
-@pytest.mark.parametrize("mapped", [True, False])
-def test_last_rows_on_the_array_path_in_every_output_format(mapped: bool) -> None:
+@pytest.mark.parametrize("implementation", sorted(IMPLEMENTATIONS))
+def test_last_rows_on_the_array_path_in_every_output_format(implementation: str) -> None:
     """Last rows of plain requests are decoded with the other rows of their message: the
     scheduler's stop token left out of the text, a character cut by the end flushed as
     U+FFFD, the final usage once (not also the continuous one), in every output format,
-    by the id-lookup path and by the whole-array code."""
+    by the id lookup and by the reference loop."""
     assert INFO.byte_table is not None
     cut = [INFO.byte_table.index(bytes([0xF0]))]  # a 4-byte character's first byte
     stop = IDS[-1]
     for make in (list, ColumnsOut, protocol.PackedOut):
-        t = RidTable(INFO, 0, array_min_rows=1, mapped=mapped)
+        t = table_on(INFO, implementation)
         for k in range(3):
             t.on_open(Open(f"u{k}", continuous_usage=True), [])
         first = [{"rid": f"u{k}", "ids": IDS[:3], "prompt_tokens": 5} for k in range(3)]

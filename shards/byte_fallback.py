@@ -1,0 +1,163 @@
+"""SentencePiece byte fallback on the array path (Llama-2, Mistral, Gemma): one interface.
+
+Over the same per-slot arrays as byte-level BPE: a slot's `pending` bytes are its open
+byte run (any length: the arrays widen), `skip` counts the characters of a prompt's run
+still to pass over, and `started` says whether the request's text has begun (the
+decoder's leading-space strip is then spent). `FallbackLoop` is the reference
+(`fallback_decode.decode_rows_loop`, one row at a time), `FallbackArrays` the vectorised
+implementation (`decode_rows_fallback`) for messages of `min_rows` rows or more. Both
+take a message that names a slot twice one row at a time, in order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from sglang_tok.shards.request import SENT_TAIL
+
+from sglang_tok.protocol import Open
+from sglang_tok.ragged import ragged_index
+
+from .decoders import Decoded, PlainRows
+from .fallback_decode import (
+    TEXT,
+    FallbackDecoded,
+    FallbackTable,
+    decode_rows_fallback,
+    decode_rows_loop,
+    finish,
+    prompt_state,
+)
+from .slots import Slots
+
+I64 = npt.NDArray[np.int64]
+
+
+class FallbackStream:
+    """A slot's state as a `decoder.Stream`, for the per-row end-of-request rules (a
+    scheduler-matched stop string, ERROR, ABORT) of a request that was on the array path."""
+
+    __slots__ = ("tab", "sel", "run", "started", "skip")
+
+    def __init__(self, tab: FallbackTable, sel: int, run: bytes, started: bool,
+                 skip: int) -> None:
+        self.tab, self.sel, self.run, self.started, self.skip = tab, sel, run, started, skip
+
+    def push(self, ids: list[int]) -> str:
+        stride = self.tab.stride
+        safe = np.array([i if 0 <= i < stride - 1 else stride - 1 for i in ids], np.int64)
+        run = np.frombuffer(self.run, np.uint8).reshape(1, -1) if self.run else \
+            np.zeros((1, 1), np.uint8)
+        decoded = decode_rows_loop(self.tab, safe, np.array([0, len(ids)], np.int64),
+                                   np.array([self.sel], np.int64), run,
+                                   np.array([len(self.run)], np.int64),
+                                   np.array([self.started], bool), np.array([self.skip], np.int64))
+        self.run = decoded.held_data.tobytes()
+        self.started, self.skip = bool(decoded.started[0]), int(decoded.skip[0])
+        return decoded.text
+
+    def push_one(self, tid: int) -> str:
+        return self.push([tid])
+
+    def flush(self) -> str:
+        text = finish(self.tab, self.run, self.started, self.skip)
+        self.run, self.skip = b"", 0
+        return text
+
+
+# from this many rows a message takes the arrays: about where they and the loop cost the
+# same per row (`scripts/bench_fallback.py` measures both)
+ARRAYS_MIN_ROWS = 128
+
+
+class FallbackLoop:
+    """The reference: every message's rows decoded one by one."""
+
+    def __init__(self, tab: FallbackTable) -> None:
+        self.tab = tab
+
+    def start(self, opts: Open) -> tuple[bytes, int, bool]:
+        st = prompt_state(self.tab, opts.prompt_ids, opts.skip_special_tokens)
+        return st.run, st.skip, st.started
+
+    def decode(self, state: Slots, rows: PlainRows) -> Decoded:
+        slots, ids = rows.slots, rows.ids
+        id_starts = rows.id_starts if rows.id_starts is not None else \
+            np.arange(len(slots) + 1, dtype=np.int64)
+        if not rows.distinct:  # rows of one slot, in order: one at a time
+            return Decoded([self._rows(state, slots[r:r + 1], ids[id_starts[r]:id_starts[r + 1]],
+                                       id_starts[r:r + 2] - id_starts[r]).text
+                            for r in range(len(slots))])
+        decoded = self._rows(state, slots, ids, id_starts)
+        if decoded.parts is not None:
+            return Decoded(decoded.parts)
+        return Decoded(None, (decoded.text, decoded.chars, decoded.buf.tobytes()))
+
+    def _rows(self, state: Slots, slots: I64, ids: I64, id_starts: I64) -> FallbackDecoded:
+        decoded = self._decode(self.tab, ids, id_starts, state.table_sel[slots],
+                               state.pending[slots], state.pend_len[slots],
+                               state.started[slots].astype(bool), state.skip[slots])
+        state.started[slots] = decoded.started
+        state.skip[slots] = decoded.skip
+        state.pend_len[slots] = decoded.held
+        if len(decoded.held_data):
+            state.widen(int(decoded.held.max()))
+            held = np.flatnonzero(decoded.held)
+            dest = ragged_index(slots[held] * state.pending.shape[1], decoded.held[held])
+            state.pending.reshape(-1)[dest] = decoded.held_data
+        return decoded
+
+    def _decode(self, tab: FallbackTable, ids: I64, id_starts: I64, table_sel: I64,
+                run_bytes: npt.NDArray[np.uint8], run_len: I64, started: npt.NDArray[np.bool_],
+                skip: I64) -> FallbackDecoded:
+        return decode_rows_loop(tab, ids, id_starts, table_sel, run_bytes, run_len, started,
+                                skip)
+
+    def flush(self, state: Slots, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
+        """A held run's text by ByteFallback's rule for a run the end closes."""
+        extra_at: list[int] = []
+        extra: list[str] = []
+        held_all = state.pend_len[slots]
+        holding = np.flatnonzero(held_all)
+        for k, slot, held in zip(holding.tolist(), slots[holding].tolist(),
+                                 held_all[holding].tolist()):
+            text = finish(self.tab, state.pending[slot, :held].tobytes(),
+                          bool(state.started[slot]), int(state.skip[slot]))
+            state.pend_len[slot] = state.skip[slot] = 0
+            if text:
+                extra_at.append(at[k])
+                extra.append(text)
+        return extra_at, extra
+
+    def stream_of(self, state: Slots, slot: int) -> FallbackStream:
+        return FallbackStream(self.tab, int(state.table_sel[slot]),
+                              state.pending[slot, :state.pend_len[slot]].tobytes(),
+                              bool(state.started[slot]), int(state.skip[slot]))
+
+    def sent_tail(self, state: Slots, slot: int) -> str:
+        """Decoded again from the slot's ring of ids."""
+        ids, start = state.recent_ids(slot)
+        sel = int(state.table_sel[slot])
+        if start is None:  # the ring begins inside the text: from its first text id
+            base, kinds = sel * self.tab.stride, self.tab.kinds
+            first = next((k for k, i in enumerate(ids) if kinds[base + i] == TEXT), len(ids))
+            stream = FallbackStream(self.tab, sel, b"", True, 0)
+            ids = ids[first:]
+        else:
+            run, skip, started = start
+            stream = FallbackStream(self.tab, sel, run, started, skip)
+        return stream.push(ids)[-SENT_TAIL:]  # the open run at the end is held: not sent
+
+
+class FallbackArrays(FallbackLoop):
+    """The vectorised implementation: a message's rows in a fixed number of numpy calls."""
+
+    def __init__(self, tab: FallbackTable, min_rows: int = ARRAYS_MIN_ROWS) -> None:
+        super().__init__(tab)
+        self.min_rows = min_rows
+
+    def _decode(self, tab: FallbackTable, ids: I64, id_starts: I64, table_sel: I64,
+                run_bytes: npt.NDArray[np.uint8], run_len: I64, started: npt.NDArray[np.bool_],
+                skip: I64) -> FallbackDecoded:
+        call = decode_rows_fallback if len(table_sel) >= self.min_rows else decode_rows_loop
+        return call(tab, ids, id_starts, table_sel, run_bytes, run_len, started, skip)
