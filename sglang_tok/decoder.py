@@ -41,8 +41,9 @@ class Stream(Protocol):
 class ByteStream:
     """Exact incremental decode for byte-level tokenizers; ids must be in [0, vocab].
 
-    The state is public (`table`, `pending`, `skip`) because a shard's hot loop inlines
-    `push` for single-option requests; this class is the reference for that loop.
+    `push` is one call with no call inside it: the per-row path calls it once per row.
+    The state is public (`table`, `pending`, `skip`) so that a shard can build one from a
+    slot's arrays (`byte_level.ByteLoop.stream_of`).
     """
 
     __slots__ = ("table", "pending", "skip")
@@ -52,30 +53,34 @@ class ByteStream:
         self.pending = b""  # an incomplete UTF-8 sequence carried to the next push
         self.skip = 0
         if prompt_ids:
-            self._decode(b"".join([table[i] for i in prompt_ids]))
+            self.push(prompt_ids)
             # decode(P) ends in one U+FFFD for an incomplete tail; decode(P + I) puts the
             # completed (or invalidated) character there, and the slice drops it.
             self.skip = 1 if self.pending else 0
 
-    def _decode(self, data: bytes, final: bool = False) -> str:
+    def push(self, ids: list[int]) -> str:
+        table = self.table
+        data = table[ids[0]] if len(ids) == 1 else b"".join([table[i] for i in ids])
         if self.pending:
             data = self.pending + data
-        text, used = utf_8_decode(data, "replace", final)
+        text, used = utf_8_decode(data, "replace", False)
         self.pending = data[used:] if used != len(data) else b""
         if self.skip and text:
             text = text[1:]
             self.skip = 0
         return text
 
-    def push(self, ids: list[int]) -> str:
-        table = self.table
-        return self._decode(b"".join([table[i] for i in ids]))
-
     def push_one(self, tid: int) -> str:
-        return self._decode(self.table[tid])
+        return self.push((tid,))  # type: ignore[arg-type]
 
     def flush(self) -> str:
-        return self._decode(b"", True)
+        """The held bytes by the codec's final rules (U+FFFD for an incomplete character)."""
+        text = utf_8_decode(self.pending, "replace", True)[0]
+        self.pending = b""
+        if self.skip and text:
+            text = text[1:]
+        self.skip = 0
+        return text
 
 
 class WindowStream:

@@ -7,12 +7,11 @@ is paid only by the requests that asked for it.
 
 from __future__ import annotations
 
-from codecs import utf_8_decode
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from sglang_tok.decoder import ByteStream, Stream, WindowStream, make_stream
+from sglang_tok.decoder import Stream, WindowStream, make_stream
 from sglang_tok.parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
@@ -53,7 +52,7 @@ def logprob_texts(info: TokenizerInfo, logprobs: list[Any] | None, top: list[Any
 
 class Request:
     __slots__ = ("rid", "opts", "info", "stream", "stops", "attr", "completion", "prompt_tokens",
-                 "cached_tokens", "reasoning_tokens", "sent", "tail", "acc", "fast")
+                 "cached_tokens", "reasoning_tokens", "sent", "tail", "acc")
 
     def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None) -> None:
         opts = opts or DEFAULT_OPEN_FIELDS
@@ -69,11 +68,6 @@ class Request:
         self.tail = ""
         # stream=False: everything accumulates into the one last delta
         self.acc: Delta | None = None if opts.stream else Delta(rid, "", [])
-        # a streaming byte-level request with none of the per-request features: the shard
-        # decodes its non-final rows inline (shards/table.py), bypassing `row`
-        self.fast = (isinstance(self.stream, ByteStream) and opts.stream and not opts.stop
-                     and not opts.attribution and not opts.logprob_text
-                     and not opts.continuous_usage)
 
     # ------------------------------------------------------------------ rows
     def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
@@ -282,7 +276,7 @@ class ParsedRequest(Request):
     parts; the last row, ERROR and ABORT always run `finish()`; ids are never held.
     """
 
-    __slots__ = ("parsed", "min_left", "hot", "bytes")
+    __slots__ = ("parsed", "min_left", "hot")
 
     def __init__(self, rid: str, info: TokenizerInfo, opts: Open) -> None:
         self.rid = rid
@@ -294,8 +288,6 @@ class ParsedRequest(Request):
                                          opts.tool_stream, opts.tools or None)
         keep = _marker_ids(info, self.parsed) if opts.skip_special_tokens else frozenset()
         self.stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
-        # byte-level: the hot branch inlines ByteStream.push (as the shard's fast path does)
-        self.bytes = self.stream if isinstance(self.stream, ByteStream) else None
         self.stops = None  # the ParsedStream matches the OPEN's stop strings, in content
         self.attr = None  # refused with a parser (`refusal`)
         self.completion = 0
@@ -303,7 +295,6 @@ class ParsedRequest(Request):
         self.sent = 0
         self.tail = ""
         self.acc = None if opts.stream else Delta(rid, "", [])
-        self.fast = False
         self.min_left = max(0, opts.min_tokens)  # ids until stop strings apply
         # a streaming row that does not end the request, with no per-row extras: one
         # push, one feed, one Delta (`row`'s first branch)
@@ -318,20 +309,7 @@ class ParsedRequest(Request):
         if finish is not None or not self.hot:
             return self._row(ids, finish, prompt_tokens, cached_tokens, reasoning_tokens,
                              logprobs, top, tid_lp, safe_ids)
-        s = self.bytes
-        if s is None:
-            piece = self.stream.push(ids if safe_ids is None else safe_ids)
-        else:  # ByteStream.push, inlined
-            src = ids if safe_ids is None else safe_ids
-            table = s.table
-            data = table[src[0]] if len(src) == 1 else b"".join([table[x] for x in src])
-            if s.pending:
-                data = s.pending + data
-            piece, used = utf_8_decode(data, "replace", False)
-            s.pending = data[used:] if used != len(data) else b""
-            if s.skip and piece:
-                piece = piece[1:]
-                s.skip = 0
+        piece = self.stream.push(ids if safe_ids is None else safe_ids)
         pd = self.parsed.feed(piece)
         if pd.stop is None:
             text = pd.text

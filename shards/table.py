@@ -219,14 +219,16 @@ class RidTable:
         sparse, state = msg.sparse, self.state
         slots = msg.slots.astype(np.int64)
         n = len(slots)
-        if n and int(slots.max()) >= state.capacity:  # late rows of a rid never bound
-            state.grow(int(slots.max()) + 1)
         ends = self._take(msg, slots, out)
         id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64)) \
             if sparse.counts else None
         if not n:
             return _Plan(0, slots, id_starts, ends, None, [], {}, [])
-        meta = state.meta[slots]
+        try:
+            meta = state.meta[slots]
+        except IndexError:  # late rows of a rid never bound, on a slot past the arrays
+            state.grow(int(slots.max()) + 1)
+            meta = state.meta[slots]
         kinds = meta[:, KIND]
         distinct = state.marks.distinct(slots, state.capacity)
         plain = kinds == PLAIN
