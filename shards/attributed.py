@@ -13,9 +13,9 @@ p, and is pending otherwise. A pending id (and whatever follows it) is carried i
 bytes begin.
 
 The exact reference (`attributed_push`: a `ByteStream` and an `Attributor` fed id by id,
-as the per-row path does) serves the rows that are not the simple case: broken UTF-8
-(U+FFFD rows), a prompt's incomplete character, the reference loop's rows with
-pending bytes.
+as the per-row path does) is how the reference loop (shards/byte_rows.py) attributes
+every row, and how the id lookup (shards/mapped.py) attributes the rows that are not the
+simple case: broken UTF-8 (U+FFFD rows), a prompt's incomplete character, pending bytes.
 """
 
 from __future__ import annotations

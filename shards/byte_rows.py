@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 
-from .attributed import Attribution, attributed_push, one_id_row
+from .attributed import Attribution, attributed_push
 from .slots import ATTR, PEND, SEL, SKIP, Slots
 
 Attrs = list[list[Attribution] | None]
@@ -32,7 +32,7 @@ def decode_loop(tables: Tables, vocab: int, state: Slots, slots: list[int],
     of most text. Rows whose request asked for attribution also get theirs (None for the
     others; None for all when none asked)."""
     if state.attr_live and any(h[ATTR] for h in heads):
-        return _attributed(tables, vocab, state, slots, heads, row_ids, singles, strs, drops)
+        return _attributed(tables, vocab, state, slots, heads, row_ids, singles, drops)
     texts: list[str] = []
     if singles is not None:
         for slot, head, i in zip(slots, heads, singles):
@@ -52,30 +52,19 @@ def decode_loop(tables: Tables, vocab: int, state: Slots, slots: list[int],
 
 def _attributed(tables: Tables, vocab: int, state: Slots, slots: list[int],
                 heads: list[list[int]], row_ids: list[list[int]] | None,
-                singles: list[int] | None, strs: Strs, drops: Drops
-                ) -> tuple[list[str], Attrs]:
-    """`decode_loop` for a message with rows that want attribution. A one-id row is
-    decoded as usual, then attributed by `one_id_row`; a row of several ids goes id by id
-    through the per-row path's rules (`push_attributed`), which also decodes it."""
+                singles: list[int] | None, drops: Drops) -> tuple[list[str], Attrs]:
+    """`decode_loop` for a message with rows that want attribution: those go id by id
+    through the per-row path's rules (`push_attributed`), which also decodes them."""
     texts: list[str] = []
     attrs: Attrs = []
-    carry = state.carry
     for r, (slot, head) in enumerate(zip(slots, heads)):
         sel = head[SEL]
         ids = [singles[r]] if singles is not None else row_ids[r]  # type: ignore[index]
-        if not head[ATTR]:
+        if head[ATTR]:
+            text, got = push_attributed(tables[sel], vocab, drops[sel], state, slot, head, ids)
+        else:
             table = tables[sel]
-            texts.append(push(state, slot, head, b"".join([table[i] for i in ids])))
-            attrs.append(None)
-            continue
-        if len(ids) == 1:  # its id's text (or the codec's), then `one_id_row`
-            i = ids[0]
-            whole = None if head[PEND] or head[SKIP] else strs[sel][i]
-            text = whole if whole is not None else push(state, slot, head, tables[sel][i])
-            texts.append(text)
-            attrs.append(one_id_row(carry, slot, i, 1 if i in drops[sel] else 0, text))
-            continue
-        text, got = push_attributed(tables[sel], vocab, drops[sel], state, slot, head, ids)
+            text, got = push(state, slot, head, b"".join([table[i] for i in ids])), None
         texts.append(text)
         attrs.append(got)
     return texts, attrs
