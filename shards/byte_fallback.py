@@ -18,7 +18,6 @@ from sglang_tok.shards.request import SENT_TAIL
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
 
-from .decoders import Decoded, PlainRows
 from .fallback_decode import (
     TEXT,
     FallbackDecoded,
@@ -28,6 +27,7 @@ from .fallback_decode import (
     finish,
     prompt_state,
 )
+from .row_decoder import Decoded, PlainRows
 from .slots import Slots
 
 I64 = npt.NDArray[np.int64]

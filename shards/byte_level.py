@@ -19,9 +19,9 @@ from sglang_tok.protocol import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .byte_rows import decode_loop
-from .decoders import Decoded, PlainRows
 from .ending import flush_held
 from .mapped import IdTexts, decode_attributed, decode_mapped
+from .row_decoder import Decoded, PlainRows
 from .slots import ATTR, Slots
 
 I64 = npt.NDArray[np.int64]

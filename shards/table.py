@@ -1,10 +1,10 @@
 """A shard's requests: the only owner of their state (no locks), by slot and by rid.
 
 Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids
-are bound, its rows planned once (`_Plan`: plain rows, the last rows that end with them,
+are bound, its rows planned once (`Plan`: plain rows, the last rows that end with them,
 per-row rows, late rows), the plain ones decoded by the tokenizer family's decoder
 (shards/decoders.py, injected: tests choose the implementation), the last ones ended by
-shards/ending.py's rules, and all written by one sink writer (`_write_rows`). A request
+shards/ending.py's rules, and all written by one sink writer (`write_rows`). A request
 that needs more than the array path knows keeps a `Request` and takes the per-row path;
 shards/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT, DROP)
 name rids, so rids map to slots too. Requests are never evicted to make room (SGLang issue
@@ -15,9 +15,9 @@ remembered (bounded) so that late rows are ignored instead of reopening.
 from __future__ import annotations
 
 from collections import Counter
-from itertools import accumulate, chain
+from itertools import chain
 from operator import itemgetter
-from typing import Any, Literal, NamedTuple, cast
+from typing import Any, Literal, cast
 
 import msgspec
 import numpy as np
@@ -25,27 +25,28 @@ import numpy.typing as npt
 from sglang_tok.ring.link import Arrays
 from sglang_tok.shards.request import Request, make_request, refusal
 
-from sglang_tok.logprob_rows import FIELDS, RowFamilies, shift
 from sglang_tok.protocol import (
     Abort,
     ColumnsOut,
     Delta,
     Error,
     Open,
-    PackedOut,
     Result,
     Sink,
     Usage,
     terminal,
 )
-from sglang_tok.ragged import ragged_index, starts_of
+from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .attributed import Attribution, carry_into
-from .decoders import Decoded, PlainRows, RowDecoder, decoder_for
-from .ending import Ends, blank_stop_tokens, end_attributions, ends_of, stop_string, usage
+from .attributed import carry_into
+from .decoders import decoder_for
+from .ending import Ends, blank_stop_tokens, end_attributions, ends_of, usage
 from .paths import ARRAY, row_reason
-from .slots import CACHED, COMPLETION, KIND, PLAIN, PROMPT, ROW, Slots
+from .plan import Plan, gather, in_vocab, per_row_rows, record, split_ends
+from .row_decoder import Decoded, PlainRows, RowDecoder
+from .rows_out import Families, attributions, continuous_usage, logprob_texts, write_rows
+from .slots import KIND, PLAIN, Slots
 
 I64 = npt.NDArray[np.int64]
 
@@ -205,7 +206,7 @@ class RidTable:
         """One ARRAYS message: bind new rids, plan its rows, decode the plain ones with the
         tokenizer family's decoder, the others per row."""
         plan = self._plan(msg, out)
-        fams = _Families(msg.sparse.families, plan.n)
+        fams = Families(msg.sparse.families, plan.n)
         done = 0
         if plan.plain is not None:
             self._plain_rows(msg, plan, plan.plain, fams, out)
@@ -214,7 +215,7 @@ class RidTable:
             done += self._row_path(plan, msg, fams, out)
         self.counters.late_rows += plan.n - done
 
-    def _plan(self, msg: Arrays, out: Sink) -> _Plan:
+    def _plan(self, msg: Arrays, out: Sink) -> Plan:
         """Bind the message's new rids, then sort its rows by what each needs."""
         sparse, state = msg.sparse, self.state
         slots = msg.slots.astype(np.int64)
@@ -223,7 +224,7 @@ class RidTable:
         id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64)) \
             if sparse.counts else None
         if not n:
-            return _Plan(0, slots, id_starts, ends, None, [], {}, [])
+            return Plan(0, slots, id_starts, ends, None, [], {}, [])
         try:
             meta = state.meta[slots]
         except IndexError:  # late rows of a rid never bound, on a slot past the arrays
@@ -236,10 +237,10 @@ class RidTable:
         per_row: list[int] = []
         late = None
         if ends:
-            quick, late = _split_ends(ends, slots, kinds, plain, distinct)
+            quick, late = split_ends(ends, slots, kinds, plain, distinct)
         rows = np.flatnonzero(plain)
         if len(rows) < n:  # rows of per-row requests, other last rows, late rows
-            per_row = _per_row_rows(kinds, ends, quick, late)
+            per_row = per_row_rows(kinds, ends, quick, late)
         stops: dict[int, int] = {}  # quick last rows whose stop token is left out: its id
         got = None
         if len(rows):
@@ -249,17 +250,17 @@ class RidTable:
                 ids = blank_stop_tokens(quick, ends, ids, np.arange(n + 1) if id_starts is None
                                         else id_starts, lambda r: self._no_stop_trim(
                                             int(slots[r])), self.info.vocab_size, stops)
-            got = _gather(rows, slots, meta, _in_vocab(ids, self.info.vocab_size), msg.ids,
+            got = gather(rows, slots, meta, in_vocab(ids, self.info.vocab_size), msg.ids,
                           id_starts, distinct)
-        return _Plan(n, slots, id_starts, ends, got, quick, stops, per_row)
+        return Plan(n, slots, id_starts, ends, got, quick, stops, per_row)
 
-    def _plain_rows(self, msg: Arrays, plan: _Plan, got: PlainRows, fams: _Families,
+    def _plain_rows(self, msg: Arrays, plan: Plan, got: PlainRows, fams: Families,
                     out: Sink) -> None:
         """Decode the message's plain rows, end its quick last rows, write."""
         assert self.decoder is not None
         state, quick = self.state, plan.quick
         decoded = self.decoder.decode(state, got)
-        _record(state, got)
+        record(state, got)
         end_at: list[int] = []  # where the last rows are among the plain rows
         if quick:
             end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
@@ -267,9 +268,9 @@ class RidTable:
         # a plain slot always holds its rid (Slots.bind_plain)
         rids = cast(list[str], state.rid_col.take(got.slots).tolist())
         base = len(out)
-        _write_rows(out, rids, decoded, got, msg, fams)
+        write_rows(out, rids, decoded, got, msg, fams)
         if decoded.attrs is not None:
-            _attributions(out, base, decoded.attrs)
+            attributions(out, base, decoded.attrs)
         self._plain_extras(out, base, got.rows, got.slots, fams, msg.sparse.reasoning, end_at,
                            quick, rids, plan.ends)
 
@@ -292,7 +293,7 @@ class RidTable:
             decoded.add(extra_at, extra)
 
     def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,
-                      fams: _Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
+                      fams: Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
                       rids: list[str], ends: Ends
                       ) -> None:
         """What a message's plain rows (output rows base + j) carry beside text and ids:
@@ -302,14 +303,14 @@ class RidTable:
         if fams.families:  # the rows whose request wants its logprobs' texts
             wants = np.flatnonzero(state.lp_text[plain_slots])
             if len(wants):
-                _logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
+                logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
                                self.info)
         if state.usage_live:
             asked_flags = state.cont_usage[plain_slots].astype(bool)
             asked_flags[end_at] = False  # a last row carries its final usage below
             asked = np.flatnonzero(asked_flags)
             if len(asked):
-                _continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
+                continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
                                   plain_slots[asked].tolist(), state, reasoning)
         if ends_rows:
             self._array_ends(out, base, end_at, ends_rows, rids, plain_slots, ends)
@@ -337,7 +338,7 @@ class RidTable:
             out.sparse["usage"].sort(key=_first)
 
 
-    def _row_path(self, plan: _Plan, msg: Arrays, fams: _Families, out: Sink) -> int:
+    def _row_path(self, plan: Plan, msg: Arrays, fams: Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
@@ -442,225 +443,6 @@ class RidTable:
 
 _DEFAULT_OPEN = Open("")
 _first = itemgetter(0)
-
-
-def _in_vocab(ids: I64, vocab: int) -> I64:
-    """Ids as the byte tables index them: any id outside the vocabulary becomes `vocab`,
-    whose entry is empty (the full decode drops such an id)."""
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-        return np.where((ids < 0) | (ids >= vocab), vocab, ids)
-    return ids
-
-
-class _Plan(NamedTuple):
-    """A message's rows by what they need: `plain` (running rows of plain requests, and
-    `quick`, the last rows that end with them; `stops`: the stop tokens left out of those)
-    for the tokenizer family's decoder, `per_row` (rows of per-row requests, the other last
-    rows) for the per-row path, in order; every other row is late (its rid ended, or it
-    follows its request's last row in the same message)."""
-
-    n: int
-    slots: I64
-    id_starts: I64 | None  # None: one id per row
-    ends: Ends
-    plain: PlainRows | None
-    quick: list[int]
-    stops: dict[int, int]
-    per_row: list[int]
-
-
-def _split_ends(ends: Ends, slots: I64, kinds: Any, plain: npt.NDArray[np.bool_],
-                distinct: bool) -> tuple[list[int], npt.NDArray[np.bool_] | None]:
-    """A message's last rows: those of plain requests without a scheduler-matched stop
-    string end with the running rows (marked in `plain`, in place: the quick ones), the
-    others per row. Rows after their request's last row in the same message (no scheduler
-    sends one; a fuzzed frame may, even a second last row) are late: the mask of them, or
-    None when every slot is named once."""
-    end_rows = np.fromiter(ends, np.int64, len(ends))
-    plain[end_rows] = False
-    late = None
-    if not distinct:
-        first_end: dict[int, int] = {}
-        for row, slot in zip(end_rows.tolist(), slots[end_rows].tolist()):
-            if slot not in first_end or row < first_end[slot]:
-                first_end[slot] = row
-        late = np.zeros(len(slots), bool)
-        for row in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
-            late[row] = row > first_end[int(slots[row])]
-        plain &= ~late
-    quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
-                   if (late is None or not late[r]) and stop_string(ends[r].finish) is None)
-    plain[quick] = True
-    return quick, late
-
-
-def _per_row_rows(kinds: Any, ends: Ends, quick: list[int],
-                  late: npt.NDArray[np.bool_] | None) -> list[int]:
-    """The rows for the per-row path, in order: rows of per-row requests, and last rows
-    that do not end with the running rows."""
-    mask = kinds == ROW
-    if ends:
-        mask[np.fromiter(ends, np.int64, len(ends))] = True
-        mask[quick] = False
-    if late is not None:
-        mask &= ~late
-    return np.flatnonzero(mask).tolist()
-
-
-def _gather(rows: I64, slots: I64, meta: I64, ids: I64, sent: I64,
-            id_starts: I64 | None, distinct: bool) -> PlainRows:
-    every = len(rows) == len(slots)
-    counts = None
-    if id_starts is not None:
-        counts = id_starts[1:] - id_starts[:-1]
-        if not every:
-            counts = counts[rows]
-            take = ragged_index(id_starts[rows], counts)
-            ids, sent, id_starts = ids[take], sent[take], starts_of(counts)
-    elif not every:
-        ids, sent = ids[rows], sent[rows]
-    if not every:
-        slots, meta = slots[rows], meta[rows]
-    return PlainRows(rows, slots, meta, ids, sent, id_starts, counts, distinct, every)
-
-
-def _record(state: Slots, rows: PlainRows) -> None:
-    """The rows' ids into their slots' rings, and their completion counts."""
-    slots, counts = rows.slots, rows.counts
-    if not rows.distinct:  # a slot named twice counts twice, its ids in order
-        if counts is None:
-            counts = np.ones(len(slots), np.int64)
-        state.record_ids(slots, rows.ids, starts_of(counts), False)
-        np.add.at(state.completion, slots, counts)
-    elif counts is None:
-        state.record_one_each(slots, rows.meta, rows.ids)
-    else:
-        state.record_ids(slots, rows.ids, rows.id_starts)
-        state.completion[slots] += counts
-
-
-def _write_rows(out: Sink, rids: list[str], decoded: Decoded, rows: PlainRows, msg: Arrays,
-                fams: _Families) -> None:
-    """A message's plain rows into the output, in the sink's own form: their texts, their
-    ids as they came, and their logprob values (passed through)."""
-    counts = None if rows.counts is None else rows.counts.tolist()
-    sent = rows.sent.tolist()
-    families = msg.sparse.families
-    if isinstance(out, PackedOut):
-        base = len(out.rids)
-        data, char_lens = decoded.packed()
-        out.add_rows(rids, data, char_lens, [1] * len(sent) if counts is None else counts, sent)
-        if families:
-            if base == 0 and rows.every:  # the message's rows, numbered as they are
-                out.families += families
-            else:
-                out.families += [shift(fam, rows.rows, base) for fam in families]
-        return
-    if isinstance(out, ColumnsOut):
-        base = len(out.rids)
-        out.rids += rids
-        out.texts += decoded.texts()
-        out.id_lens += [1] * len(sent) if counts is None else counts
-        out.ids += sent
-        if families:
-            _logprob_columns(out, fams.get(), rows.rows.tolist(), base)
-        return
-    if counts is None:
-        row_ids = [[i] for i in sent]
-    else:
-        cuts = [0, *accumulate(counts)]
-        row_ids = [sent[a:b] for a, b in zip(cuts, cuts[1:])]
-    for rid, text, ids_, r in zip(rids, decoded.texts(), row_ids, rows.rows.tolist()):
-        d = Delta(rid, text, ids_)
-        if fams.carries(r):
-            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
-        out.append(d)
-
-
-def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: int) -> None:
-    """The logprob values of these message rows, appended from output row `base` on as
-    COLUMNS' sparse columns; only the rows that carry values cost a Python step."""
-    carrying = fams.carrying
-    for j, row in enumerate(rows):
-        if carrying[row]:
-            for field in FIELDS.values():
-                val = fams.row(field, row)
-                if val is not None:
-                    out.add_sparse(field, base + j, val)
-
-
-def _logprob_texts(out: Sink, base: int, outs: list[int], rows: list[int],
-                   fams: _Families, info: TokenizerInfo) -> None:
-    """`logprob_text` on the array path: the token texts of message rows `rows`, whose
-    request wants them, written to output rows base + outs[k]; only those rows cost a
-    Python step, and only the ones that carry logprobs get any."""
-    read = fams.get()
-    carrying = read.carrying
-    for j, row in zip(outs, rows):
-        if not carrying[row]:
-            continue
-        texts = read.texts("logprobs", row, info.token_texts)
-        top_texts = read.texts("top_logprobs", row, info.token_texts)
-        if isinstance(out, ColumnsOut):
-            if texts is not None:
-                out.add_sparse("token_texts", base + j, texts)
-            if top_texts is not None:
-                out.add_sparse("top_texts", base + j, top_texts)
-        else:
-            out[base + j].token_texts, out[base + j].top_texts = texts, top_texts
-
-
-def _continuous_usage(out: Sink, base: int, outs: list[int], rows: list[int], slots: list[int],
-                      state: Slots, reasoning: bytes) -> None:
-    """`continuous_usage` on the array path: the usage so far of message rows `rows` (of
-    slots `slots`), whose request asked for it, written to output rows base + outs[k]: the
-    slot's completion count after the row, its first row's prompt and cached tokens, the
-    row's reasoning tokens. Only those rows cost a Python step."""
-    per_row = np.frombuffer(reasoning, np.uint32).tolist() if reasoning else None
-    for j, row, numbers in zip(outs, rows, state.meta[slots].tolist()):
-        completion, prompt = numbers[COMPLETION], numbers[PROMPT]
-        so_far = usage(prompt, completion, numbers[CACHED],
-                       per_row[row] if per_row is not None else 0)
-        if isinstance(out, ColumnsOut):
-            out.add_sparse("usage", base + j, so_far)
-        else:
-            out[base + j].usage = so_far
-
-
-def _attributions(out: Sink, base: int, attrs: list[list[Attribution] | None]) -> None:
-    """Rows' attributions (None: the row's request did not ask), written to output rows
-    base + j: a Delta's field, or COLUMNS' and PACKED's sparse column (in row order; an
-    empty list is a value, as the per-row path sends it)."""
-    if isinstance(out, ColumnsOut):
-        col = out.sparse.setdefault("attributions", [])
-        col += [(base + j, a) for j, a in enumerate(attrs) if a is not None]
-        return
-    for j, a in enumerate(attrs):
-        if a is not None:
-            out[base + j].attributions = a
-
-
-class _Families:
-    """A message's logprob families, read into per-row lists only if a row asks."""
-
-    __slots__ = ("families", "rows", "_read")
-
-    def __init__(self, families: list[Any], rows: int) -> None:
-        self.families, self.rows = families, rows
-        self._read: RowFamilies | None = None
-
-    def get(self) -> RowFamilies:
-        if self._read is None:
-            self._read = RowFamilies(self.families, self.rows)
-        return self._read
-
-    def carries(self, row: int) -> bool:
-        return bool(self.families) and bool(self.get().carrying[row])
-
-    def extras(self, row: int) -> tuple[Any, Any, Any]:
-        fams = self.get()
-        lp, top, tid = (fams.row(f, row) for f in FIELDS.values())
-        return lp, top, tid
 
 
 def _terminal(rid: str, error: str | None) -> Delta:

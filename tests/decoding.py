@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_tok.shards.decoders import RowDecoder, decoder_for
+from sglang_tok.shards.decoders import decoder_for
+from sglang_tok.shards.row_decoder import RowDecoder
 from sglang_tok.shards.table import RidTable
 
 from sglang_tok.tokenizer import TokenizerInfo
