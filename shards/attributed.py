@@ -74,7 +74,7 @@ def one_id_rows(carry: dict[int, Carry], slots: I64, ids: list[int], kinds: I64,
     odd = (np.fromiter(map(len, texts), np.int64, n) == 0) & (kinds == VISIBLE)
     if carry:
         odd |= np.isin(slots, np.fromiter(carry, np.int64, len(carry)))
-    rows = np.flatnonzero(odd).tolist()
+    rows = odd.nonzero()[0].tolist()
     if rows:
         slot_list, kind_list = slots[rows].tolist(), kinds[rows].tolist()
         for r, slot, kind in zip(rows, slot_list, kind_list):

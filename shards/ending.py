@@ -111,7 +111,7 @@ def flush_held(state: Slots, at: list[int], slots: I64) -> tuple[list[int], list
     extra_at: list[int] = []
     extra: list[str] = []
     held_all = state.pend_len[slots]  # one gather: most hold nothing
-    holding = np.flatnonzero(held_all)
+    holding = held_all.nonzero()[0]
     for k, slot, held in zip(holding.tolist(), slots[holding].tolist(),
                              held_all[holding].tolist()):
         text = utf_8_decode(state.pending[slot, :held].tobytes(), "replace", True)[0]

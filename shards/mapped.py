@@ -57,7 +57,7 @@ def decode_mapped(id_texts: IdTexts, state: Slots, slots: I64, meta: I64, ids: I
         whole = id_texts.whole[where]
         if leave is not None:
             whole |= leave
-        other = np.flatnonzero(~(plain & whole))
+        other = (~(plain & whole)).nonzero()[0]
         if not len(other):
             return texts  # type: ignore[return-value]
         datas = list(map(id_texts.bytes.__getitem__, where[other].tolist()))
@@ -72,7 +72,7 @@ def decode_mapped(id_texts: IdTexts, state: Slots, slots: I64, meta: I64, ids: I
         whole = broken[id_starts[1:]] == broken[id_starts[:-1]]
         if leave is not None:
             whole |= leave
-        other = np.flatnonzero(~(plain & whole))
+        other = (~(plain & whole)).nonzero()[0]
         if not len(other):
             return texts  # type: ignore[return-value]
         raw = list(map(id_texts.bytes.__getitem__, at))
@@ -126,7 +126,7 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
     attrs: list[list[Attribution] | None] = \
         list(map(tuples.__getitem__, map(slice, cuts, cuts[1:])))
     seen = np.concatenate(([0], np.cumsum(wait_ids)))
-    leaving = np.flatnonzero(simple & (seen[id_starts[1:]] > seen[id_starts[:-1]]))
+    leaving = (simple & (seen[id_starts[1:]] > seen[id_starts[:-1]])).nonzero()[0]
     for r in leaving.tolist():  # an id with no bytes and no text after it: it waits
         a, b = cuts[r], cuts[r + 1]
         first = int(np.argmax(wait_ids[a:b]))
@@ -135,7 +135,7 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
             carry[slot_list[r]] = left
     if not want.all():
         attrs = [x if w else None for x, w in zip(attrs, want.tolist())]
-    rows = np.flatnonzero(exact).tolist()
+    rows = exact.nonzero()[0].tolist()
     for r, head in zip(rows, meta[rows].tolist()):  # id by id, through the per-row rules
         sel = head[SEL]
         texts[r], attrs[r] = push_attributed(tables[sel], vocab, drops[sel], state,
@@ -149,7 +149,7 @@ def _one_id_attributed(id_texts: IdTexts, state: Slots, slots: I64, meta: I64,
     """One id per row: every row decoded as usual, then `attributed.one_id_rows`."""
     n, stride = len(slots), id_texts.stride
     texts = decode_mapped(id_texts, state, slots, meta, ids)
-    asked = np.flatnonzero(want)
+    asked = want.nonzero()[0]
     every = len(asked) == n
     found = one_id_rows(state.carry, slots if every else slots[asked],
                         ids.tolist() if every else ids[asked].tolist(),

@@ -24,9 +24,11 @@ I64 = npt.NDArray[np.int64]
 
 def in_vocab(ids: I64, vocab: int) -> I64:
     """Ids as the byte tables index them: any id outside the vocabulary becomes `vocab`,
-    whose entry is empty (the full decode drops such an id)."""
-    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-        return np.where((ids < 0) | (ids >= vocab), vocab, ids)
+    whose entry is empty (the full decode drops such an id). One reduction: as unsigned, a
+    negative id is beyond any vocabulary too."""
+    as_unsigned = ids.view(np.uint64)
+    if len(ids) and np.maximum.reduce(as_unsigned) >= vocab:
+        return np.where(as_unsigned >= vocab, vocab, ids)
     return ids
 
 
@@ -63,7 +65,7 @@ def split_ends(ends: Ends, slots: I64, kinds: Any, plain: npt.NDArray[np.bool_],
             if slot not in first_end or row < first_end[slot]:
                 first_end[slot] = row
         late = np.zeros(len(slots), bool)
-        for row in np.flatnonzero(np.isin(slots, list(first_end))).tolist():
+        for row in (np.isin(slots, list(first_end))).nonzero()[0].tolist():
             late[row] = row > first_end[int(slots[row])]
         plain &= ~late
     quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
@@ -82,7 +84,7 @@ def per_row_rows(kinds: Any, ends: Ends, quick: list[int],
         mask[quick] = False
     if late is not None:
         mask &= ~late
-    return np.flatnonzero(mask).tolist()
+    return mask.nonzero()[0].tolist()
 
 
 def gather(rows: I64, slots: I64, meta: I64, ids: I64, sent: I64,

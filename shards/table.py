@@ -238,7 +238,7 @@ class RidTable:
         late = None
         if ends:
             quick, late = split_ends(ends, slots, kinds, plain, distinct)
-        rows = np.flatnonzero(plain)
+        rows = plain.nonzero()[0]
         if len(rows) < n:  # rows of per-row requests, other last rows, late rows
             per_row = per_row_rows(kinds, ends, quick, late)
         stops: dict[int, int] = {}  # quick last rows whose stop token is left out: its id
@@ -301,14 +301,14 @@ class RidTable:
         `end_at` among them) finish and final usage."""
         state = self.state
         if fams.families:  # the rows whose request wants its logprobs' texts
-            wants = np.flatnonzero(state.lp_text[plain_slots])
+            wants = state.lp_text[plain_slots].nonzero()[0]
             if len(wants):
                 logprob_texts(out, base, wants.tolist(), plain_rows[wants].tolist(), fams,
                                self.info)
         if state.usage_live:
             asked_flags = state.cont_usage[plain_slots].astype(bool)
             asked_flags[end_at] = False  # a last row carries its final usage below
-            asked = np.flatnonzero(asked_flags)
+            asked = asked_flags.nonzero()[0]
             if len(asked):
                 continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
                                   plain_slots[asked].tolist(), state, reasoning)
