@@ -8,13 +8,29 @@ below 3 rows and is vectorised from 3, so that one request's rows meet both.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from sglang_tok.shards.decoders import decoder_for
 from sglang_tok.shards.row_decoder import RowDecoder
 from sglang_tok.shards.table import RidTable
 
-from sglang_tok.tokenizer import TokenizerInfo
+from sglang_tok.testing import zoo
+from sglang_tok.tokenizer import TokenizerInfo, describe, load
+
+TEXTS = ["héllo wörld 你好世界 🙂👩‍👩‍👧 ", "plain ascii text here. ", "日本語のテキスト",
+         "emoji 🏳️‍🌈❤️‍🔥 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"]
+
+
+@functools.cache
+def tokenizer(name: str) -> TokenizerInfo:
+    """The built-in tokenizer, or a small trained one of each array-path family."""
+    if name == "deepseek-v4":
+        return load(name)
+    return describe({"trained-bpe": zoo.byte_level_bpe,
+                     "llama2-style": zoo.metaspace_byte_fallback_bpe,
+                     "unigram-fallback": zoo.unigram_byte_fallback}[name](), name)
+
 
 # name -> (vectorised, min_rows)
 IMPLEMENTATIONS: dict[str, tuple[bool, int | None]] = {

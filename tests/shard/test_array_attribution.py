@@ -17,12 +17,11 @@ import os
 from typing import Any
 
 import pytest
-from decoding import MIXED, table_on
+from decoding import MIXED, TEXTS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards import table as table_mod
 from sglang_tok.shards.paths import row_reason
-from test_array_path import TEXTS, tokenizer
 
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput

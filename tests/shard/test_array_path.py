@@ -12,11 +12,9 @@ requests on the per-row path, rows of 1-4 ids, prompts, and specials skipped and
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
-from decoding import IMPLEMENTATIONS, table_on
+from decoding import IMPLEMENTATIONS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards.decoders import decoder_for
@@ -30,22 +28,11 @@ from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.testing import zoo
 from sglang_tok.testing.local_route import LocalRoute
-from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from sglang_tok.tokenizer import TokenizerInfo, describe
 
 pytestmark = pytest.mark.usefixtures("plain_decoders_once")
 
 
-@functools.cache
-def tokenizer(name: str) -> TokenizerInfo:
-    if name == "deepseek-v4":
-        return load(name)
-    return describe({"trained-bpe": zoo.byte_level_bpe,
-                     "llama2-style": zoo.metaspace_byte_fallback_bpe,
-                     "unigram-fallback": zoo.unigram_byte_fallback}[name](), name)
-
-
-TEXTS = ["héllo wörld 你好世界 🙂👩‍👩‍👧 ", "plain ascii text here. ", "日本語のテキスト",
-         "emoji 🏳️‍🌈❤️‍🔥 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"]
 
 
 # the ways a shard decodes a message of plain rows: each family's reference loop, and its
