@@ -268,7 +268,9 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     """Parse and fully validate a BATCH frame (tag byte included); raise FrameError.
 
     Every check is a whole-column operation (msgspec's typed decode, `sum`, `max`,
-    `count`); row positions in the data buffer are computed only when a row is read.
+    `count`); row positions in the data buffer are computed only when a row is read. What
+    runs only for a frame that fails a check, or carries what most do not (endings,
+    logprobs), is in functions of their own: the steady-state frame makes no call for them.
     """
     mv = memoryview(frame)
     if len(mv) < 5 or mv[0] != TAG_BATCH:
@@ -279,40 +281,19 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     raw = mv[5:5 + hlen]
     try:
         h = _header_decoder_for(max_rid_len).decode(raw)
-        rids_checked = True
-    except (ValueError, RecursionError):  # msgspec errors, bad UTF-8: say which, below
-        rids_checked = False
-    if not rids_checked:
-        try:
-            h = _header_decoder.decode(raw)
-        except (ValueError, RecursionError) as exc:
-            raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
+    except (ValueError, RecursionError):  # msgspec errors, bad UTF-8: say which
+        h = _unchecked_header(raw, max_rid_len)
     rids = h.rids
     n = len(rids)
-    if not rids_checked:
-        if not all(rids):
-            raise FrameError("header", "empty rid", [r for r in rids if r])
-        if max_rid_len and n and max(map(len, rids)) > max_rid_len:
-            raise FrameError("limit_rid_length",
-                             f"rid longer than --max-rid-length {max_rid_len}",
-                             [r for r in rids if len(r) <= max_rid_len])
     cols = msgspec.structs.astuple(h)  # one C call; then lengths as one list
     sizes = list(map(len, cols))
     if sizes[:REQUIRED_COLUMNS].count(n) != REQUIRED_COLUMNS:
-        for col, got in zip(HEADER_FIELDS[1:REQUIRED_COLUMNS], sizes[1:REQUIRED_COLUMNS]):
-            if got != n:
-                raise FrameError("columns", f"column {col} has {got} entries, expected {n}",
-                                 rids)
+        _check_lengths(HEADER_FIELDS[1:REQUIRED_COLUMNS], sizes[1:REQUIRED_COLUMNS], n, rids,
+                       False)
     fins = h.finish_reasons
     ending = n - fins.count(None)  # C-speed scans; most rows of most frames are still running
     if ending:
-        present = list(filter(None, fins))  # an empty map is falsy: left out here
-        for fin in present:
-            kind = fin.get("type")  # any msgpack value: a list or map is unhashable
-            if not isinstance(kind, str) or kind not in FINISH_TYPES:
-                raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-        if len(present) != ending:
-            raise FrameError("finish", "empty finish reason", rids)
+        _check_finish(fins, ending, rids)
     total_ids = sum(h.tok_lens)
     # no row can exceed the limit when all of them together do not (the usual frame)
     if max_row_ids and total_ids > max_row_ids and max(h.tok_lens) > max_row_ids:
@@ -320,44 +301,83 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
                          rids)
     trailing = sizes[TRAILING_FIRST:]
     if trailing.count(0) + trailing.count(n) != len(trailing):
-        for col, got in zip(HEADER_FIELDS[TRAILING_FIRST:], trailing):
-            if got and got != n:
-                raise FrameError("columns", f"column {col} has {got} entries, expected {n}",
-                                 rids)
+        _check_lengths(HEADER_FIELDS[TRAILING_FIRST:], trailing, n, rids, True)
     pos = total_ids * 8
     layout: list[tuple[str, int, str, int]] = []
     if any(sizes[REQUIRED_COLUMNS:TRAILING_FIRST]):  # some logprob family is present
-        for name, idx, kind in FAMILIES:
-            lens: list[int] = cols[idx]
-            if kind == "flat":
-                if not lens:
-                    continue
-                if len(lens) != n:
-                    raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has "
-                                     f"{len(lens)} entries, expected {n}", rids)
-                count = sum(lens)
-            else:
-                poslens = cols[idx + 1]
-                if not lens:
-                    if poslens:
-                        raise FrameError("ragged", f"{HEADER_FIELDS[idx + 1]} without reqlens",
-                                         rids)
-                    continue
-                if len(lens) != n:
-                    raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has "
-                                     f"{len(lens)} entries, expected {n}", rids)
-                positions = sum(lens)
-                if positions != len(poslens):
-                    raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={positions} but "
-                                     f"{len(poslens)} poslens", rids)
-                count = sum(poslens)
-            layout.append((name, idx, kind, pos))
-            pos += 4 * count * (1 if kind == "hidden" else 2)
+        pos = _family_layout(cols, n, pos, layout, rids)
     data = mv[5 + hlen:]
     if len(data) != pos:
         raise FrameError("data_length", f"data buffer is {len(data)} bytes, header implies {pos}",
                          rids)
     return Batch(h, data, total_ids, layout)
+
+
+def _unchecked_header(raw: memoryview, max_rid_len: int) -> BatchHeader:
+    """The header of a frame the limited decoder refused, decoded again without the rid
+    checks, so that the error says which check failed (or that it is no header at all)."""
+    try:
+        h = _header_decoder.decode(raw)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
+    rids = h.rids
+    if not all(rids):
+        raise FrameError("header", "empty rid", [r for r in rids if r])
+    if max_rid_len and rids and max(map(len, rids)) > max_rid_len:
+        raise FrameError("limit_rid_length", f"rid longer than --max-rid-length {max_rid_len}",
+                         [r for r in rids if len(r) <= max_rid_len])
+    return h
+
+
+def _length_error(col: str, got: int, n: int, rids: list[str]) -> FrameError:
+    return FrameError("columns", f"column {col} has {got} entries, expected {n}", rids)
+
+
+def _check_lengths(fields: tuple[str, ...], sizes: list[int], n: int, rids: list[str],
+                   empty_ok: bool) -> None:
+    """Raise for the first column whose length is not the row count (an empty one is an
+    absent column where `empty_ok`); the caller's one `count` found that one may be."""
+    for col, got in zip(fields, sizes):
+        if got != n and (got or not empty_ok):
+            raise _length_error(col, got, n, rids)
+
+
+def _check_finish(fins: list[FinishReason | None], ending: int, rids: list[str]) -> None:
+    """Every finish reason present is a map of a known type (a frame with none, the usual
+    one, does not come here)."""
+    present = list(filter(None, fins))  # an empty map is falsy: left out here
+    for fin in present:
+        kind = fin.get("type")  # any msgpack value: a list or map is unhashable
+        if not isinstance(kind, str) or kind not in FINISH_TYPES:
+            raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
+    if len(present) != ending:
+        raise FrameError("finish", "empty finish reason", rids)
+
+
+def _family_layout(cols: tuple[Any, ...], n: int, pos: int,
+                   layout: list[tuple[str, int, str, int]], rids: list[str]) -> int:
+    """Append where each present logprob family starts in the data buffer (from `pos`, after
+    the ids) to `layout`, checking its columns; return where the buffer must end."""
+    for name, idx, kind in FAMILIES:
+        lens: list[int] = cols[idx]
+        if not lens:
+            if kind != "flat" and cols[idx + 1]:
+                raise FrameError("ragged", f"{HEADER_FIELDS[idx + 1]} without reqlens", rids)
+            continue
+        if len(lens) != n:
+            raise _length_error(HEADER_FIELDS[idx], len(lens), n, rids)
+        if kind == "flat":
+            count = sum(lens)
+        else:
+            poslens = cols[idx + 1]
+            positions = sum(lens)
+            if positions != len(poslens):
+                raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={positions} but "
+                                 f"{len(poslens)} poslens", rids)
+            count = sum(poslens)
+        layout.append((name, idx, kind, pos))
+        pos += 4 * count * (1 if kind == "hidden" else 2)
+    return pos
 
 
 def _frame(columns: list[Any], data: bytes) -> bytes:
