@@ -618,19 +618,10 @@ OUTPUT_FORMATS = ("deltas", "columnar", "packed")
 Attribution = tuple[int, int, int]
 
 
-class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """One output message of many deltas; row r is the delta of `rids[r]`.
+class _Sparse(msgspec.Struct, kw_only=True, gc=False):
+    """The sparse columns of COLUMNS and PACKED (sections 5.2, 5.4), declared once for both:
+    keyword-only, so that msgspec lays them after each format's own dense columns."""
 
-    Row r's ids are `ids[s[r]:s[r + 1]]` with `s = starts()`. Trailing sparse columns that
-    are empty stay off the wire (`encode_columns`); decoding fills them with `[]`.
-    """
-
-    shard: int
-    seq: int
-    rids: list[str]
-    texts: list[str]
-    id_lens: list[int]
-    ids: list[int]
     finish: list[tuple[int, FinishReason]] = []
     usage: list[tuple[int, Usage]] = []
     error: list[tuple[int, str]] = []
@@ -643,6 +634,28 @@ class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     attributions: list[tuple[int, list[Attribution]]] = []
     reasoning: list[tuple[int, str]] = []
     tool_calls: list[tuple[int, list[ToolCallDelta]]] = []
+
+    def _fill(self, out: list[Delta]) -> list[Delta]:
+        """Set each sparse value on its row's Delta (the dense fields are set already)."""
+        for name in SPARSE_COLUMNS:
+            for r, val in getattr(self, name):
+                setattr(out[r], name, val)
+        return out
+
+
+class Columns(_Sparse, array_like=True, omit_defaults=True, gc=False):
+    """One output message of many deltas; row r is the delta of `rids[r]`.
+
+    Row r's ids are `ids[s[r]:s[r + 1]]` with `s = starts()`. Trailing sparse columns that
+    are empty stay off the wire (`encode_columns`); decoding fills them with `[]`.
+    """
+
+    shard: int
+    seq: int
+    rids: list[str]
+    texts: list[str]
+    id_lens: list[int]
+    ids: list[int]
 
     def __len__(self) -> int:
         return len(self.rids)
@@ -665,15 +678,11 @@ class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     def deltas(self) -> list[Delta]:
         """Every row as a Delta, equal to what a DELTAS frame would carry: a client written
         for DELTAS reads COLUMNS unchanged (cold path: a struct per row)."""
-        out = [Delta(rid, text, ids) for rid, text, ids in self.rows()]
-        for name in SPARSE_COLUMNS:
-            for r, val in getattr(self, name):
-                setattr(out[r], name, val)
-        return out
+        return self._fill([Delta(rid, text, ids) for rid, text, ids in self.rows()])
 
 
 DENSE_COLUMNS = 6
-SPARSE_COLUMNS: tuple[str, ...] = Columns.__struct_fields__[DENSE_COLUMNS:]
+SPARSE_COLUMNS: tuple[str, ...] = _Sparse.__struct_fields__
 # Delta fields whose default is None (a row has the key iff the value is not None), and
 # the parser fields (section 8), whose defaults are "" and None: a row has the key iff the
 # value is truthy, as with omit_defaults in DELTAS
@@ -752,7 +761,13 @@ TAG_PACKED = 0x4B
 _U32S = "<u4"
 
 
-class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class _SparseFamilies(_Sparse, kw_only=True, gc=False):
+    # logprobs of the array path's rows as numbers (sglang_tok/logprob_rows.py: name, rows,
+    # lens, poslens, values, ids); rows of other paths use the sparse list columns
+    families: list[tuple[str, bytes, bytes, bytes, bytes, bytes]] = []
+
+
+class Packed(_SparseFamilies, array_like=True, omit_defaults=True, gc=False):
     """One output message of many deltas; row r is the delta of `rids[r]`.
 
     Row r's text is the UTF-8 `text` decoded, from character sum(text_lens[:r]), for
@@ -768,21 +783,6 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     text_lens: bytes
     id_lens: bytes
     ids: bytes
-    finish: list[tuple[int, FinishReason]] = []
-    usage: list[tuple[int, Usage]] = []
-    error: list[tuple[int, str]] = []
-    result: list[tuple[int, bytes]] = []
-    logprobs: list[tuple[int, list[Any]]] = []
-    top_logprobs: list[tuple[int, list[Any]]] = []
-    token_ids_logprobs: list[tuple[int, list[Any]]] = []
-    token_texts: list[tuple[int, list[str]]] = []
-    top_texts: list[tuple[int, list[Any]]] = []
-    attributions: list[tuple[int, list[Attribution]]] = []
-    reasoning: list[tuple[int, str]] = []
-    tool_calls: list[tuple[int, list[ToolCallDelta]]] = []
-    # logprobs of the array path's rows as numbers (sglang_tok/logprob_rows.py: name, rows,
-    # lens, poslens, values, ids); rows of other paths use the sparse list columns above
-    families: list[tuple[str, bytes, bytes, bytes, bytes, bytes]] = []
 
     def __len__(self) -> int:
         return len(self.rids)
@@ -805,10 +805,7 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
     @property
     def deltas(self) -> list[Delta]:
-        out = list(map(Delta, self.rids, self.texts(), self.id_rows()))
-        for name in SPARSE_COLUMNS:
-            for r, val in getattr(self, name):
-                setattr(out[r], name, val)
+        out = self._fill(list(map(Delta, self.rids, self.texts(), self.id_rows())))
         if self.families:
             from .logprob_rows import FIELDS, RowFamilies
 
