@@ -51,7 +51,6 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         return [_whole(stamp, batch, codes, one_each, lens, new_rows, end_rows, reasoning,
                        passed[0] if passed else b"", opens[0] if opens else [])]
     code = u32s(codes).astype(np.int64)
-    ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
     shard_of = code % nshards
     if LATE in codes:
         shard_of[code == LATE] = nshards  # LATE rows sort last, in no shard's part
@@ -61,15 +60,8 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     pos = np.empty(n_rows, np.int64)  # frame row -> its row in its shard's message
     pos[order] = np.arange(n_rows) - first[shard_of[order]]
     slots = (code[order] // nshards).astype(np.uint32)
-    if one_each:
-        ids_sorted, id_first = ids[order], first
-        counts = None
-    else:
-        id_starts = starts_of(small_ints(lens))
-        counts = id_starts[order + 1] - id_starts[order]
-        ids_sorted = ids[ragged_index(id_starts[order], counts)]
-        id_first = starts_of(np.bincount(shard_of, id_starts[1:] - id_starts[:-1],
-                                         minlength=nshards + 1).astype(np.int64))
+    ids_sorted, id_first, counts = _ids_by_shard(batch, None if one_each else lens, order,
+                                                 first, shard_of, nshards)
     families = _families(batch, (order, first))
     shards_of_events = shard_of[[i for i, _ in new_rows] + end_rows].tolist() \
         if new_rows or end_rows else []
@@ -92,6 +84,20 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         shard_ids = ids_sorted[int(id_first[shard]):int(id_first[shard + 1])]
         out.append((shard, link.arrays(stamp, slots[row_from:row_to], shard_ids, sparse)))
     return out
+
+
+def _ids_by_shard(batch: Batch, lens: list[int] | None, order: I64, first: I64, shard_of: I64,
+                  nshards: int) -> tuple[I64, I64, I64 | None]:
+    """The frame's ids in shard order and where each shard's start; with `lens` (some row
+    has other than one id), also each sorted row's count, which its shard is sent."""
+    ids = np.frombuffer(batch.data, np.int64, batch.total_ids)
+    if lens is None:  # one id per row: the ids go as the rows do
+        return ids[order], first, None
+    id_starts = starts_of(small_ints(lens))
+    counts = id_starts[order + 1] - id_starts[order]
+    id_first = starts_of(np.bincount(shard_of, id_starts[1:] - id_starts[:-1],
+                                     minlength=nshards + 1).astype(np.int64))
+    return ids[ragged_index(id_starts[order], counts)], id_first, counts
 
 
 def _whole(stamp: float, batch: Batch, codes: list[int], one_each: bool, lens: list[int],

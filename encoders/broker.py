@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import zmq
@@ -52,6 +53,16 @@ class Worker:
 def main(cfg: Config, status: Status, slot: int, parent_pid: int) -> None:
     setup_child("sglang-tok encode-broker", cfg.log_level)
     Broker(cfg, status, slot, parent_pid).run()
+
+
+def _burst(sock: zmq.Socket) -> Iterator[list[bytes]]:
+    """What is waiting on `sock`, BURST messages at the most: a busy socket must not keep
+    the loop from the other one (or from its heartbeat)."""
+    for _ in range(BURST):
+        try:
+            yield sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return
 
 
 class Broker:
@@ -105,11 +116,7 @@ class Broker:
         self.ctx.term()
 
     def on_clients(self) -> None:
-        for _ in range(BURST):
-            try:
-                frames = self.front.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in _burst(self.front):
             self.m_requests.inc()
             envelope, body = frames[:-1], frames[-1]
             try:
@@ -126,11 +133,7 @@ class Broker:
             self.dispatch()
 
     def on_workers(self) -> None:
-        for _ in range(BURST):
-            try:
-                frames = self.back.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        for frames in _burst(self.back):
             ident, kind = frames[0], frames[1]
             worker = self.workers.get(ident)
             if worker is None:

@@ -238,6 +238,18 @@ def parse(body: Any, chat: bool, model: str, reasoning_parser: str = "",
     seed = _int(body, "seed", None, -(1 << 63))
     defs = [t for t in body.get("tools") or [] if isinstance(t, dict)] if chat else []
     tools = [str((t.get("function") or {}).get("name") or "") for t in defs]
+    reasoning, tool, tool_stream = _parsers(body, chat, bool(defs), reasoning_parser,
+                                            tool_parser)
+    return Parsed(chat, prompt, bool(body.get("stream")), max_tokens, stop, top_k,
+                  bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
+                  seed, str(body.get("model") or model), reasoning, tool,
+                  [t for t in tools if t], defs if tool else [], tool_stream)
+
+
+def _parsers(body: dict[str, Any], chat: bool, has_tools: bool, reasoning_parser: str,
+             tool_parser: str) -> tuple[str, str, str]:
+    """(reasoning parser, tool parser, tool stream mode): the body's or the server's flags,
+    checked as a pair, since a tool offered is a call the model's text must be parsed for."""
     reasoning = tool = ""
     if chat:
         reasoning = _name(body.get("reasoning_parser", reasoning_parser), "reasoning_parser",
@@ -249,17 +261,69 @@ def parse(body: Any, chat: bool, model: str, reasoning_parser: str = "",
                         "the body")
     if body.get("tool_choice") == "none":  # OpenAI: the model must not call a tool
         tool = ""
-    elif defs and not tool:
+    elif has_tools and not tool:
         raise BadRequest("tools need a tool-call parser to be parsed from the model's text: "
                          "start the server with --tool-call-parser NAME, or pass tool_parser "
                          f"in the body (known: {', '.join(sorted(TOOL_PARSERS))})", "tools")
     why = pairing_error(reasoning, tool)
     if why:
         raise BadRequest(why, "tool_parser" if tool else "reasoning_parser")
-    return Parsed(chat, prompt, bool(body.get("stream")), max_tokens, stop, top_k,
-                  bool(opts.get("include_usage")), bool(opts.get("continuous_usage_stats")),
-                  seed, str(body.get("model") or model), reasoning, tool,
-                  [t for t in tools if t], defs if tool else [], tool_stream)
+    return reasoning, tool, tool_stream
+
+
+class _Chunks:
+    """The chunks of one streamed response: what a chunk depends on (usage so far, the
+    completion's text offset, whether a tool was called) goes on from delta to delta, and
+    the route's loop is left with only the writing and its timing."""
+
+    __slots__ = ("rid", "chat", "obj", "created", "model", "usage", "cont", "offset", "tools")
+
+    def __init__(self, p: Parsed, rid: str, prompt_tokens: int) -> None:
+        self.rid, self.chat, self.created, self.model = rid, p.chat, now(), p.model
+        self.obj = "chat.completion.chunk" if p.chat else "text_completion"
+        self.usage: dict[str, int] = {"prompt_tokens": prompt_tokens, "completion_tokens": 0,
+                                      "total_tokens": prompt_tokens}
+        self.cont = p.continuous_usage and p.include_usage
+        self.offset, self.tools = 0, False
+
+    def chunk(self, choice: dict[str, Any]) -> bytes:
+        body: dict[str, Any] = {"id": self.rid, "object": self.obj, "created": self.created,
+                                "model": self.model, "choices": [choice]}
+        if self.cont:
+            body["usage"] = self.usage
+        return sse(body)
+
+    def usage_chunk(self) -> bytes:
+        return sse({"id": self.rid, "object": self.obj, "created": self.created,
+                    "model": self.model, "choices": [], "usage": self.usage})
+
+    def add(self, d: Delta, out: list[bytes]) -> bool:
+        """Append the chunks of `d` to `out`; True when `d` ends the stream (its error or
+        its finish)."""
+        if d.usage is not None:
+            self.usage = openai_usage(d.usage)
+        if d.error:
+            out.append(sse({"error": {"message": d.error, "type": "server_error"}}))
+            return True
+        if self.chat:
+            delta = chat_delta(d, self.rid)
+            self.tools = self.tools or "tool_calls" in delta
+            lp = chat_logprobs(d)
+            if delta or lp:
+                out.append(self.chunk({"index": 0, "delta": delta, "logprobs": lp,
+                                       "finish_reason": None}))
+        elif d.text or d.logprobs:
+            out.append(self.chunk({"index": 0, "text": d.text,
+                                   "logprobs": completion_logprobs(d, self.offset),
+                                   "finish_reason": None}))
+        self.offset += len(d.text)
+        if d.finish is None:
+            return False
+        fin = finish_reason(d, self.tools)
+        out.append(self.chunk({"index": 0, "delta": {}, "logprobs": None,
+                               "finish_reason": fin} if self.chat else
+                              {"index": 0, "text": "", "logprobs": None, "finish_reason": fin}))
+        return True
 
 
 class App:
@@ -402,58 +466,23 @@ class App:
 
     async def _sse(self, p: Parsed, rid: str, gen: Generation,
                    rs: RequestStream) -> AsyncIterator[bytes]:
-        created, model = now(), p.model
+        chunks = _Chunks(p, rid, gen.prompt_tokens)
         clock = time.perf_counter
         t_start = last_write = clock()
         first_write = True
-        obj = "chat.completion.chunk" if p.chat else "text_completion"
-        usage: dict[str, int] = {"prompt_tokens": gen.prompt_tokens, "completion_tokens": 0,
-                                 "total_tokens": gen.prompt_tokens}
-        cont = p.continuous_usage and p.include_usage
-
-        def chunk(choice: dict[str, Any]) -> bytes:
-            body: dict[str, Any] = {"id": rid, "object": obj, "created": created,
-                                    "model": model, "choices": [choice]}
-            if cont:
-                body["usage"] = usage
-            return sse(body)
-
         done = False
         try:
             if p.chat:
-                yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
-                             "logprobs": None, "finish_reason": None})
-            offset, tools = 0, False
+                yield chunks.chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
+                                    "logprobs": None, "finish_reason": None})
             async for first in rs:
                 out: list[bytes] = []  # deltas already queued go out in one write
                 for d in (first, *rs.ready()):
-                    if d.usage is not None:
-                        usage = openai_usage(d.usage)
-                    if d.error:
+                    if chunks.add(d, out):
                         done = True
                         self.ended(rid, d)
-                        out.append(sse({"error": {"message": d.error, "type": "server_error"}}))
-                        break
-                    if p.chat:
-                        delta = chat_delta(d, rid)
-                        tools = tools or "tool_calls" in delta
-                        lp = chat_logprobs(d)
-                        if delta or lp:
-                            out.append(chunk({"index": 0, "delta": delta, "logprobs": lp,
-                                              "finish_reason": None}))
-                    elif d.text or d.logprobs:
-                        out.append(chunk({"index": 0, "text": d.text,
-                                          "logprobs": completion_logprobs(d, offset),
-                                          "finish_reason": None}))
-                    offset += len(d.text)
-                    if d.finish is not None:
-                        done = True
-                        self.ended(rid, d)
-                        fin = finish_reason(d, tools)
-                        out.append(chunk({"index": 0, "delta": {}, "logprobs": None,
-                                          "finish_reason": fin} if p.chat else
-                                         {"index": 0, "text": "", "logprobs": None,
-                                          "finish_reason": fin}))
+                        if d.error:
+                            break
                 if out:
                     t = clock()
                     if first_write:
@@ -464,8 +493,7 @@ class App:
                     last_write = t
                     yield b"".join(out)
             if p.include_usage:
-                yield sse({"id": rid, "object": obj, "created": created, "model": model,
-                           "choices": [], "usage": usage})
+                yield chunks.usage_chunk()
             yield DONE
         finally:
             if not done:  # the client went away mid-stream

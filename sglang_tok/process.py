@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 from multiprocessing.sharedctypes import RawArray
+from typing import Generic, TypeVar, overload
 
 import psutil
 
@@ -35,10 +36,36 @@ _DRAINING = 4
 _FIRST_SLOT = 5
 # the egress writes this cell itself, once per frame (no property call on the hot path)
 ACTIVITY_CELL = _ACTIVITY
+_T = TypeVar("_T", bound=float)  # int and bool too
 
 
 def _beat_cell(slot: int) -> int:
     return _FIRST_SLOT + 2 * slot
+
+
+class _Cell(Generic[_T]):
+    """A service-wide cell of the status block, read back as its type (a double holds each
+    of them exactly): one rule for every named cell, whose readers are other processes."""
+
+    __slots__ = ("index", "read")
+
+    def __init__(self, index: int, read: Callable[[float], _T]) -> None:
+        self.index = index
+        self.read: Callable[[float], _T] = read
+
+    @overload
+    def __get__(self, status: None, owner: type) -> _Cell[_T]: ...
+
+    @overload
+    def __get__(self, status: Status, owner: type) -> _T: ...
+
+    def __get__(self, status: Status | None, owner: type) -> _T | _Cell[_T]:
+        if status is None:
+            return self
+        return self.read(status.cells[self.index])
+
+    def __set__(self, status: Status, value: _T) -> None:
+        status.cells[self.index] = value
 
 
 class Status:
@@ -52,54 +79,20 @@ class Status:
 
     __slots__ = ("cells", "slots")
 
+    # frames the egress has drained from the input ring since the service started
+    activity = _Cell(_ACTIVITY, int)
+    # every shard has said hello to the egress and was started
+    egress_ready = _Cell(_EGRESS_READY, bool)
+    supervisor_beat = _Cell(_SUPERVISOR_BEAT, float)
+    # the port the HTTP process bound (tests ask for port 0); 0 until it has
+    http_port = _Cell(_HTTP_PORT, int)
+    # the supervisor began its drain: processes without a drain message (the encode
+    # service) finish what they hold and exit
+    draining = _Cell(_DRAINING, bool)
+
     def __init__(self, slots: int) -> None:
         self.slots = slots
         self.cells = RawArray(ctypes.c_double, _FIRST_SLOT + 2 * slots)
-
-    @property
-    def activity(self) -> int:
-        """Frames the egress has drained from the input ring since the service started."""
-        return int(self.cells[_ACTIVITY])
-
-    @activity.setter
-    def activity(self, count: int) -> None:
-        self.cells[_ACTIVITY] = count
-
-    @property
-    def egress_ready(self) -> bool:
-        """Every shard has said hello to the egress and was started."""
-        return bool(self.cells[_EGRESS_READY])
-
-    @egress_ready.setter
-    def egress_ready(self, ready: bool) -> None:
-        self.cells[_EGRESS_READY] = 1.0 if ready else 0.0
-
-    @property
-    def supervisor_beat(self) -> float:
-        return float(self.cells[_SUPERVISOR_BEAT])
-
-    @supervisor_beat.setter
-    def supervisor_beat(self, at: float) -> None:
-        self.cells[_SUPERVISOR_BEAT] = at
-
-    @property
-    def http_port(self) -> int:
-        """The port the HTTP process bound (tests ask for port 0); 0 until it has."""
-        return int(self.cells[_HTTP_PORT])
-
-    @http_port.setter
-    def http_port(self, port: int) -> None:
-        self.cells[_HTTP_PORT] = port
-
-    @property
-    def draining(self) -> bool:
-        """The supervisor began its drain: processes without a drain message (the encode
-        service) finish what they hold and exit."""
-        return bool(self.cells[_DRAINING])
-
-    @draining.setter
-    def draining(self, on: bool) -> None:
-        self.cells[_DRAINING] = 1.0 if on else 0.0
 
     def beat(self, slot: int) -> float:
         """time.monotonic() of the slot's last heartbeat; 0 until its first."""

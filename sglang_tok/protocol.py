@@ -268,7 +268,9 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     """Parse and fully validate a BATCH frame (tag byte included); raise FrameError.
 
     Every check is a whole-column operation (msgspec's typed decode, `sum`, `max`,
-    `count`); row positions in the data buffer are computed only when a row is read.
+    `count`); row positions in the data buffer are computed only when a row is read. What
+    runs only for a frame that fails a check, or carries what most do not (endings,
+    logprobs), is in functions of their own: the steady-state frame makes no call for them.
     """
     mv = memoryview(frame)
     if len(mv) < 5 or mv[0] != TAG_BATCH:
@@ -279,40 +281,19 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     raw = mv[5:5 + hlen]
     try:
         h = _header_decoder_for(max_rid_len).decode(raw)
-        rids_checked = True
-    except (ValueError, RecursionError):  # msgspec errors, bad UTF-8: say which, below
-        rids_checked = False
-    if not rids_checked:
-        try:
-            h = _header_decoder.decode(raw)
-        except (ValueError, RecursionError) as exc:
-            raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
+    except (ValueError, RecursionError):  # msgspec errors, bad UTF-8: say which
+        h = _unchecked_header(raw, max_rid_len)
     rids = h.rids
     n = len(rids)
-    if not rids_checked:
-        if not all(rids):
-            raise FrameError("header", "empty rid", [r for r in rids if r])
-        if max_rid_len and n and max(map(len, rids)) > max_rid_len:
-            raise FrameError("limit_rid_length",
-                             f"rid longer than --max-rid-length {max_rid_len}",
-                             [r for r in rids if len(r) <= max_rid_len])
     cols = msgspec.structs.astuple(h)  # one C call; then lengths as one list
     sizes = list(map(len, cols))
     if sizes[:REQUIRED_COLUMNS].count(n) != REQUIRED_COLUMNS:
-        for col, got in zip(HEADER_FIELDS[1:REQUIRED_COLUMNS], sizes[1:REQUIRED_COLUMNS]):
-            if got != n:
-                raise FrameError("columns", f"column {col} has {got} entries, expected {n}",
-                                 rids)
+        _check_lengths(HEADER_FIELDS[1:REQUIRED_COLUMNS], sizes[1:REQUIRED_COLUMNS], n, rids,
+                       False)
     fins = h.finish_reasons
     ending = n - fins.count(None)  # C-speed scans; most rows of most frames are still running
     if ending:
-        present = list(filter(None, fins))  # an empty map is falsy: left out here
-        for fin in present:
-            kind = fin.get("type")  # any msgpack value: a list or map is unhashable
-            if not isinstance(kind, str) or kind not in FINISH_TYPES:
-                raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-        if len(present) != ending:
-            raise FrameError("finish", "empty finish reason", rids)
+        _check_finish(fins, ending, rids)
     total_ids = sum(h.tok_lens)
     # no row can exceed the limit when all of them together do not (the usual frame)
     if max_row_ids and total_ids > max_row_ids and max(h.tok_lens) > max_row_ids:
@@ -320,44 +301,83 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
                          rids)
     trailing = sizes[TRAILING_FIRST:]
     if trailing.count(0) + trailing.count(n) != len(trailing):
-        for col, got in zip(HEADER_FIELDS[TRAILING_FIRST:], trailing):
-            if got and got != n:
-                raise FrameError("columns", f"column {col} has {got} entries, expected {n}",
-                                 rids)
+        _check_lengths(HEADER_FIELDS[TRAILING_FIRST:], trailing, n, rids, True)
     pos = total_ids * 8
     layout: list[tuple[str, int, str, int]] = []
     if any(sizes[REQUIRED_COLUMNS:TRAILING_FIRST]):  # some logprob family is present
-        for name, idx, kind in FAMILIES:
-            lens: list[int] = cols[idx]
-            if kind == "flat":
-                if not lens:
-                    continue
-                if len(lens) != n:
-                    raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has "
-                                     f"{len(lens)} entries, expected {n}", rids)
-                count = sum(lens)
-            else:
-                poslens = cols[idx + 1]
-                if not lens:
-                    if poslens:
-                        raise FrameError("ragged", f"{HEADER_FIELDS[idx + 1]} without reqlens",
-                                         rids)
-                    continue
-                if len(lens) != n:
-                    raise FrameError("columns", f"column {HEADER_FIELDS[idx]} has "
-                                     f"{len(lens)} entries, expected {n}", rids)
-                positions = sum(lens)
-                if positions != len(poslens):
-                    raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={positions} but "
-                                     f"{len(poslens)} poslens", rids)
-                count = sum(poslens)
-            layout.append((name, idx, kind, pos))
-            pos += 4 * count * (1 if kind == "hidden" else 2)
+        pos = _family_layout(cols, n, pos, layout, rids)
     data = mv[5 + hlen:]
     if len(data) != pos:
         raise FrameError("data_length", f"data buffer is {len(data)} bytes, header implies {pos}",
                          rids)
     return Batch(h, data, total_ids, layout)
+
+
+def _unchecked_header(raw: memoryview, max_rid_len: int) -> BatchHeader:
+    """The header of a frame the limited decoder refused, decoded again without the rid
+    checks, so that the error says which check failed (or that it is no header at all)."""
+    try:
+        h = _header_decoder.decode(raw)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError("header", str(exc)[:200], _readable_rids(raw)) from None
+    rids = h.rids
+    if not all(rids):
+        raise FrameError("header", "empty rid", [r for r in rids if r])
+    if max_rid_len and rids and max(map(len, rids)) > max_rid_len:
+        raise FrameError("limit_rid_length", f"rid longer than --max-rid-length {max_rid_len}",
+                         [r for r in rids if len(r) <= max_rid_len])
+    return h
+
+
+def _length_error(col: str, got: int, n: int, rids: list[str]) -> FrameError:
+    return FrameError("columns", f"column {col} has {got} entries, expected {n}", rids)
+
+
+def _check_lengths(fields: tuple[str, ...], sizes: list[int], n: int, rids: list[str],
+                   empty_ok: bool) -> None:
+    """Raise for the first column whose length is not the row count (an empty one is an
+    absent column where `empty_ok`); the caller's one `count` found that one may be."""
+    for col, got in zip(fields, sizes):
+        if got != n and (got or not empty_ok):
+            raise _length_error(col, got, n, rids)
+
+
+def _check_finish(fins: list[FinishReason | None], ending: int, rids: list[str]) -> None:
+    """Every finish reason present is a map of a known type (a frame with none, the usual
+    one, does not come here)."""
+    present = list(filter(None, fins))  # an empty map is falsy: left out here
+    for fin in present:
+        kind = fin.get("type")  # any msgpack value: a list or map is unhashable
+        if not isinstance(kind, str) or kind not in FINISH_TYPES:
+            raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
+    if len(present) != ending:
+        raise FrameError("finish", "empty finish reason", rids)
+
+
+def _family_layout(cols: tuple[Any, ...], n: int, pos: int,
+                   layout: list[tuple[str, int, str, int]], rids: list[str]) -> int:
+    """Append where each present logprob family starts in the data buffer (from `pos`, after
+    the ids) to `layout`, checking its columns; return where the buffer must end."""
+    for name, idx, kind in FAMILIES:
+        lens: list[int] = cols[idx]
+        if not lens:
+            if kind != "flat" and cols[idx + 1]:
+                raise FrameError("ragged", f"{HEADER_FIELDS[idx + 1]} without reqlens", rids)
+            continue
+        if len(lens) != n:
+            raise _length_error(HEADER_FIELDS[idx], len(lens), n, rids)
+        if kind == "flat":
+            count = sum(lens)
+        else:
+            poslens = cols[idx + 1]
+            positions = sum(lens)
+            if positions != len(poslens):
+                raise FrameError("ragged", f"sum({HEADER_FIELDS[idx]})={positions} but "
+                                 f"{len(poslens)} poslens", rids)
+            count = sum(poslens)
+        layout.append((name, idx, kind, pos))
+        pos += 4 * count * (1 if kind == "hidden" else 2)
+    return pos
 
 
 def _frame(columns: list[Any], data: bytes) -> bytes:
@@ -598,19 +618,10 @@ OUTPUT_FORMATS = ("deltas", "columnar", "packed")
 Attribution = tuple[int, int, int]
 
 
-class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """One output message of many deltas; row r is the delta of `rids[r]`.
+class _Sparse(msgspec.Struct, kw_only=True, gc=False):
+    """The sparse columns of COLUMNS and PACKED (sections 5.2, 5.4), declared once for both:
+    keyword-only, so that msgspec lays them after each format's own dense columns."""
 
-    Row r's ids are `ids[s[r]:s[r + 1]]` with `s = starts()`. Trailing sparse columns that
-    are empty stay off the wire (`encode_columns`); decoding fills them with `[]`.
-    """
-
-    shard: int
-    seq: int
-    rids: list[str]
-    texts: list[str]
-    id_lens: list[int]
-    ids: list[int]
     finish: list[tuple[int, FinishReason]] = []
     usage: list[tuple[int, Usage]] = []
     error: list[tuple[int, str]] = []
@@ -623,6 +634,28 @@ class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     attributions: list[tuple[int, list[Attribution]]] = []
     reasoning: list[tuple[int, str]] = []
     tool_calls: list[tuple[int, list[ToolCallDelta]]] = []
+
+    def _fill(self, out: list[Delta]) -> list[Delta]:
+        """Set each sparse value on its row's Delta (the dense fields are set already)."""
+        for name in SPARSE_COLUMNS:
+            for r, val in getattr(self, name):
+                setattr(out[r], name, val)
+        return out
+
+
+class Columns(_Sparse, array_like=True, omit_defaults=True, gc=False):
+    """One output message of many deltas; row r is the delta of `rids[r]`.
+
+    Row r's ids are `ids[s[r]:s[r + 1]]` with `s = starts()`. Trailing sparse columns that
+    are empty stay off the wire (`encode_columns`); decoding fills them with `[]`.
+    """
+
+    shard: int
+    seq: int
+    rids: list[str]
+    texts: list[str]
+    id_lens: list[int]
+    ids: list[int]
 
     def __len__(self) -> int:
         return len(self.rids)
@@ -645,15 +678,11 @@ class Columns(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     def deltas(self) -> list[Delta]:
         """Every row as a Delta, equal to what a DELTAS frame would carry: a client written
         for DELTAS reads COLUMNS unchanged (cold path: a struct per row)."""
-        out = [Delta(rid, text, ids) for rid, text, ids in self.rows()]
-        for name in SPARSE_COLUMNS:
-            for r, val in getattr(self, name):
-                setattr(out[r], name, val)
-        return out
+        return self._fill([Delta(rid, text, ids) for rid, text, ids in self.rows()])
 
 
 DENSE_COLUMNS = 6
-SPARSE_COLUMNS: tuple[str, ...] = Columns.__struct_fields__[DENSE_COLUMNS:]
+SPARSE_COLUMNS: tuple[str, ...] = _Sparse.__struct_fields__
 # Delta fields whose default is None (a row has the key iff the value is not None), and
 # the parser fields (section 8), whose defaults are "" and None: a row has the key iff the
 # value is truthy, as with omit_defaults in DELTAS
@@ -732,7 +761,13 @@ TAG_PACKED = 0x4B
 _U32S = "<u4"
 
 
-class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class _SparseFamilies(_Sparse, kw_only=True, gc=False):
+    # logprobs of the array path's rows as numbers (sglang_tok/logprob_rows.py: name, rows,
+    # lens, poslens, values, ids); rows of other paths use the sparse list columns
+    families: list[tuple[str, bytes, bytes, bytes, bytes, bytes]] = []
+
+
+class Packed(_SparseFamilies, array_like=True, omit_defaults=True, gc=False):
     """One output message of many deltas; row r is the delta of `rids[r]`.
 
     Row r's text is the UTF-8 `text` decoded, from character sum(text_lens[:r]), for
@@ -748,21 +783,6 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     text_lens: bytes
     id_lens: bytes
     ids: bytes
-    finish: list[tuple[int, FinishReason]] = []
-    usage: list[tuple[int, Usage]] = []
-    error: list[tuple[int, str]] = []
-    result: list[tuple[int, bytes]] = []
-    logprobs: list[tuple[int, list[Any]]] = []
-    top_logprobs: list[tuple[int, list[Any]]] = []
-    token_ids_logprobs: list[tuple[int, list[Any]]] = []
-    token_texts: list[tuple[int, list[str]]] = []
-    top_texts: list[tuple[int, list[Any]]] = []
-    attributions: list[tuple[int, list[Attribution]]] = []
-    reasoning: list[tuple[int, str]] = []
-    tool_calls: list[tuple[int, list[ToolCallDelta]]] = []
-    # logprobs of the array path's rows as numbers (sglang_tok/logprob_rows.py: name, rows,
-    # lens, poslens, values, ids); rows of other paths use the sparse list columns above
-    families: list[tuple[str, bytes, bytes, bytes, bytes, bytes]] = []
 
     def __len__(self) -> int:
         return len(self.rids)
@@ -785,10 +805,7 @@ class Packed(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
     @property
     def deltas(self) -> list[Delta]:
-        out = list(map(Delta, self.rids, self.texts(), self.id_rows()))
-        for name in SPARSE_COLUMNS:
-            for r, val in getattr(self, name):
-                setattr(out[r], name, val)
+        out = self._fill(list(map(Delta, self.rids, self.texts(), self.id_rows())))
         if self.families:
             from .logprob_rows import FIELDS, RowFamilies
 

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from test_openai_server import generated, oai, running_server
+from openai_server_run import generated, oai, running_server
 
 from sglang_tok.parsers import FORMATS, ParsedDelta, make_parsed_stream
 from sglang_tok.tokenizer import load

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import marker_outputs as mo
+import parser_outputs as po
 import pytest
-import test_parsers as tp
-import test_parsers_kimi_llama_harmony as tk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sglang_tok.shards.request import ParsedRequest, make_request
@@ -28,18 +28,18 @@ from sglang_tok.tokenizer import TokenizerInfo
 MODES = ["incremental", "whole"]
 # format -> (tokenizer, reasoning parser, output strategy's module)
 SETUPS: dict[str, tuple[Any, str, Any]] = {
-    "deepseekv4": (tp.deepseek, "deepseek-r1", tp),
-    "deepseekv3": (tp.deepseek, "deepseek-r1", tp),
-    "hermes": (tp.qwen_style, "qwen3", tp),
-    "mistral": (tp.qwen_style, "qwen3", tp),
-    "qwen3_coder": (tp.qwen_style, "qwen3", tp),
-    "glm45": (tp.glm_style, "glm45", tp),
-    "glm47": (tp.glm_style, "glm45", tp),
-    "minimax_m2": (tp.minimax_style, "minimax", tp),
-    "kimi_k2": (tk.marker_tokenizer, "kimi_k2", tk),
-    "gpt-oss": (tk.marker_tokenizer, "gpt-oss", tk),
-    "llama3_json": (tk.marker_tokenizer, "", tk),
-    "pythonic": (tk.marker_tokenizer, "", tk),
+    "deepseekv4": (po.deepseek, "deepseek-r1", po),
+    "deepseekv3": (po.deepseek, "deepseek-r1", po),
+    "hermes": (po.qwen_style, "qwen3", po),
+    "mistral": (po.qwen_style, "qwen3", po),
+    "qwen3_coder": (po.qwen_style, "qwen3", po),
+    "glm45": (po.glm_style, "glm45", po),
+    "glm47": (po.glm_style, "glm45", po),
+    "minimax_m2": (po.minimax_style, "minimax", po),
+    "kimi_k2": (mo.marker_tokenizer, "kimi_k2", mo),
+    "gpt-oss": (mo.marker_tokenizer, "gpt-oss", mo),
+    "llama3_json": (mo.marker_tokenizer, "", mo),
+    "pythonic": (mo.marker_tokenizer, "", mo),
 }
 ROW_SETTINGS = settings(max_examples=30, deadline=None,
                         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -82,13 +82,13 @@ def rows_against_feed(info: TokenizerInfo, fmt: str, reasoning: str, started: bo
 @ROW_SETTINGS
 @given(data=st.data())
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fmt", [f for f, s in SETUPS.items() if s[2] is tp])
+@pytest.mark.parametrize("fmt", [f for f, s in SETUPS.items() if s[2] is po])
 def test_rows_equal_feed_piece_by_piece(fmt: str, mode: str, data: st.DataObject) -> None:
     make_info, reasoning, _ = SETUPS[fmt]
     started = fmt == "minimax_m2" or data.draw(st.booleans(), label="started")
     wellformed = data.draw(st.booleans(), label="wellformed")
-    text = data.draw(tp.outputs(fmt, started, wellformed), label="out")[0]
-    tools = tp.schema_of(text, fmt) if fmt in tp.TYPED else None
+    text = data.draw(po.outputs(fmt, started, wellformed), label="out")[0]
+    tools = po.schema_of(text, fmt) if fmt in po.TYPED else None
     rows_against_feed(make_info(), fmt, reasoning, started, text, mode, tools,
                       data.draw(st.booleans(), label="skip"), data.draw(chunk_sizes))
 
@@ -96,12 +96,12 @@ def test_rows_equal_feed_piece_by_piece(fmt: str, mode: str, data: st.DataObject
 @ROW_SETTINGS
 @given(data=st.data())
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fmt", [f for f, s in SETUPS.items() if s[2] is tk])
+@pytest.mark.parametrize("fmt", [f for f, s in SETUPS.items() if s[2] is mo])
 def test_rows_equal_feed_piece_by_piece_kimi_llama_harmony(fmt: str, mode: str,
                                                           data: st.DataObject) -> None:
     make_info, reasoning, _ = SETUPS[fmt]
     wellformed = data.draw(st.booleans(), label="wellformed")
-    text = data.draw(tk.outputs(fmt, wellformed), label="out")[0]
+    text = data.draw(mo.outputs(fmt, wellformed), label="out")[0]
     rows_against_feed(make_info(), fmt, reasoning, False, text, mode, None,
                       data.draw(st.booleans(), label="skip"), data.draw(chunk_sizes))
 
@@ -119,5 +119,5 @@ def test_dsml_quoted_in_markdown_across_rows(quote: str, size: int) -> None:
     close = {"```\n": "\n```\n", "  ~~~\n": "\n  ~~~\n", "`": "`\n", "    ": "\n\n"}[quote]
     text = f"Use it like this:\n{quote}{DSML_CALL}{close}Now for real:\n{DSML_CALL}"
     for mode in MODES:
-        rows_against_feed(tp.deepseek(), "deepseekv4", "", False, text, mode, None, True,
+        rows_against_feed(po.deepseek(), "deepseekv4", "", False, text, mode, None, True,
                           [size])

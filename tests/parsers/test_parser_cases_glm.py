@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from parser_cases_load import load_cases
-from test_parsers import glm_style, stream_of
+from parser_outputs import glm_style, stream_of
 
 from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge

@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service import Service
-from strategies import chunk
-from test_parsing_wire import (
+from parsing_cases import (
     DS,
     DS_OUTPUT,
     QWEN_OUTPUT,
@@ -23,6 +21,8 @@ from test_parsing_wire import (
     ref_channels,
     reference,
 )
+from service import Service
+from strategies import chunk
 
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.tokenizer import TokenizerInfo

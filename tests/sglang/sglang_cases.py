@@ -1,5 +1,6 @@
 """What the SGLang tests share: the golden messages and a service speaking SGLang's protocol
-(the `sglang_service` fixture is in conftest.py).
+(the `sglang_service` fixture is in conftest.py), and the python that imports SGLang where
+one exists (`sglang_python`).
 
 The golden files (`tests/golden/sglang/`, copied from the steering repository's
 `shared/golden/sglang/`) are SGLang 0.5.23's own scheduler messages and its own
@@ -11,6 +12,8 @@ DetokenizerManager's replies. `http_workers` names tokenizer-worker endpoints un
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -110,3 +113,15 @@ def token_ids_message(rows: list[dict[str, Any]], **fields: Any) -> bytes:
         "completion_tokens": [r.get("completion", len(r["ids"])) for r in rows],
         "cached_tokens": [0] * n,
     })
+
+
+def sglang_python() -> str | None:
+    """The python named by SGLANG_PYTHON, when it imports SGLang and sglang_tok (opt-in:
+    each run imports SGLang, tens of seconds, so the suite does not look for one)."""
+    candidate = os.environ.get("SGLANG_PYTHON")
+    if not candidate or not Path(candidate).exists():
+        return None
+    probe = subprocess.run([candidate, "-c", "import sglang.srt.entrypoints.engine, "
+                            "sglang_tok.integrations.sglang.plugin"],
+                           capture_output=True, timeout=120)
+    return candidate if probe.returncode == 0 else None

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from sglang_cases import GOLDEN
+from sglang_cases import GOLDEN, sglang_python
 
 from sglang_tok.integrations.sglang import launcher, plugin
 from sglang_tok.testing.service import http_get
@@ -115,25 +115,13 @@ def test_launched_service_is_what_sglangs_watchdog_and_shutdown_expect(tmp_path:
     assert not runtime.exists()
 
 
-def _sglang_python() -> str | None:
-    """The python named by SGLANG_PYTHON, when it imports SGLang and sglang_tok (opt-in:
-    each run imports SGLang, tens of seconds, so the suite does not look for one)."""
-    candidate = os.environ.get("SGLANG_PYTHON")
-    if not candidate or not Path(candidate).exists():
-        return None
-    probe = subprocess.run([candidate, "-c", "import sglang.srt.entrypoints.engine, "
-                            "sglang_tok.integrations.sglang.plugin"],
-                           capture_output=True, timeout=120)
-    return candidate if probe.returncode == 0 else None
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 def test_the_plugin_in_sglangs_own_launcher(tmp_path: Path, workers: int) -> None:
     """SGLang's code loads the plugin, launches the service in its detokenizer's place,
     and its own decoder reads every reply as a BatchStrOutput: the golden cases give the
     manifest's texts, SGLang's finishes and ids; a killed shard and egress end their
     requests with aborts and the service stays what SGLang's watchdog sees as alive."""
-    python = _sglang_python()
+    python = sglang_python()
     if python is None:
         pytest.skip("SGLANG_PYTHON names no python importing SGLang 0.5.23 and sglang_tok")
     env = {**os.environ, "SGLANG_PLUGINS": "sglang_tok"}

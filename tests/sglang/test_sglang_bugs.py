@@ -1,7 +1,7 @@
 """Where SGLang 0.5.23's detokenizer is wrong, the service is exact, on the same messages.
 
 Each case is a bug SGLang's users reported; where a python that imports SGLang exists
-(`test_plugin._sglang_python`), SGLang's own DetokenizerManager runs the same messages
+(`sglang_cases.sglang_python`), SGLang's own DetokenizerManager runs the same messages
 (`sglang_reference.py`) and the test also shows the bug is there."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_cases import SglangService, token_ids_message
-from test_plugin import _sglang_python
+from sglang_cases import SglangService, sglang_python, token_ids_message
 
 from sglang_tok.tokenizer import load
 
@@ -43,7 +42,7 @@ def _run(s: SglangService, msgs: list[bytes], rids: list[str]) -> dict[str, str]
 
 
 def _sglang(tmp: Path, msgs: list[bytes]) -> dict[str, Any] | None:
-    python = _sglang_python()
+    python = sglang_python()
     if python is None:
         return None
     path = tmp / "msgs.bin"
