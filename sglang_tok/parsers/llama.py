@@ -122,58 +122,70 @@ class PyScan:
         """Index of the closer that brings the depth to 0 in text[pos:n] (or, with
         `comma`, of a comma at depth 1), or -1."""
         i = self.pos
+        if self.esc or self.quote == COMMENT:
+            i = self._resume(text, n)
+            if i < 0:
+                return -1
+        # the state in locals while the loop runs (once per piece inside a list)
+        quote, depth, found = self.quote, self.depth, -1
+        search = (_PY_STRUCT_COMMA if comma else _PY_STRUCT).search
+        while True:
+            m = search(text, i, n)
+            if m is None:
+                i = n
+                break
+            j = m.start()
+            c = text[j]
+            if c == "\\":
+                if j + 1 >= n:  # the escaped character has not arrived yet
+                    self.esc = True
+                    i = n
+                    break
+                i = j + 2
+                continue
+            i = j + 1
+            if quote:
+                if c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c == "#":
+                m = _EOL.search(text, i, n)
+                if m is None:
+                    quote = COMMENT
+                    i = n
+                    break
+                i = m.end()
+            elif c == ",":
+                if depth == 1:
+                    found = j
+                    break
+            elif c in _OPENERS:
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    found = j
+                    break
+        self.quote, self.depth, self.pos = quote, depth, i
+        return found
+
+    def _resume(self, text: str, n: int) -> int:
+        """Where `close` goes on when the scan stopped after a backslash (past the escaped
+        character) or inside a comment (past its line's end): -1 while that has not
+        arrived. Out of `close`'s way, which most pieces take without either."""
+        i = self.pos
         if self.esc:  # (never in a comment) the character at `pos` is escaped
             if i >= n:
                 return -1
             self.esc = False
-            i += 1
-        if self.quote == COMMENT:
-            m = _EOL.search(text, i, n)
-            if m is None:
-                self.pos = n
-                return -1
-            self.quote = ""
-            i = m.end()
-        find = _PY_STRUCT_COMMA if comma else _PY_STRUCT
-        while True:
-            m = find.search(text, i, n)
-            if m is None:
-                self.pos = n
-                return -1
-            j = m.start()
-            c = text[j]
-            if c == "\\":
-                if j + 1 >= n:
-                    self.pos = j + 1  # the escaped character has not arrived yet
-                    self.esc = True
-                    return -1
-                i = j + 2
-                continue
-            if self.quote:
-                if c == self.quote:
-                    self.quote = ""
-            elif c in "'\"":
-                self.quote = c
-            elif c == "#":
-                m = _EOL.search(text, j + 1, n)
-                if m is None:
-                    self.quote = COMMENT
-                    self.pos = n
-                    return -1
-                i = m.end()
-                continue
-            elif c == ",":
-                if self.depth == 1:
-                    self.pos = j + 1
-                    return j
-            elif c in _OPENERS:
-                self.depth += 1
-            else:
-                self.depth -= 1
-                if self.depth <= 0:
-                    self.pos = j + 1
-                    return j
-            i = j + 1
+            return i + 1
+        m = _EOL.search(text, i, n)
+        if m is None:
+            self.pos = n
+            return -1
+        self.quote = ""
+        return m.end()
 
     def skip(self, at: int, text: str) -> bool:
         """`close` (without `comma`) for a piece appended at `at`, when the scan has
@@ -201,42 +213,13 @@ class PyScan:
             self.pos = at + n
             self.esc = False
             return True
-        # `close`'s loop over the piece alone, its state in locals until it is known to hold
-        depth, i = self.depth, 1 if self.esc else 0
-        esc = False
-        search = _PY_STRUCT.search
-        while True:
-            m = search(text, i)
-            if m is None:
-                break
-            j = m.start()
-            c = text[j]
-            if c == "\\":
-                if j + 1 >= n:
-                    esc = True  # its escaped character comes with a later piece
-                    break
-                i = j + 2
-                continue
-            if quote:
-                if c == quote:
-                    quote = ""
-            elif c in "'\"":
-                quote = c
-            elif c == "#":
-                m = _EOL.search(text, j + 1)
-                if m is None:
-                    quote = COMMENT
-                    break
-                i = m.end()
-                continue
-            elif c in _OPENERS:
-                depth += 1
-            else:
-                depth -= 1
-                if depth <= 0:
-                    return False
-            i = j + 1
-        self.quote, self.depth, self.pos, self.esc = quote, depth, at + n, esc
+        # `close` over the piece alone (its positions the piece's), undone if it closes
+        depth, esc = self.depth, self.esc
+        self.pos = 0
+        if self.close(text, n) >= 0:
+            self.pos, self.quote, self.depth, self.esc = at, quote, depth, esc
+            return False
+        self.pos += at
         return True
 
 
