@@ -372,12 +372,15 @@ def _simple_escape(s: str, j: int) -> tuple[str, int] | None:
     return (chr(code), end) if code <= 0x10FFFF else None
 
 
-def _gap(body: str, pos: int, ready: int) -> int:
-    """Where the blanks, comments and line continuations from `pos` end, or -1 when a
-    comment or continuation is still open at `ready`."""
+def _token(body: str, pos: int, ready: int) -> int:
+    """Where the next token starts after the blanks, comments and line continuations from
+    `pos`; or, when there is none yet, `~` of where reading stops: at `pos` while a
+    comment or continuation is still open at `ready`, else at `ready` (the gap read)."""
     e = _GAP_PY.match(body, pos, ready).end()  # type: ignore[union-attr]
-    if e < ready and (body[e] == "#" or (body[e] == "\\" and e + 1 == ready)):
-        return -1
+    if e >= ready:
+        return ~ready
+    if body[e] == "#" or (body[e] == "\\" and e + 1 == ready):
+        return ~pos
     return e
 
 
@@ -420,118 +423,126 @@ class PythonicReader:
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
         pos = self.pos
+        steps = self._STEPS
         while pos < ready:
-            st = self.state
-            if st == HEAD:
-                m = _CALL_HEAD.match(body, pos, ready)
-                if m is None:
-                    e = _CALL_HEAD_PREFIX.match(body, pos, ready).end()  # type: ignore[union-attr]
-                    if e < ready:
-                        self.state = BAD
-                    break
-                if self.held:
-                    out.append((None, self.held))
-                    self.held = ""
-                name = m.group(1)
-                name = _NOT_NAME.sub("", name) if "#" in name or "\\" in name \
-                    else _SPACE.sub("", name)
-                out.append((name if name.isascii() else normalize("NFKC", name), ""))
-                self.start, self.sent = pos, []
-                self.whole, self.keys, self.holes = True, [], []
-                pos = m.end()
-                self.state = KW
-            elif st == KW:
-                e = _gap(body, pos, ready)
-                if e < 0 or e >= ready:
-                    pos = ready if e >= ready else pos
-                    break
-                pos = e
-                if body[pos] == ")":
-                    pos = self._finish(body, pos + 1, out)
-                    continue
-                m = _KW.match(body, pos, ready)
-                if m is None or m.end() >= ready:
-                    e = _KW_PREFIX.match(body, pos, ready)
-                    if e is None or e.end() < ready:
-                        self.scan = PyScan(pos, 1)  # not `key=`: ast decides at `)`
-                        self.state = REST
-                        self.whole = False
-                        continue
-                    break  # `key=` and its value's first character not there yet
-                v = m.end()
-                q = body[v]
-                if q in "'\"":
-                    if v + 1 >= ready:
-                        break
-                    if body[v + 1] != q:  # a plain string (not '' nor a triple quote)
-                        self._emit(out, ("{" if not self.sent else ", ")
-                                   + json_string(m.group(1)) + ': "')
-                        self.quote = q
-                        pos = v + 1
-                        self.keys.append(m.group(1))
-                        self.holes.append(pos)
-                        self.state = STR
-                        continue
-                self.key, self.vstart = m.group(1), v
-                self.scan = PyScan(v, 1)
-                self.state = OTHER
-                pos = v
-            elif st == STR:
-                pos = self._string(body, pos, ready, out)
-                if self.state == STR:
-                    break
-            elif st == STR_END:
-                e = _gap(body, pos, ready)
-                if e < 0 or e >= ready:
-                    pos = ready if e >= ready else pos
-                    break
-                pos = e
-                c = body[pos]
-                if c in ",)":
-                    self._emit(out, '"')
-                    pos += 1
-                    if c == ")":
-                        pos = self._finish(body, pos, out)
-                    else:
-                        self.state = KW
-                else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
-                    self.scan = PyScan(pos, 1)
-                    self.state = REST
-                    self.whole = False
-            elif st in (OTHER, REST):
-                scan = self.scan
-                assert scan is not None
-                at = scan.close(body, ready, comma=st == OTHER)
-                if at < 0:
-                    pos = scan.pos
-                    break
-                pos = at + 1
-                ok = st == OTHER and self._value(body, at, out)
-                if not ok:
-                    self.whole = False  # a value the reader could not take: ast decides
-                if body[at] == ",":
-                    if ok:
-                        self.state = KW
-                    else:  # a value that does not convert: ast decides at `)`
-                        self.scan = PyScan(pos, 1)
-                        self.state = REST
-                        self.whole = False
-                    continue
-                pos = self._finish(body, pos, out)
-            elif st == AFTER:
-                e = _gap(body, pos, ready)
-                if e < 0 or e >= ready:
-                    pos = ready if e >= ready else pos
-                    break
-                if body[e] != ",":
-                    self.state = BAD
-                    break
-                pos = e + 1
-                self.state = HEAD
-            else:
+            pos = steps[self.state](self, body, pos, ready, out)
+            if pos < 0:
+                pos = ~pos
                 break
         self.pos = pos
         return out
+
+    # -- states: each reads from `pos` and returns where reading goes on, or `~` of where
+    # it stops until more of the body is ready (one method per state, `_STEPS`)
+    def _head(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """HEAD: a call's `name(`; the last call's closing brace leaves before its name."""
+        m = _CALL_HEAD.match(body, pos, ready)
+        if m is None:
+            e = _CALL_HEAD_PREFIX.match(body, pos, ready).end()  # type: ignore[union-attr]
+            if e < ready:
+                self.state = BAD
+            return ~pos
+        if self.held:
+            out.append((None, self.held))
+            self.held = ""
+        name = m.group(1)
+        name = _NOT_NAME.sub("", name) if "#" in name or "\\" in name \
+            else _SPACE.sub("", name)
+        out.append((name if name.isascii() else normalize("NFKC", name), ""))
+        self.start, self.sent = pos, []
+        self.whole, self.keys, self.holes = True, [], []
+        self.state = KW
+        return m.end()
+
+    def _kw(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """KW: `key=` and its value's first character, or the call's `)`."""
+        pos = _token(body, pos, ready)
+        if pos < 0:
+            return pos
+        if body[pos] == ")":
+            return self._finish(body, pos + 1, out)
+        m = _KW.match(body, pos, ready)
+        if m is None or m.end() >= ready:
+            e = _KW_PREFIX.match(body, pos, ready)
+            if e is None or e.end() < ready:
+                self.scan = PyScan(pos, 1)  # not `key=`: ast decides at `)`
+                self.state = REST
+                self.whole = False
+                return pos
+            return ~pos  # `key=` and its value's first character not there yet
+        v = m.end()
+        q = body[v]
+        if q in "'\"":
+            if v + 1 >= ready:
+                return ~pos
+            if body[v + 1] != q:  # a plain string (not '' nor a triple quote)
+                self._emit(out, ("{" if not self.sent else ", ")
+                           + json_string(m.group(1)) + ': "')
+                self.quote = q
+                self.keys.append(m.group(1))
+                self.holes.append(v + 1)
+                self.state = STR
+                return v + 1
+        self.key, self.vstart = m.group(1), v
+        self.scan = PyScan(v, 1)
+        self.state = OTHER
+        return v
+
+    def _str_end(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """STR_END: after a plain string's quote, its key's `,` or the call's `)`."""
+        pos = _token(body, pos, ready)
+        if pos < 0:
+            return pos
+        c = body[pos]
+        if c in ",)":
+            self._emit(out, '"')
+            pos += 1
+            if c == ")":
+                return self._finish(body, pos, out)
+            self.state = KW
+        else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
+            self.scan = PyScan(pos, 1)
+            self.state = REST
+            self.whole = False
+        return pos
+
+    def _scanned(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """OTHER (a value other than a plain string) and REST (what `ast` decides at `)`):
+        the scan to the value's `,` (OTHER) or the call's `)`."""
+        st = self.state
+        scan = self.scan
+        assert scan is not None
+        at = scan.close(body, ready, comma=st == OTHER)
+        if at < 0:
+            return ~scan.pos
+        pos = at + 1
+        ok = st == OTHER and self._value(body, at, out)
+        if not ok:
+            self.whole = False  # a value the reader could not take: ast decides
+        if body[at] != ",":
+            return self._finish(body, pos, out)
+        if ok:
+            self.state = KW
+        else:  # a value that does not convert: ast decides at `)`
+            self.scan = PyScan(pos, 1)
+            self.state = REST
+            self.whole = False
+        return pos
+
+    def _after(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """AFTER a call's `)`: a `,` before the next call (the list's `]` ends the body)."""
+        e = _token(body, pos, ready)
+        if e < 0:
+            return e
+        if body[e] != ",":
+            self.state = BAD
+            return ~pos
+        self.state = HEAD
+        return e + 1
+
+    def _bad(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """BAD: nothing more is read (the call's close finds it malformed)."""
+        return ~pos
 
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` inside a plain string value that cannot end
@@ -558,8 +569,14 @@ class PythonicReader:
             return frag
         else:
             s = text
+        return self._fast_escapes(at, text, s)
+
+    def _fast_escapes(self, at: int, text: str, s: str) -> str | None:
+        """`fast` for a piece with a backslash, or one completing a held escape (`s` is
+        the held part and the piece): decoded escape by escape, out of `fast`'s common
+        way."""
         value, i, n = "", 0, len(s)
-        find = _IN_STR[q]
+        find = _IN_STR[self.quote]
         while True:
             m = find.search(s, i)
             if m is None:
@@ -587,7 +604,8 @@ class PythonicReader:
         return frag
 
     def _string(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
-        """STR: send the string's characters as far as they are certain."""
+        """STR: send the string's characters as far as they are certain (stopping there
+        while the string is open)."""
         find = _IN_STR[self.quote]
         piece = ""
         self.hold = ""
@@ -619,7 +637,7 @@ class PythonicReader:
             piece += got[0]
             pos = got[1]
         self._emit(out, escape(piece))
-        return pos
+        return ~pos if self.state == STR else pos
 
     def _escape(self, body: str, j: int, ready: int) -> tuple[str, int] | None:
         """The escape at body[j] (a backslash): (its value, where it ends), None when it
@@ -738,6 +756,10 @@ class PythonicReader:
         gaps = [body[:spans[0]]] + [body[spans[i]:spans[i + 1]]
                                     for i in range(1, len(spans) - 1, 2)] + [body[spans[-1]:]]
         return all(_GAP.fullmatch(g) is not None for g in gaps)
+
+    # by state: HEAD, KW, STR, STR_END, OTHER, REST, AFTER, BAD
+    _STEPS: tuple[Callable[[PythonicReader, str, int, int, list[Event]], int], ...] = (
+        _head, _kw, _string, _str_end, _scanned, _scanned, _after, _bad)
 
 
 def pythonic() -> ToolFormat:
