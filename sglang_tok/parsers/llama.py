@@ -35,41 +35,25 @@ from unicodedata import normalize
 from .json_calls import HermesReader, parse_hermes
 from .jsonio import dumps_finite
 from .schema import Schemas
-from .tools import Calls, Event, JsonEnd, ToolFormat, escape, json_string
+from .tools import Calls, Event, JsonValueEnd, ToolFormat, escape, json_string
 
 PYTHON_TAG = "<|python_tag|>"
 PY_SECTION = ("<|python_start|>", "<|python_end|>")
 
 
 # ------------------------------------------------------------------ llama3_json
-class ObjectEnd:
+class ObjectEnd(JsonValueEnd):
     """The call is one JSON object; it ends where the object ends. A body whose first
     non-blank character is not `{` ends (malformed) at that character."""
 
-    __slots__ = ("json",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self.json: JsonEnd | None = None
-
-    def end(self, body: str) -> tuple[int, int]:
-        if self.json is None:
-            t = body.lstrip()
-            if not t:
-                return -1, -1
-            start = len(body) - len(t)
-            if t[0] != "{":
-                return start, start
-            self.json = JsonEnd(start)
-        at = self.json.end(body)
-        return at, at
-
-    def skip(self, at: int, text: str) -> bool:
-        """`JsonEnd.skip`, once the object has started."""
-        return self.json is not None and self.json.skip(at, text)
-
-    def skip_now(self) -> Callable[[int, str], bool] | None:
-        """`skip` until the next `end`: the object's own, once it has started."""
-        return None if self.json is None else self.json.skip
+    def _start(self, body: str) -> int:
+        t = body.lstrip()
+        if not t:
+            return -1
+        start = len(body) - len(t)
+        return start if t[0] == "{" else -2 - start
 
 
 def llama3_json() -> ToolFormat:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from .jsonio import dumps, loads
 from .markers import MarkerSet
@@ -292,6 +292,103 @@ class RawArgs:
 
 
 _WS = re.compile(r"\s*")
+
+
+class JsonValueEnd:
+    """A call that is one JSON value and ends where the value ends (no end marker:
+    llama3_json's object, mistral's array or object). `_start(body)` says where the value
+    starts: its index, -1 while undecided, or `-2 - k` when the body cannot be such a call
+    and ends (malformed) at k."""
+
+    __slots__ = ("json",)
+
+    def __init__(self) -> None:
+        self.json: JsonEnd | None = None
+
+    def end(self, body: str) -> tuple[int, int]:
+        if self.json is None:
+            start = self._start(body)
+            if start < 0:
+                return (-1, -1) if start == -1 else (-start - 2, -start - 2)
+            self.json = JsonEnd(start)
+        at = self.json.end(body)
+        return at, at
+
+    def _start(self, body: str) -> int:
+        raise NotImplementedError
+
+    def skip(self, at: int, text: str) -> bool:
+        """`JsonEnd.skip`, once the JSON value has started."""
+        return self.json is not None and self.json.skip(at, text)
+
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the JSON value's own, once it has started."""
+        return None if self.json is None else self.json.skip
+
+
+class Stateful(Protocol):
+    state: int
+
+
+R = TypeVar("R", bound=Stateful)
+# a reader's state's method: reads body[pos:ready] and returns where reading goes on, or
+# `~` of where it stops until more of the body is ready
+Step = Callable[[R, str, int, int, list[Event]], int]
+
+
+def run_states(steps: tuple[Step[R], ...], reader: R, body: str, pos: int, ready: int,
+               out: list[Event], blank_first: int, last: int) -> int:
+    """A reader's state machine, one method per state (`steps`, by state): runs it from
+    `pos` and returns where reading stopped. A state below `blank_first` starts at the
+    next non-blank character (reading stops at `ready` while there is none); a state
+    above `last` reads nothing more. One loop for every reader written this way, so each
+    state's method holds only its own rule."""
+    while True:
+        st = reader.state
+        if st > last:
+            return pos
+        if st < blank_first:
+            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+            if pos >= ready:
+                return pos
+        pos = steps[st](reader, body, pos, ready, out)
+        if pos < 0:
+            return ~pos
+
+
+A = TypeVar("A")
+
+
+class HeadFirst(Generic[A]):
+    """A call reader whose call's head (its name, and id) is complete before the
+    arguments start (DeepSeek V3's, Kimi's): nothing leaves before the head does, and a
+    head that is not the format's makes the call malformed (`bad`: nothing more is read,
+    `close` gives None). `_head` reads the head (None: not yet, or `bad`), `_more` the
+    arguments it started."""
+
+    __slots__ = ("args", "bad")
+
+    def __init__(self) -> None:
+        self.args: A | None = None
+        self.bad = False
+
+    def read(self, body: str, ready: int) -> list[Event]:
+        out: list[Event] = []
+        if self.bad:
+            return out
+        args = self.args
+        if args is None:
+            args = self.args = self._head(body, ready, out)
+            if args is None:
+                return out
+        self._more(args, body, ready, out)
+        return out
+
+    def _head(self, body: str, ready: int, out: list[Event]) -> A | None:
+        raise NotImplementedError
+
+    def _more(self, args: A, body: str, ready: int, out: list[Event]) -> None:
+        raise NotImplementedError
 
 
 class ObjectArgs:
