@@ -796,26 +796,7 @@ class ToolParser:
         piece are plain text (no marker, nothing to hold: `<think>` in content) releases
         them: [that text], and the parser is idle again."""
         if self.state != CALL:
-            held = self.held
-            if not held or self.fresh_start or self.loose_line:
-                return None
-            s = held + text
-            fmt = self.fmt
-            if self.state == TEXT:
-                if s in fmt.text_holds and not (self.markup_ok and fmt.chain):
-                    self.held = s
-                    return ""
-                # `_text` on s: no marker and no hold, outside markup context (no call yet)
-                if not self.after_call and self.plain_text(s):
-                    self.held = ""
-                    if self.quotes is not None:
-                        self.quotes.feed(s)
-                    self.markup_ok = False
-                    return [s]
-            elif s in fmt.section_holds:
-                self.held = s
-                return ""
-            return None
+            return self._absorb_held(text)
         body = self.body
         path = self.path
         close = self.fmt.close_first
@@ -827,29 +808,10 @@ class ToolParser:
             ender = self.ender
             if not ender.settled and ender.head_stop in text:
                 return None
-            fmt = self.fmt
-            lo = max(0, len(body) - fmt.close_reach)  # (a negative start counts from the end)
+            lo = max(0, len(body) - self.fmt.close_reach)  # (a negative start counts from the end)
             if close in text or body.find(close, lo) >= 0:
-                # the marker's first character in the piece, or in the body's last
-                # `close_reach` characters: the piece ends the call if the marker is
-                # complete in them (`step` ends it); else it grows the body, whose part
-                # that could still start the marker is not ready (as `_call` holds it)
-                window = body[lo:] + text
-                if fmt.close_marker in window:
-                    return None
-                waits = path.waits
-                if waits is not None and waits(text):  # nothing to read: only grow
-                    del window
-                    self.body = ""
-                    body += text  # the only reference: CPython grows it in place
-                    self.body = body
-                    return ""
-                ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
-                if ready < lo + len(window) or not path.piece:
-                    del body
-                    return self._grow(text, ready)
-                # all of it ready (a `<` in code that starts no marker), and the reader's
-                # `fast` reads the piece alone: the common route
+                del body  # `_absorb_near` must hold the body's only reference
+                return self._absorb_near(text, lo)
         # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
         # piece inside a call). `fast` is None in whole mode.
         fast = path.fast
@@ -863,6 +825,54 @@ class ToolParser:
             del body
             return self._read(text, -1)
         del body  # `_grow` must hold the body's only reference, to grow it in place
+        return self._grow(text)
+
+    def _absorb_held(self, text: str) -> str | list[Item] | None:
+        """`absorb` outside a call (its docstring's second part)."""
+        held = self.held
+        if not held or self.fresh_start or self.loose_line:
+            return None
+        s = held + text
+        fmt = self.fmt
+        if self.state == TEXT:
+            if s in fmt.text_holds and not (self.markup_ok and fmt.chain):
+                self.held = s
+                return ""
+            # `_text` on s: no marker and no hold, outside markup context (no call yet)
+            if not self.after_call and self.plain_text(s):
+                self.held = ""
+                if self.quotes is not None:
+                    self.quotes.feed(s)
+                self.markup_ok = False
+                return [s]
+        elif s in fmt.section_holds:
+            self.held = s
+            return ""
+        return None
+
+    def _absorb_near(self, text: str, lo: int) -> str | list[Item] | None:
+        """`absorb` for a piece with the close marker's first character in it, or in the
+        body's last `close_reach` characters (from `lo`): the piece ends the call if the
+        marker is complete in them (None: `step` ends it); else it grows the body, whose
+        part that could still start the marker is not ready (as `_call` holds it)."""
+        fmt = self.fmt
+        window = self.body[lo:] + text
+        if fmt.close_marker in window:
+            return None
+        path = self.path
+        waits = path.waits
+        if waits is not None and waits(text):  # nothing to read: only grow
+            del window
+            body = self.body
+            self.body = ""
+            body += text  # the only reference: CPython grows it in place
+            self.body = body
+            return ""
+        ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
+        if ready < lo + len(window) or not path.piece:
+            return self._grow(text, ready)
+        # all of it ready (a `<` in code that starts no marker), and the reader's `fast`
+        # reads the piece alone: `_grow`'s common route
         return self._grow(text)
 
     def _grow(self, text: str, ready: int = -1) -> str | list[Item]:
