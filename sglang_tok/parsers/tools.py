@@ -584,32 +584,36 @@ class ToolFormat:
         self.unwrapped = unwrapped and section is not None
         self.loose = loose if section is not None else None
         self.quotes = quotes
+        self._marker_sets(end())
+        # every marker string (special tokens inside them must reach the parser)
+        close = [self.close_marker] if self.close_marker else []
+        self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
+
+    def _marker_sets(self, closer: Any) -> None:
+        """The markers each engine state searches for, from the options (`__init__`)."""
+        section, call_open, loose = self.section, self.call_open, self.loose
         openers = [section[0] if section else call_open]
         if self.unwrapped:
             openers.append(call_open)
-        if self.loose is not None:
-            openers.append(self.loose[0])
+        if loose is not None:
+            openers.append(loose[0])
         # closers a TEXT state drops right after a call (the section of unwrapped calls)
         self.text_closers = ((section[1],) if self.unwrapped and section else ()) + \
-            ((self.loose[1],) if self.loose else ())
+            ((loose[1],) if loose else ())
         self.opener = MarkerSet(openers + list(self.text_closers))
-        closer = end()
         # a call's body can skip the engine on pieces without this character
         self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
         self.close_marker = closer.close if isinstance(closer, CloseMarker) else ""
         self.close_reach = max(0, len(self.close_marker) - 1)
         self.close_set = MarkerSet([self.close_marker]) if self.close_marker else None
-        self.in_section = MarkerSet([call_open, section[1]] + ([self.loose[1]] if self.loose
+        self.in_section = MarkerSet([call_open, section[1]] + ([loose[1]] if loose
                                                                else [])) if section else None
         # marker prefixes a TEXT (SECTION) state holds whole, with nothing to release: a
         # piece that keeps the held text one of them only grows it (`ToolParser.absorb`).
         # A prefix holding a marker the state acts on at once is not among them.
-        self.text_holds = _holds(self.opener, (*(self.loose or ()), *self.text_closers))
+        self.text_holds = _holds(self.opener, (*(loose or ()), *self.text_closers))
         self.section_holds = frozenset() if self.in_section is None else \
-            _holds(self.in_section, self.loose[1:] if self.loose else ())
-        # every marker string (special tokens inside them must reach the parser)
-        close = [closer.close] if isinstance(closer, CloseMarker) else []
-        self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
+            _holds(self.in_section, loose[1:] if loose else ())
 
 
 def _holds(markers: MarkerSet, waiting: tuple[str, ...]) -> frozenset[str]:
@@ -962,10 +966,7 @@ class ToolParser:
         out = self.out = []
         tail = self.pending if self.pending.strip() else ""
         if self.state == CALL:
-            if self.opened and not self.rejected:
-                for i in self.opened:
-                    out.append(ToolCallDelta(i, cut=True))
-                self.delivered += len(self.opened)
+            if self._cut(out):
                 tail = self.dropped  # the calls stand: only malformed elements are text
             else:
                 tail = self.pending + self.opened_by + self.body
@@ -978,6 +979,16 @@ class ToolParser:
         self.state = TEXT
         self.loose_line = self.markup_ok = False
         return out
+
+    def _cut(self, out: list[Item]) -> bool:
+        """The output ended inside a call: when its name was sent (and not rejected), its
+        calls stand as sent, each flagged cut; False: the call is text."""
+        if not self.opened or self.rejected:
+            return False
+        for i in self.opened:
+            out.append(ToolCallDelta(i, cut=True))
+        self.delivered += len(self.opened)
+        return True
 
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
@@ -1011,6 +1022,13 @@ class ToolParser:
                 self._stray(s[:at + len(m)], self.after_call)
                 return s[at + len(m):]
         self._stray(s[:at], self.after_call)
+        return self._text_marker(s, at, m)
+
+    def _text_marker(self, s: str, at: int, m: str) -> str:
+        """`_text` at the marker m found at `at` (the text before it taken): a closer
+        after an unwrapped call, a call's opener, or a section's."""
+        fmt = self.fmt
+        quotes = self.quotes
         if m in fmt.text_closers:
             end = self._closer_end(s, at, m)
             if self.markup_ok:  # the end of an unwrapped call's (damaged) section: markup
