@@ -327,6 +327,8 @@ class JsonValueEnd:
 
 
 class Stateful(Protocol):
+    """A reader `run_states` drives: its `state` indexes its steps."""
+
     state: int
 
 
