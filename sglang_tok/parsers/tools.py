@@ -165,40 +165,37 @@ class JsonEnd:
                 return -1
             self.esc = False
             i += 1
-        # the state in locals while the loop runs (once per piece inside a call), stored
-        # at each way out
-        in_string, depth = self.in_string, self.depth
         while True:
-            if in_string:
+            if self.in_string:
                 m = _IN_STRING.search(body, i, n)
                 if m is None:
-                    self.in_string, self.depth, self.pos = True, depth, max(i, n)
+                    self.pos = max(i, n)
                     return -1
                 j = m.start()
                 if body[j] == "\\":
-                    if j + 1 >= n:  # the escaped character has not arrived yet
-                        self.in_string = self.esc = True
-                        self.depth, self.pos = depth, j + 1
+                    if j + 1 >= n:
+                        self.pos = j + 1  # the escaped character has not arrived yet
+                        self.esc = True
                         return -1
                     i = j + 2
                     continue
-                in_string = False
+                self.in_string = False
                 i = j + 1
                 continue
             m = _STRUCTURE.search(body, i, n)
             if m is None:
-                self.in_string, self.depth, self.pos = False, depth, max(i, n)
+                self.pos = max(i, n)
                 return -1
             j = m.start()
             c = body[j]
             if c == '"':
-                in_string = True
+                self.in_string = True
             elif c in "[{":
-                depth += 1
+                self.depth += 1
             else:
-                depth -= 1
-                if depth <= 0:
-                    self.in_string, self.depth, self.pos = False, depth, j + 1
+                self.depth -= 1
+                if self.depth <= 0:
+                    self.pos = j + 1
                     return j + 1
             i = j + 1
 
@@ -220,13 +217,39 @@ class JsonEnd:
         elif _STRUCTURE.search(text) is None:
             self.pos = at + n
             return True
-        # `end` over the piece alone (its positions the piece's), undone if the value ends
-        in_string, depth, esc = self.in_string, self.depth, self.esc
-        self.pos = 0
-        if self.end(text, n) >= 0:
-            self.in_string, self.depth, self.pos, self.esc = in_string, depth, at, esc
-            return False
-        self.pos += at
+        # `end`'s loop over the piece alone, its state in locals until it is known to hold
+        in_string, depth, i = self.in_string, self.depth, 1 if self.esc else 0
+        esc = False
+        while True:
+            if in_string:
+                m = _IN_STRING.search(text, i)
+                if m is None:
+                    break
+                j = m.start()
+                if text[j] == "\\":
+                    if j + 1 >= n:
+                        esc = True  # its escaped character comes with a later piece
+                        break
+                    i = j + 2
+                    continue
+                in_string = False
+                i = j + 1
+                continue
+            m = _STRUCTURE.search(text, i)
+            if m is None:
+                break
+            j = m.start()
+            c = text[j]
+            if c == '"':
+                in_string = True
+            elif c in "[{":
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    return False
+            i = j + 1
+        self.in_string, self.depth, self.pos, self.esc = in_string, depth, at + n, esc
         return True
 
 
