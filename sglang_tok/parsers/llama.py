@@ -35,7 +35,7 @@ from unicodedata import normalize
 from .json_calls import HermesReader, parse_hermes
 from .jsonio import dumps_finite
 from .schema import Schemas
-from .tools import Calls, Event, JsonValueEnd, ToolFormat, escape, json_string
+from .tools import Calls, Event, JsonValueEnd, ToolFormat, ends_escaped, escape, json_string
 
 PYTHON_TAG = "<|python_tag|>"
 PY_SECTION = ("<|python_start|>", "<|python_end|>")
@@ -189,9 +189,10 @@ class PyScan:
                     return False
                 self.pos = at + n
                 return True
-            if quote not in text and "\\" not in text:  # the common piece: all string
+            if quote not in text:  # all string: the common piece, or one with escapes
                 self.pos = at + n
-                self.esc = False  # (an escaped first character is an ordinary one here)
+                # (without a backslash, an escaped first character is an ordinary one)
+                self.esc = "\\" in text and ends_escaped(text, self.esc)
                 return True
         elif _PY_STRUCT.search(text) is None:
             self.pos = at + n

@@ -133,6 +133,17 @@ class CloseMarker:
         return at, at + len(self.close)
 
 
+def ends_escaped(text: str, esc: bool) -> bool:
+    """Whether a piece inside a string, with no quote in it that could end the string,
+    ends with a backslash whose escaped character has not arrived (`esc`: the piece's first
+    character is escaped). Only its trailing backslashes tell, in pairs: so a scanner
+    takes such a piece (a file's `\\n` escapes: common) without its loop."""
+    r = len(text) - len(text.rstrip("\\"))
+    if esc and r == len(text):
+        r -= 1
+    return r % 2 == 1
+
+
 _IN_STRING = re.compile(r'["\\]')
 _STRUCTURE = re.compile(r'[\[\]{}"]')
 
@@ -210,9 +221,10 @@ class JsonEnd:
         if not n:
             return True
         if self.in_string:
-            if '"' not in text and "\\" not in text:  # the common piece: all string
+            if '"' not in text:  # all string: the common piece, or one with escapes
                 self.pos = at + n
-                self.esc = False  # (an escaped first character is an ordinary one here)
+                # (without a backslash, an escaped first character is an ordinary one)
+                self.esc = "\\" in text and ends_escaped(text, self.esc)
                 return True
         elif _STRUCTURE.search(text) is None:
             self.pos = at + n
