@@ -34,11 +34,13 @@ from .tools import (
     CloseMarker,
     Event,
     RawArgs,
+    Step,
     ToolFormat,
     arguments_json,
     escape,
     json_string,
     loads,
+    run_states,
 )
 
 DSML = "｜DSML｜"
@@ -143,68 +145,79 @@ class DsmlReader:
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
-        pos = self.pos
-        while True:
-            st = self.state
-            if st == HEAD:
-                m = _INVOKE_HEAD.match(body, 0, ready)
-                if m is None:
-                    break
-                out.append((m.group(1), ""))
-                pos = m.end()
-                self.state = EMPTY if m.group(2) else BODY
-            elif st == BODY:
-                j = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
-                if j >= ready:
-                    break
-                if body[j] == "{":
-                    self.raw = RawArgs(j)
-                    self.state = RAW
-                else:
-                    self.state = PARAMS
-            elif st == RAW:
-                assert self.raw is not None
-                frag = self.raw.read(body, ready)
-                if frag:
-                    out.append((None, frag))
-                break
-            elif st == PARAMS:
-                m = _PARAM_HEAD.match(body, pos, ready)
-                if m is None:
-                    break  # not yet (or never: then the call's close finds it malformed)
-                key, is_string = m.groups()
-                lead = "{" if not self.keys else ", "  # a repeated key is written again
-                self.keys.add(key)
-                pos = self.sent = m.end()
-                if is_string == "true":
-                    out.append((None, lead + json_string(key) + ': "'))
-                    self.state = STRING
-                else:
-                    out.append((None, lead + json_string(key) + ": "))
-                    self.state = JSONVAL
-            elif st == STRING:
-                at = body.find(PARAM_CLOSE, self.sent, ready)
-                if at < 0:
-                    hold = _VALUE_END.hold_from(body, self.sent, ready)
-                    if hold > self.sent:
-                        out.append((None, escape(body[self.sent:hold])))
-                        self.sent = hold
-                    break
-                out.append((None, escape(body[self.sent:at]) + '"'))
-                pos = at + len(PARAM_CLOSE)
-                self.state = PARAMS
-            elif st == JSONVAL:
-                at = body.find(PARAM_CLOSE, self.sent, ready)
-                if at < 0:
-                    self.sent = max(self.sent, ready - len(PARAM_CLOSE) + 1)
-                    break
-                out.append((None, _json_or_raw(body[pos:at])))
-                pos = at + len(PARAM_CLOSE)
-                self.state = PARAMS
-            else:
-                break
-        self.pos = pos
+        self.pos = run_states(_STEPS, self, body, self.pos, ready, out, 0, RAW)
         return out
+
+    # -- states (`run_states`): each returns where reading goes on, or `~` where it stops
+    def _head(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """HEAD: the invoke's ` name="f">` (or `/>`: a call without arguments)."""
+        m = _INVOKE_HEAD.match(body, 0, ready)
+        if m is None:
+            return ~pos
+        out.append((m.group(1), ""))
+        self.state = EMPTY if m.group(2) else BODY
+        return m.end()
+
+    def _body(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """BODY: a JSON object (passed through) or DSML parameters, by its first
+        non-blank character."""
+        j = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+        if j >= ready:
+            return ~pos
+        if body[j] == "{":
+            self.raw = RawArgs(j)
+            self.state = RAW
+        else:
+            self.state = PARAMS
+        return pos
+
+    def _raw(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """RAW: the JSON object, as far as it is scanned."""
+        assert self.raw is not None
+        frag = self.raw.read(body, ready)
+        if frag:
+            out.append((None, frag))
+        return ~pos
+
+    def _params(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """PARAMS: a parameter's head; its key leaves (a string's with its quote)."""
+        m = _PARAM_HEAD.match(body, pos, ready)
+        if m is None:
+            return ~pos  # not yet (or never: then the call's close finds it malformed)
+        key, is_string = m.groups()
+        lead = "{" if not self.keys else ", "  # a repeated key is written again
+        self.keys.add(key)
+        pos = self.sent = m.end()
+        if is_string == "true":
+            out.append((None, lead + json_string(key) + ': "'))
+            self.state = STRING
+        else:
+            out.append((None, lead + json_string(key) + ": "))
+            self.state = JSONVAL
+        return pos
+
+    def _string(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """STRING: the value streams, but for what could start its close (or the call's)."""
+        at = body.find(PARAM_CLOSE, self.sent, ready)
+        if at < 0:
+            hold = _VALUE_END.hold_from(body, self.sent, ready)
+            if hold > self.sent:
+                out.append((None, escape(body[self.sent:hold])))
+                self.sent = hold
+            return ~pos
+        out.append((None, escape(body[self.sent:at]) + '"'))
+        self.state = PARAMS
+        return at + len(PARAM_CLOSE)
+
+    def _json(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """JSONVAL: the value leaves whole when its parameter closes."""
+        at = body.find(PARAM_CLOSE, self.sent, ready)
+        if at < 0:
+            self.sent = max(self.sent, ready - len(PARAM_CLOSE) + 1)
+            return ~pos
+        out.append((None, _json_or_raw(body[pos:at])))
+        self.state = PARAMS
+        return at + len(PARAM_CLOSE)
 
     def fast(self, at: int, text: str) -> str | None:
         """A piece without `>` cannot end a head (a `<` in it included: a head needs its
@@ -241,6 +254,12 @@ class DsmlReader:
         if self.state not in (BODY, PARAMS) or body[self.pos:].strip():
             return None
         return [(None, "}" if self.keys else "{}")]
+
+
+# by state: HEAD, BODY, PARAMS, STRING, JSONVAL, RAW (BAD and EMPTY read nothing)
+_STEPS: tuple[Step[DsmlReader], ...] = (
+    DsmlReader._head, DsmlReader._body, DsmlReader._params, DsmlReader._string,
+    DsmlReader._json, DsmlReader._raw)
 
 
 def dsml(name: str, section: str) -> ToolFormat:

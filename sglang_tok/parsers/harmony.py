@@ -150,11 +150,7 @@ class HarmonyParser(ToolParser):
         if st == HEAD:
             out.append(self.head + held)
         elif st == BODY and self.kind == TOOL:
-            if self.opened and not self.rejected:
-                for i in self.opened:
-                    out.append(ToolCallDelta(i, cut=True))
-                self.delivered += len(self.opened)
-            else:
+            if not self._cut(out):
                 out.append(self.head + self.body)
         elif held:
             out.append(Thought(held) if st == BODY and self.kind == REASON else held)

@@ -25,11 +25,15 @@ from .tools import (
     CloseMarker,
     Dropped,
     Event,
+    HeadFirst,
     JsonEnd,
+    JsonValueEnd,
     RawArgs,
+    Step,
     ToolFormat,
     arguments_json,
     loads,
+    run_states,
 )
 
 _WS = re.compile(r"\s*")
@@ -47,7 +51,8 @@ def _string_value(token: str) -> Any:
     return json.loads(token)
 ARG_KEYS = ("arguments", "parameters")
 
-OPEN, KEY, VALUE, SKIP, ARGS, AFTER, DONE, BAD = range(8)
+# the states that start at a non-blank character first (`run_states`)
+OPEN, KEY, VALUE, AFTER, SKIP, ARGS, DONE, BAD = range(8)
 
 
 class CallObject:
@@ -74,94 +79,60 @@ class CallObject:
         self.end = -1
 
     def read(self, body: str, ready: int, out: list[Event]) -> None:
-        pos = self.pos
-        while self.state not in (DONE, BAD):
-            st = self.state
-            if st == ARGS:
-                args = self.args
-                assert args is not None
-                frag = args.read(body, ready)
-                if self.named:
-                    if frag:
-                        out.append((None, frag))
-                elif frag:
-                    self.unsent.append(frag)
-                if args.end < 0:
-                    break
-                pos = args.end
-                self.state = AFTER
-                continue
-            if st == SKIP:
-                assert self.skip is not None
-                e = self.skip.end(body, ready)
-                if e < 0:
-                    break
-                pos = e
-                self.state = AFTER
-                continue
-            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
-            if pos >= ready:
-                break
-            c = body[pos]
-            if st == OPEN:
-                if c != "{":
-                    self.state = BAD
-                    break
-                pos += 1
-                self.state = KEY
-            elif st == KEY:
-                if c == "}" and self.first:
-                    pos += 1
-                    self.end = pos
-                    self.state = DONE
-                    break
-                m = _STRING.match(body, pos, ready) if c == '"' else None
-                if m is None:
-                    if c != '"':
-                        self.state = BAD
-                    break
-                j = _WS.match(body, m.end(), ready).end()  # type: ignore[union-attr]
-                if j >= ready:
-                    break  # the colon has not arrived yet: read the key again then
-                if body[j] != ":":
-                    self.state = BAD
-                    break
-                try:
-                    key = _string_value(m.group())
-                except ValueError:
-                    self.state = BAD
-                    break
-                k = "arguments" if key in ARG_KEYS else key
-                if k in self.seen and k in ("name", "arguments"):
-                    self.state = BAD
-                    break
-                self.seen.add(k)
-                self.key = key
-                self.first = False
-                pos = j + 1
-                self.state = VALUE
-            elif st == VALUE:
-                pos = self._value(body, pos, ready, c, out)
-                if self.state == VALUE:
-                    break
-            else:  # AFTER
-                if c == ",":
-                    pos += 1
-                    self.state = KEY
-                elif c == "}":
-                    self.end = pos + 1
-                    pos += 1
-                    self.state = DONE
-                else:
-                    self.state = BAD
-        self.pos = pos
+        self.pos = run_states(_OBJECT_STEPS, self, body, self.pos, ready, out, SKIP, ARGS)
 
-    def _value(self, body: str, pos: int, ready: int, c: str, out: list[Event]) -> int:
+    # -- states (`run_states`): each returns where reading goes on, or `~` where it stops
+    def _open(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """OPEN: the object's `{`."""
+        if body[pos] != "{":
+            self.state = BAD
+            return ~pos
+        self.state = KEY
+        return pos + 1
+
+    def _key(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """KEY: a member's key and its colon (read again whole until the colon is there),
+        or an empty object's `}`."""
+        c = body[pos]
+        if c == "}" and self.first:
+            self.end = pos + 1
+            self.state = DONE
+            return ~(pos + 1)
+        m = _STRING.match(body, pos, ready) if c == '"' else None
+        if m is None:
+            if c != '"':
+                self.state = BAD
+            return ~pos
+        j = _WS.match(body, m.end(), ready).end()  # type: ignore[union-attr]
+        if j >= ready:
+            return ~pos  # the colon has not arrived yet: read the key again then
+        if body[j] != ":":
+            self.state = BAD
+            return ~pos
+        try:
+            key = _string_value(m.group())
+        except ValueError:
+            self.state = BAD
+            return ~pos
+        k = "arguments" if key in ARG_KEYS else key
+        if k in self.seen and k in ("name", "arguments"):
+            self.state = BAD
+            return ~pos
+        self.seen.add(k)
+        self.key = key
+        self.first = False
+        self.state = VALUE
+        return j + 1
+
+    def _value(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """VALUE: the member's value; the name leaves once its string is complete, and
+        with it the arguments scanned before it."""
         key = self.key
+        c = body[pos]
         if key in ARG_KEYS:
             if c != "{":
                 self.state = BAD  # arguments that are not an object are malformed
-                return pos
+                return ~pos
             self.args = RawArgs(pos)
             self.state = ARGS
             return pos
@@ -172,7 +143,7 @@ class CallObject:
         if c == '"':
             m = _STRING.match(body, pos, ready)
             if m is None:
-                return pos  # wait for the string's end
+                return ~pos  # wait for the string's end
             if key == "name":
                 try:
                     name = _string_value(m.group())
@@ -180,7 +151,7 @@ class CallObject:
                     name = None
                 if not isinstance(name, str) or not name:
                     self.state = BAD
-                    return pos
+                    return ~pos
                 self.named = True
                 out.append((name, ""))
                 if self.unsent:
@@ -190,18 +161,61 @@ class CallObject:
             return m.end()
         if key == "name":
             self.state = BAD
-            return pos
+            return ~pos
         m2 = _SCALAR_END.search(body, pos, ready)
         if m2 is None:
-            return pos
+            return ~pos
         self.state = AFTER
         return m2.start()
+
+    def _after(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """AFTER a member: the next one's `,`, or the object's `}`."""
+        c = body[pos]
+        if c == ",":
+            self.state = KEY
+            return pos + 1
+        if c == "}":
+            self.end = pos + 1
+            self.state = DONE
+            return pos + 1
+        self.state = BAD
+        return ~pos
+
+    def _skip_value(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """SKIP: an object or array value of another key, to its end."""
+        assert self.skip is not None
+        e = self.skip.end(body, ready)
+        if e < 0:
+            return ~pos
+        self.state = AFTER
+        return e
+
+    def _args(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """ARGS: the arguments object streams, once the name has left (before, it is
+        kept: the name may still be malformed or rejected)."""
+        args = self.args
+        assert args is not None
+        frag = args.read(body, ready)
+        if self.named:
+            if frag:
+                out.append((None, frag))
+        elif frag:
+            self.unsent.append(frag)
+        if args.end < 0:
+            return ~pos
+        self.state = AFTER
+        return args.end
 
     def rest(self, body: str) -> Event:
         """The call's last fragment (its object is done): the held brace, or `{}`."""
         if self.args is None:
             return (None, "{}")
         return (None, self.args.rest(body))
+
+
+_OBJECT_STEPS: tuple[Step[CallObject], ...] = (
+    CallObject._open, CallObject._key, CallObject._value, CallObject._after,
+    CallObject._skip_value, CallObject._args)
 
 
 # ------------------------------------------------------------------ hermes / qwen25
@@ -327,7 +341,8 @@ class HermesReader:
         return [obj.rest(body)]
 
 
-A_START, A_OBJ, A_VALUE, A_AFTER, A_END, A_BAD, A_TAIL = range(7)
+# the states that start at a non-blank character first (`run_states`)
+A_START, A_AFTER, A_END, A_OBJ, A_VALUE, A_BAD, A_TAIL = range(7)
 _NEXT_OBJECT = re.compile(r",\s*\{")
 
 
@@ -364,90 +379,94 @@ class CallArray:
         return self.obj if self.state == A_OBJ and not self.rejected else None
 
     def read(self, body: str, ready: int, out: list[Event]) -> None:
-        pos = self.pos
-        while True:
-            st = self.state
-            if st == A_OBJ:
-                obj = self.obj
-                assert obj is not None
-                if self.rejected:
-                    obj.read(body, ready, [])
-                else:
-                    events: list[Event] = []
-                    obj.read(body, ready, events)
-                    for ev in events:
-                        name = ev[0]  # type: ignore[index]
-                        if name is not None and self.schemas is not None \
-                                and name not in self.schemas:
-                            self.rejected = True  # never sent: the element is text
-                            break
-                        out.append(ev)
-                if obj.state == DONE:
-                    pos = obj.end
-                    text = body[self.elem:pos]
-                    if obj.named and not self.rejected and valid_hermes(text):
-                        out.append(obj.rest(body))
-                        self.obj = None
-                        self.valid += 1
-                        self.prev_end = pos
-                    else:
-                        self._drop(body, pos, out)
-                    self.state = A_AFTER
-                    continue
-                if obj.state == BAD:
-                    pos = self.scan = obj.pos
-                    self.state = A_BAD
-                    continue
-                break
-            if st == A_VALUE:
-                end = self._value_end(body, ready)
-                if end < 0:
+        self.pos = run_states(_ARRAY_STEPS, self, body, self.pos, ready, out, A_OBJ, A_BAD)
+
+    # -- states (`run_states`): each returns where reading goes on, or `~` where it stops
+    def _start(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """A_START: an element (or an empty array's `]`)."""
+        c = body[pos]
+        if c == "]" and self.elem < 0:
+            self.state = A_END  # `[]`: no call at all
+            return pos + 1
+        if c in ",]":
+            self.elem = self.scan = pos
+            self.state = A_BAD
+        else:
+            self._element(body, pos)
+        return pos
+
+    def _after(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """A_AFTER an element: `,` and the next, or the array's `]`."""
+        c = body[pos]
+        if c == ",":
+            self.state = A_START
+            return pos + 1
+        if c == "]":
+            self.state = A_END
+            return pos + 1
+        self.elem = self.scan = pos
+        self.state = A_BAD
+        return pos
+
+    def _end(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """A_END: text after the array is malformed, to the body's end (A_TAIL)."""
+        self.elem = pos
+        self.state = A_TAIL
+        return ~pos
+
+    def _obj(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """A_OBJ: an object element, read as a call; a name not in the request's tools
+        makes it text (its events are not sent, and it is read on only to find its end)."""
+        obj = self.obj
+        assert obj is not None
+        if self.rejected:
+            obj.read(body, ready, [])
+        else:
+            events: list[Event] = []
+            obj.read(body, ready, events)
+            for ev in events:
+                name = ev[0]  # type: ignore[index]
+                if name is not None and self.schemas is not None \
+                        and name not in self.schemas:
+                    self.rejected = True  # never sent: the element is text
                     break
-                pos = end
-                self._drop(body, pos, out)
-                self.state = A_AFTER
-                continue
-            if st == A_BAD:
-                m = _NEXT_OBJECT.search(body, max(self.elem, self._back(body, self.scan)),
-                                        ready)
-                if m is None:
-                    self.scan = max(self.scan, ready)
-                    break
-                self._drop(body, m.start(), out)
-                pos = m.end() - 1
-                self._element(body, pos)
-                continue
-            if st == A_TAIL:
-                break
-            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
-            if pos >= ready:
-                break
-            c = body[pos]
-            if st == A_END:
-                self.elem = pos  # text after the array: malformed, to the body's end
-                self.state = A_TAIL
-                break
-            if st == A_AFTER:
-                if c == ",":
-                    pos += 1
-                    self.state = A_START
-                elif c == "]":
-                    pos += 1
-                    self.state = A_END
-                else:
-                    self.elem = self.scan = pos
-                    self.state = A_BAD
-                continue
-            # A_START
-            if c == "]" and self.elem < 0:
-                pos += 1
-                self.state = A_END  # `[]`: no call at all
-            elif c in ",]":
-                self.elem = self.scan = pos
-                self.state = A_BAD
+                out.append(ev)
+        if obj.state == DONE:
+            pos = obj.end
+            if obj.named and not self.rejected and valid_hermes(body[self.elem:pos]):
+                out.append(obj.rest(body))
+                self.obj = None
+                self.valid += 1
+                self.prev_end = pos
             else:
-                self._element(body, pos)
-        self.pos = pos
+                self._drop(body, pos, out)
+            self.state = A_AFTER
+            return pos
+        if obj.state == BAD:
+            self.state = A_BAD
+            self.scan = obj.pos
+            return obj.pos
+        return ~pos
+
+    def _other(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """A_VALUE: an element that is not an object, malformed once it ends."""
+        end = self._value_end(body, ready)
+        if end < 0:
+            return ~pos
+        self._drop(body, end, out)
+        self.state = A_AFTER
+        return end
+
+    def _bad(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """A_BAD: a malformed element's text runs to the next element's `,` + `{`."""
+        m = _NEXT_OBJECT.search(body, max(self.elem, self._back(body, self.scan)), ready)
+        if m is None:
+            self.scan = max(self.scan, ready)
+            return ~pos
+        self._drop(body, m.start(), out)
+        pos = m.end() - 1
+        self._element(body, pos)
+        return pos
 
     @staticmethod
     def _back(body: str, at: int) -> int:
@@ -509,13 +528,18 @@ class CallArray:
         return out if self.valid else None
 
 
+_ARRAY_STEPS: tuple[Step[CallArray], ...] = (
+    CallArray._start, CallArray._after, CallArray._end, CallArray._obj, CallArray._other,
+    CallArray._bad)
+
+
 # ------------------------------------------------------------------ mistral
 _NAME_RUN = re.compile(r"\s*[\w.\-]*")
 _V11_NAME = re.compile(r"\s*[\w.\-]+")
 ARGS_MARK = "[ARGS]"
 
 
-class MistralEnd:
+class MistralEnd(JsonValueEnd):
     """`[TOOL_CALLS]` then a JSON array/object, or (v11+ tokenizers) `name[ARGS]{json}`.
 
     There is no close marker: the call ends where its JSON value ends. A body that cannot
@@ -523,30 +547,9 @@ class MistralEnd:
     is text, and that character is read again as text).
     """
 
-    __slots__ = ("json",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self.json: JsonEnd | None = None
-
-    def end(self, body: str) -> tuple[int, int]:
-        if self.json is None:
-            start = self._json_start(body)
-            if start < 0:
-                return (-1, -1) if start == -1 else (-start - 2, -start - 2)
-            self.json = JsonEnd(start)
-        at = self.json.end(body)
-        return at, at
-
-    def skip(self, at: int, text: str) -> bool:
-        """`JsonEnd.skip`, once the JSON value has started."""
-        return self.json is not None and self.json.skip(at, text)
-
-    def skip_now(self) -> Callable[[int, str], bool] | None:
-        """`skip` until the next `end`: the JSON value's own, once it has started."""
-        return None if self.json is None else self.json.skip
-
-    @staticmethod
-    def _json_start(body: str) -> int:
+    def _start(self, body: str) -> int:
         """Index of the JSON value; -1: undecided yet; <= -2: malformed at -(r + 2)."""
         head = body.lstrip()
         if not head:
@@ -586,7 +589,8 @@ def parse_mistral(body: str) -> Calls | None:
     return calls  # type: ignore[return-value]
 
 
-M_START, M_ARRAY, M_ELEM, M_AFTER, M_V11, M_DONE, M_BAD = range(7)
+# the states that start at a non-blank character first (`run_states`)
+M_START, M_ARRAY, M_AFTER, M_ELEM, M_V11, M_DONE, M_BAD = range(7)
 
 
 class MistralReader:
@@ -620,79 +624,85 @@ class MistralReader:
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
-        pos = self.pos
-        while self.state not in (M_DONE, M_BAD):
-            st = self.state
-            if st == M_ELEM:
-                obj = self.objs[-1]
-                obj.read(body, ready, out)
-                if obj.state == BAD:
-                    self.state = M_BAD
-                elif obj.state == DONE:
-                    pos = obj.end
-                    self.state = M_AFTER if self.in_array else M_DONE
-                    continue
-                break
-            if st == M_V11:
-                args = self.args
-                assert args is not None
-                frag = args.read(body, ready)
-                if frag:
-                    out.append((None, frag))
-                if args.end >= 0:
-                    self.state = M_DONE
-                break
-            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
-            if pos >= ready:
-                break
-            c = body[pos]
-            if st == M_START:
-                if c == "[":
-                    pos += 1
-                    self.in_array = True
-                    self.state = M_ARRAY
-                elif c == "{":
-                    self.objs.append(CallObject(pos))
-                    self.state = M_ELEM
-                else:
-                    at = body.find(ARGS_MARK, pos, ready)
-                    if at < 0:
-                        break
-                    if _V11_NAME.fullmatch(body, 0, at) is None:
-                        self.state = M_BAD
-                        break
-                    j = _WS.match(body, at + len(ARGS_MARK), ready).end()  # type: ignore[union-attr]
-                    if j >= ready:
-                        break
-                    if body[j] != "{":
-                        self.state = M_BAD
-                        break
-                    out.append((body[:at].strip(), ""))
-                    self.args = RawArgs(j)
-                    self.state = M_V11
-            elif st == M_ARRAY:
-                if c == "]" and not self.objs:
-                    self.state = M_DONE
-                    break
-                if c != "{":
-                    self.state = M_BAD
-                    break
-                self.objs.append(CallObject(pos))
-                self.state = M_ELEM
-                continue
-            else:  # M_AFTER an element of the array
-                if c == ",":
-                    out.append(self.objs[-1].rest(body))  # the finished call's last brace
-                    pos += 1
-                    self.state = M_ARRAY
-                    continue
-                if c == "]":
-                    pos += 1
-                    self.state = M_DONE
-                    break
-                self.state = M_BAD
-        self.pos = pos
+        self.pos = run_states(_MISTRAL_STEPS, self, body, self.pos, ready, out, M_ELEM, M_V11)
         return out
+
+    # -- states (`run_states`): each returns where reading goes on, or `~` where it stops
+    def _start(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """M_START: an array of calls, one call object, or `name[ARGS]`."""
+        c = body[pos]
+        if c == "[":
+            self.in_array = True
+            self.state = M_ARRAY
+            return pos + 1
+        if c == "{":
+            self.objs.append(CallObject(pos))
+            self.state = M_ELEM
+            return pos
+        at = body.find(ARGS_MARK, pos, ready)
+        if at < 0:
+            return ~pos
+        if _V11_NAME.fullmatch(body, 0, at) is None:
+            self.state = M_BAD
+            return ~pos
+        j = _WS.match(body, at + len(ARGS_MARK), ready).end()  # type: ignore[union-attr]
+        if j >= ready:
+            return ~pos
+        if body[j] != "{":
+            self.state = M_BAD
+            return ~pos
+        out.append((body[:at].strip(), ""))
+        self.args = RawArgs(j)
+        self.state = M_V11
+        return pos
+
+    def _array(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """M_ARRAY: the next element's `{` (or an empty array's `]`)."""
+        if body[pos] == "]" and not self.objs:
+            self.state = M_DONE
+            return ~pos
+        if body[pos] != "{":
+            self.state = M_BAD
+            return ~pos
+        self.objs.append(CallObject(pos))
+        self.state = M_ELEM
+        return pos
+
+    def _after(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """M_AFTER an element of the array: `,` (the finished call's last brace leaves)
+        or the array's `]`."""
+        c = body[pos]
+        if c == ",":
+            out.append(self.objs[-1].rest(body))
+            self.state = M_ARRAY
+            return pos + 1
+        if c == "]":
+            self.state = M_DONE
+            return ~(pos + 1)
+        self.state = M_BAD
+        return pos
+
+    def _elem(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """M_ELEM: a call object, to its end."""
+        obj = self.objs[-1]
+        obj.read(body, ready, out)
+        if obj.state == DONE:
+            self.state = M_AFTER if self.in_array else M_DONE
+            return obj.end
+        if obj.state == BAD:
+            self.state = M_BAD
+        return ~pos
+
+    def _v11(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """M_V11: `name[ARGS]`'s arguments object, to its end."""
+        args = self.args
+        assert args is not None
+        frag = args.read(body, ready)
+        if frag:
+            out.append((None, frag))
+        if args.end >= 0:
+            self.state = M_DONE
+        return ~pos
 
     def close(self, body: str) -> list[Event] | None:
         if self.state != M_DONE or parse_mistral(body) is None:
@@ -702,6 +712,11 @@ class MistralReader:
         if not self.objs or not all(o.named and o.state == DONE for o in self.objs):
             return None
         return [self.objs[-1].rest(body)]
+
+
+_MISTRAL_STEPS: tuple[Step[MistralReader], ...] = (
+    MistralReader._start, MistralReader._array, MistralReader._after, MistralReader._elem,
+    MistralReader._v11)
 
 
 # ------------------------------------------------------------------ deepseekv3 / v31
@@ -726,59 +741,55 @@ def parse_deepseekv3(body: str) -> Calls | None:
     return None if text is None or not name else [(name, text)]
 
 
-class DeepSeekV3Reader:
+class DeepSeekV3Reader(HeadFirst[RawArgs]):
     """`[function]<sep>name` then a ```json fence (V3) or the JSON itself (V3.1)."""
 
     piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
 
-    __slots__ = ("args", "bad", "name", "v3")
+    __slots__ = ("name", "v3")
 
     def __init__(self, schemas: Schemas | None = None) -> None:
-        self.args: RawArgs | None = None
+        super().__init__()
         self.name = ""
         self.v3 = False
-        self.bad = False
 
-    def read(self, body: str, ready: int) -> list[Event]:
-        out: list[Event] = []
-        if self.bad:
-            return out
-        if self.args is None:
-            sep = body.find(DS_SEP, 0, ready)
-            if sep < 0:
-                return out
-            at = sep + len(DS_SEP)
-            j = _WS.match(body, at, ready).end()  # type: ignore[union-attr]
-            if j >= ready:
-                return out
-            if _PRE.fullmatch(body, 0, sep) is None:
-                self.bad = True
-                return out
-            if body[j] == "{":  # V3.1: the name is before the separator
-                name, start = body[:sep].strip(), j
-            else:  # V3: the name line after it, then the fence
-                nl = body.find("\n", at, ready)
-                if nl < 0:
-                    return out
-                fence_end = nl + 1 + len(_FENCE)
-                if fence_end > ready:
-                    if not _FENCE.startswith(body[nl + 1:ready]):
-                        self.bad = True
-                    return out
-                if not body.startswith(_FENCE, nl + 1):
+    def _head(self, body: str, ready: int, out: list[Event]) -> RawArgs | None:
+        sep = body.find(DS_SEP, 0, ready)
+        if sep < 0:
+            return None
+        at = sep + len(DS_SEP)
+        j = _WS.match(body, at, ready).end()  # type: ignore[union-attr]
+        if j >= ready:
+            return None
+        if _PRE.fullmatch(body, 0, sep) is None:
+            self.bad = True
+            return None
+        if body[j] == "{":  # V3.1: the name is before the separator
+            name, start = body[:sep].strip(), j
+        else:  # V3: the name line after it, then the fence
+            nl = body.find("\n", at, ready)
+            if nl < 0:
+                return None
+            fence_end = nl + 1 + len(_FENCE)
+            if fence_end > ready:
+                if not _FENCE.startswith(body[nl + 1:ready]):
                     self.bad = True
-                    return out
-                name, start, self.v3 = body[at:nl].strip(), fence_end, True
-            if not name:
+                return None
+            if not body.startswith(_FENCE, nl + 1):
                 self.bad = True
-                return out
-            self.name = name
-            self.args = RawArgs(start)
-            out.append((name, ""))
-        frag = self.args.read(body, ready)
+                return None
+            name, start, self.v3 = body[at:nl].strip(), fence_end, True
+        if not name:
+            self.bad = True
+            return None
+        self.name = name
+        out.append((name, ""))
+        return RawArgs(start)
+
+    def _more(self, args: RawArgs, body: str, ready: int, out: list[Event]) -> None:
+        frag = args.read(body, ready)
         if frag:
             out.append((None, frag))
-        return out
 
     def fast_now(self) -> Callable[[int, str], str | None] | None:
         """`fast` until the next `read`: `RawArgs.fast` once the arguments started."""

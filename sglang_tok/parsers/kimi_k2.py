@@ -21,7 +21,15 @@ import re
 from collections.abc import Callable
 
 from .schema import Schemas
-from .tools import Calls, CloseMarker, Event, ObjectArgs, ToolFormat, object_arguments
+from .tools import (
+    Calls,
+    CloseMarker,
+    Event,
+    HeadFirst,
+    ObjectArgs,
+    ToolFormat,
+    object_arguments,
+)
 
 SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
 CALL_OPEN, CALL_CLOSE = "<|tool_call_begin|>", "<|tool_call_end|>"
@@ -45,33 +53,29 @@ def parse_kimi(body: str) -> Calls | None:
     return None if name is None or text is None else [(name, text, call_id)]
 
 
-class KimiReader:
+class KimiReader(HeadFirst[ObjectArgs]):
     """`functions.NAME:IDX` up to the argument marker (then the name and id leave), then
     the JSON object, streamed as written with its closing brace held to the call's end."""
 
-    __slots__ = ("args", "bad")
+    __slots__ = ()
 
     def __init__(self, schemas: Schemas | None = None) -> None:
-        self.args: ObjectArgs | None = None  # once the argument marker is seen
-        self.bad = False
+        super().__init__()  # `args`: once the argument marker is seen
 
-    def read(self, body: str, ready: int) -> list[Event]:
-        out: list[Event] = []
-        if self.bad:
-            return out
-        if self.args is None:
-            at = body.find(ARG, 0, ready)
-            if at < 0:
-                return out
-            call_id = body[:at].strip()
-            name = call_name(call_id)
-            if name is None:
-                self.bad = True
-                return out
-            self.args = ObjectArgs(at + len(ARG))
-            out.append((name, call_id))
-        self.args.read(body, ready, out)
-        return out
+    def _head(self, body: str, ready: int, out: list[Event]) -> ObjectArgs | None:
+        at = body.find(ARG, 0, ready)
+        if at < 0:
+            return None
+        call_id = body[:at].strip()
+        name = call_name(call_id)
+        if name is None:
+            self.bad = True
+            return None
+        out.append((name, call_id))
+        return ObjectArgs(at + len(ARG))
+
+    def _more(self, args: ObjectArgs, body: str, ready: int, out: list[Event]) -> None:
+        args.read(body, ready, out)
 
     def close(self, body: str) -> list[Event] | None:
         return None if self.bad or self.args is None else self.args.close(body)

@@ -35,41 +35,25 @@ from unicodedata import normalize
 from .json_calls import HermesReader, parse_hermes
 from .jsonio import dumps_finite
 from .schema import Schemas
-from .tools import Calls, Event, JsonEnd, ToolFormat, escape, json_string
+from .tools import Calls, Event, JsonValueEnd, ToolFormat, ends_escaped, escape, json_string
 
 PYTHON_TAG = "<|python_tag|>"
 PY_SECTION = ("<|python_start|>", "<|python_end|>")
 
 
 # ------------------------------------------------------------------ llama3_json
-class ObjectEnd:
+class ObjectEnd(JsonValueEnd):
     """The call is one JSON object; it ends where the object ends. A body whose first
     non-blank character is not `{` ends (malformed) at that character."""
 
-    __slots__ = ("json",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self.json: JsonEnd | None = None
-
-    def end(self, body: str) -> tuple[int, int]:
-        if self.json is None:
-            t = body.lstrip()
-            if not t:
-                return -1, -1
-            start = len(body) - len(t)
-            if t[0] != "{":
-                return start, start
-            self.json = JsonEnd(start)
-        at = self.json.end(body)
-        return at, at
-
-    def skip(self, at: int, text: str) -> bool:
-        """`JsonEnd.skip`, once the object has started."""
-        return self.json is not None and self.json.skip(at, text)
-
-    def skip_now(self) -> Callable[[int, str], bool] | None:
-        """`skip` until the next `end`: the object's own, once it has started."""
-        return None if self.json is None else self.json.skip
+    def _start(self, body: str) -> int:
+        t = body.lstrip()
+        if not t:
+            return -1
+        start = len(body) - len(t)
+        return start if t[0] == "{" else -2 - start
 
 
 def llama3_json() -> ToolFormat:
@@ -122,58 +106,70 @@ class PyScan:
         """Index of the closer that brings the depth to 0 in text[pos:n] (or, with
         `comma`, of a comma at depth 1), or -1."""
         i = self.pos
+        if self.esc or self.quote == COMMENT:
+            i = self._resume(text, n)
+            if i < 0:
+                return -1
+        # the state in locals while the loop runs (once per piece inside a list)
+        quote, depth, found = self.quote, self.depth, -1
+        search = (_PY_STRUCT_COMMA if comma else _PY_STRUCT).search
+        while True:
+            m = search(text, i, n)
+            if m is None:
+                i = n
+                break
+            j = m.start()
+            c = text[j]
+            if c == "\\":
+                if j + 1 >= n:  # the escaped character has not arrived yet
+                    self.esc = True
+                    i = n
+                    break
+                i = j + 2
+                continue
+            i = j + 1
+            if quote:
+                if c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c == "#":
+                m = _EOL.search(text, i, n)
+                if m is None:
+                    quote = COMMENT
+                    i = n
+                    break
+                i = m.end()
+            elif c == ",":
+                if depth == 1:
+                    found = j
+                    break
+            elif c in _OPENERS:
+                depth += 1
+            else:
+                depth -= 1
+                if depth <= 0:
+                    found = j
+                    break
+        self.quote, self.depth, self.pos = quote, depth, i
+        return found
+
+    def _resume(self, text: str, n: int) -> int:
+        """Where `close` goes on when the scan stopped after a backslash (past the escaped
+        character) or inside a comment (past its line's end): -1 while that has not
+        arrived. Out of `close`'s way, which most pieces take without either."""
+        i = self.pos
         if self.esc:  # (never in a comment) the character at `pos` is escaped
             if i >= n:
                 return -1
             self.esc = False
-            i += 1
-        if self.quote == COMMENT:
-            m = _EOL.search(text, i, n)
-            if m is None:
-                self.pos = n
-                return -1
-            self.quote = ""
-            i = m.end()
-        find = _PY_STRUCT_COMMA if comma else _PY_STRUCT
-        while True:
-            m = find.search(text, i, n)
-            if m is None:
-                self.pos = n
-                return -1
-            j = m.start()
-            c = text[j]
-            if c == "\\":
-                if j + 1 >= n:
-                    self.pos = j + 1  # the escaped character has not arrived yet
-                    self.esc = True
-                    return -1
-                i = j + 2
-                continue
-            if self.quote:
-                if c == self.quote:
-                    self.quote = ""
-            elif c in "'\"":
-                self.quote = c
-            elif c == "#":
-                m = _EOL.search(text, j + 1, n)
-                if m is None:
-                    self.quote = COMMENT
-                    self.pos = n
-                    return -1
-                i = m.end()
-                continue
-            elif c == ",":
-                if self.depth == 1:
-                    self.pos = j + 1
-                    return j
-            elif c in _OPENERS:
-                self.depth += 1
-            else:
-                self.depth -= 1
-                if self.depth <= 0:
-                    self.pos = j + 1
-                    return j
-            i = j + 1
+            return i + 1
+        m = _EOL.search(text, i, n)
+        if m is None:
+            self.pos = n
+            return -1
+        self.quote = ""
+        return m.end()
 
     def skip(self, at: int, text: str) -> bool:
         """`close` (without `comma`) for a piece appended at `at`, when the scan has
@@ -193,50 +189,22 @@ class PyScan:
                     return False
                 self.pos = at + n
                 return True
-            if quote not in text and "\\" not in text:  # the common piece: all string
+            if quote not in text:  # all string: the common piece, or one with escapes
                 self.pos = at + n
-                self.esc = False  # (an escaped first character is an ordinary one here)
+                # (without a backslash, an escaped first character is an ordinary one)
+                self.esc = "\\" in text and ends_escaped(text, self.esc)
                 return True
         elif _PY_STRUCT.search(text) is None:
             self.pos = at + n
             self.esc = False
             return True
-        # `close`'s loop over the piece alone, its state in locals until it is known to hold
-        depth, i = self.depth, 1 if self.esc else 0
-        esc = False
-        search = _PY_STRUCT.search
-        while True:
-            m = search(text, i)
-            if m is None:
-                break
-            j = m.start()
-            c = text[j]
-            if c == "\\":
-                if j + 1 >= n:
-                    esc = True  # its escaped character comes with a later piece
-                    break
-                i = j + 2
-                continue
-            if quote:
-                if c == quote:
-                    quote = ""
-            elif c in "'\"":
-                quote = c
-            elif c == "#":
-                m = _EOL.search(text, j + 1)
-                if m is None:
-                    quote = COMMENT
-                    break
-                i = m.end()
-                continue
-            elif c in _OPENERS:
-                depth += 1
-            else:
-                depth -= 1
-                if depth <= 0:
-                    return False
-            i = j + 1
-        self.quote, self.depth, self.pos, self.esc = quote, depth, at + n, esc
+        # `close` over the piece alone (its positions the piece's), undone if it closes
+        depth, esc = self.depth, self.esc
+        self.pos = 0
+        if self.close(text, n) >= 0:
+            self.pos, self.quote, self.depth, self.esc = at, quote, depth, esc
+            return False
+        self.pos += at
         return True
 
 
@@ -389,12 +357,15 @@ def _simple_escape(s: str, j: int) -> tuple[str, int] | None:
     return (chr(code), end) if code <= 0x10FFFF else None
 
 
-def _gap(body: str, pos: int, ready: int) -> int:
-    """Where the blanks, comments and line continuations from `pos` end, or -1 when a
-    comment or continuation is still open at `ready`."""
+def _token(body: str, pos: int, ready: int) -> int:
+    """Where the next token starts after the blanks, comments and line continuations from
+    `pos`; or, when there is none yet, `~` of where reading stops: at `pos` while a
+    comment or continuation is still open at `ready`, else at `ready` (the gap read)."""
     e = _GAP_PY.match(body, pos, ready).end()  # type: ignore[union-attr]
-    if e < ready and (body[e] == "#" or (body[e] == "\\" and e + 1 == ready)):
-        return -1
+    if e >= ready:
+        return ~ready
+    if body[e] == "#" or (body[e] == "\\" and e + 1 == ready):
+        return ~pos
     return e
 
 
@@ -437,118 +408,126 @@ class PythonicReader:
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
         pos = self.pos
+        steps = self._STEPS
         while pos < ready:
-            st = self.state
-            if st == HEAD:
-                m = _CALL_HEAD.match(body, pos, ready)
-                if m is None:
-                    e = _CALL_HEAD_PREFIX.match(body, pos, ready).end()  # type: ignore[union-attr]
-                    if e < ready:
-                        self.state = BAD
-                    break
-                if self.held:
-                    out.append((None, self.held))
-                    self.held = ""
-                name = m.group(1)
-                name = _NOT_NAME.sub("", name) if "#" in name or "\\" in name \
-                    else _SPACE.sub("", name)
-                out.append((name if name.isascii() else normalize("NFKC", name), ""))
-                self.start, self.sent = pos, []
-                self.whole, self.keys, self.holes = True, [], []
-                pos = m.end()
-                self.state = KW
-            elif st == KW:
-                e = _gap(body, pos, ready)
-                if e < 0 or e >= ready:
-                    pos = ready if e >= ready else pos
-                    break
-                pos = e
-                if body[pos] == ")":
-                    pos = self._finish(body, pos + 1, out)
-                    continue
-                m = _KW.match(body, pos, ready)
-                if m is None or m.end() >= ready:
-                    e = _KW_PREFIX.match(body, pos, ready)
-                    if e is None or e.end() < ready:
-                        self.scan = PyScan(pos, 1)  # not `key=`: ast decides at `)`
-                        self.state = REST
-                        self.whole = False
-                        continue
-                    break  # `key=` and its value's first character not there yet
-                v = m.end()
-                q = body[v]
-                if q in "'\"":
-                    if v + 1 >= ready:
-                        break
-                    if body[v + 1] != q:  # a plain string (not '' nor a triple quote)
-                        self._emit(out, ("{" if not self.sent else ", ")
-                                   + json_string(m.group(1)) + ': "')
-                        self.quote = q
-                        pos = v + 1
-                        self.keys.append(m.group(1))
-                        self.holes.append(pos)
-                        self.state = STR
-                        continue
-                self.key, self.vstart = m.group(1), v
-                self.scan = PyScan(v, 1)
-                self.state = OTHER
-                pos = v
-            elif st == STR:
-                pos = self._string(body, pos, ready, out)
-                if self.state == STR:
-                    break
-            elif st == STR_END:
-                e = _gap(body, pos, ready)
-                if e < 0 or e >= ready:
-                    pos = ready if e >= ready else pos
-                    break
-                pos = e
-                c = body[pos]
-                if c in ",)":
-                    self._emit(out, '"')
-                    pos += 1
-                    if c == ")":
-                        pos = self._finish(body, pos, out)
-                    else:
-                        self.state = KW
-                else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
-                    self.scan = PyScan(pos, 1)
-                    self.state = REST
-                    self.whole = False
-            elif st in (OTHER, REST):
-                scan = self.scan
-                assert scan is not None
-                at = scan.close(body, ready, comma=st == OTHER)
-                if at < 0:
-                    pos = scan.pos
-                    break
-                pos = at + 1
-                ok = st == OTHER and self._value(body, at, out)
-                if not ok:
-                    self.whole = False  # a value the reader could not take: ast decides
-                if body[at] == ",":
-                    if ok:
-                        self.state = KW
-                    else:  # a value that does not convert: ast decides at `)`
-                        self.scan = PyScan(pos, 1)
-                        self.state = REST
-                        self.whole = False
-                    continue
-                pos = self._finish(body, pos, out)
-            elif st == AFTER:
-                e = _gap(body, pos, ready)
-                if e < 0 or e >= ready:
-                    pos = ready if e >= ready else pos
-                    break
-                if body[e] != ",":
-                    self.state = BAD
-                    break
-                pos = e + 1
-                self.state = HEAD
-            else:
+            pos = steps[self.state](self, body, pos, ready, out)
+            if pos < 0:
+                pos = ~pos
                 break
         self.pos = pos
         return out
+
+    # -- states: each reads from `pos` and returns where reading goes on, or `~` of where
+    # it stops until more of the body is ready (one method per state, `_STEPS`)
+    def _head(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """HEAD: a call's `name(`; the last call's closing brace leaves before its name."""
+        m = _CALL_HEAD.match(body, pos, ready)
+        if m is None:
+            e = _CALL_HEAD_PREFIX.match(body, pos, ready).end()  # type: ignore[union-attr]
+            if e < ready:
+                self.state = BAD
+            return ~pos
+        if self.held:
+            out.append((None, self.held))
+            self.held = ""
+        name = m.group(1)
+        name = _NOT_NAME.sub("", name) if "#" in name or "\\" in name \
+            else _SPACE.sub("", name)
+        out.append((name if name.isascii() else normalize("NFKC", name), ""))
+        self.start, self.sent = pos, []
+        self.whole, self.keys, self.holes = True, [], []
+        self.state = KW
+        return m.end()
+
+    def _kw(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """KW: `key=` and its value's first character, or the call's `)`."""
+        pos = _token(body, pos, ready)
+        if pos < 0:
+            return pos
+        if body[pos] == ")":
+            return self._finish(body, pos + 1, out)
+        m = _KW.match(body, pos, ready)
+        if m is None or m.end() >= ready:
+            e = _KW_PREFIX.match(body, pos, ready)
+            if e is None or e.end() < ready:
+                self.scan = PyScan(pos, 1)  # not `key=`: ast decides at `)`
+                self.state = REST
+                self.whole = False
+                return pos
+            return ~pos  # `key=` and its value's first character not there yet
+        v = m.end()
+        q = body[v]
+        if q in "'\"":
+            if v + 1 >= ready:
+                return ~pos
+            if body[v + 1] != q:  # a plain string (not '' nor a triple quote)
+                self._emit(out, ("{" if not self.sent else ", ")
+                           + json_string(m.group(1)) + ': "')
+                self.quote = q
+                self.keys.append(m.group(1))
+                self.holes.append(v + 1)
+                self.state = STR
+                return v + 1
+        self.key, self.vstart = m.group(1), v
+        self.scan = PyScan(v, 1)
+        self.state = OTHER
+        return v
+
+    def _str_end(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """STR_END: after a plain string's quote, its key's `,` or the call's `)`."""
+        pos = _token(body, pos, ready)
+        if pos < 0:
+            return pos
+        c = body[pos]
+        if c in ",)":
+            self._emit(out, '"')
+            pos += 1
+            if c == ")":
+                return self._finish(body, pos, out)
+            self.state = KW
+        else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
+            self.scan = PyScan(pos, 1)
+            self.state = REST
+            self.whole = False
+        return pos
+
+    def _scanned(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """OTHER (a value other than a plain string) and REST (what `ast` decides at `)`):
+        the scan to the value's `,` (OTHER) or the call's `)`."""
+        st = self.state
+        scan = self.scan
+        assert scan is not None
+        at = scan.close(body, ready, comma=st == OTHER)
+        if at < 0:
+            return ~scan.pos
+        pos = at + 1
+        ok = st == OTHER and self._value(body, at, out)
+        if not ok:
+            self.whole = False  # a value the reader could not take: ast decides
+        if body[at] != ",":
+            return self._finish(body, pos, out)
+        if ok:
+            self.state = KW
+        else:  # a value that does not convert: ast decides at `)`
+            self.scan = PyScan(pos, 1)
+            self.state = REST
+            self.whole = False
+        return pos
+
+    def _after(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """AFTER a call's `)`: a `,` before the next call (the list's `]` ends the body)."""
+        e = _token(body, pos, ready)
+        if e < 0:
+            return e
+        if body[e] != ",":
+            self.state = BAD
+            return ~pos
+        self.state = HEAD
+        return e + 1
+
+    def _bad(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """BAD: nothing more is read (the call's close finds it malformed)."""
+        return ~pos
 
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` inside a plain string value that cannot end
@@ -575,8 +554,14 @@ class PythonicReader:
             return frag
         else:
             s = text
+        return self._fast_escapes(at, text, s)
+
+    def _fast_escapes(self, at: int, text: str, s: str) -> str | None:
+        """`fast` for a piece with a backslash, or one completing a held escape (`s` is
+        the held part and the piece): decoded escape by escape, out of `fast`'s common
+        way."""
         value, i, n = "", 0, len(s)
-        find = _IN_STR[q]
+        find = _IN_STR[self.quote]
         while True:
             m = find.search(s, i)
             if m is None:
@@ -604,7 +589,8 @@ class PythonicReader:
         return frag
 
     def _string(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
-        """STR: send the string's characters as far as they are certain."""
+        """STR: send the string's characters as far as they are certain (stopping there
+        while the string is open)."""
         find = _IN_STR[self.quote]
         piece = ""
         self.hold = ""
@@ -636,7 +622,7 @@ class PythonicReader:
             piece += got[0]
             pos = got[1]
         self._emit(out, escape(piece))
-        return pos
+        return ~pos if self.state == STR else pos
 
     def _escape(self, body: str, j: int, ready: int) -> tuple[str, int] | None:
         """The escape at body[j] (a backslash): (its value, where it ends), None when it
@@ -755,6 +741,10 @@ class PythonicReader:
         gaps = [body[:spans[0]]] + [body[spans[i]:spans[i + 1]]
                                     for i in range(1, len(spans) - 1, 2)] + [body[spans[-1]:]]
         return all(_GAP.fullmatch(g) is not None for g in gaps)
+
+    # by state: HEAD, KW, STR, STR_END, OTHER, REST, AFTER, BAD
+    _STEPS: tuple[Callable[[PythonicReader, str, int, int, list[Event]], int], ...] = (
+        _head, _kw, _string, _str_end, _scanned, _scanned, _after, _bad)
 
 
 def pythonic() -> ToolFormat:

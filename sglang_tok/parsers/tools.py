@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from .jsonio import dumps, loads
 from .markers import MarkerSet
@@ -133,6 +133,17 @@ class CloseMarker:
         return at, at + len(self.close)
 
 
+def ends_escaped(text: str, esc: bool) -> bool:
+    """Whether a piece inside a string, with no quote in it that could end the string,
+    ends with a backslash whose escaped character has not arrived (`esc`: the piece's first
+    character is escaped). Only its trailing backslashes tell, in pairs: so a scanner
+    takes such a piece (a file's `\\n` escapes: common) without its loop."""
+    r = len(text) - len(text.rstrip("\\"))
+    if esc and r == len(text):
+        r -= 1
+    return r % 2 == 1
+
+
 _IN_STRING = re.compile(r'["\\]')
 _STRUCTURE = re.compile(r'[\[\]{}"]')
 
@@ -210,9 +221,10 @@ class JsonEnd:
         if not n:
             return True
         if self.in_string:
-            if '"' not in text and "\\" not in text:  # the common piece: all string
+            if '"' not in text:  # all string: the common piece, or one with escapes
                 self.pos = at + n
-                self.esc = False  # (an escaped first character is an ordinary one here)
+                # (without a backslash, an escaped first character is an ordinary one)
+                self.esc = "\\" in text and ends_escaped(text, self.esc)
                 return True
         elif _STRUCTURE.search(text) is None:
             self.pos = at + n
@@ -315,6 +327,105 @@ class RawArgs:
 
 
 _WS = re.compile(r"\s*")
+
+
+class JsonValueEnd:
+    """A call that is one JSON value and ends where the value ends (no end marker:
+    llama3_json's object, mistral's array or object). `_start(body)` says where the value
+    starts: its index, -1 while undecided, or `-2 - k` when the body cannot be such a call
+    and ends (malformed) at k."""
+
+    __slots__ = ("json",)
+
+    def __init__(self) -> None:
+        self.json: JsonEnd | None = None
+
+    def end(self, body: str) -> tuple[int, int]:
+        if self.json is None:
+            start = self._start(body)
+            if start < 0:
+                return (-1, -1) if start == -1 else (-start - 2, -start - 2)
+            self.json = JsonEnd(start)
+        at = self.json.end(body)
+        return at, at
+
+    def _start(self, body: str) -> int:
+        raise NotImplementedError
+
+    def skip(self, at: int, text: str) -> bool:
+        """`JsonEnd.skip`, once the JSON value has started."""
+        return self.json is not None and self.json.skip(at, text)
+
+    def skip_now(self) -> Callable[[int, str], bool] | None:
+        """`skip` until the next `end`: the JSON value's own, once it has started."""
+        return None if self.json is None else self.json.skip
+
+
+class Stateful(Protocol):
+    """A reader `run_states` drives: its `state` indexes its steps."""
+
+    state: int
+
+
+R = TypeVar("R", bound=Stateful)
+# a reader's state's method: reads body[pos:ready] and returns where reading goes on, or
+# `~` of where it stops until more of the body is ready
+Step = Callable[[R, str, int, int, list[Event]], int]
+
+
+def run_states(steps: tuple[Step[R], ...], reader: R, body: str, pos: int, ready: int,
+               out: list[Event], blank_first: int, last: int) -> int:
+    """A reader's state machine, one method per state (`steps`, by state): runs it from
+    `pos` and returns where reading stopped. A state below `blank_first` starts at the
+    next non-blank character (reading stops at `ready` while there is none); a state
+    above `last` reads nothing more. One loop for every reader written this way, so each
+    state's method holds only its own rule."""
+    while True:
+        st = reader.state
+        if st > last:
+            return pos
+        if st < blank_first:
+            pos = _WS.match(body, pos, ready).end()  # type: ignore[union-attr]
+            if pos >= ready:
+                return pos
+        pos = steps[st](reader, body, pos, ready, out)
+        if pos < 0:
+            return ~pos
+
+
+A = TypeVar("A")
+
+
+class HeadFirst(Generic[A]):
+    """A call reader whose call's head (its name, and id) is complete before the
+    arguments start (DeepSeek V3's, Kimi's): nothing leaves before the head does, and a
+    head that is not the format's makes the call malformed (`bad`: nothing more is read,
+    `close` gives None). `_head` reads the head (None: not yet, or `bad`), `_more` the
+    arguments it started."""
+
+    __slots__ = ("args", "bad")
+
+    def __init__(self) -> None:
+        self.args: A | None = None
+        self.bad = False
+
+    def read(self, body: str, ready: int) -> list[Event]:
+        out: list[Event] = []
+        if self.bad:
+            return out
+        args = self.args
+        if args is None:
+            args = self.args = self._head(body, ready, out)
+            if args is None:
+                return out
+        self._more(args, body, ready, out)
+        return out
+
+    def _head(self, body: str, ready: int, out: list[Event]) -> A | None:
+        raise NotImplementedError
+
+    def _more(self, args: A, body: str, ready: int, out: list[Event]) -> None:
+        raise NotImplementedError
 
 
 class ObjectArgs:
@@ -510,32 +621,36 @@ class ToolFormat:
         self.unwrapped = unwrapped and section is not None
         self.loose = loose if section is not None else None
         self.quotes = quotes
+        self._marker_sets(end())
+        # every marker string (special tokens inside them must reach the parser)
+        close = [self.close_marker] if self.close_marker else []
+        self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
+
+    def _marker_sets(self, closer: Any) -> None:
+        """The markers each engine state searches for, from the options (`__init__`)."""
+        section, call_open, loose = self.section, self.call_open, self.loose
         openers = [section[0] if section else call_open]
         if self.unwrapped:
             openers.append(call_open)
-        if self.loose is not None:
-            openers.append(self.loose[0])
+        if loose is not None:
+            openers.append(loose[0])
         # closers a TEXT state drops right after a call (the section of unwrapped calls)
         self.text_closers = ((section[1],) if self.unwrapped and section else ()) + \
-            ((self.loose[1],) if self.loose else ())
+            ((loose[1],) if loose else ())
         self.opener = MarkerSet(openers + list(self.text_closers))
-        closer = end()
         # a call's body can skip the engine on pieces without this character
         self.close_first = closer.close[0] if isinstance(closer, CloseMarker) else None
         self.close_marker = closer.close if isinstance(closer, CloseMarker) else ""
         self.close_reach = max(0, len(self.close_marker) - 1)
         self.close_set = MarkerSet([self.close_marker]) if self.close_marker else None
-        self.in_section = MarkerSet([call_open, section[1]] + ([self.loose[1]] if self.loose
+        self.in_section = MarkerSet([call_open, section[1]] + ([loose[1]] if loose
                                                                else [])) if section else None
         # marker prefixes a TEXT (SECTION) state holds whole, with nothing to release: a
         # piece that keeps the held text one of them only grows it (`ToolParser.absorb`).
         # A prefix holding a marker the state acts on at once is not among them.
-        self.text_holds = _holds(self.opener, (*(self.loose or ()), *self.text_closers))
+        self.text_holds = _holds(self.opener, (*(loose or ()), *self.text_closers))
         self.section_holds = frozenset() if self.in_section is None else \
-            _holds(self.in_section, self.loose[1:] if self.loose else ())
-        # every marker string (special tokens inside them must reach the parser)
-        close = [closer.close] if isinstance(closer, CloseMarker) else []
-        self.markers = tuple(dict.fromkeys([*(section or ()), call_open, *close, *inner]))
+            _holds(self.in_section, loose[1:] if loose else ())
 
 
 def _holds(markers: MarkerSet, waiting: tuple[str, ...]) -> frozenset[str]:
@@ -722,26 +837,7 @@ class ToolParser:
         piece are plain text (no marker, nothing to hold: `<think>` in content) releases
         them: [that text], and the parser is idle again."""
         if self.state != CALL:
-            held = self.held
-            if not held or self.fresh_start or self.loose_line:
-                return None
-            s = held + text
-            fmt = self.fmt
-            if self.state == TEXT:
-                if s in fmt.text_holds and not (self.markup_ok and fmt.chain):
-                    self.held = s
-                    return ""
-                # `_text` on s: no marker and no hold, outside markup context (no call yet)
-                if not self.after_call and self.plain_text(s):
-                    self.held = ""
-                    if self.quotes is not None:
-                        self.quotes.feed(s)
-                    self.markup_ok = False
-                    return [s]
-            elif s in fmt.section_holds:
-                self.held = s
-                return ""
-            return None
+            return self._absorb_held(text)
         body = self.body
         path = self.path
         close = self.fmt.close_first
@@ -753,29 +849,10 @@ class ToolParser:
             ender = self.ender
             if not ender.settled and ender.head_stop in text:
                 return None
-            fmt = self.fmt
-            lo = max(0, len(body) - fmt.close_reach)  # (a negative start counts from the end)
+            lo = max(0, len(body) - self.fmt.close_reach)  # (a negative start counts from the end)
             if close in text or body.find(close, lo) >= 0:
-                # the marker's first character in the piece, or in the body's last
-                # `close_reach` characters: the piece ends the call if the marker is
-                # complete in them (`step` ends it); else it grows the body, whose part
-                # that could still start the marker is not ready (as `_call` holds it)
-                window = body[lo:] + text
-                if fmt.close_marker in window:
-                    return None
-                waits = path.waits
-                if waits is not None and waits(text):  # nothing to read: only grow
-                    del window
-                    self.body = ""
-                    body += text  # the only reference: CPython grows it in place
-                    self.body = body
-                    return ""
-                ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
-                if ready < lo + len(window) or not path.piece:
-                    del body
-                    return self._grow(text, ready)
-                # all of it ready (a `<` in code that starts no marker), and the reader's
-                # `fast` reads the piece alone: the common route
+                del body  # `_absorb_near` must hold the body's only reference
+                return self._absorb_near(text, lo)
         # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
         # piece inside a call). `fast` is None in whole mode.
         fast = path.fast
@@ -789,6 +866,54 @@ class ToolParser:
             del body
             return self._read(text, -1)
         del body  # `_grow` must hold the body's only reference, to grow it in place
+        return self._grow(text)
+
+    def _absorb_held(self, text: str) -> str | list[Item] | None:
+        """`absorb` outside a call (its docstring's second part)."""
+        held = self.held
+        if not held or self.fresh_start or self.loose_line:
+            return None
+        s = held + text
+        fmt = self.fmt
+        if self.state == TEXT:
+            if s in fmt.text_holds and not (self.markup_ok and fmt.chain):
+                self.held = s
+                return ""
+            # `_text` on s: no marker and no hold, outside markup context (no call yet)
+            if not self.after_call and self.plain_text(s):
+                self.held = ""
+                if self.quotes is not None:
+                    self.quotes.feed(s)
+                self.markup_ok = False
+                return [s]
+        elif s in fmt.section_holds:
+            self.held = s
+            return ""
+        return None
+
+    def _absorb_near(self, text: str, lo: int) -> str | list[Item] | None:
+        """`absorb` for a piece with the close marker's first character in it, or in the
+        body's last `close_reach` characters (from `lo`): the piece ends the call if the
+        marker is complete in them (None: `step` ends it); else it grows the body, whose
+        part that could still start the marker is not ready (as `_call` holds it)."""
+        fmt = self.fmt
+        window = self.body[lo:] + text
+        if fmt.close_marker in window:
+            return None
+        path = self.path
+        waits = path.waits
+        if waits is not None and waits(text):  # nothing to read: only grow
+            del window
+            body = self.body
+            self.body = ""
+            body += text  # the only reference: CPython grows it in place
+            self.body = body
+            return ""
+        ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
+        if ready < lo + len(window) or not path.piece:
+            return self._grow(text, ready)
+        # all of it ready (a `<` in code that starts no marker), and the reader's `fast`
+        # reads the piece alone: `_grow`'s common route
         return self._grow(text)
 
     def _grow(self, text: str, ready: int = -1) -> str | list[Item]:
@@ -878,10 +1003,7 @@ class ToolParser:
         out = self.out = []
         tail = self.pending if self.pending.strip() else ""
         if self.state == CALL:
-            if self.opened and not self.rejected:
-                for i in self.opened:
-                    out.append(ToolCallDelta(i, cut=True))
-                self.delivered += len(self.opened)
+            if self._cut(out):
                 tail = self.dropped  # the calls stand: only malformed elements are text
             else:
                 tail = self.pending + self.opened_by + self.body
@@ -894,6 +1016,16 @@ class ToolParser:
         self.state = TEXT
         self.loose_line = self.markup_ok = False
         return out
+
+    def _cut(self, out: list[Item]) -> bool:
+        """The output ended inside a call: when its name was sent (and not rejected), its
+        calls stand as sent, each flagged cut; False: the call is text."""
+        if not self.opened or self.rejected:
+            return False
+        for i in self.opened:
+            out.append(ToolCallDelta(i, cut=True))
+        self.delivered += len(self.opened)
+        return True
 
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
@@ -927,6 +1059,13 @@ class ToolParser:
                 self._stray(s[:at + len(m)], self.after_call)
                 return s[at + len(m):]
         self._stray(s[:at], self.after_call)
+        return self._text_marker(s, at, m)
+
+    def _text_marker(self, s: str, at: int, m: str) -> str:
+        """`_text` at the marker m found at `at` (the text before it taken): a closer
+        after an unwrapped call, a call's opener, or a section's."""
+        fmt = self.fmt
+        quotes = self.quotes
         if m in fmt.text_closers:
             end = self._closer_end(s, at, m)
             if self.markup_ok:  # the end of an unwrapped call's (damaged) section: markup

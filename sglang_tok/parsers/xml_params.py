@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from .markers import MarkerSet
 from .schema import Schemas, convert, param_types
-from .tools import Event, escape, json_string
+from .tools import Event, Step, escape, json_string, run_states
 
 HEAD, PARAMS, VALUE, BAD = range(4)
 STRIP_NONE, STRIP_ONE, STRIP_ALL = range(3)
@@ -93,67 +93,71 @@ class XmlParamsReader:
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
-        g = self.g
-        pos = self.pos
-        while True:
-            st = self.state
-            if st == HEAD:
-                h = g.head(body, ready)
-                if h is None:
-                    break  # not yet (or never: then the call's close decides)
-                self.name, pos = h
-                if not self.name:
-                    self.state = BAD
-                    break
-                out.append((self.name, ""))
-                self.state = PARAMS
-            elif st == PARAMS:
-                m = g.param.match(body, pos, ready)
-                if m is None:
-                    break
-                self.key = m.group(1).strip()
-                self.types = param_types(self.schemas, self.name, self.key)
-                pos = m.end()
-                self.start = -1
-                self.state = VALUE
-                if not self.types:  # a string: its key and quote leave now
-                    out.append((None, self._lead() + '"'))
-            elif st == VALUE:
-                if self.start < 0:  # the newlines a value starts with are not part of it
-                    if g.strip == STRIP_ALL:
-                        j = _NEWLINES.match(body, pos, ready).end()  # type: ignore[union-attr]
-                        if j >= ready:
-                            break
-                    elif g.strip == STRIP_ONE:
-                        if pos >= ready:
-                            break
-                        j = pos + 1 if body[pos] == "\n" else pos
-                    else:
-                        j = pos
-                    self.start = self.sent = j
-                at, end = g.ends.find(body, self.sent, ready)
-                if at < 0:
-                    if self.types:
-                        self.sent = max(self.sent, ready - g.ends.reach)
-                    else:
-                        hold = g.hold.hold_from(body, self.sent, ready)
-                        hold = self._unstrip(body, self.sent, hold)  # could be stripped
-                        if hold > self.sent:
-                            out.append((None, escape(body[self.sent:hold])))
-                            self.sent = hold
-                    break
-                stop = self._unstrip(body, self.start, at)
-                if self.types:
-                    out.append((None, self._lead() + g.convert(body[self.start:stop],
-                                                               self.types)))
-                else:
-                    out.append((None, escape(body[self.sent:stop]) + '"'))
-                pos = at + len(end) if end == g.consume else at
-                self.state = PARAMS
-            else:
-                break
-        self.pos = pos
+        self.pos = run_states(_STEPS, self, body, self.pos, ready, out, 0, VALUE)
         return out
+
+    # -- states (`run_states`): each returns where reading goes on, or `~` where it stops
+    def _head(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """HEAD: the call's name, once the grammar's `head` is certain of it."""
+        h = self.g.head(body, ready)
+        if h is None:
+            return ~pos  # not yet (or never: then the call's close decides)
+        self.name, pos = h
+        if not self.name:
+            self.state = BAD
+            return ~pos
+        out.append((self.name, ""))
+        self.state = PARAMS
+        return pos
+
+    def _param(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """PARAMS: a parameter's head; a string's key and quote leave now (its value
+        streams), another value's key with the value."""
+        m = self.g.param.match(body, pos, ready)
+        if m is None:
+            return ~pos
+        self.key = m.group(1).strip()
+        self.types = param_types(self.schemas, self.name, self.key)
+        self.start = -1
+        self.state = VALUE
+        if not self.types:
+            out.append((None, self._lead() + '"'))
+        return m.end()
+
+    def _value(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
+        """VALUE: to one of the grammar's ends; a string streams as far as no end (nor a
+        newline the format strips) can start."""
+        g = self.g
+        if self.start < 0:  # the newlines a value starts with are not part of it
+            if g.strip == STRIP_ALL:
+                j = _NEWLINES.match(body, pos, ready).end()  # type: ignore[union-attr]
+                if j >= ready:
+                    return ~pos
+            elif g.strip == STRIP_ONE:
+                if pos >= ready:
+                    return ~pos
+                j = pos + 1 if body[pos] == "\n" else pos
+            else:
+                j = pos
+            self.start = self.sent = j
+        at, end = g.ends.find(body, self.sent, ready)
+        if at < 0:
+            if self.types:
+                self.sent = max(self.sent, ready - g.ends.reach)
+            else:
+                hold = g.hold.hold_from(body, self.sent, ready)
+                hold = self._unstrip(body, self.sent, hold)  # could be stripped
+                if hold > self.sent:
+                    out.append((None, escape(body[self.sent:hold])))
+                    self.sent = hold
+            return ~pos
+        stop = self._unstrip(body, self.start, at)
+        if self.types:
+            out.append((None, self._lead() + g.convert(body[self.start:stop], self.types)))
+        else:
+            out.append((None, escape(body[self.sent:stop]) + '"'))
+        self.state = PARAMS
+        return at + len(end) if end == g.consume else at
 
     def _unstrip(self, body: str, lo: int, hi: int) -> int:
         """`hi` moved back over the trailing newlines the format strips (not before `lo`)."""
@@ -203,3 +207,8 @@ class XmlParamsReader:
         if self.state != PARAMS or g.tail.fullmatch(body, self.pos) is None:
             return None
         return [(None, "}" if self.count else "{}")]
+
+
+# by state: HEAD, PARAMS, VALUE (BAD reads nothing)
+_STEPS: tuple[Step[XmlParamsReader], ...] = (
+    XmlParamsReader._head, XmlParamsReader._param, XmlParamsReader._value)
