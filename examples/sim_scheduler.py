@@ -20,6 +20,7 @@ from typing import Any
 
 from sglang_tok.load.workload import BUILTIN_TEXTS
 from sglang_tok.scheduler import Scheduler
+from sglang_tok.testing.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
 from sglang_tok.tokenizer import TokenizerInfo
 
 TEXTS = [
@@ -210,20 +211,11 @@ def tool_call_text(fmt: str, name: str, args: dict[str, Any]) -> str:
         return "[TOOL_CALLS]" + json.dumps([{"name": name, "arguments": args}],
                                            ensure_ascii=False)
     if fmt == "qwen3_coder":
-        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
-                         "</parameter>\n" for k, v in args.items())
-        return f"\n<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+        return "\n" + qwen3_coder_call(name, args)
     if fmt in ("glm45", "glm47"):
-        sep = "\n" if fmt == "glm45" else ""
-        params = "".join(f"<arg_key>{k}</arg_key>{sep}<arg_value>"
-                         f"{v if isinstance(v, str) else json.dumps(v)}</arg_value>{sep}"
-                         for k, v in args.items())
-        return f"\n<tool_call>{name}{sep}{params}</tool_call>"
+        return "\n" + glm_call(fmt, name, args)
     if fmt == "minimax_m2":
-        params = "".join(f'<parameter name="{k}">{v if isinstance(v, str) else json.dumps(v)}'
-                         "</parameter>\n" for k, v in args.items())
-        return (f'\n<minimax:tool_call>\n<invoke name="{name}">\n{params}</invoke>\n'
-                "</minimax:tool_call>")
+        return f"\n<minimax:tool_call>\n{minimax_invoke(name, args)}\n</minimax:tool_call>"
     if fmt == "kimi_k2":
         return ("<|tool_calls_section_begin|><|tool_call_begin|>functions." + name + ":0"
                 "<|tool_call_argument_begin|>" + json.dumps(args, ensure_ascii=False)

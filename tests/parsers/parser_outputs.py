@@ -18,6 +18,7 @@ from strategies import PIECES
 from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import ParsedDelta, ParsedStream
 from sglang_tok.testing import zoo
+from sglang_tok.testing.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]"]
@@ -111,10 +112,6 @@ arguments = st.dictionaries(st.sampled_from(["city", "query", "code", "n", "item
 names = st.sampled_from(["get_weather", "search", "run_code", "f", "lookup.v2"])
 
 
-def xml_value(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v)
-
-
 def as_parsed(fmt: str, args: dict[str, Any]) -> dict[str, Any]:
     """The arguments a format gives back for `args` written by `write_call`: minimax_m2
     strips the newlines around a value."""
@@ -126,18 +123,11 @@ def as_parsed(fmt: str, args: dict[str, Any]) -> dict[str, Any]:
 def write_call(fmt: str, name: str, args: dict[str, Any], variant: int) -> str:
     dumps = json.dumps(args, ensure_ascii=bool(variant % 2))
     if fmt == "qwen3_coder":
-        params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n"
-                         "</parameter>\n" for k, v in args.items())
-        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+        return qwen3_coder_call(name, args)
     if fmt in ("glm45", "glm47"):
-        sep = "\n" if fmt == "glm45" else ""
-        params = "".join(f"<arg_key>{k}</arg_key>{sep}<arg_value>{xml_value(v)}</arg_value>{sep}"
-                         for k, v in args.items())
-        return f"<tool_call>{name}{sep}{params}</tool_call>"
+        return glm_call(fmt, name, args)
     if fmt == "minimax_m2":
-        params = "".join(f'<parameter name="{k}">{xml_value(v)}</parameter>\n'
-                         for k, v in args.items())
-        return f'<invoke name="{name}">\n{params}</invoke>'
+        return minimax_invoke(name, args)
     if fmt == "hermes":
         return "<tool_call>\n" + json.dumps({"name": name, "arguments": args},
                                             ensure_ascii=bool(variant % 2)) + "\n</tool_call>"
