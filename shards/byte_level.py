@@ -70,10 +70,10 @@ class ByteLoop:
             first: dict[int, list[int]] = {}
             heads = [first.setdefault(s, h) for s, h in zip(slots, heads)]
         row_ids = rows.row_ids()
-        texts, attrs = decode_loop(self.tables, self.vocab, state, slots, heads, row_ids,
-                                   None if row_ids is not None else rows.ids.tolist(),
+        flat = None if row_ids is not None else rows.ids.tolist()
+        texts, attrs = decode_loop(self.tables, self.vocab, state, slots, heads, row_ids, flat,
                                    self.strs, self.drops)
-        return Decoded(texts, None, attrs)
+        return Decoded(texts, None, attrs, flat)
 
     def flush(self, state: Slots, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
         return flush_held(state, at, slots)

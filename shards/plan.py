@@ -90,15 +90,18 @@ def per_row_rows(kinds: Any, ends: Ends, quick: list[int],
 def gather(rows: I64, slots: I64, meta: I64, ids: I64, sent: I64,
             id_starts: I64 | None, distinct: bool) -> PlainRows:
     every = len(rows) == len(slots)
+    same = sent is ids  # nothing was blanked: the rows' ids stay one array
     counts = None
     if id_starts is not None:
         counts = id_starts[1:] - id_starts[:-1]
         if not every:
             counts = counts[rows]
             take = ragged_index(id_starts[rows], counts)
-            ids, sent, id_starts = ids[take], sent[take], starts_of(counts)
+            ids, id_starts = ids[take], starts_of(counts)
+            sent = ids if same else sent[take]
     elif not every:
-        ids, sent = ids[rows], sent[rows]
+        ids = ids[rows]
+        sent = ids if same else sent[rows]
     if not every:
         slots, meta = slots[rows], meta[rows]
     return PlainRows(rows, slots, meta, ids, sent, id_starts, counts, distinct, every)

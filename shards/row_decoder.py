@@ -57,13 +57,14 @@ class PlainRows(NamedTuple):
 class Decoded:
     """A message's plain rows' texts as their decoder made them: a list, or (the
     byte-fallback arrays) one string with its character cuts and its UTF-8, so that PACKED
-    output takes them as they are; and the rows' attributions (None: no row asked)."""
+    output takes them as they are; the rows' attributions (None: no row asked); and the
+    decoded ids as a list, if the decoder made one (the output writes them again)."""
 
-    __slots__ = ("parts", "joined", "attrs")
+    __slots__ = ("parts", "joined", "attrs", "id_list")
 
     def __init__(self, parts: list[str] | None, joined: tuple[str, I64, bytes] | None = None,
-                 attrs: Attrs | None = None) -> None:
-        self.parts, self.joined, self.attrs = parts, joined, attrs
+                 attrs: Attrs | None = None, id_list: list[int] | None = None) -> None:
+        self.parts, self.joined, self.attrs, self.id_list = parts, joined, attrs, id_list
 
     def texts(self) -> list[str]:
         if self.parts is None:

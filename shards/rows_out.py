@@ -29,7 +29,9 @@ def write_rows(out: Sink, rids: list[str], decoded: Decoded, rows: PlainRows, ms
     """A message's plain rows into the output, in the sink's own form: their texts, their
     ids as they came, and their logprob values (passed through)."""
     counts = None if rows.counts is None else rows.counts.tolist()
-    sent = rows.sent.tolist()
+    # the decoder's list of the ids, when the ids it decoded are the ids as they came
+    sent = decoded.id_list if decoded.id_list is not None and rows.sent is rows.ids \
+        else rows.sent.tolist()
     families = msg.sparse.families
     if isinstance(out, PackedOut):
         base = len(out.rids)
@@ -55,11 +57,13 @@ def write_rows(out: Sink, rids: list[str], decoded: Decoded, rows: PlainRows, ms
     else:
         cuts = [0, *accumulate(counts)]
         row_ids = [sent[a:b] for a, b in zip(cuts, cuts[1:])]
-    for rid, text, ids_, r in zip(rids, decoded.texts(), row_ids, rows.rows.tolist()):
-        d = Delta(rid, text, ids_)
-        if fams.carries(r):
-            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(r)
-        out.append(d)
+    deltas = list(map(Delta, rids, decoded.texts(), row_ids))
+    if families:  # only the rows that carry logprob values cost a Python step
+        msg_rows = rows.rows
+        for j in fams.get().carrying[msg_rows].nonzero()[0].tolist():
+            d = deltas[j]
+            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(int(msg_rows[j]))
+    out += deltas
 
 
 def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: int) -> None:
@@ -138,9 +142,6 @@ class Families:
         if self._read is None:
             self._read = RowFamilies(self.families, self.rows)
         return self._read
-
-    def carries(self, row: int) -> bool:
-        return bool(self.families) and bool(self.get().carrying[row])
 
     def extras(self, row: int) -> tuple[Any, Any, Any]:
         fams = self.get()
