@@ -20,7 +20,7 @@ from sglang_tok.tokenizer import TokenizerInfo
 
 from .attributed import Attribution
 from .ending import usage
-from .row_decoder import Decoded, PlainRows
+from .row_decoder import I64, Decoded, PlainRows
 from .slots import CACHED, COMPLETION, PROMPT, Slots
 
 
@@ -50,7 +50,7 @@ def write_rows(out: Sink, rids: list[str], decoded: Decoded, rows: PlainRows, ms
         out.id_lens += [1] * len(sent) if counts is None else counts
         out.ids += sent
         if families:
-            _logprob_columns(out, fams.get(), rows.rows.tolist(), base)
+            _logprob_columns(out, fams.get(), rows.rows, base)
         return
     if counts is None:
         row_ids = [[i] for i in sent]
@@ -60,22 +60,22 @@ def write_rows(out: Sink, rids: list[str], decoded: Decoded, rows: PlainRows, ms
     deltas = list(map(Delta, rids, decoded.texts(), row_ids))
     if families:  # only the rows that carry logprob values cost a Python step
         msg_rows = rows.rows
-        for j in fams.get().carrying[msg_rows].nonzero()[0].tolist():
+        at = fams.get().carrying[msg_rows].nonzero()[0]
+        for j, row in zip(at.tolist(), msg_rows[at].tolist()):
             d = deltas[j]
-            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(int(msg_rows[j]))
+            d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(row)
     out += deltas
 
 
-def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: list[int], base: int) -> None:
+def _logprob_columns(out: ColumnsOut, fams: RowFamilies, rows: I64, base: int) -> None:
     """The logprob values of these message rows, appended from output row `base` on as
     COLUMNS' sparse columns; only the rows that carry values cost a Python step."""
-    carrying = fams.carrying
-    for j, row in enumerate(rows):
-        if carrying[row]:
-            for field in FIELDS.values():
-                val = fams.row(field, row)
-                if val is not None:
-                    out.add_sparse(field, base + j, val)
+    at = fams.carrying[rows].nonzero()[0]
+    outs, carrying = (at + base).tolist(), rows[at].tolist()
+    for field, reader in fams.readers.items():
+        col = [(j, v) for j, v in zip(outs, map(reader.row, carrying)) if v is not None]
+        if col:
+            out.sparse.setdefault(field, []).extend(col)
 
 
 def logprob_texts(out: Sink, base: int, outs: list[int], rows: list[int],
