@@ -260,3 +260,24 @@ def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path
     for trace in ("a", "b"):
         got = medians[trace]["sglang-tok x1"]
         assert got["complete"] and got["exact"] == got["requests"] > 0, (trace, got)
+
+
+def test_bench_against_pairs_two_checkouts_trial_by_trial(tmp_path: Path) -> None:
+    """`bench_against.py` against this same checkout: both workers answer every trial, and
+    the same code on both sides gives a finite ratio per measure; an unknown measure and a
+    missing python are one line each."""
+    out = tmp_path / "trials.json"
+    root = str(SCRIPTS.parent)
+    r = run(str(SCRIPTS / "bench_against.py"), root, "--other-python", sys.executable,
+            "--cycles", "2", "--keys", "small.e1,small.s1p", "--json", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    trials = json.loads(out.read_text())
+    assert {side: sorted(t) for side, t in trials.items()} == \
+        {"this": ["small.e1", "small.s1p"], "other": ["small.e1", "small.s1p"]}
+    assert all(len(v) == 2 and min(v) > 0 for t in trials.values() for v in t.values())
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| small:")]
+    assert len(rows) == 2 and all(float(row.split("|")[4]) > 0 for row in rows), r.stdout
+    bad = run(str(SCRIPTS / "bench_against.py"), root, "--keys", "small.nope")
+    assert bad.returncode == 2 and "--keys: unknown small.nope" in bad.stderr
+    missing = run(str(SCRIPTS / "bench_against.py"), str(tmp_path))
+    assert missing.returncode == 2 and "--other-python: no python at" in missing.stderr
