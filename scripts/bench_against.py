@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-# trace: (requests, concurrency, ids per row, share with top-5 logprobs), as bench_stages'
+# trace: (requests, concurrency, ids per row, share with top-5 logprobs): bench_stages'
+# defaults, written here because the other checkout's bench_stages may name them nowhere
 TRACES = {"a": (2048, 1024, 1, 0.05), "b": (768, 256, 4, 0.0), "small": (400, 16, 1, 0.05)}
 MEASURES = ("e1", "e2", "s1d", "s1c", "s1p", "s2", "step")
 TITLES = {"e1": "egress, 1 shard", "e2": "egress, 2 shards", "s1d": "shard, DELTAS out",
@@ -47,21 +48,29 @@ def worker(tree: str, keys: list[str]) -> None:
     from sglang_tok.tokenizer import load
 
     info = load("deepseek-v4")
-    runtime = tempfile.mkdtemp(prefix="bench-against-")
-    built: dict[str, tuple[Any, list[bytes], list[bytes], int]] = {}
-    for name in dict.fromkeys(k.split(".")[0] for k in keys):
-        tr = bs.make_trace(info, "a" if name == "small" else name, *TRACES[name])
-        frames = sum(1 for f in tr.frames if f[0] == protocol.TAG_BATCH)
-        built[name] = (tr, bs.shard_messages(tr, 1, runtime), bs.shard_messages(tr, 2, runtime),
-                       frames)
-    print("ready", flush=True)
-    for line in sys.stdin:
-        name, measure = line.strip().split(".")
-        tr, m1, m2, frames = built[name]
-        seconds = trial(bs, info, runtime, tr, m1, m2, measure)
-        if name == "small":  # per frame: the small trace's cost is per-call overheads
-            seconds *= (tr.rows if measure.startswith("e") else bs.own_rows(m1)[0]) / frames
-        print(json.dumps(seconds), flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as runtime:
+        built: dict[str, tuple[Any, list[bytes], list[bytes], dict[str, float]]] = {}
+        for name in dict.fromkeys(k.split(".")[0] for k in keys):
+            tr = bs.make_trace(info, "a" if name == "small" else name, *TRACES[name])
+            m1, m2 = bs.shard_messages(tr, 1, runtime), bs.shard_messages(tr, 2, runtime)
+            built[name] = (tr, m1, m2, per_frame(bs, protocol, tr, m1, m2)
+                           if name == "small" else {})
+        print("ready", flush=True)
+        for line in sys.stdin:
+            name, measure = line.strip().split(".")
+            tr, m1, m2, scale = built[name]
+            seconds = trial(bs, info, runtime, tr, m1, m2, measure)
+            print(json.dumps(seconds * scale.get(measure, 1.0)), flush=True)
+
+
+def per_frame(bs: Any, protocol: Any, tr: Any, m1: list[bytes], m2: list[bytes]
+              ) -> dict[str, float]:
+    """Per measure, what turns its seconds per row into seconds per BATCH frame: the small
+    trace's cost is per-call overheads, so it is given per frame."""
+    frames = sum(1 for f in tr.frames if f[0] == protocol.TAG_BATCH)
+    own1, own2 = bs.own_rows(m1)[0] / frames, bs.own_rows(m2)[0] / frames
+    return {"e1": tr.rows / frames, "e2": tr.rows / frames, "s1d": own1, "s1c": own1,
+            "s1p": own1, "s2": own2, "step": tr.ids / frames}
 
 
 def trial(bs: Any, info: Any, runtime: str, tr: Any, m1: list[bytes], m2: list[bytes],
@@ -86,9 +95,8 @@ def ask(proc: subprocess.Popen[str], key: str) -> float:
 def start(python: str, tree: str, keys: list[str]) -> subprocess.Popen[str]:
     proc = subprocess.Popen([python, __file__, "--worker", tree, "--keys", ",".join(keys)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    out: TextIO | None = proc.stdout
-    assert out is not None
-    if out.readline().strip() != "ready":
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
         proc.kill()
         raise SystemExit(f"bench_against: the worker for {tree} did not start")
     return proc
