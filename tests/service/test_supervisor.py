@@ -39,8 +39,13 @@ def sigterm_when(cond: Callable[[], bool], timeout: float = 60.0) -> threading.T
 
 
 def drain_into(where: Path) -> Callable[[float], None]:
-    """The drain signal of these children: a `drain` file holding the deadline."""
-    return lambda deadline: (where / "drain").write_text(str(deadline))
+    """The drain signal of these children: a `drain` file holding the deadline, put in place
+    whole (a child that sees the file at once reads it at once: written in place, it could
+    be read empty)."""
+    def drain(deadline: float) -> None:
+        (where / "drain.tmp").write_text(str(deadline))
+        os.replace(where / "drain.tmp", where / "drain")
+    return drain
 
 
 def child(target: Callable[..., None], args: tuple[object, ...], holds_data: bool = True,
