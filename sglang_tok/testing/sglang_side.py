@@ -37,6 +37,11 @@ def frames(path: str | Path) -> list[bytes]:
     return out
 
 
+# a plain chat template for the stand-in model (the built-in tokenizer ships none)
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
 def model_dir(work: str | Path, tokenizer: str = "deepseek-v4") -> Path:
     """A model directory SGLang's ServerArgs and `get_tokenizer` accept without weights:
     the tokenizer's files and a one-layer config (the detokenizer reads only the former)."""
@@ -46,6 +51,10 @@ def model_dir(work: str | Path, tokenizer: str = "deepseek-v4") -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         if (src / name).is_file():
             shutil.copy(src / name, out / name)
+    conf_path = out / "tokenizer_config.json"
+    conf = json.loads(conf_path.read_text()) if conf_path.is_file() else {}
+    conf.setdefault("chat_template", CHAT_TEMPLATE)  # /v1/chat/completions needs one
+    conf_path.write_text(json.dumps(conf))
     (out / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
         "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 1,

@@ -101,6 +101,34 @@ class TokenIds(msgspec.Struct, tag=TOKEN_IDS, array_like=True, gc=False):
     input_top_logprobs_flat_null_prefix: Raw = NIL
 
 
+class BeamSequence(msgspec.Struct, omit_defaults=True):
+    """SGLang's `BeamSearchSequence`: one returned beam (a map on the wire; `text` is the
+    detokenizer's to fill)."""
+
+    tokens: list[int]
+    cum_logprob: float = 0.0
+    finish_reason: Any = None
+    text: str | None = None
+    beam_score: float | None = None
+
+
+class BeamOutput(msgspec.Struct, tag="BeamSearchOutput", array_like=True, kw_only=True):
+    """SGLang's `BeamSearchOutput`: a finished beam group's sequences, best first, in its
+    leader's row of `beam_search_output`."""
+
+    rids: list[str] | None = None
+    http_worker_ipcs: list[str | None] | None = None
+    sequences: list[BeamSequence]
+
+
+class WeightVersionSpan(msgspec.Struct, array_like=True, kw_only=True):
+    """SGLang's `WeightVersionSpan`: which weights produced output ids [start, end)."""
+
+    version: str
+    start: int
+    end: int
+
+
 class Embeddings(msgspec.Struct, tag=EMBEDDING, array_like=True, gc=False):
     """`BatchEmbeddingOutput`: no text; passed on to the TokenizerManager as it came."""
 

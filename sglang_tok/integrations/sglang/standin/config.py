@@ -1,0 +1,52 @@
+"""The stand-in scheduler's settings: one frozen struct, read once from
+`SGLANG_TOK_STANDIN` by the plugin in SGLang's launcher and handed to the process.
+
+    SGLANG_TOK_STANDIN="step_ms=20,ids_per_step=4,length=200,max_running=256"
+    SGLANG_TOK_STANDIN="trace=/data/gpu-run.trace,step_ms=0"
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
+ENV = "SGLANG_TOK_STANDIN"
+
+
+class StandinConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    # a trace the plugin recorded (SGLANG_TOK_RECORD) to replay; empty: synthetic streams
+    trace: str = ""
+    # milliseconds per scheduler step (a GPU's decode step); 0: as fast as the
+    # detokenizer takes the messages
+    step_ms: Annotated[float, Meta(ge=0)] = 20.0
+    # ids each request accepts per step after its first (more than 1: speculative decoding)
+    ids_per_step: Annotated[int, Meta(ge=1, le=64)] = 1
+    # the running batch's bound (SGLang's --max-running-requests); the rest wait
+    max_running: Annotated[int, Meta(ge=1)] = 4096
+    # synthetic streams: ids before EOS, varied per request by +-spread of it
+    length: Annotated[int, Meta(ge=1)] = 256
+    spread: Annotated[float, Meta(ge=0, le=1)] = 0.5
+    # a file to append one JSON line per ended request to (rid, ids, finish): the ledger
+    # a benchmark checks every text against
+    ledger: str = ""
+    # the EOS id; -1: the tokenizer's own (tokenizer_config.json's eos_token)
+    eos: int = -1
+
+
+def parse(text: str) -> StandinConfig:
+    """`key=value,key=value`, or a JSON object."""
+    text = text.strip()
+    if text.startswith("{"):
+        return msgspec.json.decode(text, type=StandinConfig)
+    fields: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"{ENV}: {part!r} is not key=value")
+        fields[key.strip()] = value.strip()
+    try:
+        return msgspec.convert(fields, StandinConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{ENV}: {exc}") from None
