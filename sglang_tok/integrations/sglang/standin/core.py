@@ -13,9 +13,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .. import wire
 from .requests import Ask, Decode, Finish, Request, finish_abort, finish_stop
 from .rows import Logprobs, StepRows
-from .streams import Stream, input_logprobs, synthetic_logprob, top_logprobs
+from .streams import ChunkLogprobs, Stream, input_logprobs, synthetic_logprob, top_logprobs
+
+_DRY: Any = object()  # what a stream that ran out of ids gives
 
 
 class Source(Protocol):
@@ -111,8 +114,8 @@ class Core:
                         *([self.span] if self.span is not None else []))
         still: list[Request] = []
         for req in self.running:
-            self._advance(req)
-            rows.accept(req)
+            if self._advance(req):
+                rows.accept(req)
             if req.finished() and req.finished_output:
                 _stamp(req, "completion_time")
                 self.ended.append(Ended(req))
@@ -121,26 +124,42 @@ class Core:
         self.running = still
         return rows.columns() if len(rows) else None
 
-    def _advance(self, req: Request) -> None:
+    def _advance(self, req: Request) -> bool:
+        """Run req one step; False when it is not in this step's batch."""
         if req.finished():
-            return
+            return True
         first = not req.output_ids
-        ids = None if req.to_finish is not None else next(req.stream.chunks, None)
-        if ids is None and req.to_finish is None:  # a recording ran dry: its own end
-            req.to_finish = req.stream.end
+        # an aborted request still runs the step it was told in (SGLang applies
+        # `to_finish` after the step's ids are in)
+        ids = next(req.stream.chunks, _DRY)
+        if ids is None:
+            return False
+        if ids is _DRY:  # a recording ran dry: it ends as it ended
+            ids = []
+            if req.to_finish is None:
+                req.to_finish = req.stream.end
         if req.ask.sampling.beam_width > 1:
-            return self._advance_beams(req, ids or [])
+            self._advance_beams(req, ids)
+            return True
         if ids:
             self.ids += len(ids)
             if req.logprobs is not None:
-                self._logprobs(req, ids)
-        req.extend(ids or [], self.decode, self.eos)
+                self._logprobs(req, ids, next(req.stream.logprobs, None)
+                               if req.stream.logprobs is not None else None)
+        req.extend(ids, self.decode, self.eos)
         if first:
             _stamp(req, "prefill_finished_time")
+        return True
 
-    def _logprobs(self, req: Request, ids: list[int]) -> None:
+    def _logprobs(self, req: Request, ids: list[int], given: ChunkLogprobs | None) -> None:
         lp, ask = req.logprobs, req.ask
         at = len(req.output_ids)
+        if given is not None:  # a recording's own values
+            lp.val.extend(given.val)
+            lp.idx.extend(ids)
+            lp.top_val.extend(given.top_val)
+            lp.top_idx.extend(given.top_idx)
+            return
         for j, tid in enumerate(ids):
             pos = at + j
             lp.val.append(synthetic_logprob(tid, pos))
@@ -183,6 +202,13 @@ class Core:
         req.update_finish_state(0, None, self.eos)
 
 
+def wire_beams(seqs: list[tuple[list[int], Finish, float]]) -> wire.BeamOutput:
+    """A finished group's sequences as SGLang's BeamSearchOutput, without SGLang."""
+    return wire.BeamOutput(sequences=[
+        wire.BeamSequence(tokens=ids, cum_logprob=cum, finish_reason=fin,
+                          beam_score=cum / max(1, len(ids))) for ids, fin, cum in seqs])
+
+
 def _cum(ids: list[int]) -> float:
     return sum(synthetic_logprob(t, i) for i, t in enumerate(ids))
 
@@ -192,4 +218,4 @@ def _stamp(req: Request, name: str) -> None:
         setattr(req.time_stats, name, time.perf_counter())
 
 
-__all__ = ["Core", "Ended", "Source"]
+__all__ = ["Core", "Ended", "Source", "wire_beams"]

@@ -14,18 +14,32 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from .requests import Ask, Finish
 
 
 class Stream:
-    """One request's ids, step by step; `end` is how it ends when the ids run out (a
-    recorded stream's finish), None for an endless one."""
+    """One request's ids, step by step: a step's chunk is the ids it accepted, or None
+    when the request is not in that step's batch (no row). `end` is how it ends when the
+    ids run out (a recorded stream's finish). `logprobs`, where a recording has them,
+    gives each chunk's values (`Chunk`); else the stand-in makes them up."""
 
-    __slots__ = ("chunks", "end")
+    __slots__ = ("chunks", "end", "logprobs")
 
-    def __init__(self, chunks: Iterator[list[int]], end: Finish | None = None) -> None:
+    def __init__(self, chunks: Iterator[list[int] | None], end: Finish | None = None,
+                 logprobs: Iterator[ChunkLogprobs] | None = None) -> None:
         self.chunks = chunks
         self.end = end
+        self.logprobs = logprobs
+
+
+class ChunkLogprobs(msgspec.Struct, frozen=True):
+    """One chunk's output logprobs, one entry per id (SGLang's per-row columns)."""
+
+    val: list[float]
+    top_val: list[list[float]]
+    top_idx: list[list[int]]
 
 
 class Synthetic:
@@ -51,7 +65,7 @@ class Synthetic:
         length = lo + key % (hi - lo + 1)
         return Stream(self._chunks(key % len(self.ids), length))
 
-    def _chunks(self, at: int, length: int) -> Iterator[list[int]]:
+    def _chunks(self, at: int, length: int) -> Iterator[list[int] | None]:
         ids = self._ids(at, length)
         yield [next(ids)]
         while True:
