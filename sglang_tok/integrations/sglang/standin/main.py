@@ -234,7 +234,10 @@ class Standin:
             spaces_between_special_tokens=sp.spaces_between_special_tokens,
             no_stop_trim=sp.no_stop_trim, stream_interval=sp.stream_interval,
             beam_width=sp.beam_width or 1, n=sp.n or 1)
+        steer = sp.custom_params if isinstance(sp.custom_params, dict) else {}
         return Ask(rid=req.rid, input_ids=tuple(req.input_ids or ()), sampling=sampling,
+                   ids_per_step=_int(steer.get("sglang_tok_ids_per_step")),
+                   length=_int(steer.get("sglang_tok_length")),
                    stream=bool(req.stream), http_worker_ipc=req.http_worker_ipc,
                    return_logprob=bool(req.return_logprob),
                    top_logprobs_num=req.top_logprobs_num or 0,
@@ -242,6 +245,13 @@ class Standin:
                    if req.token_ids_logprob else None,
                    logprob_start_len=req.logprob_start_len
                    if req.logprob_start_len is not None else -1)
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _ledger_line(e: Ended) -> str:

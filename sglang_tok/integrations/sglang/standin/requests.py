@@ -71,6 +71,10 @@ class Ask(msgspec.Struct, frozen=True):
     top_logprobs_num: int = 0
     token_ids_logprob: tuple[int, ...] | None = None
     logprob_start_len: int = -1
+    # a request may steer a synthetic stream (SGLang's `custom_params`, keys
+    # sglang_tok_ids_per_step and sglang_tok_length): 0 keeps the stand-in's setting
+    ids_per_step: int = 0
+    length: int = 0
 
 
 class Request:

@@ -59,17 +59,19 @@ class Synthetic:
         self.ids_per_step = max(1, ids_per_step)
 
     def stream(self, ask: Ask, index: int) -> Stream:
-        key = zlib.crc32(str(ask.input_ids).encode())
-        lo = max(1, round(self.length * (1 - self.spread)))
-        hi = max(lo, round(self.length * (1 + self.spread)))
+        key = zlib.crc32(f"{ask.input_ids}/{index}".encode())
+        mean = ask.length or self.length
+        lo = max(1, round(mean * (1 - self.spread)))
+        hi = max(lo, round(mean * (1 + self.spread)))
         length = lo + key % (hi - lo + 1)
-        return Stream(self._chunks(key % len(self.ids), length))
+        return Stream(self._chunks(key % len(self.ids), length,
+                                   ask.ids_per_step or self.ids_per_step))
 
-    def _chunks(self, at: int, length: int) -> Iterator[list[int] | None]:
+    def _chunks(self, at: int, length: int, per_step: int) -> Iterator[list[int] | None]:
         ids = self._ids(at, length)
         yield [next(ids)]
         while True:
-            yield list(itertools.islice(ids, self.ids_per_step))
+            yield list(itertools.islice(ids, per_step))
 
     def _ids(self, at: int, length: int) -> Iterator[int]:
         flat, n = self.ids, len(self.ids)

@@ -1,0 +1,377 @@
+#!/usr/bin/env python3
+"""SGLang end to end: a whole SGLang 0.5.23 server (its launcher, HTTP server,
+TokenizerManager and tokenizer workers) with sglang-tok's stand-in scheduler in place of
+the model, its own detokenizer against sglang-tok's plugin, driven by streaming HTTP
+clients (`sglang_clients.py`) over `/generate`, `/v1/completions` and
+`/v1/chat/completions`.
+
+Per configuration (detokenizer system x `--tokenizer-worker-num` x load) it reports what
+the clients saw (streamed ids/s, the gap between a stream's chunks p50/p99) and what each
+process group spent (CPU microseconds per streamed id: HTTP + TokenizerManager, the
+detokenizer's processes, the stand-in, the clients), checks every finished stream's text
+against the full decode of the ids the stand-in sent (its ledger), and models the
+capacity the measured per-id costs imply on bigger machines (`capacity.py`): a 2-core
+run says what 16 and 32 cores would stream and which stage is the wall.
+
+Every SGLang process runs in `--sglang-python` (an environment with SGLang 0.5.23 and
+sglang-tok installed: `bash ../shared/tools/sglang-venv.sh`, then `pip install -e .`).
+
+    python scripts/bench_sglang_server.py --quick                 # one load, 2 systems
+    python scripts/bench_sglang_server.py --json out.json         # the full table
+    python scripts/bench_sglang_server.py --systems "sglang x1,sglang-tok x1" \\
+        --tokenizer-workers 4 --loads 256x1 --logprobs 0.05
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from capacity import Stage, capacity, scaled
+from common import markdown, write_json
+
+from sglang_tok.testing.sglang_side import model_dir
+from sglang_tok.tokenizer import load_tokenizer
+
+HERE = Path(__file__).resolve().parent
+CLIENTS = HERE / "sglang_clients.py"
+DEFAULT_SGLANG_PYTHON = "/tmp/sglv/bin/python"
+STEP_MS = 20
+LENGTH = 128  # mean output ids per request
+MODEL_CORES = (16, 32)
+# the process counts the model scales a measured configuration to (the issue's figure of
+# merit: SGLang's detokenizer is the wall where the TokenizerManager is spread over 8)
+SCALE_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class System:
+    name: str  # "sglang x2": SGLang's detokenizer (router + 2); "sglang-tok x2": 2 shards
+    plugin: bool
+    workers: int
+
+    @staticmethod
+    def parse(text: str) -> System:
+        name, _, n = text.strip().rpartition(" x")
+        if name not in ("sglang", "sglang-tok") or not n.isdigit():
+            raise SystemExit(f"--systems: {text!r} is not 'sglang xN' or 'sglang-tok xN'")
+        return System(text.strip(), name == "sglang-tok", int(n))
+
+
+@dataclass(frozen=True)
+class Load:
+    clients: int
+    ids_per_step: int
+    logprobs: float
+
+    @property
+    def name(self) -> str:
+        lp = f", {self.logprobs:.0%} top-5 logprobs" if self.logprobs else ""
+        return f"{self.clients} x {self.ids_per_step} id{'s' if self.ids_per_step > 1 else ''}{lp}"
+
+
+# ---------------------------------------------------------------------------- processes
+ROLES = (("sglang::tokenizer_worker", "tm workers"), ("sglang::scheduler", "stand-in"),
+         ("sglang::detokenizer_router", "detok router"), ("sglang::detokenizer", "detok"),
+         ("sglang-tok: egress", "egress"), ("sglang-tok: shard", "shards"),
+         ("sglang-tok: supervisor", "service aux"), ("sglang-tok: http", "service aux"))
+GROUPS = {"tm workers": "http+tm", "router": "http+tm", "http+tm": "http+tm",
+          "stand-in": "stand-in", "detok router": "detokenizer", "detok": "detokenizer",
+          "egress": "detokenizer", "shards": "detokenizer", "service aux": "detokenizer",
+          "other": "other"}
+
+
+def role_of(proc: psutil.Process, root: int, workers: int) -> str:
+    if proc.pid == root:
+        return "router" if workers > 1 else "http+tm"
+    try:
+        title = proc.name() + " " + " ".join(proc.cmdline()[:1])
+    except psutil.Error:
+        return "other"
+    for prefix, role in ROLES:
+        if prefix in title:
+            return role
+    return "other"
+
+
+def cpu_by_role(root: int, workers: int) -> tuple[dict[str, float], dict[str, int]]:
+    """CPU seconds so far and process count, per role, over the server's tree."""
+    cpu: dict[str, float] = {}
+    count: dict[str, int] = {}
+    try:
+        procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    except psutil.Error:
+        return cpu, count
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        role = role_of(p, root, workers)
+        cpu[role] = cpu.get(role, 0.0) + t.user + t.system
+        count[role] = count.get(role, 0) + 1
+    return cpu, count
+
+
+class Server:
+    """`python -m sglang.launch_server` with the stand-in scheduler (and the plugin)."""
+
+    def __init__(self, system: System, tokenizer_workers: int, python: str, work: Path,
+                 port: int) -> None:
+        self.system = system
+        self.tokenizer_workers = tokenizer_workers
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.ledger = work / f"ledger-{port}.jsonl"
+        self.ledger.unlink(missing_ok=True)
+        self.log = open(work / f"server-{port}.log", "w")
+        env = dict(os.environ,
+                   SGLANG_PLUGINS="sglang_tok,sglang_tok_standin" if system.plugin
+                   else "sglang_tok_standin",
+                   SGLANG_TOK_STANDIN=f"step_ms={STEP_MS},length={LENGTH},"
+                                      f"ledger={self.ledger}",
+                   TMPDIR=str(work))
+        cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(work)),
+               "--device", "cpu", "--port", str(port), "--log-level", "warning",
+               "--tokenizer-worker-num", str(tokenizer_workers),
+               "--detokenizer-worker-num", str(system.workers), "--skip-server-warmup"]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited ({self.proc.returncode}); see "
+                                   f"{self.log.name}")
+            try:
+                req = urllib.request.Request(
+                    self.url + "/generate", method="POST",
+                    data=json.dumps({"text": "ready?",
+                                     "sampling_params": {"max_new_tokens": 2}}).encode(),
+                    headers={"content-type": "application/json"})
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(1.0)
+        raise RuntimeError(f"the server was not ready in {timeout:.0f}s")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.log.close()
+
+
+# ---------------------------------------------------------------------------- one run
+@dataclass
+class Run:
+    system: str
+    tokenizer_workers: int
+    load: str
+    ids_per_s: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+    us_per_id: dict[str, float]  # per group
+    stages: dict[str, tuple[int, float]]  # stage -> (processes, CPU s per id)
+    checked: int
+    exact: int
+    errors: int
+    cut_off: int
+    model: dict[str, Any] = field(default_factory=dict)
+
+
+def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
+             expected: Expected) -> Run:
+    out = work / f"clients-{server.port}-{load.clients}-{load.ids_per_step}.json"
+    cmd = [args.sglang_python, str(CLIENTS), "--url", server.url,
+           "--clients", str(load.clients), "--seconds", str(args.seconds),
+           "--warmup", str(args.warmup), "--ids-per-step", str(load.ids_per_step),
+           "--length", str(LENGTH), "--logprob-share", str(load.logprobs), "--out", str(out)]
+    client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    root, workers = server.proc.pid, server.tokenizer_workers
+    marks: list[tuple[dict[str, float], dict[str, int], float]] = []
+    assert client.stdout is not None
+    for line in client.stdout:
+        if line.startswith("WINDOW"):
+            own = psutil.Process(client.pid).cpu_times()
+            cpu, count = cpu_by_role(root, workers)
+            marks.append((cpu, count, own.user + own.system))
+    if client.wait() != 0 or len(marks) != 2:
+        raise RuntimeError(f"the clients failed ({client.returncode})")
+    result = json.loads(out.read_text())
+    (c0, _, k0), (c1, count, k1) = marks
+    ids = max(result["ids"], 1)
+    role_cpu = {r: c1.get(r, 0.0) - c0.get(r, 0.0) for r in c1}
+    groups: dict[str, float] = {}
+    for role, sec in role_cpu.items():
+        groups[GROUPS[role]] = groups.get(GROUPS[role], 0.0) + sec
+    groups["clients"] = k1 - k0
+    stages = {r: (count[r], sec / ids) for r, sec in role_cpu.items()
+              if GROUPS[r] in ("http+tm", "detokenizer")}
+    checked, exact = expected.check(result["done"])
+    return Run(server.system.name, workers, load.name, result["ids_per_s"],
+               result["itl_p50_ms"], result["itl_p99_ms"],
+               {g: 1e6 * s / ids for g, s in groups.items()}, stages, checked, exact,
+               result["error_count"], result["cut_off"])
+
+
+# ---------------------------------------------------------------------------- exactness
+class Expected:
+    """Every streamed text against the full decode of what the stand-in sent."""
+
+    def __init__(self, ledger: Path) -> None:
+        self.ledger = ledger
+        self.tok = load_tokenizer("deepseek-v4")
+        self.seen: dict[str, dict[str, Any]] = {}
+
+    def _read(self) -> None:
+        if self.ledger.exists():
+            for line in self.ledger.read_text().splitlines():
+                e = json.loads(line)
+                self.seen[e["rid"]] = e
+
+    def text(self, e: dict[str, Any]) -> str:
+        ids, fin = list(e["ids"]), e["finish"] or {}
+        matched = fin.get("matched")
+        if fin.get("type") == "stop" and isinstance(matched, int) and ids \
+                and ids[-1] == matched and not e["no_stop_trim"]:
+            ids = ids[:-1]
+        text = self.tok.decode(ids, skip_special_tokens=e["skip_special_tokens"])
+        if fin.get("type") == "stop" and isinstance(matched, str):
+            at = text.find(matched)
+            if at >= 0:
+                text = text[:at + len(matched)] if e["no_stop_trim"] else text[:at]
+        return text
+
+    def check(self, done: list[dict[str, Any]]) -> tuple[int, int]:
+        self._read()
+        checked = exact = 0
+        for d in done:
+            e = self.seen.get(d["rid"])
+            if e is None:
+                continue
+            checked += 1
+            exact += d["text"] == self.text(e)
+        return checked, exact
+
+
+# ---------------------------------------------------------------------------- model
+def model(run: Run, sys_workers: int) -> dict[str, Any]:
+    stages = {n: Stage(p, c) for n, (p, c) in run.stages.items()}
+    out: dict[str, Any] = {}
+    for cores in MODEL_CORES:
+        cap, wall = capacity(stages, cores)
+        out[f"{cores} cores"] = (cap, wall)
+    # the same costs with SCALE_WORKERS tokenizer workers and (for a system of several
+    # detokenizer processes) as many detokenizer workers or shards
+    counts = {"tm workers": SCALE_WORKERS}
+    if sys_workers > 1:
+        counts.update({"detok": SCALE_WORKERS, "shards": SCALE_WORKERS})
+    if "tm workers" in stages:
+        big = scaled(stages, counts)
+        for cores in MODEL_CORES:
+            out[f"{cores} cores, {SCALE_WORKERS} workers"] = capacity(big, cores)
+    return out
+
+
+def table(runs: list[Run]) -> str:
+    head = ["system", "TM workers", "load", "ids/s", "chunk gap p50/p99 ms",
+            "µs/id HTTP+TM", "µs/id detok", "µs/id stand-in", "µs/id clients", "exact",
+            *[f"cap {c} cores (wall)" for c in MODEL_CORES],
+            *[f"cap {c}c, {SCALE_WORKERS} TM workers" for c in MODEL_CORES]]
+    rows = []
+    for r in runs:
+        def cap(key: str) -> str:
+            got = r.model.get(key)
+            return f"{got[0]:,.0f} ({got[1]})" if got else "-"
+        rows.append([r.system, r.tokenizer_workers, r.load, f"{r.ids_per_s:,.0f}",
+                     f"{r.itl_p50_ms:.0f} / {r.itl_p99_ms:.0f}",
+                     f"{r.us_per_id.get('http+tm', 0):.1f}",
+                     f"{r.us_per_id.get('detokenizer', 0):.1f}",
+                     f"{r.us_per_id.get('stand-in', 0):.1f}",
+                     f"{r.us_per_id.get('clients', 0):.1f}", f"{r.exact}/{r.checked}",
+                     *[cap(f"{c} cores") for c in MODEL_CORES],
+                     *[cap(f"{c} cores, {SCALE_WORKERS} workers") for c in MODEL_CORES]])
+    return markdown(head, rows)
+
+
+def parse_loads(text: str, logprobs: list[float]) -> list[Load]:
+    out = []
+    for part in text.split(","):
+        n, _, k = part.strip().partition("x")
+        out += [Load(int(n), int(k or 1), lp) for lp in logprobs]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sglang-python", default=os.environ.get("SGLANG_PYTHON",
+                                                              DEFAULT_SGLANG_PYTHON))
+    ap.add_argument("--systems", default="sglang x1,sglang x2,sglang-tok x1,sglang-tok x2")
+    ap.add_argument("--tokenizer-workers", default="1,2,4")
+    ap.add_argument("--loads", default="256x1,1024x1,64x4,256x4",
+                    help="CLIENTSxIDS_PER_STEP, comma-separated")
+    ap.add_argument("--logprobs", default="0,0.05", help="shares of requests with top-5")
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--warmup", type=float, default=6.0)
+    ap.add_argument("--quick", action="store_true",
+                    help="sglang x1 against sglang-tok x1, 1 TM worker, 256x1, 8 s")
+    ap.add_argument("--port", type=int, default=31000)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    if args.quick:
+        args.systems, args.tokenizer_workers, args.loads = "sglang x1,sglang-tok x1", "1", \
+            "256x1"
+        args.logprobs, args.seconds, args.warmup = "0", 8.0, 4.0
+    systems = [System.parse(s) for s in args.systems.split(",")]
+    loads = parse_loads(args.loads, [float(x) for x in args.logprobs.split(",")])
+    work = Path(tempfile.mkdtemp(prefix="bench-sglang-server-"))
+    runs: list[Run] = []
+    port = args.port
+    for tw in (int(x) for x in args.tokenizer_workers.split(",")):
+        for system in systems:
+            port += 1
+            server = Server(system, tw, args.sglang_python, work, port)
+            try:
+                server.wait_ready()
+                expected = Expected(server.ledger)
+                for load in loads:
+                    run = run_load(server, load, args, work, expected)
+                    run.model = model(run, system.workers)
+                    runs.append(run)
+                    print(table([run]).splitlines()[-1], flush=True)
+            finally:
+                server.stop()
+    print()
+    print(table(runs))
+    if args.json:
+        write_json(args.json, {"runs": [r.__dict__ for r in runs],
+                               "step_ms": STEP_MS, "length": LENGTH,
+                               "cpus": os.cpu_count()})
+
+
+if __name__ == "__main__":
+    main()
