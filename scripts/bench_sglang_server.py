@@ -304,7 +304,7 @@ def table(runs: list[Run]) -> str:
             *[f"cap {c}c, {SCALE_WORKERS} TM workers" for c in MODEL_CORES]]
     rows = []
     for r in runs:
-        def cap(key: str) -> str:
+        def cap(key: str, r: Run = r) -> str:
             got = r.model.get(key)
             return f"{got[0]:,.0f} ({got[1]})" if got else "-"
         rows.append([r.system, r.tokenizer_workers, r.load, f"{r.ids_per_s:,.0f}",

@@ -156,7 +156,7 @@ async def client(i: int, session: aiohttp.ClientSession, args: argparse.Namespac
         try:
             await one(session, args.url, endpoints[k % len(endpoints)], k, args, rng,
                       window, done, errors)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}"[:200])
             await asyncio.sleep(0.1)
         k += args.clients
@@ -185,7 +185,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*pending, return_exceptions=True)
         hung = len(pending)
     gaps = sorted(window.gaps)
-    pct = (lambda q: gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan"))
+
+    def pct(q: float) -> float:
+        return gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan")
+
     return {"clients": args.clients, "seconds": args.seconds, "ids": window.ids,
             "chunks": window.chunks, "ids_per_s": window.ids / args.seconds,
             "itl_p50_ms": 1000 * pct(0.50), "itl_p99_ms": 1000 * pct(0.99),
