@@ -135,21 +135,25 @@ class SglangIn:
 
     def _step(self, r: Rows, where: dict[str, int]) -> Step:
         rids, n = r.rids, len(r.rids)
-        ids = list(map(wire.int64_bytes, r.decode_ids))
+        flat, counts = wire.ids_column(r.decode_ids)
         owner = list(map(where.get, rids))
         firsts = FirstRows()
-        self._refuse(r, ids, owner, firsts)
-        unrouted = [i for i, code in enumerate(owner) if code is None or code == LATE]
+        self._refuse(r, counts, owner, firsts)
+        unrouted = [i for i, code in enumerate(owner) if code is None or code == LATE] \
+            if None in owner or LATE in owner else []
         if unrouted:
-            self._first_rows(r, ids, unrouted, owner, firsts)
-        lens = [len(b) >> 3 for b in ids]
+            flat = self._first_rows(r, flat, counts, unrouted, owner, firsts)
         fins = r.finished
         if fins.count(None) != n:
-            fins = [self._for_shard(f) for f in fins]
-        header = BatchHeader(rids, fins, r.prompt, lens, r.cached, r.reasoning)
-        batch = Batch(header, memoryview(b"".join(ids)), sum(lens), [])
-        if r.msg.http_worker_ipcs is not None:
-            self._track_workers(r, r.msg.http_worker_ipcs, unrouted)
+            fins = fins.copy()
+            for i, fin in enumerate(fins):
+                if fin is not None:
+                    fins[i] = self._for_shard(fin)
+        header = BatchHeader(rids, fins, r.prompt, counts, r.cached, r.reasoning)
+        batch = Batch(header, memoryview(flat).cast("B"), len(flat), [])
+        ipcs = r.msg.http_worker_ipcs
+        if ipcs is not None and ipcs.count(None) != n:
+            self._track_workers(r, ipcs, unrouted)
         return Step(batch, r.msg, self._columns(r.msg), firsts)
 
     def _rows(self, msg: wire.TokenIds) -> Rows:
@@ -192,46 +196,46 @@ class SglangIn:
             raise FrameError("header", "a negative offset or count", rids)
         return r
 
-    def _refuse(self, r: Rows, ids: list[bytes], owner: list[int | None],
+    def _refuse(self, r: Rows, counts: list[int], owner: list[int | None],
                 firsts: FirstRows) -> None:
         """Rows the service will not decode end their own request, not the message: a rid
-        that is empty or over --max-rid-length, a row over --max-row-ids, a beam search
-        row (a client chooses the first two; beams are SGLang's to decode)."""
+        that is empty or over --max-rid-length, a row over --max-row-ids."""
         limit, most = self.max_rid_length, self.max_row_ids
         rids = r.rids
         bad: list[tuple[int, str]] = []
         if not all(rids) or (limit and max(map(len, rids), default=0) > limit):
             bad += [(i, f"rid longer than --max-rid-length {limit}" if rid else "empty rid")
                     for i, rid in enumerate(rids) if not rid or (limit and len(rid) > limit)]
-        if most and max(map(len, ids), default=0) > 8 * most:
+        if most and max(counts, default=0) > most:
             bad += [(i, f"a row of more than --max-row-ids {most} ids")
-                    for i, b in enumerate(ids) if len(b) > 8 * most]
-        if wire.array_length(r.msg.beam_search_output) > 0:
-            beams = wire.rows_of(r.msg.beam_search_output)
-            bad += [(i, "beam search output is not decoded by sglang-tok: serve beam search "
-                        "without the sglang_tok plugin") for i, b in enumerate(beams)
-                    if b != wire.NIL and bytes(b) != b"\xc0"]
+                    for i, count in enumerate(counts) if count > most]
         for i, why in bad:
             if owner[i] != LATE:  # once per request: then its rows are late
                 firsts.refused.append((rids[i], why))
             owner[i] = LATE
 
-    def _first_rows(self, r: Rows, ids: list[bytes], unrouted: list[int],
-                    owner: list[int | None], firsts: FirstRows) -> None:
+    def _first_rows(self, r: Rows, flat: np.ndarray, counts: list[int], unrouted: list[int],
+                    owner: list[int | None], firsts: FirstRows) -> np.ndarray:
         """Rows of rids the router does not route: a first row's options and prompt context
-        (its ids before `read_offsets[i]`, cut from `ids`), or a late or lost row."""
+        (its ids before `read_offsets[i]`, cut out of `flat`), or a late or lost row; the
+        ids without the context."""
         refused = {rid for rid, _ in firsts.refused}
+        starts = np.cumsum(counts) - counts if unrouted else counts
+        cut: list[tuple[int, int]] = []
         for i in unrouted:
             rid, at = r.rids[i], r.read_offsets[i]
             if rid in refused:
                 continue
-            count = len(ids[i]) >> 3
-            if r.completion[i] != count - at:  # not the request's first row
+            if r.completion[i] != counts[i] - at:  # not the request's first row
                 if owner[i] is None:
                     firsts.lost.append(rid)
                 continue  # else a late row of an ended request
-            prompt = memoryview(ids[i][:8 * at]).cast("q").tolist() if at else []
-            ids[i] = ids[i][8 * at:]
+            prompt: list[int] = []
+            if at:
+                start = int(starts[i])
+                prompt = flat[start:start + at].tolist()
+                cut.append((start, at))
+                counts[i] -= at
             skip, no_trim, spaces = r.skip[i], r.no_stop_trim[i], r.spaces[i]
             if prompt or not skip or no_trim or not spaces or owner[i] == LATE:
                 firsts.opens.append(Open(rid, skip_special_tokens=skip,
@@ -239,6 +243,12 @@ class SglangIn:
                                          no_stop_trim=no_trim, prompt_ids=prompt))
             else:
                 firsts.fresh.append(rid)
+        if not cut:
+            return flat
+        keep = np.ones(len(flat), bool)
+        for start, size in cut:
+            keep[start:start + size] = False
+        return flat[keep]
 
     def _for_shard(self, fin: dict[str, Any] | None) -> dict[str, Any] | None:
         """The finish the shard trims by (the reply carries the scheduler's own): SGLang
