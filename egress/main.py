@@ -9,7 +9,6 @@ the final EXITs, have deadlines; past one, the peer is treated as gone.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import time
@@ -22,8 +21,7 @@ from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, refusing
-from sglang_tok.integrations.sglang import wire
-from sglang_tok.integrations.sglang.reply import by_worker
+from sglang_tok.integrations.sglang.reply import Replies
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -48,18 +46,18 @@ from sglang_tok.protocol import (
     Delta,
     FrameError,
     Open,
-    Ping,
     Pong,
-    Restarted,
     Usage,
     terminal,
 )
+from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
 from .control import Routed, route_control
 from .journal import FILENAME as JOURNAL
 from .journal import Journal, replay
+from .readers import Control, Idle, NativeReader, Passer, PassOn, Probe, Reader, Rows
 from .router import Ended, Live, Router, shard_of
-from .sglang_in import SglangIn, Step
+from .sglang_in import SglangReader
 from .split import split_frame
 
 log = logging.getLogger("sglang_tok.egress")
@@ -78,6 +76,16 @@ def main(cfg: Config, status: Status, core: int | None, restarted: bool = False)
     setup_child(title, cfg.log_level)
     pin(core, title)
     Egress(cfg, status, restarted).run()
+
+
+def reader_writer(cfg: Config) -> tuple[Reader, Writer]:
+    """The input protocol's reader and the output protocol's writer, chosen once; with
+    SGLang's they share the tokenizer worker of each live request."""
+    if cfg.protocol == "sglang":
+        replies = Replies(cfg.sglang_tokenizer_workers > 1)
+        return (SglangReader(cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids, replies),
+                SglangWriter(replies))
+    return NativeReader(cfg.max_rid_length, cfg.max_row_ids), NativeWriter(cfg.output_format)
 
 
 class Egress:
@@ -113,7 +121,6 @@ class Egress:
         # SYNC goes first on every link: rows queued behind it wait for the shard's START
         self.pending: list[deque[bytes]] = [deque([self.sync_msg]) for _ in range(self.n)]
         self.held: deque[tuple[float, list[Delta]]] = deque()  # errors waiting STALE_HOLD_S
-        self.seq = 0
         self.draining = False
         self.drain_deadline = 0.0
         self.out_lost = 0  # egress messages dropped because the frontend stopped reading
@@ -126,11 +133,8 @@ class Egress:
         for reason in DROP_REASONS:
             self.metrics.dropped.labels(reason)
         self.late = self.metrics.late_rows.labels("-1")
-        # --protocol sglang: SGLang's scheduler messages in, BatchStrOutput replies out
-        self.sglang = SglangIn(cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids,
-                               cfg.sglang_tokenizer_workers > 1) \
-            if cfg.protocol == "sglang" else None
-        self.idle = LocalCounter(self.metrics.frames.labels("sglang_idle"))
+        self.reader, self.writer = reader_writer(cfg)
+        self.idle: dict[str, LocalCounter] = {}  # frames with nothing to route, by what
 
     def _sockets(self, cfg: Config) -> None:
         self.ctx = zmq.Context(io_threads=1)
@@ -159,10 +163,11 @@ class Egress:
     def run(self) -> None:
         log.info("egress routing to %s; input ring %s", shards_text(self.n), self.cfg.input)
         freeze_heap()
-        if self.restarted and self.sglang is None:
+        if self.restarted:
             # the frontend ends every request in flight: rows of some may have died unread
             # in the old egress's sockets, and only the frontend knows those rids
-            self._send_out(protocol.encode_restarted(Restarted(EGRESS, os.getpid())))
+            for to, msg in self.writer.restarted(EGRESS, os.getpid()):
+                self._send_out(msg, to=to)
         poller = zmq.Poller()
         poller.register(self.back, zmq.POLLIN)
         poller.register(self.notices, zmq.POLLIN)
@@ -219,86 +224,55 @@ class Egress:
         self._cells[ACTIVITY_CELL] = self.drained
         if not len(frame):
             return self._drop(FrameError("empty", "zero-length frame"))
-        if self.sglang is not None:
-            return self._on_sglang(frame, stamp)
-        tag = frame[0]
-        if tag == protocol.TAG_BATCH:
-            try:
-                batch = protocol.decode_batch(frame, self.cfg.max_rid_length,
-                                              self.cfg.max_row_ids)
-            except FrameError as err:
-                return self._drop(err)
-            self.frames[tag].inc()
-            return self._route_batch(batch, frame, stamp)
         try:
-            msg = protocol.decode_control(frame)
+            event = self.reader.read(frame, self.router.where)
         except FrameError as err:
             return self._drop(err)
-        self.frames[tag].inc()
-        fwd = link.forward(stamp, frame)
-        match msg:
-            case Ping(nonce=nonce):
-                self._ping(nonce, fwd)
-            case Open():
-                self._route_open(msg, fwd)
-            case _:
-                self._route_control(msg, fwd, stamp)
-
-    def _on_sglang(self, frame: memoryview, stamp: float) -> None:
-        """One SGLang scheduler message (egress/sglang_in.py); or the HTTP process's deep
-        health probe, a native PING (no msgpack array starts with its tag)."""
-        assert self.sglang is not None
-        if frame[0] == protocol.TAG_PING:
-            return self._sglang_probe(frame, stamp)
-        try:
-            msg = self.sglang.decode(frame)
-            step = self.sglang.step(msg, self.router.where) \
-                if isinstance(msg, wire.TokenIds) and msg.rids else None
-        except FrameError as err:
-            return self._drop(err)
-        if step is not None:
-            self.frames[protocol.TAG_BATCH].inc()
-            try:
-                return self._route_sglang(step, frame, stamp)
-            except Exception:  # a bug costs this message's requests, told; never the ring
-                log.exception("internal error routing an SGLang message; dropping it")
-                return self._drop(FrameError("internal", "internal error", step.msg.rids))
-        match msg:
-            case wire.TokenIds():
-                self.idle.inc()  # an idle batch: nothing to decode, nothing to answer
-            case wire.Embeddings(http_worker_ipcs=ipcs):
-                for to, part in by_worker(bytes(frame), ipcs):
+        match event:
+            case Rows():
+                self.frames[event.tag].inc()
+                try:
+                    self._on_rows(event, stamp)
+                except Exception:  # a bug costs these rows' requests, told; never the ring
+                    log.exception("internal error routing a frame's rows; dropping it")
+                    self._drop(FrameError("internal", "internal error", event.batch.rids))
+            case Control(msg=msg, tag=tag):
+                self.frames[tag].inc()
+                fwd = link.forward(stamp, frame)
+                if isinstance(msg, Open):
+                    self._route_open(msg, fwd)
+                else:
+                    self._route_control(msg, fwd, stamp)
+            case Probe(nonce=nonce, counted=counted):
+                if counted:
+                    self.frames[protocol.TAG_PING].inc()
+                self._ping(nonce, link.forward(stamp, frame))
+            case PassOn(parts=parts):
+                for to, part in parts:
                     self._send_out(part, to=to)
-            case wire.FreezeGC():
-                gc.freeze()
-            case wire.ConfigureLogging(log_level=level) if level:
-                logging.getLogger().setLevel(level.upper())
+            case Idle(what=what):
+                counter = self.idle.get(what)
+                if counter is None:
+                    counter = self.idle[what] = LocalCounter(self.metrics.frames.labels(what))
+                counter.inc()
 
-    def _sglang_probe(self, frame: memoryview, stamp: float) -> None:
-        """Only probes (nonce < 0): their PONGs go to the health socket, never to SGLang."""
-        try:
-            msg = protocol.decode_control(frame)
-        except FrameError as err:
-            return self._drop(err)
-        if isinstance(msg, Ping) and msg.nonce < 0:
-            self._ping(msg.nonce, link.forward(stamp, frame))
-
-    def _route_sglang(self, step: Step, frame: memoryview, stamp: float) -> None:
+    def _on_rows(self, rows: Rows, stamp: float) -> None:
+        """End what the reader says must end, give first rows their options, route."""
         by_reason: dict[str, list[str]] = {}
-        for rid, why in step.refused:
+        for rid, why in rows.ends:
             by_reason.setdefault(why, []).append(rid)
-        if step.lost:  # their rows route as late: no text without its start
+        if rows.lost:  # their rows route as late: no text without its start
             by_reason.setdefault(EGRESS_RESTARTED if self.restarted else LOST_START,
-                                 []).extend(step.lost)
+                                 []).extend(rows.lost)
         for why, rids in by_reason.items():
             self._end_on_shards(rids, why)
-        opens = self._sglang_opens(step.opens) if step.opens else None
+        opens = self._first_opens(rows.opens) if rows.opens else None
         if self.router.quarantine:  # a first row is no suspect: nothing of it was lost
-            for rid in step.fresh:
+            for rid in rows.fresh:
                 self.router.open(rid)
-        self._route_batch(step.batch, frame, stamp, step, opens)
+        self._route_batch(rows.batch, stamp, rows.passed, opens)
 
-    def _sglang_opens(self, opens: list[Open]) -> dict[int, list[Open]]:
+    def _first_opens(self, opens: list[Open]) -> dict[int, list[Open]]:
         """First rows' options, by shard: they ride in the shard's ARRAYS message, ahead
         of its rows (`Sparse.opens`), so a new request costs no message of its own."""
         rids = [o.rid for o in opens]
@@ -318,9 +292,6 @@ class Egress:
 
     def _route_open(self, msg: Open, fwd: bytes) -> None:
         rid = msg.rid
-        if len(rid) > self.cfg.max_rid_length:
-            return self._drop(FrameError("limit_rid_length", "rid longer than "
-                                         f"--max-rid-length {self.cfg.max_rid_length}"))
         self.replayed.pop(rid, None)  # a reused rid: the old one was ended for its scheduler
         self.journal.write(opened=(rid,))
         self._route_control(msg, fwd, 0.0)
@@ -335,8 +306,7 @@ class Egress:
             frame = fwd if part is msg else link.forward(stamp, protocol.encode_control(part))
             self._forward(k, frame, ended)
 
-    def _route_batch(self, batch: protocol.Batch, frame: memoryview, stamp: float,
-                     sglang: Step | None = None,
+    def _route_batch(self, batch: protocol.Batch, stamp: float, passer: Passer | None = None,
                      opens: dict[int, list[Open]] | None = None) -> None:
         router = self.router
         if router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
@@ -358,7 +328,7 @@ class Egress:
         new_rows, router.new_rows = router.new_rows, []
         if late == len(owner):
             return
-        passed = sglang.passed(owner, self.n) if sglang is not None else None
+        passed = passer(owner, self.n) if passer is not None else None
         for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed, opens):
             self._forward(k, msg, finished.get(k))
 
@@ -383,20 +353,17 @@ class Egress:
         for rid in rids:
             k = self.router.owner(rid)
             by_shard.setdefault(k, []).append((rid, self.router.end(rid) or Live(k)))
-        ipc_of = self.sglang.replies.ipc_of if self.sglang is not None else {}
         for k, ended in by_shard.items():
             rids = [rid for rid, _ in ended]
-            workers = [ipc_of.get(rid) for rid in rids] if ipc_of else []
-            self._forward(k, link.drop(message, rids, workers), ended)
+            self._forward(k, link.drop(message, rids, self.writer.workers_of(rids)), ended)
 
     def _publish(self) -> None:
         """The per-frame metrics to the shared files: a few times a second, before a
         barrier's PONG and at exit, rather than a locked file write per frame."""
         self._next_publish = time.monotonic() + PUBLISH_EVERY_S
         self.iteration.flush()
-        for counter in self.frames.values():
+        for counter in (*self.frames.values(), *self.idle.values()):
             counter.flush()
-        self.idle.flush()
 
     def _ping(self, nonce: int, fwd: bytes) -> None:
         if nonce >= 0:  # a barrier: every frame before it shows in /metrics
@@ -526,13 +493,8 @@ class Egress:
         deltas = [d for d in deltas if d.rid not in live]
         if not deltas:
             return
-        if self.sglang is not None:
-            for to, reply in self.sglang.replies.last_rows(deltas):
-                self._send_out(reply, to=to)
-        else:
-            self._send_out(protocol.encode_output(self.cfg.output_format, EGRESS, self.seq,
-                                                  deltas))
-        self.seq += 1
+        for to, msg in self.writer.messages(deltas, b"", EGRESS):
+            self._send_out(msg, to=to)
         self.journal.write(ended=(d.rid for d in deltas))
 
     def _send_out(self, msg: bytes, probe: bool = False, to: str | None = None) -> None:

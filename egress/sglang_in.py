@@ -16,6 +16,8 @@ rid whose row is not its first is a request whose start never reached this egres
 
 from __future__ import annotations
 
+import gc
+import logging
 from typing import Any
 
 import msgspec
@@ -24,8 +26,20 @@ from msgspec import Raw
 from sglang_tok.ring.link import LATE
 
 from sglang_tok.integrations.sglang import wire
-from sglang_tok.integrations.sglang.reply import Replies, cut, encode_passed
-from sglang_tok.protocol import FINISH_TYPES, Batch, BatchHeader, FrameError, Open
+from sglang_tok.integrations.sglang.reply import Replies, by_worker, cut, encode_passed
+from sglang_tok.protocol import (
+    FINISH_TYPES,
+    TAG_PING,
+    Batch,
+    BatchHeader,
+    FrameError,
+    Open,
+    Ping,
+    decode_control,
+)
+
+from . import readers
+from .readers import Event, Idle, PassOn, Probe
 
 _B64_FIELDS = ("routed_experts", "indexer_topk")
 _ENDPOINTS = ("ipc://", "tcp://")
@@ -66,7 +80,7 @@ class Step:
 
 
 class FirstRows:
-    """What a message's rows of rids the router does not route say (`SglangIn._first_rows`)."""
+    """What a message's rows of rids the router does not route say (`SglangReader._first_rows`)."""
 
     __slots__ = ("opens", "fresh", "lost", "refused")
 
@@ -80,8 +94,9 @@ class FirstRows:
         self.refused: list[tuple[str, str]] = []
 
 
-class Rows:
-    """A message's per-row columns once `SglangIn._rows` has checked each has a row each."""
+class Columns:
+    """A message's per-row columns once `SglangReader._rows` has checked each has one
+    entry per row."""
 
     __slots__ = ("msg", "rids", "finished", "decode_ids", "read_offsets", "skip", "spaces",
                  "no_stop_trim", "prompt", "reasoning", "completion", "cached")
@@ -101,15 +116,44 @@ class Rows:
         self.cached: list[int] = msg.cached_tokens or []
 
 
-class SglangIn:
-    """Reads and validates scheduler messages whole: a message is accepted or dropped."""
+class SglangReader:
+    """Reads and validates scheduler messages whole: a message is accepted or dropped.
+    `replies` keeps each live request's tokenizer worker (shared with the egress's
+    writer, which sends the service's own last rows there)."""
 
     def __init__(self, max_rid_length: int, max_row_ids: int, keep_stop_ids: frozenset[int],
-                 workers: bool) -> None:
+                 replies: Replies) -> None:
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
         self.keep = keep_stop_ids
-        self.replies = Replies(workers)  # the egress's own last rows, to their workers
+        self.replies = replies
+
+    def read(self, frame: memoryview, where: dict[str, int]) -> Event:
+        """One scheduler message; or the HTTP process's deep health probe, a native PING
+        (no msgpack array starts with its tag), whose PONGs never go to SGLang."""
+        if frame[0] == TAG_PING:
+            ping = decode_control(frame)
+            if isinstance(ping, Ping) and ping.nonce < 0:
+                return Probe(ping.nonce, frame, counted=False)
+            return Idle("ping")
+        msg = self.decode(frame)
+        match msg:
+            case wire.TokenIds(rids=rids) if rids:
+                step = self.step(msg, where)
+                return readers.Rows(step.batch, opens=step.opens, fresh=step.fresh,
+                                    ends=step.refused, lost=step.lost, passed=step.passed)
+            case wire.TokenIds():
+                return Idle("sglang_idle")  # an idle batch: nothing to decode or answer
+            case wire.Embeddings(http_worker_ipcs=ipcs):
+                return PassOn(by_worker(bytes(frame), ipcs))
+            case wire.FreezeGC():
+                gc.freeze()
+                return Idle("freeze_gc")
+            case wire.ConfigureLogging(log_level=level):
+                if level:
+                    logging.getLogger().setLevel(level.upper())
+                return Idle("configure_logging")
+        raise FrameError("unknown_tag", f"{type(msg).__name__} is not read here")
 
     def decode(self, frame: memoryview) -> wire.Inbound:
         count = wire.array_length(frame)
@@ -133,7 +177,7 @@ class SglangIn:
         except ValueError as exc:  # an ids ext that is not integer ids
             raise FrameError("header", str(exc)[:200], msg.rids or []) from None
 
-    def _step(self, r: Rows, where: dict[str, int]) -> Step:
+    def _step(self, r: Columns, where: dict[str, int]) -> Step:
         rids, n = r.rids, len(r.rids)
         flat, counts = wire.ids_column(r.decode_ids)
         owner = list(map(where.get, rids))
@@ -156,7 +200,7 @@ class SglangIn:
             self._track_workers(r, ipcs, unrouted)
         return Step(batch, r.msg, self._columns(r.msg), firsts)
 
-    def _rows(self, msg: wire.TokenIds) -> Rows:
+    def _rows(self, msg: wire.TokenIds) -> Columns:
         """The per-row columns, each one entry per row, or FrameError."""
         rids = msg.rids or []
         n = len(rids)
@@ -184,7 +228,7 @@ class SglangIn:
                 raise FrameError("columns", f"{name} is not a list", rids)
             if got > 0 and got != n:
                 raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
-        r = Rows(msg)
+        r = Columns(msg)
         if r.finished.count(None) != n:
             for fin in filter(None.__ne__, r.finished):
                 kind = fin.get("type") if isinstance(fin, dict) else None
@@ -196,7 +240,7 @@ class SglangIn:
             raise FrameError("header", "a negative offset or count", rids)
         return r
 
-    def _refuse(self, r: Rows, counts: list[int], owner: list[int | None],
+    def _refuse(self, r: Columns, counts: list[int], owner: list[int | None],
                 firsts: FirstRows) -> None:
         """Rows the service will not decode end their own request, not the message: a rid
         that is empty or over --max-rid-length, a row over --max-row-ids."""
@@ -214,7 +258,7 @@ class SglangIn:
                 firsts.refused.append((rids[i], why))
             owner[i] = LATE
 
-    def _first_rows(self, r: Rows, flat: np.ndarray, counts: list[int], unrouted: list[int],
+    def _first_rows(self, r: Columns, flat: np.ndarray, counts: list[int], unrouted: list[int],
                     owner: list[int | None], firsts: FirstRows) -> np.ndarray:
         """Rows of rids the router does not route: a first row's options and prompt context
         (its ids before `read_offsets[i]`, cut out of `flat`), or a late or lost row; the
@@ -261,7 +305,7 @@ class SglangIn:
             return {k: v for k, v in fin.items() if k != "matched"}
         return fin
 
-    def _track_workers(self, r: Rows, ipcs: list[str | None], firsts: list[int]) -> None:
+    def _track_workers(self, r: Columns, ipcs: list[str | None], firsts: list[int]) -> None:
         """Remember each live request's tokenizer worker, for the egress's own last rows."""
         ipc_of = self.replies.ipc_of
         for i in firsts:

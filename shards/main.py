@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import zmq
@@ -17,8 +17,9 @@ from sglang_tok.config import Config
 from sglang_tok.integrations.sglang.reply import Replies
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
-from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Restarted, Result
+from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
 from sglang_tok.tokenizer import load
+from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
 from .table import RidTable
 
@@ -42,35 +43,51 @@ def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: 
     Shard(cfg, status, shard, info, parent_pid, restarted).run()
 
 
+def writer_for(cfg: Config) -> Writer:
+    """The output protocol's writer, chosen once."""
+    if cfg.protocol == "sglang":
+        return SglangWriter(Replies(cfg.sglang_tokenizer_workers > 1))
+    return NativeWriter(cfg.output_format)
+
+
+class Back(Protocol):
+    """Where a shard's notices to the egress go: its back socket, or (a shard inside the
+    egress's process) the egress's own queue."""
+
+    def send(self, data: bytes, flags: int = 0) -> Any: ...
+
+
 class Shard:
+    """`inbox`/`back` None: the shard's own sockets (a process of its own); given, it
+    lives inside the egress's process, which calls `handle` and reads its notices
+    (egress/inline.py)."""
+
     def __init__(self, cfg: Config, status: Status, shard: int, info: Any,
-                 parent_pid: int, restarted: bool = False) -> None:
-        self.output_format = cfg.output_format
+                 parent_pid: int, restarted: bool = False, ctx: zmq.Context | None = None,
+                 back: Back | None = None) -> None:
         self.shard = shard
         self.parent_pid = parent_pid
         self.beat = Beat(status, 1 + shard)
         self.table = RidTable(info, shard, cfg.max_requests, cfg.ended_memory,
                               max_stops=cfg.max_stops, max_stop_len=cfg.max_stop_length,
                               max_tools_bytes=cfg.max_tools_bytes)
-        self.ctx = zmq.Context(io_threads=1)
+        self.own_ctx = ctx is None
+        self.ctx = zmq.Context(io_threads=1) if ctx is None else ctx
         hwm = cfg.link_capacity
         self.inbox = make_socket(self.ctx, zmq.PULL, cfg.ipc(f"shard-{shard}.ipc"), bind=False,
-                                 hwm=hwm)
+                                 hwm=hwm) if back is None else None
         curve = security.service_client(cfg.curve_keys) if cfg.curve_keys else None
         self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm, curve=curve)
         self.outs = PushTo(self.ctx, self.out, hwm)
-        # --protocol sglang: BatchStrOutput replies, to the TokenizerManager or its workers
-        self.sglang = Replies(cfg.sglang_tokenizer_workers > 1) \
-            if cfg.protocol == "sglang" else None
-        if self.sglang is not None:  # the replies take the decoders' texts as they are
-            self.output_format = "columnar"
-        self.back = make_socket(self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
+        self.writer = writer_for(cfg)
+        self.back: Back = back if back is not None else make_socket(
+            self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
                                   hwm=64, linger_ms=0)
-        self.seq = 0
         self.pid = os.getpid()
-        if restarted and self.sglang is None:  # our seq starts again from 0 (section 5.3)
-            self.out.send(protocol.encode_restarted(Restarted(shard, os.getpid())))
+        if restarted:
+            for to, msg in self.writer.restarted(shard, self.pid):
+                self.outs[to].send(msg)
         self.started = False
         self.token = 0  # of the egress whose SYNC we answered last
         self.processed = 0  # FORWARD and DROP messages since START, acked to the egress
@@ -91,6 +108,7 @@ class Shard:
     def run(self) -> None:
         freeze_heap()
         inbox = self.inbox
+        assert inbox is not None  # a shard of its own
         while True:
             self.beat()
             if not inbox.poll(POLL_MS):
@@ -111,10 +129,7 @@ class Shard:
                 if self.started:  # else it was routed before our SYNC: the egress failed it
                     self._guarded(msg)
             case link.Drop(message=message, rids=rids, workers=workers):
-                if self.sglang is not None:  # the rows it ends go to these workers
-                    for rid, ipc in zip(rids, workers):
-                        if ipc is not None:
-                            self.sglang.ipc_of[rid] = ipc
+                self.writer.note_workers(rids, workers)  # where the rows it ends go
                 out: list[Delta] = []
                 self.table.on_drop(rids, message, out)
                 self._send(out)
@@ -144,7 +159,7 @@ class Shard:
         dry, else at most every REPORT_EVERY_S."""
         self.processed += 1
         now = time.monotonic()
-        if now >= self._next_report or not self.inbox.poll(0):
+        if now >= self._next_report or self.inbox is None or not self.inbox.poll(0):
             self._ack()
             self._next_report = now + REPORT_EVERY_S
             if now >= self._next_publish:
@@ -152,7 +167,7 @@ class Shard:
 
     def _ack(self) -> None:
         table = self.table
-        ack = link.Ack(self.shard, self.processed, self.seq, self.token, self.pid,
+        ack = link.Ack(self.shard, self.processed, self.writer.sent, self.token, self.pid,
                        table.final_usage)
         table.final_usage = []
         self.back.send(link.notice_encoder.encode(ack))
@@ -171,12 +186,12 @@ class Shard:
 
     def on_frame(self, msg: link.Arrays | link.Frame) -> None:
         t0 = time.perf_counter()
-        out = protocol.output_sink(self.output_format)
+        out = self.writer.sink()
         table = self.table
         extra = b""
         if isinstance(msg, link.Arrays):
             if msg.sparse.opens:  # first rows' options, as OPENs before the rows
-                opened = protocol.output_sink(self.output_format)
+                opened = self.writer.sink()
                 for opts in msg.sparse.opens:
                     table.on_open(opts, opened)
                 self._send(opened)
@@ -239,30 +254,12 @@ class Shard:
     def _send(self, out: protocol.Sink, extra: bytes = b"") -> None:
         if not out:
             return
-        if self.sglang is None:
-            self.out.send(protocol.encode_output(self.output_format, self.shard, self.seq, out))
-            self.seq += 1
-        else:
-            self._send_sglang(out, extra)
+        for to, msg in self.writer.messages(out, extra, self.shard):
+            self.outs[to].send(msg)
         if self.table.self_ended:
             ended = link.Ended(self.shard, self.table.self_ended)
             self.back.send(link.notice_encoder.encode(ended))
             self.table.self_ended = []
-
-    def _send_sglang(self, out: protocol.Sink, extra: bytes) -> None:
-        """A message's rows as SGLang replies: decoded rows joined to what the scheduler
-        passed on (`extra`), or, without it, the service's own last rows."""
-        assert self.sglang is not None
-        if extra:
-            assert isinstance(out, protocol.ColumnsOut)
-            replies = self.sglang.rows(out, extra)
-        else:
-            deltas = out.build(self.shard, self.seq).deltas \
-                if isinstance(out, protocol.ColumnsOut) else out
-            replies = self.sglang.last_rows(deltas)
-        for to, reply in replies:
-            self.outs[to].send(reply)
-            self.seq += 1
 
     def _publish(self) -> None:
         """Counters to Prometheus, as differences since the last publish."""
@@ -284,8 +281,10 @@ class Shard:
                 self.m_paths.labels(str(self.shard), path).inc(count - sent.get(path, 0))
                 sent[path] = count
 
-    def close(self) -> None:
-        self.outs.close()
+    def close(self, linger: int | None = None) -> None:
+        self.outs.close(linger)
         for sock in (self.inbox, self.back, self.health, self.out):
-            sock.close()
-        self.ctx.term()
+            if isinstance(sock, zmq.Socket):
+                sock.close(linger)
+        if self.own_ctx:
+            self.ctx.term()

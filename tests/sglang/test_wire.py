@@ -85,9 +85,10 @@ def test_array_length_reads_headers_only() -> None:
 def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
     """SGLang keeps its tool parser's one-token call closer when it stops a request: the
     shard is handed a finish without `matched` for such an id, and for a list of ids."""
-    from sglang_tok.egress.sglang_in import SglangIn
+    from sglang_tok.egress.sglang_in import SglangReader
+    from sglang_tok.integrations.sglang.reply import Replies
 
-    reader = SglangIn(512, 4096, frozenset({200012}), False)
+    reader = SglangReader(512, 4096, frozenset({200012}), Replies())
     assert reader._for_shard({"type": "stop", "matched": 200012}) == {"type": "stop"}
     assert reader._for_shard({"type": "stop", "matched": 1}) == {"type": "stop", "matched": 1}
     assert reader._for_shard({"type": "stop", "matched": [1, 2]}) == {"type": "stop"}
