@@ -194,7 +194,7 @@ class SglangReader:
                 if fin is not None:
                     fins[i] = self._for_shard(fin)
         header = BatchHeader(rids, fins, r.prompt, counts, r.cached, r.reasoning)
-        batch = Batch(header, memoryview(flat).cast("B"), len(flat), [])
+        batch = Batch(header, memoryview(flat.data).cast("B"), len(flat), [])
         ipcs = r.msg.http_worker_ipcs
         if ipcs is not None and ipcs.count(None) != n:
             self._track_workers(r, ipcs, unrouted)
