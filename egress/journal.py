@@ -30,15 +30,19 @@ MIN_COMPACT_BYTES = 1 << 20
 class Record(msgspec.Struct, array_like=True, gc=False):
     opened: list[str]
     ended: list[str]
+    # with --protocol sglang and tokenizer workers: each opened rid's worker (where its
+    # error must go when a replacement fails it); [] when none is known
+    workers: list[str | None] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Record)
 
 
-def replay(path: Path) -> dict[str, None]:
-    """The rids a dead egress's journal left open, in the order they opened."""
-    live: dict[str, None] = {}
+def replay(path: Path) -> dict[str, str | None]:
+    """The rids a dead egress's journal left open, in the order they opened, each with its
+    tokenizer worker where one was written."""
+    live: dict[str, str | None] = {}
     try:
         raw = memoryview(path.read_bytes())
     except FileNotFoundError:
@@ -54,7 +58,10 @@ def replay(path: Path) -> dict[str, None]:
         except msgspec.DecodeError:
             break
         pos += size
-        live.update(dict.fromkeys(rec.opened))
+        if rec.workers:
+            live.update(zip(rec.opened, rec.workers))
+        else:
+            live.update(dict.fromkeys(rec.opened))
         for rid in rec.ended:
             live.pop(rid, None)
     return live
@@ -63,22 +70,28 @@ def replay(path: Path) -> dict[str, None]:
 class Journal:
     """The egress's side: append events; keep the live set to rewrite the file from."""
 
-    def __init__(self, path: Path, live: dict[str, None] | None = None) -> None:
+    def __init__(self, path: Path, live: dict[str, str | None] | None = None) -> None:
         self.path = path
-        self.live: dict[str, None] = {}
+        self.live: dict[str, str | None] = {}
         self.fd = -1
         self.size = 0
         self._rewrite(live or {})
 
-    def write(self, opened: Iterable[str] = (), ended: Iterable[str] = ()) -> None:
+    def write(self, opened: Iterable[str] = (), ended: Iterable[str] = (),
+              workers: list[str | None] | None = None) -> None:
+        """`workers`: each opened rid's tokenizer worker, aligned with `opened` (or none)."""
         # a rid can end twice between two acknowledgements (ended, OPENed again, ended)
         opened, ended = list(opened), [r for r in dict.fromkeys(ended) if r in self.live]
         if not opened and not ended:
             return
-        self.live.update(dict.fromkeys(opened))
+        if workers:
+            self.live.update(zip(opened, workers))
+        else:
+            self.live.update(dict.fromkeys(opened))
+            workers = []
         for rid in ended:
             del self.live[rid]
-        self._append(Record(opened, ended))
+        self._append(Record(opened, ended, workers))
         if self.size > MIN_COMPACT_BYTES and self.size > 64 * (len(self.live) + 1024):
             self._rewrite(self.live)
 
@@ -86,14 +99,15 @@ class Journal:
         body = _encoder.encode(rec)
         self.size += os.write(self.fd, _LEN.pack(len(body)) + body)
 
-    def _rewrite(self, live: dict[str, None]) -> None:
+    def _rewrite(self, live: dict[str, str | None]) -> None:
         """The file as one record of the live set, swapped in whole (rename is atomic)."""
         tmp = self.path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         old, self.fd, self.size = self.fd, fd, 0
         self.live = dict(live)
         if live:
-            self._append(Record(list(live), []))
+            workers = list(live.values())
+            self._append(Record(list(live), [], workers if any(workers) else []))
         os.replace(tmp, self.path)
         if old >= 0:
             os.close(old)

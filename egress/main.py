@@ -14,6 +14,7 @@ import os
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import zmq
 from sglang_tok.ring import link
@@ -53,6 +54,7 @@ from sglang_tok.protocol import (
 from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
 from .control import Routed, route_control
+from .inline import InlineShard
 from .journal import FILENAME as JOURNAL
 from .journal import Journal, replay
 from .readers import Control, Idle, NativeReader, Passer, PassOn, Probe, Reader, Rows
@@ -111,6 +113,10 @@ class Egress:
         self.replayed = replay(path) if restarted else {}
         self.journal = Journal(path, self.replayed)
         self.metrics = Metrics()
+        self.reader, self.writer = reader_writer(cfg)
+        if self.replayed:  # where a dead egress's requests' errors go
+            self.writer.note_workers(list(self.replayed), list(self.replayed.values()))
+        self.inline: InlineShard | None = None
         self._sockets(cfg)
         self.token = os.getpid()  # tells our SYNC's answers from a dead egress's
         self.sync_msg = link.sync(self.token)
@@ -133,7 +139,6 @@ class Egress:
         for reason in DROP_REASONS:
             self.metrics.dropped.labels(reason)
         self.late = self.metrics.late_rows.labels("-1")
-        self.reader, self.writer = reader_writer(cfg)
         self.idle: dict[str, LocalCounter] = {}  # frames with nothing to route, by what
 
     def _sockets(self, cfg: Config) -> None:
@@ -148,8 +153,14 @@ class Egress:
             self.ring = make_socket(self.ctx, zmq.PULL, cfg.input, bind=True,
                                     hwm=cfg.ring_capacity, max_msg_bytes=cfg.max_frame_bytes,
                                     linger_ms=0, curve=ring_curve)
-        self.links = [make_socket(self.ctx, zmq.PUSH, cfg.ipc(f"shard-{k}.ipc"), bind=True,
-                                  hwm=hwm) for k in range(self.n)]
+        self.links: list[Any] = []
+        if cfg.inline_shard:  # the one shard lives here (egress/inline.py)
+            self.inline = InlineShard(cfg, self.status, 0, self.ctx, os.getppid(),
+                                      self.restarted, self.metrics)
+            self.links.append(self.inline)
+        else:
+            self.links = [make_socket(self.ctx, zmq.PUSH, cfg.ipc(f"shard-{k}.ipc"),
+                                      bind=True, hwm=hwm) for k in range(self.n)]
         self.back = make_socket(self.ctx, zmq.PULL, cfg.ipc("back.ipc"), bind=True, hwm=hwm)
         self.notices = make_socket(self.ctx, zmq.PULL, cfg.ipc("egress-ctl.ipc"), bind=True,
                                    hwm=hwm)
@@ -171,11 +182,13 @@ class Egress:
         poller = zmq.Poller()
         poller.register(self.back, zmq.POLLIN)
         poller.register(self.notices, zmq.POLLIN)
+        shard_links = [] if self.inline is not None else self.links
         while not self.draining:
             self.beat()
             self._tick()
-            for k in range(self.n):
-                poller.register(self.links[k], zmq.POLLOUT if self._sendable(k) else 0)
+            self._serve_inline()
+            for k, sock in enumerate(shard_links):
+                poller.register(sock, zmq.POLLOUT if self._sendable(k) else 0)
             # while a shard's queue is full, leave frames in the ring: backpressure
             poller.register(self.ring, 0 if self._ring_blocked() else zmq.POLLIN)
             events = dict(poller.poll(POLL_MS))
@@ -183,14 +196,17 @@ class Egress:
                 self._serve_notices()
             if self.ring in events and not self.draining:
                 self._drain_ring(limit=256)
+                self._serve_inline()
         self._shutdown()
 
     def _tick(self) -> None:
         """Timed work: held errors whose time came, SYNCs to retry, every link's queue,
-        metrics."""
+        metrics (an inline shard's too)."""
         now = time.monotonic()
         if now >= self._next_publish:
             self._publish()
+        if self.inline is not None:
+            self.inline.tick()
         while self.held and self.held[0][0] <= now:
             self._send_failures(self.held.popleft()[1])
         for k in range(self.n):
@@ -278,7 +294,7 @@ class Egress:
         rids = [o.rid for o in opens]
         for rid in rids:  # a reused rid: the old one was ended for its scheduler
             self.replayed.pop(rid, None)
-        self.journal.write(opened=rids)
+        self._journal_opened(rids)
         by_shard: dict[int, list[Open]] = {}
         for o in opens:
             by_shard.setdefault(self.router.open(o.rid), []).append(o)
@@ -316,7 +332,7 @@ class Egress:
             if self.replayed:
                 for rid in router.opened:
                     self.replayed.pop(rid, None)
-            self.journal.write(opened=router.opened)
+            self._journal_opened(router.opened)
             router.opened = []
         if router.suspects:
             self._fail_suspects()
@@ -331,6 +347,9 @@ class Egress:
         passed = passer(owner, self.n) if passer is not None else None
         for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed, opens):
             self._forward(k, msg, finished.get(k))
+
+    def _journal_opened(self, rids: list[str]) -> None:
+        self.journal.write(opened=rids, workers=self.writer.workers_of(rids))
 
     def _fail_suspects(self) -> None:
         """Rids first seen just after this egress replaced a dead one: their earlier rows
@@ -348,7 +367,7 @@ class Egress:
         Journaled until the shard acknowledges the DROP: a DROP that dies in this egress's
         queue is redone by the next one (a rid its shard never saw gets no other error).
         """
-        self.journal.write(opened=rids)
+        self._journal_opened(rids)
         by_shard: dict[int, Ended] = {}
         for rid in rids:
             k = self.router.owner(rid)
@@ -386,6 +405,14 @@ class Egress:
         self._end_on_shards(rids, MALFORMED_FRAME)
 
     # ------------------------------------------------------------------ notices
+    def _serve_inline(self) -> None:
+        """What an inline shard said since the last turn (its Hello, Acks, Ended)."""
+        if self.inline is None:
+            return
+        queue = self.inline.notices.queue
+        while queue:
+            self.on_notice(link.notice_decoder.decode(queue.popleft()))
+
     def _serve_notices(self) -> None:
         for sock in (self.notices, self.back):
             while True:
@@ -542,6 +569,7 @@ class Egress:
             for k in waiting:
                 self._flush(k)
             self.beat()
+            self._serve_inline()
             waiting = [k for k in waiting if self.up[k] and self.pending[k]]
             if waiting and self.back.poll(20):
                 self._serve_notices()

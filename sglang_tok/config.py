@@ -60,6 +60,10 @@ class Config(msgspec.Struct, frozen=True):
     ] = DEFAULT_TOKENIZER
     shards: Annotated[int, _doc(
         "decoder processes (default: usable cores minus one, at least 1)", ge=1, le=256)] = 1
+    inline_shard: Annotated[bool, _doc(
+        "with --shards 1: the shard runs inside the egress's process (one process and one "
+        "hop fewer per message: what a scheduler sending small messages at a fixed step rate "
+        "pays most for; the two then restart together)")] = False
     input: Annotated[str, _doc(
         "input ring endpoint the service binds (PULL) (default ipc://RUNTIME/input.ipc)")] = ""
     output: Annotated[str, _doc(
@@ -210,6 +214,8 @@ def _check_syntax(cfg: Config) -> None:
         if value in seen:
             raise refused(name, f"the same endpoint as {flag(seen[value])}", value)
         seen[value] = name
+    if cfg.inline_shard and cfg.shards != 1:
+        raise refused("inline_shard", "needs --shards 1", cfg.inline_shard)
     if cfg.encode and not cfg.encode_workers:
         raise refused("encode", "the encode service is off without --encode-workers N",
                       cfg.encode)

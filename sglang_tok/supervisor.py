@@ -345,7 +345,7 @@ class Service:
         shards = [Child(roles[1 + k], 1 + k, shard_main, (cfg, st, k, shard_cores[k], me),
                         holds_data=True, restart=again, on_death=self._shard_death(k),
                         args_on_restart=(cfg, st, k, shard_cores[k], me, True))
-                  for k in range(cfg.shards)]
+                  for k in range(cfg.shards)] if not cfg.inline_shard else []
         http = Child(roles[cfg.shards + 1], cfg.shards + 1, http_main, (cfg, st, me),
                      holds_data=False, restart=again, on_death=_mark_dead)
         return [egress, *shards, http, *self._encode_children(again)]

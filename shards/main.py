@@ -64,7 +64,7 @@ class Shard:
 
     def __init__(self, cfg: Config, status: Status, shard: int, info: Any,
                  parent_pid: int, restarted: bool = False, ctx: zmq.Context | None = None,
-                 back: Back | None = None) -> None:
+                 back: Back | None = None, metrics: Metrics | None = None) -> None:
         self.shard = shard
         self.parent_pid = parent_pid
         self.beat = Beat(status, 1 + shard)
@@ -92,7 +92,7 @@ class Shard:
         self.token = 0  # of the egress whose SYNC we answered last
         self.processed = 0  # FORWARD and DROP messages since START, acked to the egress
         self._next_report = self._next_publish = 0.0
-        m = Metrics()
+        m = metrics if metrics is not None else Metrics()  # one set per process
         label = str(shard)
         self.m_rows, self.m_tokens = m.rows.labels(label), m.tokens.labels(label)
         self.m_late = m.late_rows.labels(label)
@@ -260,6 +260,11 @@ class Shard:
             ended = link.Ended(self.shard, self.table.self_ended)
             self.back.send(link.notice_encoder.encode(ended))
             self.table.self_ended = []
+
+    def idle(self) -> None:
+        """A quiet turn of the loop it lives in: counters out, when due."""
+        if time.monotonic() >= self._next_publish:
+            self._publish()
 
     def _publish(self) -> None:
         """Counters to Prometheus, as differences since the last publish."""

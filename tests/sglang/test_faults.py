@@ -54,10 +54,13 @@ class Workload:
         return INFO.tokenizer.decode(self.ids[rid])
 
 
-@pytest.mark.parametrize("slot,name", [(1, "shard"), (0, "egress")])
+@pytest.mark.parametrize("slot,name", [(1, "shard"), (0, "egress"), (0, "inline")])
 def test_kill_9_in_flight_requests_end_none_wrong_new_ones_exact(tmp_path: Path, slot: int,
                                                                   name: str) -> None:
-    with SglangService(tmp_path, shards=2) as s:
+    """"inline": the egress holding the one shard (--inline-shard) dies with it; the
+    replacement fails what the journal left open."""
+    shards, args = (1, ["--inline-shard"]) if name == "inline" else (2, [])
+    with SglangService(tmp_path, shards=shards, args=args) as s:
         work = Workload(name, 96, seed=slot)
         steps = work.steps(concurrency=48)
         victim = 0

@@ -67,7 +67,8 @@ def test_service_args_from_sglangs_settings(tmp_path: Path) -> None:
     assert args[:6] == ["--protocol", "sglang", "--input", "ipc:///x/detok", "--output",
                         "ipc:///x/tok"]
     assert args[args.index("--tokenizer") + 1] == str(tmp_path)
-    assert "--shards" not in args  # the service's default: usable cores minus one
+    # SGLang's default, one detokenizer process: one shard, inside the egress's process
+    assert args[args.index("--shards") + 1] == "1" and "--inline-shard" in args
     # a request that does not stream comes in one row of all its ids
     assert int(args[args.index("--max-row-ids") + 1]) >= 1 << 20
     workers = launcher.service_args(_serving(tmp_path, tokenizer_worker_num=3), ports,
@@ -75,7 +76,7 @@ def test_service_args_from_sglangs_settings(tmp_path: Path) -> None:
     assert workers[workers.index("--sglang-tokenizer-workers") + 1] == "3"
     assert workers[workers.index("--keep-stop-ids") + 1] == "3,7"
     four = launcher.service_args(_serving(tmp_path, detokenizer_worker_num=4), ports)
-    assert four[four.index("--shards") + 1] == "4"
+    assert four[four.index("--shards") + 1] == "4" and "--inline-shard" not in four
     none = launcher.service_args(_serving(tmp_path, skip_tokenizer_init=True), ports)
     assert none[none.index("--tokenizer") + 1] == "none"
 

@@ -71,6 +71,8 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
     workers = int(getattr(serving, "detokenizer_worker_num", 1) or 1)
     if workers > 1:
         args += ["--shards", str(workers)]
+    else:  # SGLang's default: one process decodes, as its own detokenizer does
+        args += ["--shards", "1", "--inline-shard"]
     tokenizers = int(getattr(serving, "tokenizer_worker_num", 1) or 1)
     if tokenizers > 1:
         args += ["--sglang-tokenizer-workers", str(tokenizers)]
