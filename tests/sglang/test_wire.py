@@ -86,6 +86,7 @@ def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
     """SGLang keeps its tool parser's one-token call closer when it stops a request: the
     shard is handed a finish without `matched` for such an id, and for a list of ids."""
     from sglang_tok.egress.sglang_in import SglangReader
+
     from sglang_tok.integrations.sglang.reply import Replies
 
     reader = SglangReader(512, 4096, frozenset({200012}), Replies())
