@@ -21,7 +21,7 @@ from sglang_tok.ring import link
 from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
-from sglang_tok.config import Config, refusing
+from sglang_tok.config import Config, from_sglang, refusing
 from sglang_tok.integrations.sglang.reply import Replies
 from sglang_tok.metrics import (
     DROP_REASONS,
@@ -84,9 +84,9 @@ def reader_writer(cfg: Config) -> tuple[Reader, Writer]:
     """The input protocol's reader and the output protocol's writer, chosen once; with
     SGLang's they share the tokenizer worker of each live request."""
     if cfg.protocol == "sglang":
-        replies = Replies(cfg.sglang_tokenizer_workers > 1)
-        return (SglangReader(cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids, replies),
-                SglangWriter(replies))
+        replies = Replies(cfg.sglang_tokenizer_workers > 1, from_sglang(cfg))
+        return (SglangReader(cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids, replies,
+                             from_sglang(cfg)), SglangWriter(replies))
     return NativeReader(cfg.max_rid_length, cfg.max_row_ids), NativeWriter(cfg.output_format)
 
 

@@ -18,15 +18,22 @@ from __future__ import annotations
 
 import gc
 import logging
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import numpy as np
-from msgspec import Raw
+from msgspec import Meta, Raw
 from sglang_tok.ring.link import LATE
 
 from sglang_tok.integrations.sglang import wire
-from sglang_tok.integrations.sglang.reply import Replies, by_worker, cut, encode_passed
+from sglang_tok.integrations.sglang.reply import (
+    Replies,
+    beam_flags,
+    by_worker,
+    cut,
+    cut_pickled,
+    encode_passed,
+)
 from sglang_tok.protocol import (
     FINISH_TYPES,
     TAG_PING,
@@ -41,41 +48,73 @@ from sglang_tok.protocol import (
 from . import readers
 from .readers import Event, Idle, PassOn, Probe
 
-_B64_FIELDS = ("routed_experts", "indexer_topk")
+_B64_FIELDS = frozenset(("routed_experts", "indexer_topk"))
 _ENDPOINTS = ("ipc://", "tcp://")
+_EMPTY = Raw(b"\x90")  # [] in msgpack
+NonNeg = Annotated[int, Meta(ge=0)]
+# the columns the egress reads, each decoded from its raw field alone (validated by type:
+# counts are not negative); every other field is passed on as it came
+_READ: dict[str, msgspec.msgpack.Decoder[Any]] = {
+    name: msgspec.msgpack.Decoder(kind) for name, kind in (
+        ("rids", list[str] | None), ("http_worker_ipcs", list[str | None] | None),
+        ("finished_reasons", list[wire.Finish | None] | None),
+        ("decoded_texts", list[str] | None),
+        ("decode_ids", list[msgspec.msgpack.Ext] | None),  # SGLang's: one array ext per row
+        ("read_offsets", list[NonNeg] | None),
+        ("skip_special_tokens", list[bool] | None),
+        ("spaces_between_special_tokens", list[bool] | None),
+        ("no_stop_trim", list[bool] | None), ("prompt_tokens", list[NonNeg] | None),
+        ("reasoning_tokens", list[NonNeg] | None), ("completion_tokens", list[NonNeg] | None),
+        ("cached_tokens", list[NonNeg] | None))}
+# the fields after the read ones that are a column per row (or nil, or [] for every row)
+_OTHER_COLUMNS = tuple((name, wire.TOKEN_IDS_AT[name]) for name in wire.TOKEN_IDS_FIELDS[14:]
+                       if name not in wire.PICKLED_FIELDS)
+_PASSED_AT = [wire.TOKEN_IDS_AT[name] for name in wire.PASSED_FIELDS]
+_PICKLED = frozenset(wire.PASSED_FIELDS.index(name) for name in wire.PICKLED_FIELDS)
+_BEAMS = wire.PASSED_FIELDS.index("beam_search_output")
 
 
 class Step:
     """One scheduler message as the egress routes it."""
 
-    __slots__ = ("batch", "msg", "columns", "opens", "fresh", "lost", "refused")
+    __slots__ = ("batch", "rids", "ipcs", "columns", "opens", "fresh", "lost", "refused",
+                 "per_row", "flags")
 
-    def __init__(self, batch: Batch, msg: wire.TokenIds, columns: list[Any],
-                 firsts: FirstRows) -> None:
+    def __init__(self, batch: Batch, cols: Columns, columns: list[Raw], firsts: FirstRows,
+                 per_row: bool) -> None:
         self.batch = batch
-        self.msg = msg
+        self.rids = cols.rids
+        self.ipcs = cols.ipcs
+        # rows with beam search output: the shard decodes their sequences with each row's
+        # options, which only the first row of a request told it otherwise
+        self.flags = beam_flags(cols.skip, cols.spaces, cols.no_stop_trim) \
+            if columns[_BEAMS] != wire.NIL else []
         self.columns = columns  # the passed-through fields, in wire.PASSED_FIELDS order
         self.opens = firsts.opens
         self.fresh = firsts.fresh
         self.lost = firsts.lost
         self.refused = firsts.refused
+        self.per_row = per_row  # the pickled columns may be cut per row (their sender's ours)
 
     def passed(self, codes: list[int], nshards: int) -> dict[int, bytes]:
         """Each shard's rows of the passed-through fields, in the order `split_frame` gives
         its rows (frame order within a shard; LATE rows in no shard)."""
-        rids, ipcs = self.msg.rids or [], self.msg.http_worker_ipcs
+        rids, ipcs, flags = self.rids, self.ipcs, self.flags
         if nshards == 1 and LATE not in codes:  # the usual one-shard message: no array work
-            return {0: encode_passed(rids, ipcs, self.columns)}
+            return {0: encode_passed(rids, ipcs, self.columns, flags)}
         code = np.array(codes, np.int64)
         live = code != LATE
         shard = code % nshards
         owners = np.unique(shard[live]).tolist()
         if len(owners) == 1 and live.all():  # one shard's whole message: nothing to cut
-            return {owners[0]: encode_passed(rids, ipcs, self.columns)}
+            return {owners[0]: encode_passed(rids, ipcs, self.columns, flags)}
         parts = [np.flatnonzero(live & (shard == k)).tolist() for k in owners]
-        cols = cut(self.columns, len(rids), parts)
+        cols = cut(self.columns, len(rids), parts, _PICKLED)
+        if self.per_row:
+            cut_pickled(self.columns, parts, cols, _PICKLED)
         return {k: encode_passed([rids[i] for i in rows],
-                                 None if ipcs is None else [ipcs[i] for i in rows], part)
+                                 None if ipcs is None else [ipcs[i] for i in rows], part,
+                                 [flags[i] for i in rows] if flags else [])
                 for k, rows, part in zip(owners, parts, cols)}
 
 
@@ -95,38 +134,43 @@ class FirstRows:
 
 
 class Columns:
-    """A message's per-row columns once `SglangReader._rows` has checked each has one
-    entry per row."""
+    """The columns of a `BatchTokenIDOutput` the egress reads, each checked to have one
+    entry per row (`SglangReader._columns`), beside the message's raw fields."""
 
-    __slots__ = ("msg", "rids", "finished", "decode_ids", "read_offsets", "skip", "spaces",
-                 "no_stop_trim", "prompt", "reasoning", "completion", "cached")
+    __slots__ = ("fields", "rids", "ipcs", "finished", "decode_ids", "read_offsets", "skip",
+                 "spaces", "no_stop_trim", "prompt", "reasoning", "completion", "cached")
 
-    def __init__(self, msg: wire.TokenIds) -> None:
-        self.msg = msg
-        self.rids: list[str] = msg.rids or []
-        self.finished: list[dict[str, Any] | None] = msg.finished_reasons or []
-        self.decode_ids: list[Any] = msg.decode_ids or []
-        self.read_offsets: list[int] = msg.read_offsets or []
-        self.skip: list[bool] = msg.skip_special_tokens or []
-        self.spaces: list[bool] = msg.spaces_between_special_tokens or []
-        self.no_stop_trim: list[bool] = msg.no_stop_trim or []
-        self.prompt: list[int] = msg.prompt_tokens or []
-        self.reasoning: list[int] = msg.reasoning_tokens or []
-        self.completion: list[int] = msg.completion_tokens or []
-        self.cached: list[int] = msg.cached_tokens or []
+    def __init__(self, fields: list[Raw], got: dict[str, Any]) -> None:
+        self.fields = fields
+        self.rids: list[str] = got["rids"]
+        self.ipcs: list[str | None] | None = got["http_worker_ipcs"]
+        self.finished: list[dict[str, Any] | None] = got["finished_reasons"]
+        self.decode_ids: list[Any] = got["decode_ids"]
+        self.read_offsets: list[int] = got["read_offsets"]
+        self.skip: list[bool] = got["skip_special_tokens"]
+        self.spaces: list[bool] = got["spaces_between_special_tokens"]
+        self.no_stop_trim: list[bool] = got["no_stop_trim"]
+        self.prompt: list[int] = got["prompt_tokens"]
+        self.reasoning: list[int] = got["reasoning_tokens"]
+        self.completion: list[int] = got["completion_tokens"]
+        self.cached: list[int] = got["cached_tokens"]
 
 
 class SglangReader:
     """Reads and validates scheduler messages whole: a message is accepted or dropped.
     `replies` keeps each live request's tokenizer worker (shared with the egress's
-    writer, which sends the service's own last rows there)."""
+    writer, which sends the service's own last rows there). `per_row`: the input is
+    SGLang's own process tree (ipc://), so the pickled columns (per-row time stats,
+    customized info) may be unpickled to cut them per shard; from a tcp:// peer they are
+    never unpickled (a part of a message then carries them as nil)."""
 
     def __init__(self, max_rid_length: int, max_row_ids: int, keep_stop_ids: frozenset[int],
-                 replies: Replies) -> None:
+                 replies: Replies, per_row: bool = False) -> None:
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
         self.keep = keep_stop_ids
         self.replies = replies
+        self.per_row = per_row
 
     def read(self, frame: memoryview, where: dict[str, int]) -> Event:
         """One scheduler message; or the HTTP process's deep health probe, a native PING
@@ -136,14 +180,14 @@ class SglangReader:
             if isinstance(ping, Ping) and ping.nonce < 0:
                 return Probe(ping.nonce, frame, counted=False)
             return Idle("ping")
-        msg = self.decode(frame)
-        match msg:
-            case wire.TokenIds(rids=rids) if rids:
-                step = self.step(msg, where)
-                return readers.Rows(step.batch, opens=step.opens, fresh=step.fresh,
-                                    ends=step.refused, lost=step.lost, passed=step.passed)
-            case wire.TokenIds():
+        fields = self._fields(frame)
+        if fields[0] == wire.TOKEN_IDS_TAG:
+            if len(fields) < 2 or fields[1] == wire.NIL or fields[1] == _EMPTY:
                 return Idle("sglang_idle")  # an idle batch: nothing to decode or answer
+            step = self.step(fields, where)
+            return readers.Rows(step.batch, opens=step.opens, fresh=step.fresh,
+                                ends=step.refused, lost=step.lost, passed=step.passed)
+        match self.decode(frame):
             case wire.Embeddings(http_worker_ipcs=ipcs):
                 return PassOn(by_worker(bytes(frame), ipcs))
             case wire.FreezeGC():
@@ -153,9 +197,9 @@ class SglangReader:
                 if level:
                     logging.getLogger().setLevel(level.upper())
                 return Idle("configure_logging")
-        raise FrameError("unknown_tag", f"{type(msg).__name__} is not read here")
+        return Idle("sglang_idle")  # a TokenIds the typed decoder reads: rows were checked
 
-    def decode(self, frame: memoryview) -> wire.Inbound:
+    def _fields(self, frame: memoryview) -> list[Raw]:
         count = wire.array_length(frame)
         if count < 1:
             raise FrameError("header", "not a msgpack array: not an SGLang IPC message "
@@ -165,17 +209,25 @@ class SglangReader:
             raise FrameError("columns", f"{count - 1} fields, more than {wire.TOKEN_IDS}'s "
                              f"{wire.MAX_FIELDS}", _readable_rids(frame))
         try:
+            return wire.fields_decoder.decode(frame)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
+            raise FrameError("header", str(exc)[:200], _readable_rids(frame)) from None
+
+    def decode(self, frame: memoryview) -> wire.Inbound:
+        """A message other than a BatchTokenIDOutput, typed."""
+        try:
             return wire.inbound_decoder.decode(frame)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
             reason = "unknown_tag" if "$[0]" in str(exc) else "header"
             raise FrameError(reason, str(exc)[:200], _readable_rids(frame)) from None
 
-    def step(self, msg: wire.TokenIds, where: dict[str, int]) -> Step:
+    def step(self, fields: list[Raw], where: dict[str, int]) -> Step:
         """The message as a Batch, validated whole; raise FrameError."""
+        cols = self._columns(fields)
         try:
-            return self._step(self._rows(msg), where)
+            return self._step(cols, where)
         except ValueError as exc:  # an ids ext that is not integer ids
-            raise FrameError("header", str(exc)[:200], msg.rids or []) from None
+            raise FrameError("header", str(exc)[:200], cols.rids) from None
 
     def _step(self, r: Columns, where: dict[str, int]) -> Step:
         rids, n = r.rids, len(r.rids)
@@ -195,50 +247,73 @@ class SglangReader:
                     fins[i] = self._for_shard(fin)
         header = BatchHeader(rids, fins, r.prompt, counts, r.cached, r.reasoning)
         batch = Batch(header, memoryview(flat.data).cast("B"), len(flat), [])
-        ipcs = r.msg.http_worker_ipcs
+        ipcs = r.ipcs
         if ipcs is not None and ipcs.count(None) != n:
             self._track_workers(r, ipcs, unrouted)
-        return Step(batch, r.msg, self._columns(r.msg), firsts)
+        return Step(batch, r, self._passed_columns(r.fields), firsts, self.per_row)
 
-    def _rows(self, msg: wire.TokenIds) -> Columns:
-        """The per-row columns, each one entry per row, or FrameError."""
-        rids = msg.rids or []
+    def _columns(self, fields: list[Raw]) -> Columns:
+        """The read columns, typed, each one entry per row; the others one entry per row
+        or absent; or FrameError naming the message's rids."""
+        at = wire.TOKEN_IDS_AT
+        have = len(fields)
+        got: dict[str, Any] = {}
+        rids: list[str] = []
+        for name, decoder in _READ.items():
+            i = at[name]
+            try:
+                got[name] = decoder.decode(fields[i]) if i < have else None
+            except msgspec.ValidationError as exc:
+                if name != "decode_ids":
+                    raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
+                got[name] = _any_ids(fields[i], rids)
+            except msgspec.DecodeError as exc:
+                raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
+            if name == "rids":
+                rids = got[name] or []
         n = len(rids)
         for name in wire.ROW_FIELDS:
-            col = getattr(msg, name)
+            col = got[name]
             if col is None or len(col) != n:
                 raise FrameError("columns", f"{name} has {'nil' if col is None else len(col)} "
                                  f"entries, expected {n}", rids)
-        if wire.array_length(msg.output_ids) != n:
+        at_out = at["output_ids"]
+        if at_out >= have or wire.array_length(fields[at_out]) != n:
             raise FrameError("columns", f"output_ids is not a list of {n} arrays", rids)
-        ipcs = msg.http_worker_ipcs
-        if ipcs is not None:
-            if len(ipcs) != n:
-                raise FrameError("columns", f"http_worker_ipcs has {len(ipcs)} entries, "
-                                 f"expected {n}", rids)
-            bad = [i for i in ipcs if i is not None and not i.startswith(_ENDPOINTS)]
-            if bad:
-                raise FrameError("columns", f"http_worker_ipcs entry {bad[0]!r:.80} is not an "
-                                 "ipc:// or tcp:// endpoint", rids)
-        for name in wire.TOKEN_IDS_FIELDS[14:]:
-            if name in wire.PICKLED_FIELDS:
+        self._other_columns(fields, n, rids)
+        cols = Columns(fields, got)
+        if cols.ipcs is not None and cols.ipcs.count(None) != n:
+            _check_ipcs(cols.ipcs, n, rids)
+        if cols.finished.count(None) != n:
+            for fin in filter(None.__ne__, cols.finished):
+                kind = fin.get("type") if isinstance(fin, dict) else None
+                if not isinstance(kind, str) or kind not in FINISH_TYPES:
+                    raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
+        return cols
+
+    @staticmethod
+    def _other_columns(fields: list[Raw], n: int, rids: list[str]) -> None:
+        """Every other column is nil, [] (absent for every row) or one entry per row."""
+        have, nil = len(fields), wire.NIL
+        for name, i in _OTHER_COLUMNS:
+            if i >= have or fields[i] == nil:
                 continue
-            got = wire.array_length(getattr(msg, name))
+            got = wire.array_length(fields[i])
             if got == -2:
                 raise FrameError("columns", f"{name} is not a list", rids)
             if got > 0 and got != n:
                 raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
-        r = Columns(msg)
-        if r.finished.count(None) != n:
-            for fin in filter(None.__ne__, r.finished):
-                kind = fin.get("type") if isinstance(fin, dict) else None
-                if not isinstance(kind, str) or kind not in FINISH_TYPES:
-                    raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-        if min(r.read_offsets, default=0) < 0 or min(r.prompt, default=0) < 0 \
-                or min(r.cached, default=0) < 0 or min(r.reasoning, default=0) < 0 \
-                or min(r.completion, default=0) < 0:
-            raise FrameError("header", "a negative offset or count", rids)
-        return r
+
+    @staticmethod
+    def _passed_columns(fields: list[Raw]) -> list[Raw]:
+        """The fields a reply passes on, as they came (the per-row tensors in base64, as
+        SGLang's detokenizer sends them)."""
+        have, nil = len(fields), wire.NIL
+        cols = [fields[i] if i < have else nil for i in _PASSED_AT]
+        for k, name in enumerate(wire.PASSED_FIELDS):
+            if name in _B64_FIELDS and cols[k] != nil:
+                cols[k] = wire.b64_tensors(cols[k])
+        return cols
 
     def _refuse(self, r: Columns, counts: list[int], owner: list[int | None],
                 firsts: FirstRows) -> None:
@@ -318,15 +393,27 @@ class SglangReader:
                 if fin is not None:
                     ipc_of.pop(r.rids[i], None)
 
-    @staticmethod
-    def _columns(msg: wire.TokenIds) -> list[Any]:
-        cols: list[Any] = []
-        for name in wire.PASSED_FIELDS:
-            val = getattr(msg, name)
-            if name in _B64_FIELDS:
-                val = wire.b64_tensors(val)
-            cols.append(val)
-        return cols
+
+_ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]] | None)
+
+
+def _any_ids(raw: Raw, rids: list[str]) -> list[Any] | None:
+    """decode_ids in another form than an ext per row (plain lists of ints too)."""
+    try:
+        return _ids_rows.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise FrameError("header", f"decode_ids: {str(exc)[:160]}", rids) from None
+
+
+def _check_ipcs(ipcs: list[str | None], n: int, rids: list[str]) -> None:
+    """Every worker named is an endpoint (a column of n nils is fine: checked by count)."""
+    if len(ipcs) != n:
+        raise FrameError("columns", f"http_worker_ipcs has {len(ipcs)} entries, expected {n}",
+                         rids)
+    bad = [i for i in ipcs if i is not None and not i.startswith(_ENDPOINTS)]
+    if bad:
+        raise FrameError("columns", f"http_worker_ipcs entry {bad[0]!r:.80} is not an ipc:// "
+                         "or tcp:// endpoint", rids)
 
 
 def _readable_rids(frame: bytes | memoryview) -> list[str]:

@@ -157,6 +157,13 @@ class Config(msgspec.Struct, frozen=True):
         return int(self.http.rsplit(":", 1)[1])
 
 
+def from_sglang(cfg: Config) -> bool:
+    """The input is SGLang's own process tree (an ipc:// socket on this host, as SGLang's
+    launcher makes): its pickled columns may be unpickled, as SGLang itself does; from a
+    tcp:// peer they never are."""
+    return cfg.protocol == "sglang" and cfg.input.startswith("ipc://")
+
+
 def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 

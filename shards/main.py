@@ -13,12 +13,12 @@ from sglang_tok.ring import link
 from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
-from sglang_tok.config import Config
-from sglang_tok.integrations.sglang.reply import Replies
+from sglang_tok.config import Config, from_sglang
+from sglang_tok.integrations.sglang.reply import BeamTexts, Replies
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
-from sglang_tok.tokenizer import load
+from sglang_tok.tokenizer import TokenizerInfo, load
 from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
 from .table import RidTable
@@ -43,10 +43,17 @@ def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: 
     Shard(cfg, status, shard, info, parent_pid, restarted).run()
 
 
-def writer_for(cfg: Config) -> Writer:
+def writer_for(cfg: Config, info: TokenizerInfo) -> Writer:
     """The output protocol's writer, chosen once."""
     if cfg.protocol == "sglang":
-        return SglangWriter(Replies(cfg.sglang_tokenizer_workers > 1))
+        tok = info.tokenizer
+
+        def decode(ids: list[int], skip: bool, spaces: bool) -> str:
+            return tok.decode(ids, skip_special_tokens=skip)
+
+        beams = BeamTexts(decode, cfg.kept_stop_ids)
+        return SglangWriter(Replies(cfg.sglang_tokenizer_workers > 1, from_sglang(cfg),
+                                    beams))
     return NativeWriter(cfg.output_format)
 
 
@@ -79,7 +86,7 @@ class Shard:
         curve = security.service_client(cfg.curve_keys) if cfg.curve_keys else None
         self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm, curve=curve)
         self.outs = PushTo(self.ctx, self.out, hwm)
-        self.writer = writer_for(cfg)
+        self.writer = writer_for(cfg, info)
         self.back: Back = back if back is not None else make_socket(
             self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,

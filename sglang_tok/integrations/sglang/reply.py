@@ -11,6 +11,7 @@ Every cut of a message into parts (per shard, per worker) is `cut`, one rule for
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,11 +31,51 @@ Reply = tuple[str | None, bytes]  # (tokenizer worker endpoint, or None: --outpu
 class Passed(msgspec.Struct, array_like=True, gc=False):
     """One shard's rows of a scheduler message: the columns SGLang passes through, in
     `wire.PASSED_FIELDS` order, each a per-row list (or nil) of this shard's rows; `rids`
-    and `ipcs` are two of them, decoded once by the egress."""
+    and `ipcs` are two of them, decoded once by the egress. `flags`: when a row carries
+    beam search output, each row's decoding options (`beam_flags`), which its sequences'
+    texts are decoded with."""
 
     rids: list[str]
     ipcs: list[str | None] | None
     columns: list[Raw]
+    flags: list[int] = []
+
+
+SKIP, SPACES, NO_TRIM = 1, 2, 4  # a row's options in `Passed.flags`
+
+
+def beam_flags(skip: Sequence[bool], spaces: Sequence[bool], no_trim: Sequence[bool]
+               ) -> list[int]:
+    return [SKIP * a | SPACES * b | NO_TRIM * c for a, b, c in zip(skip, spaces, no_trim)]
+
+
+class BeamTexts:
+    """SGLang's `decode_beam_search_output`: each returned sequence's `text` is the full
+    decode of its tokens, a matched stop token trimmed by the sequence's own finish (a
+    group's sequences end differently) unless the row keeps it, with the row's options."""
+
+    def __init__(self, decode: Callable[[list[int], bool, bool], str],
+                 keep: frozenset[int] = frozenset()) -> None:
+        self.decode = decode
+        self.keep = keep
+
+    def fill(self, raw: Raw, flags: Sequence[int]) -> Raw:
+        rows = _beams_decoder.decode(raw)
+        for beams, f in zip(rows, flags):
+            if beams is None:
+                continue
+            for seq in beams.sequences:
+                ids = seq.tokens
+                fin = seq.finish_reason
+                matched = fin.get("matched") if isinstance(fin, dict) else None
+                if type(matched) is int and ids and not f & NO_TRIM \
+                        and ids[-1] not in self.keep:
+                    ids = ids[:-1]
+                seq.text = self.decode(ids, bool(f & SKIP), bool(f & SPACES))
+        return Raw(_encoder.encode(rows))
+
+
+_beams_decoder = msgspec.msgpack.Decoder(list[wire.BeamOutput | None])
 
 
 _passed_decoder = msgspec.msgpack.Decoder(Passed)
@@ -42,14 +83,15 @@ _encoder = msgspec.msgpack.Encoder()
 _OUT_AT = {name: i for i, name in enumerate(wire.STR_FIELDS)}
 _PASSED_AT = [(_OUT_AT[name], i) for i, name in enumerate(wire.PASSED_FIELDS)]
 _TEXTS_AT = _OUT_AT["output_strs"]
+_BEAMS_AT = wire.PASSED_FIELDS.index("beam_search_output")
 # columns that are one pickle of every row (`time_stats`, `customized_info`), not a list
 PICKLED_AT = frozenset(i for i, name in enumerate(wire.PASSED_FIELDS)
                        if name in wire.PICKLED_FIELDS)
 
 
 def encode_passed(rids: list[str], ipcs: list[str | None] | None,
-                  columns: Sequence[Any]) -> bytes:
-    return _encoder.encode(Passed(rids, ipcs, [_as_raw(c) for c in columns]))
+                  columns: Sequence[Any], flags: list[int] | None = None) -> bytes:
+    return _encoder.encode(Passed(rids, ipcs, [_as_raw(c) for c in columns], flags or []))
 
 
 def _as_raw(value: Any) -> Raw:
@@ -80,6 +122,43 @@ def cut(columns: Sequence[Any], n: int, parts: list[list[int]],
     return out
 
 
+class PickleWrapper(msgspec.Struct, tag=True, array_like=True):
+    """SGLang's `PickleWrapper`: a field of Python objects, pickled, in a msgpack message."""
+
+    data: bytes
+
+
+_wrapper_decoder = msgspec.msgpack.Decoder(PickleWrapper)
+_unpickle_failed = False
+
+
+def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[Raw]],
+                pickled: frozenset[int]) -> None:
+    """The pickled columns (`time_stats`, a list per row; `customized_info`, per key a list
+    per row) cut per part as SGLang's own scheduler would have wrapped each part's rows:
+    unpickled once, each part's rows pickled again. Only for a message from SGLang's own
+    process tree (the caller's to know); a column that will not unpickle stays nil."""
+    global _unpickle_failed
+    for i in pickled:
+        col = columns[i]
+        if col is None or col == wire.NIL:
+            continue
+        try:
+            whole = pickle.loads(_wrapper_decoder.decode(col).data)
+        except Exception:  # SGLang's classes not importable here, or not a wrapper
+            if not _unpickle_failed:
+                _unpickle_failed = True
+                log.warning("a pickled column (%s) will not unpickle here; it goes as nil",
+                            wire.PASSED_FIELDS[i], exc_info=True)
+            continue
+        for part, rows in zip(out, parts):
+            if isinstance(whole, dict):
+                sub: Any = {key: [values[r] for r in rows] for key, values in whole.items()}
+            else:
+                sub = [whole[r] for r in rows]
+            part[i] = Raw(_encoder.encode(PickleWrapper(pickle.dumps(sub))))
+
+
 def abort_finish(message: str) -> dict[str, Any]:
     return {"type": "abort", "message": message, "status_code": SERVICE_UNAVAILABLE,
             "err_type": None}
@@ -104,13 +183,18 @@ class Replies:
     row of the service's whose worker is unknown is logged and dropped instead.
     """
 
-    __slots__ = ("ipc_of", "workers", "unroutable")
+    __slots__ = ("ipc_of", "workers", "unroutable", "per_row", "beams")
 
-    def __init__(self, workers: bool = False) -> None:
+    def __init__(self, workers: bool = False, per_row: bool = False,
+                 beams: BeamTexts | None = None) -> None:
         self.workers = workers
         # the tokenizer worker of each live request that has one (failures find it here)
         self.ipc_of: dict[str, str] = {}
         self.unroutable = 0
+        # the messages come from SGLang's own process tree: the pickled columns may be cut
+        # per row (reply.cut_pickled) when a message's rows go to several workers
+        self.per_row = per_row
+        self.beams = beams  # the shard's decoder for beam search sequences
 
     # ------------------------------------------------------------------ decoded rows
     def rows(self, out: ColumnsOut, extra: bytes) -> list[Reply]:
@@ -120,8 +204,11 @@ class Replies:
         as it stands: the texts go on as the lists the decoders made."""
         passed = _passed_decoder.decode(extra)
         errors = out.sparse.get("error")
-        if passed.ipcs is not None:
+        if passed.ipcs is not None and passed.ipcs.count(None) != len(passed.ipcs):
             self._remember(passed, {out.rids[r] for r, _ in out.sparse.get("finish", ())})
+        if passed.flags and self.beams is not None:
+            at = _BEAMS_AT
+            passed.columns[at] = self.beams.fill(passed.columns[at], passed.flags)
         if out.rids == passed.rids and not errors:  # a delta per row, in row order
             return self._split(passed, out.texts)
         return self._matched(out, passed, {out.rids[r] for r, _ in errors or ()})
@@ -148,7 +235,7 @@ class Replies:
                 ipcs = passed.ipcs
                 passed = Passed([passed.rids[i] for i in keep],
                                 None if ipcs is None else [ipcs[i] for i in keep],
-                                cut(passed.columns, len(passed.rids), [keep])[0])
+                                self._cut(passed.columns, len(passed.rids), [keep])[0])
             replies += self._split(passed, strs)
         spare = [r for rid, rs in rows_of.items() for r in rs[taken.get(rid, 0):]]
         if spare:
@@ -167,7 +254,13 @@ class Replies:
         parts = list(groups.values())
         return [(ipc, self._build(columns, [texts[i] for i in rows]))
                 for ipc, rows, columns in zip(groups, parts,
-                                              cut(passed.columns, len(texts), parts))]
+                                              self._cut(passed.columns, len(texts), parts))]
+
+    def _cut(self, columns: list[Raw], n: int, parts: list[list[int]]) -> list[list[Raw]]:
+        out = cut(columns, n, parts)
+        if self.per_row:
+            cut_pickled(columns, parts, out, PICKLED_AT)
+        return out
 
     def _remember(self, passed: Passed, ended: set[str]) -> None:
         """Keep each live request's worker, for a last row of the service's."""

@@ -177,6 +177,11 @@ ROW_FIELDS = ("finished_reasons", "decoded_texts", "decode_ids", "read_offsets",
 MAX_FIELDS = len(TOKEN_IDS_FIELDS)
 
 inbound_decoder = msgspec.msgpack.Decoder(Inbound)
+# a message's fields, each still raw: where the service reads a few columns of a message
+# and passes the rest on byte for byte, it decodes only those (`TOKEN_IDS_AT`)
+fields_decoder = msgspec.msgpack.Decoder(list[Raw])
+TOKEN_IDS_TAG = Raw(msgspec.msgpack.encode(TOKEN_IDS))
+TOKEN_IDS_AT = {name: i + 1 for i, name in enumerate(TOKEN_IDS_FIELDS)}  # 0 is the tag
 encoder = msgspec.msgpack.Encoder()
 _raw_rows = msgspec.msgpack.Decoder(list[Raw])
 _ext_rows = msgspec.msgpack.Decoder(list[Ext | None])
