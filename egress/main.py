@@ -23,6 +23,7 @@ from sglang_tok.ring.sockets import PushTo, make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, from_sglang, refusing
 from sglang_tok.integrations.sglang.reply import Replies
+from sglang_tok.load.tracefile import Recorder
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -80,6 +81,12 @@ def main(cfg: Config, status: Status, core: int | None, restarted: bool = False)
     Egress(cfg, status, restarted).run()
 
 
+def _recorder(cfg: Config) -> Recorder:
+    return Recorder(cfg.record, {"protocol": cfg.protocol, "tokenizer": cfg.tokenizer,
+                                 "created": time.time(), "t0": time.time(),
+                                 "description": "recorded by sglang-tok serve --record"})
+
+
 def reader_writer(cfg: Config) -> tuple[Reader, Writer]:
     """The input protocol's reader and the output protocol's writer, chosen once; with
     SGLang's they share the tokenizer worker of each live request."""
@@ -117,6 +124,7 @@ class Egress:
         if self.replayed:  # where a dead egress's requests' errors go
             self.writer.note_workers(list(self.replayed), list(self.replayed.values()))
         self.inline: InlineShard | None = None
+        self.recorder = _recorder(cfg) if cfg.record else None
         self._sockets(cfg)
         self.token = os.getpid()  # tells our SYNC's answers from a dead egress's
         self.sync_msg = link.sync(self.token)
@@ -238,6 +246,8 @@ class Egress:
         stamp = time.monotonic()
         self.drained += 1
         self._cells[ACTIVITY_CELL] = self.drained
+        if self.recorder is not None:
+            self.recorder.write(time.time(), frame)
         if not len(frame):
             return self._drop(FrameError("empty", "zero-length frame"))
         try:
@@ -383,6 +393,8 @@ class Egress:
         self.iteration.flush()
         for counter in (*self.frames.values(), *self.idle.values()):
             counter.flush()
+        if self.recorder is not None:
+            self.recorder.flush()
 
     def _ping(self, nonce: int, fwd: bytes) -> None:
         if nonce >= 0:  # a barrier: every frame before it shows in /metrics
@@ -577,6 +589,8 @@ class Egress:
         log.info("egress drained%s; exiting",
                  f" (shards {stuck} took nothing by the deadline)" if stuck else "")
         self.journal.close()
+        if self.recorder is not None:
+            self.recorder.close()
         linger = max(0, int(1000 * (deadline - time.monotonic())))
         self.outs.close(linger)
         for sock in (*self.links, self.back, self.notices, self.out, self.health):

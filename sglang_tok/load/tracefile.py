@@ -25,6 +25,34 @@ MAGIC = b"SGTKTRC1"
 _REC = struct.Struct("<dI")
 
 
+class Recorder:
+    """A trace appended to as frames arrive, by a process that may be restarted: the
+    header goes in once (an existing trace is continued), each record in one write, and
+    what is buffered reaches the file at `flush` (the caller's few times a second) and at
+    `close`."""
+
+    def __init__(self, path: str | Path, meta: dict[str, Any]) -> None:
+        self.f: BinaryIO = open(path, "ab")
+        if self.f.tell() == 0:
+            head = json.dumps(meta).encode()
+            self.f.write(MAGIC + struct.pack("<I", len(head)) + head)
+        else:  # a restarted recorder goes on with the trace's own clock
+            meta = _meta(Path(path))
+        self.t0 = float(meta.get("t0", 0.0))
+        self.count = 0
+
+    def write(self, t: float, frame: bytes | memoryview) -> None:
+        self.f.write(_REC.pack(t - self.t0, len(frame)))
+        self.f.write(frame)
+        self.count += 1
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
 class TraceWriter:
     def __init__(self, path: str | Path, meta: dict[str, Any]) -> None:
         self.f: BinaryIO = open(path, "wb")
@@ -46,6 +74,16 @@ class Trace:
     meta: dict[str, Any]
     times: list[float]
     frames: list[bytes]
+
+
+def _meta(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if head[:8] != MAGIC:
+            raise ValueError(f"{path} is not an sglang-tok trace")
+        (hlen,) = struct.unpack_from("<I", head, 8)
+        meta: dict[str, Any] = json.loads(f.read(hlen))
+    return meta
 
 
 def read(path: str | Path) -> Trace:

@@ -59,9 +59,10 @@ MAX_ROW_IDS = 1 << 22
 MAX_RID_LENGTH = 1 << 16
 
 
-def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset()
-                 ) -> list[str]:
-    """`serve` flags for SGLang's serving settings and its ports."""
+def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset(),
+                 record: str = "") -> list[str]:
+    """`serve` flags for SGLang's serving settings and its ports; `record`: a trace file for
+    every scheduler message (the plugin's SGLANG_TOK_RECORD)."""
     args = ["--protocol", "sglang",
             "--input", port_args.detokenizer_ipc_name,
             "--output", port_args.tokenizer_ipc_name,
@@ -78,6 +79,8 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
         args += ["--sglang-tokenizer-workers", str(tokenizers)]
     if keep_stop_ids:
         args += ["--keep-stop-ids", ",".join(map(str, sorted(keep_stop_ids)))]
+    if record:
+        args += ["--record", record]
     return args
 
 

@@ -36,6 +36,9 @@ from .standin.config import StandinConfig, parse
 log = logging.getLogger("sglang_tok.plugin")
 TARGET = "sglang.srt.entrypoints.engine.Engine._launch_detokenizer_subprocesses"
 PICKLE_IPC = "SGLANG_USE_PICKLE_IPC"
+# a trace file: every scheduler message the service receives, recorded for the stand-in
+# scheduler to replay on another machine (standin/record.py)
+RECORD_ENV = "SGLANG_TOK_RECORD"
 SCHEDULER_TARGET = "sglang.srt.entrypoints.engine.Engine._launch_scheduler_processes"
 
 
@@ -94,7 +97,8 @@ def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
     from .launcher import launch, service_args
 
     serving = get_serving()
-    args = service_args(serving, port_args, kept_stop_ids(serving))
+    args = service_args(serving, port_args, kept_stop_ids(serving),
+                        record=os.environ.get(RECORD_ENV, ""))
     proc = launch(args)
     log.info("sglang_tok: detokenizer is sglang-tok (pid %d): %s", proc.pid, " ".join(args))
     return [proc], ["detokenizer"]
