@@ -341,11 +341,14 @@ class SglangReader:
         refused = {rid for rid, _ in firsts.refused}
         starts = np.cumsum(counts) - counts if unrouted else counts
         cut: list[tuple[int, int]] = []
+        beams = _beam_rows(r.fields)
         for i in unrouted:
             rid, at = r.rids[i], r.read_offsets[i]
             if rid in refused:
                 continue
-            if r.completion[i] != counts[i] - at:  # not the request's first row
+            # a beam group's leader sends one row, at its end, counting every sequence's
+            # ids: it is its first row whatever it counts
+            if r.completion[i] != counts[i] - at and i not in beams:  # not its first row
                 if owner[i] is None:
                     firsts.lost.append(rid)
                 continue  # else a late row of an ended request
@@ -392,6 +395,14 @@ class SglangReader:
             for i, fin in enumerate(fins):
                 if fin is not None:
                     ipc_of.pop(r.rids[i], None)
+
+
+def _beam_rows(fields: list[Raw]) -> frozenset[int]:
+    """The rows that carry beam search output (none, in a message without the column)."""
+    at = wire.TOKEN_IDS_AT["beam_search_output"]
+    if at >= len(fields) or fields[at] == wire.NIL:
+        return frozenset()
+    return frozenset(i for i, b in enumerate(wire.rows_of(fields[at])) if b != wire.NIL)
 
 
 _ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]] | None)

@@ -40,9 +40,11 @@ def test_beam_search_sequences_get_the_full_decode_of_their_tokens(
                           finish_reason={"type": "stop", "matched": EOS}),
         wire.BeamSequence(tokens=other, cum_logprob=-2.5, beam_score=-0.3,
                           finish_reason={"type": "length", "length": len(other)})])
+    # a leader's only row: placeholder ids, and (SGLang's beam_completion_tokens) the ids
+    # of every returned sequence as its count
     rows = [{"rid": f"beam-{k}", "ids": [0, 0, 0], "prompt": [671],
-             "finish": {"type": "stop", "matched": EOS}, "completion": 3,
-             "skip": k != 1} for k in range(6)]
+             "finish": {"type": "stop", "matched": EOS},
+             "completion": len(text) + 1 + len(other), "skip": k != 1} for k in range(6)]
     plain = [{"rid": f"plain-{k}", "ids": text[:3], "completion": 3} for k in range(6)]
     msg = token_ids_message(rows + plain,
                             beam_search_output=[beams] * len(rows) + [None] * len(plain))
