@@ -22,7 +22,7 @@ from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, from_sglang, refusing
-from sglang_tok.integrations.sglang.reply import Replies
+from sglang_tok.integrations.sglang.reply import Replies, preload_sglang
 from sglang_tok.load.tracefile import Recorder
 from sglang_tok.metrics import (
     DROP_REASONS,
@@ -91,6 +91,8 @@ def reader_writer(cfg: Config) -> tuple[Reader, Writer]:
     """The input protocol's reader and the output protocol's writer, chosen once; with
     SGLang's they share the tokenizer worker of each live request."""
     if cfg.protocol == "sglang":
+        if from_sglang(cfg) and (cfg.shards > 1 or cfg.sglang_tokenizer_workers > 1):
+            preload_sglang()  # this process cuts pickled columns per shard and worker
         replies = Replies(cfg.sglang_tokenizer_workers > 1, from_sglang(cfg))
         return (SglangReader(cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids, replies,
                              from_sglang(cfg)), SglangWriter(replies))

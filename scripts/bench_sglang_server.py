@@ -131,7 +131,10 @@ class Server:
     """`python -m sglang.launch_server` with the stand-in scheduler (and the plugin)."""
 
     def __init__(self, system: System, tokenizer_workers: int, python: str, work: Path,
-                 port: int) -> None:
+                 port: int, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 standin: str = "") -> None:
+        """`args`: more of SGLang's flags; `env`: more variables; `standin`: more of the
+        stand-in's settings (SGLANG_TOK_STANDIN, e.g. `trace=PATH`)."""
         self.system = system
         self.tokenizer_workers = tokenizer_workers
         self.port = port
@@ -139,16 +142,17 @@ class Server:
         self.ledger = work / f"ledger-{port}.jsonl"
         self.ledger.unlink(missing_ok=True)
         self.log = open(work / f"server-{port}.log", "w")
-        env = dict(os.environ,
+        settings = f"step_ms={STEP_MS},length={LENGTH},ledger={self.ledger}"
+        env = dict(os.environ, **(env or {}),
                    SGLANG_PLUGINS="sglang_tok,sglang_tok_standin" if system.plugin
                    else "sglang_tok_standin",
-                   SGLANG_TOK_STANDIN=f"step_ms={STEP_MS},length={LENGTH},"
-                                      f"ledger={self.ledger}",
+                   SGLANG_TOK_STANDIN=f"{settings},{standin}" if standin else settings,
                    TMPDIR=str(work))
         cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(work)),
                "--device", "cpu", "--port", str(port), "--log-level", "warning",
                "--tokenizer-worker-num", str(tokenizer_workers),
-               "--detokenizer-worker-num", str(system.workers), "--skip-server-warmup"]
+               "--detokenizer-worker-num", str(system.workers), "--skip-server-warmup",
+               *args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 

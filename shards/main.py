@@ -14,7 +14,7 @@ from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, from_sglang
-from sglang_tok.integrations.sglang.reply import BeamTexts, Replies
+from sglang_tok.integrations.sglang.reply import BeamTexts, Replies, preload_sglang
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
@@ -52,8 +52,10 @@ def writer_for(cfg: Config, info: TokenizerInfo) -> Writer:
             return tok.decode(ids, skip_special_tokens=skip)
 
         beams = BeamTexts(decode, cfg.kept_stop_ids)
-        return SglangWriter(Replies(cfg.sglang_tokenizer_workers > 1, from_sglang(cfg),
-                                    beams))
+        workers = cfg.sglang_tokenizer_workers > 1
+        if workers and from_sglang(cfg):
+            preload_sglang()  # a message's rows are cut per tokenizer worker here
+        return SglangWriter(Replies(workers, from_sglang(cfg), beams))
     return NativeWriter(cfg.output_format)
 
 

@@ -28,6 +28,8 @@ import functools
 import logging
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 from .standin.config import ENV as STANDIN_ENV
@@ -101,7 +103,54 @@ def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
                         record=os.environ.get(RECORD_ENV, ""))
     proc = launch(args)
     log.info("sglang_tok: detokenizer is sglang-tok (pid %d): %s", proc.pid, " ".join(args))
+    from sglang.srt.runtime_context import get_observability
+
+    if get_observability().enable_metrics:
+        report_cpu(proc.pid)
     return [proc], ["detokenizer"]
+
+
+CPU_METRIC = "sglang:process_cpu_seconds_total"
+
+
+def report_cpu(pid: int, interval: float = 5.0) -> threading.Thread:
+    """SGLang's detokenizer reports its CPU seconds with --enable-metrics
+    (`start_cpu_monitor_thread("detokenizer")`); the service's processes together report
+    them here, under the same name and label, from SGLang's launcher process (whose
+    Prometheus files SGLang's /metrics reads)."""
+    import psutil
+    from prometheus_client import Counter
+
+    counter = Counter(CPU_METRIC, "Total CPU time consumed by this process (user + system)",
+                      ["component"], registry=None).labels(component="detokenizer")
+    last: dict[int, float] = {}
+
+    def spent() -> float:
+        delta = 0.0
+        try:
+            procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            now = t.user + t.system
+            delta += now - last.get(p.pid, 0.0)
+            last[p.pid] = now
+        return delta
+
+    def monitor() -> None:
+        while True:
+            time.sleep(interval)
+            counter.inc(max(0.0, spent()))
+
+    spent()  # what the processes spent starting is theirs too: counted at the first turn
+    last.clear()
+    thread = threading.Thread(target=monitor, name="sglang-tok cpu", daemon=True)
+    thread.start()
+    return thread
 
 
 # gpt-oss's <|call|>: SGLang's detokenizer keeps it when it stops a request

@@ -132,6 +132,19 @@ _wrapper_decoder = msgspec.msgpack.Decoder(PickleWrapper)
 _unpickle_failed = False
 
 
+def preload_sglang() -> bool:
+    """Import SGLang's message classes now, where a process may cut pickled columns: the
+    first unpickle of SGLang's time stats imports half of SGLang and torch (seconds), which
+    must not happen inside a loop that sends heartbeats. False where SGLang is not
+    installed (its pickles will not load; they go as nil)."""
+    try:
+        import sglang.srt.managers.io_struct
+        import sglang.srt.observability.req_time_stats  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[Raw]],
                 pickled: frozenset[int]) -> None:
     """The pickled columns (`time_stats`, a list per row; `customized_info`, per key a list
