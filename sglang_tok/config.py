@@ -68,7 +68,12 @@ class Config(msgspec.Struct, frozen=True):
     http: Annotated[str, _doc("HOST:PORT for /health and /metrics (port 0: any free port, "
                               "written to RUNTIME/http.port)")] = "127.0.0.1:8399"
     runtime_dir: Annotated[str, _doc(
-        "where ipc sockets live, made mode 0700 (default: a fresh temporary directory)")] = ""
+        "where ipc sockets live, made mode 0700 (default: a fresh temporary directory, "
+        "removed when the service stops)")] = ""
+    remove_runtime_dir: Annotated[bool, _doc(
+        "remove --runtime-dir, with all it holds, when the service stops, also when it "
+        "existed before (a launcher made it for this service alone; it must be empty)")
+    ] = False
     ring_capacity: Annotated[int, _doc("input ring high-water mark, in frames", ge=1)] = 1000
     link_capacity: Annotated[int, _doc(
         "high-water mark of the egress-to-shard links and the output, in messages", ge=1)] = 1000
@@ -231,10 +236,16 @@ def _make_runtime(cfg: Config, made: list[Path]) -> str:
         made.append(Path(runtime))
     else:
         runtime = cfg.runtime_dir
+        if cfg.remove_runtime_dir and Path(runtime).is_dir() and any(Path(runtime).iterdir()):
+            raise refused("remove_runtime_dir", "--runtime-dir is not empty; the service "
+                          "removes only a directory that holds nothing but its own files",
+                          runtime)
         try:
             made.extend(endpoints.make_dir(Path(runtime)))
         except endpoints.EndpointError as exc:
             raise refused("runtime_dir", str(exc), runtime) from None
+        if cfg.remove_runtime_dir and Path(runtime) not in made:
+            made.append(Path(runtime))  # discard() removes it, whatever is in it then
     os.chmod(runtime, 0o700)
     return runtime
 
