@@ -4,10 +4,20 @@ The service is one child of SGLang's launcher (`sglang-tok serve`, which supervi
 egress and shards): SGLang's watchdog polls it as it polls its own detokenizer, and its
 shutdown ends it with the launcher's process tree. `--exit-with-parent` makes it drain and
 exit if the launcher dies first.
+
+Its runtime directory (ipc sockets, metrics, the HTTP port file) is made here, in the
+launcher, and goes however the service ends, by three owners in turn: the service itself
+(`--remove-runtime-dir`: every stop it lives through, the launcher's death included); the
+janitor (`janitor.py`, outside SGLang's process tree: after a SIGKILL, which SGLang's
+`kill_process_tree` sends at every shutdown and, on a crash, to its own launcher too); and
+the launcher process's exit (`ServiceProcess.stop`, atexit), before which the directory is
+gone whatever order SGLang killed things in.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import shutil
 import subprocess
@@ -16,7 +26,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger("sglang_tok.plugin")
 TOKENIZER_FILE = "tokenizer.json"
+JANITOR = "sglang_tok.integrations.sglang.janitor"
+STOP_S = 10.0  # at the launcher's exit, a service still running drains (5 s) and stops
 
 
 class TokenizerNotFound(RuntimeError):
@@ -119,6 +132,17 @@ class ServiceProcess:
             return
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
+    def stop(self) -> None:
+        """At the launcher process's exit (atexit): a service SGLang did not end is drained
+        and stopped, and its runtime directory removed, before the launcher is gone."""
+        if self.popen.poll() is None:
+            self.terminate()
+            self.join(STOP_S)
+        if self.popen.poll() is None:
+            self.kill()
+            self.popen.wait()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
     def http_port(self) -> int | None:
         """The service's /health and /metrics port, once it has published it."""
         try:
@@ -128,8 +152,29 @@ class ServiceProcess:
 
 
 def launch(args: list[str]) -> ServiceProcess:
-    """`sglang-tok serve ARGS` in a runtime directory of its own."""
+    """`sglang-tok serve ARGS` in a runtime directory of its own, which goes when it does."""
     runtime = tempfile.mkdtemp(prefix="sglang-tok-")
     os.chmod(runtime, 0o700)
-    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime, *args]
-    return ServiceProcess(subprocess.Popen(cmd), runtime)
+    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime,
+           "--remove-runtime-dir", *args]
+    proc = ServiceProcess(subprocess.Popen(cmd), runtime)
+    start_janitor(proc.pid, runtime)
+    atexit.register(proc.stop)
+    return proc
+
+
+def start_janitor(pid: int, directory: str) -> None:
+    """The janitor for the service `pid` (a child of this process, so its pid cannot be
+    reused before this pidfd is open); it detaches at once, so this waits only for
+    Python's start-up."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:  # not Linux >= 5.3: the other two owners
+        log.warning("sglang_tok: no janitor for %s (%s): a SIGKILL of the whole process "
+                    "tree leaves it behind", directory, exc)
+        return
+    try:
+        subprocess.run([sys.executable, "-m", JANITOR, str(pidfd), directory],
+                       pass_fds=(pidfd,), timeout=60, check=True)
+    finally:
+        os.close(pidfd)
