@@ -67,7 +67,8 @@ def test_service_args_from_sglangs_settings(tmp_path: Path) -> None:
     assert args[:6] == ["--protocol", "sglang", "--input", "ipc:///x/detok", "--output",
                         "ipc:///x/tok"]
     assert args[args.index("--tokenizer") + 1] == str(tmp_path)
-    assert "--shards" not in args  # the service's default: usable cores minus one
+    # SGLang's default, one detokenizer, unpinned as its own (not the host's size)
+    assert args[args.index("--shards") + 1] == "1" and "--no-pin" in args
     # a request that does not stream comes in one row of all its ids
     assert int(args[args.index("--max-row-ids") + 1]) >= 1 << 20
     workers = launcher.service_args(_serving(tmp_path, tokenizer_worker_num=3), ports,

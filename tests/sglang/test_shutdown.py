@@ -32,6 +32,7 @@ import pytest
 from fake_scheduler import CRASH
 from sglang_cases import sglang_python
 
+from sglang_tok.integrations.sglang import cores
 from sglang_tok.testing.sglang_side import model_dir
 
 HERE = Path(__file__).resolve().parent
@@ -167,19 +168,41 @@ def _post(port: int, path: str, body: dict[str, object]) -> None:
         pass
 
 
-def _shards(serve: psutil.Process) -> int:
-    return sum("sglang-tok: shard" in " ".join(c.cmdline()) for c in serve.children())
+def _placement(serve: psutil.Process) -> dict[str, list[int]]:
+    """The cores each of the service's processes may run on, by role."""
+    roles = {" ".join(c.cmdline()).strip(): c for c in serve.children()}
+    return {title.split(": ", 1)[1]: sorted(proc.cpu_affinity())
+            for title, proc in roles.items() if title.startswith("sglang-tok: ")}
 
 
-@pytest.mark.parametrize(("stop", "workers"), [
-    ("sigterm", 1), ("sigint", 2), ("ctrl-c", 1), ("crash", 2)])
-def test_sglang_with_the_plugin_leaves_nothing_at_a_stop(short_tmp: Path, stop: str,
-                                                         workers: int) -> None:
+def _check_placement(placed: dict[str, list[int]], workers: int, pin: str | None,
+                     port: int, mask: list[int]) -> None:
+    """As many shards as asked; unpinned (the launcher's mask) unless SGLANG_TOK_PIN asks,
+    and then the egress and each shard on the cores of the plan."""
+    assert sorted(r for r in placed if r.startswith("shard")) == [
+        f"shard {k}" for k in range(workers)]
+    plan = cores.choose(cores.pin_setting(pin), workers, port, mask)[0]
+    if plan is None:
+        assert all(got == mask for got in placed.values()), placed
+    else:
+        assert placed["egress"] == plan[:1], placed
+        assert [placed[f"shard {k}"] for k in range(workers)] == [[c] for c in plan[1:]]
+
+
+@pytest.mark.parametrize(("stop", "workers", "pin"), [
+    ("sigterm", 1, None), ("sigint", 2, None), ("ctrl-c", 1, "1"), ("crash", 2, "1")])
+def test_sglang_with_the_plugin_leaves_nothing_at_a_stop(
+        short_tmp: Path, stop: str, workers: int, pin: str | None) -> None:
+    """Also the service's shape in a real launch (issue 37): `--detokenizer-worker-num`
+    shards (SGLang's default: one), unpinned unless SGLANG_TOK_PIN asks."""
     python = sglang_python()
     if python is None:
         pytest.skip("SGLANG_PYTHON names no python importing SGLang 0.5.23 and sglang_tok")
     env = {**os.environ, "SGLANG_PLUGINS": "sglang_tok", "TMPDIR": str(short_tmp)}
-    env.pop("SGLANG_TOK_PIN", None)
+    env.pop(cores.SETTING, None)
+    env.pop("SGLANG_SET_CPU_AFFINITY", None)
+    if pin is not None:
+        env[cores.SETTING] = pin
     log = short_tmp / "server.log"
     port = _free_port()
     args = [python, str(HERE / "sglang_server.py"), "--model-path", str(model_dir(short_tmp)),
@@ -194,7 +217,8 @@ def test_sglang_with_the_plugin_leaves_nothing_at_a_stop(short_tmp: Path, stop: 
         tree = [launcher, *launcher.children(recursive=True)]
         serve = next(p for p in tree if "sglang-tok: supervisor" in " ".join(p.cmdline()))
         assert runtime.parent == short_tmp
-        shards = _shards(serve)
+        placed = _placement(serve)
+        mask = sorted(launcher.cpu_affinity())
         if stop == "sigterm":
             server.send_signal(signal.SIGTERM)
         elif stop == "sigint":
@@ -209,7 +233,7 @@ def test_sglang_with_the_plugin_leaves_nothing_at_a_stop(short_tmp: Path, stop: 
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    assert shards == workers  # as many shards as --detokenizer-worker-num, SGLang's default 1
+    _check_placement(placed, workers, pin, port, mask)
     if stop == "crash":
         assert code == -signal.SIGKILL, log.read_text()[-3000:]  # SGLang killed itself
     else:

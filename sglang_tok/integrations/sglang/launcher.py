@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ...process import cpu_list_text
+
 log = logging.getLogger("sglang_tok.plugin")
 TOKENIZER_FILE = "tokenizer.json"
 JANITOR = "sglang_tok.integrations.sglang.janitor"
@@ -72,18 +74,24 @@ MAX_ROW_IDS = 1 << 22
 MAX_RID_LENGTH = 1 << 16
 
 
-def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset()
-                 ) -> list[str]:
-    """`serve` flags for SGLang's serving settings and its ports."""
+def workers_of(serving: Any) -> int:
+    """SGLang's `--detokenizer-worker-num` (1 by default, as SGLang's own): the shards."""
+    return int(getattr(serving, "detokenizer_worker_num", 1) or 1)
+
+
+def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset(),
+                 cores: list[int] | None = None) -> list[str]:
+    """`serve` flags for SGLang's serving settings and its ports: as many shards as SGLang
+    has detokenizer workers (never the service's own default, which sizes itself by the
+    host), pinned onto `cores` (the egress first: `cores.choose`) or not at all."""
     args = ["--protocol", "sglang",
             "--input", port_args.detokenizer_ipc_name,
             "--output", port_args.tokenizer_ipc_name,
             "--tokenizer", tokenizer_of(serving.tokenizer_path, serving.skip_tokenizer_init),
             "--http", "127.0.0.1:0", "--exit-with-parent",
-            "--max-row-ids", str(MAX_ROW_IDS), "--max-rid-length", str(MAX_RID_LENGTH)]
-    workers = int(getattr(serving, "detokenizer_worker_num", 1) or 1)
-    if workers > 1:
-        args += ["--shards", str(workers)]
+            "--max-row-ids", str(MAX_ROW_IDS), "--max-rid-length", str(MAX_RID_LENGTH),
+            "--shards", str(workers_of(serving))]
+    args += ["--cores", cpu_list_text(cores)] if cores else ["--no-pin"]
     tokenizers = int(getattr(serving, "tokenizer_worker_num", 1) or 1)
     if tokenizers > 1:
         args += ["--sglang-tokenizer-workers", str(tokenizers)]
