@@ -103,7 +103,8 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
 class ServiceProcess:
     """The service as SGLang's launcher sees a detokenizer process: `pid`, `is_alive()`,
     `exitcode`, `terminate()`, `kill()`, `join()` (what its watchdog and shutdown call on a
-    `multiprocessing.Process`). Its runtime directory goes when it is reaped."""
+    `multiprocessing.Process`). Its runtime directory goes when it is reaped (and by the
+    service's own hand, the janitor's, and `stop` at the launcher's exit)."""
 
     def __init__(self, popen: subprocess.Popen[bytes], runtime_dir: str) -> None:
         self.popen = popen
@@ -175,14 +176,20 @@ def start_janitor(pid: int, directory: str) -> None:
     """The janitor for the service `pid` (a child of this process, so its pid cannot be
     reused before this pidfd is open); it detaches at once, so this waits only for
     Python's start-up."""
+    why = ""
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError) as exc:  # not Linux >= 5.3: the other two owners
+        why = str(exc)
+    else:
+        try:
+            started = subprocess.run([sys.executable, "-m", JANITOR, str(pidfd), directory],
+                                     pass_fds=(pidfd,), timeout=60)
+            why = f"it exited with {started.returncode}" if started.returncode else ""
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = str(exc)
+        finally:
+            os.close(pidfd)
+    if why:  # the service runs all the same
         log.warning("sglang_tok: no janitor for %s (%s): a SIGKILL of the whole process "
-                    "tree leaves it behind", directory, exc)
-        return
-    try:
-        subprocess.run([sys.executable, "-m", JANITOR, str(pidfd), directory],
-                       pass_fds=(pidfd,), timeout=60, check=True)
-    finally:
-        os.close(pidfd)
+                    "tree would leave it behind", directory, why)

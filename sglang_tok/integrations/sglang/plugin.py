@@ -12,6 +12,10 @@ starts. `register` then does two things there:
   argument, so replacing it changes nothing; `run_detokenizer_process` is re-imported in
   the spawned child, so a patch of it is lost there).
 
+The hook sizes the service by SGLang (`--detokenizer-worker-num` shards) and reads the
+plugin's one setting, `SGLANG_TOK_PIN` (`cores.py`), here in SGLang's launcher process:
+what runs below it gets flags and reads no environment.
+
 Importing this module imports nothing of SGLang; only `register` and the hook do.
 """
 
