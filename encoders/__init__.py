@@ -27,7 +27,7 @@ def children(cfg: Config, status: Status, parent_pid: int) -> list[ChildSpec]:
         return []
     from .broker import main as broker_main
     from .worker import main as worker_main
-    plan, why = cores.plan(cfg.shards, cfg.encode_workers, cfg.pin)
+    plan, why = cores.plan(cfg.shards, cfg.encode_workers, cfg.pin, cfg.pin_cores)
     if why:
         log.warning(why)
     broker = encode_slot(cfg.shards, 0)

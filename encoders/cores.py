@@ -14,9 +14,11 @@ import psutil
 log = logging.getLogger("sglang_tok.encode")
 
 
-def plan(shards: int, workers: int, want_pin: bool) -> tuple[list[list[int] | None], str]:
-    """Per worker, the cores to pin it to (None = unpinned), and a warning, if any."""
-    cores = sorted(psutil.Process().cpu_affinity())
+def plan(shards: int, workers: int, want_pin: bool, pool: list[int] | None = None
+         ) -> tuple[list[list[int] | None], str]:
+    """Per worker, the cores to pin it to (None = unpinned), and a warning, if any; from
+    `pool` (--cores) or else every usable core."""
+    cores = pool or sorted(psutil.Process().cpu_affinity())
     if not want_pin:
         return [None] * workers, ""
     if len(cores) < shards + 1:  # the shards run unpinned: no core is theirs alone

@@ -24,6 +24,7 @@ import zmq
 from msgspec import Meta
 
 from . import endpoints
+from .process import cpu_list_text, parse_cpu_list, shards_text, usable_cores
 from .tokenizer import DEFAULT_TOKENIZER
 
 log = logging.getLogger("sglang_tok.config")
@@ -72,7 +73,12 @@ class Config(msgspec.Struct, frozen=True):
     http: Annotated[str, _doc("HOST:PORT for /health and /metrics (port 0: any free port, "
                               "written to RUNTIME/http.port)")] = "127.0.0.1:8399"
     runtime_dir: Annotated[str, _doc(
-        "where ipc sockets live, made mode 0700 (default: a fresh temporary directory)")] = ""
+        "where ipc sockets live, made mode 0700 (default: a fresh temporary directory, "
+        "removed when the service stops)")] = ""
+    remove_runtime_dir: Annotated[bool, _doc(
+        "remove --runtime-dir, with all it holds, when the service stops, also when it "
+        "existed before (a launcher made it for this service alone; it must be empty)")
+    ] = False
     ring_capacity: Annotated[int, _doc("input ring high-water mark, in frames", ge=1)] = 1000
     link_capacity: Annotated[int, _doc(
         "high-water mark of the egress-to-shard links and the output, in messages", ge=1)] = 1000
@@ -97,6 +103,10 @@ class Config(msgspec.Struct, frozen=True):
         "model_name label of the sglang: metrics (default: the --tokenizer value)")] = ""
     engine: Annotated[str, _doc("engine label of the sglang: metrics")] = "0"
     pin: Annotated[bool, _doc("pin the egress and each shard to a core of their own")] = True
+    cores: Annotated[str, _doc(
+        "the cores to pin onto, as a CPU list (0-3,8): the egress on the first, shard k on "
+        "the next, encode workers on those left (default: every usable core); at least "
+        "shards + 1, each one usable; unused with --no-pin", pattern=r"^[0-9,-]*$")] = ""
     exit_with_parent: Annotated[bool, _doc(
         "stop (drain, as on SIGTERM) when the process that started `serve` exits: for test "
         "harnesses and scripts, whose service must not outlive them when they are killed")] = False
@@ -150,6 +160,11 @@ class Config(msgspec.Struct, frozen=True):
         return f"ipc://{self.runtime_dir}/{name}"
 
     @property
+    def pin_cores(self) -> list[int]:
+        """--cores as a list ([]: every usable core); finalize has checked it."""
+        return parse_cpu_list(self.cores) if self.cores else []
+
+    @property
     def kept_stop_ids(self) -> frozenset[int]:
         return frozenset(int(i) for i in self.keep_stop_ids.split(",") if i)
 
@@ -197,11 +212,7 @@ def validate(fields: dict[str, Any]) -> Config:
 
 def default_shards() -> int:
     """Usable cores minus one for the egress, at least one."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores - 1)
+    return max(1, len(usable_cores()) - 1)
 
 
 def _endpoints(cfg: Config) -> list[tuple[str, str, bool]]:
@@ -241,6 +252,24 @@ def _check_syntax(cfg: Config) -> None:
                               "`sglang-tok keygen DIR`", cfg.curve_keys)
 
 
+def _check_cores(cfg: Config) -> None:
+    """--cores names cores this process may use, enough for the egress and every shard."""
+    if not cfg.cores:
+        return
+    try:
+        cores = parse_cpu_list(cfg.cores)
+    except ValueError as exc:
+        raise refused("cores", str(exc), cfg.cores) from None
+    usable = usable_cores()
+    foreign = sorted(set(cores) - set(usable))
+    if foreign:
+        raise refused("cores", f"not usable here: {cpu_list_text(foreign)} (this process may "
+                      f"run on {cpu_list_text(usable)})", cfg.cores)
+    if cfg.pin and len(cores) < cfg.shards + 1:
+        raise refused("cores", f"{len(cores)} cores for the egress and "
+                      f"{shards_text(cfg.shards)}: give at least {cfg.shards + 1}", cfg.cores)
+
+
 def _make_runtime(cfg: Config, made: list[Path]) -> str:
     """The runtime directory, mode 0700 (ipc sockets live there: only the service's user
     may connect); what it had to create is appended to `made`."""
@@ -249,10 +278,16 @@ def _make_runtime(cfg: Config, made: list[Path]) -> str:
         made.append(Path(runtime))
     else:
         runtime = cfg.runtime_dir
+        if cfg.remove_runtime_dir and Path(runtime).is_dir() and any(Path(runtime).iterdir()):
+            raise refused("remove_runtime_dir", "--runtime-dir is not empty; the service "
+                          "removes only a directory that holds nothing but its own files",
+                          runtime)
         try:
             made.extend(endpoints.make_dir(Path(runtime)))
         except endpoints.EndpointError as exc:
             raise refused("runtime_dir", str(exc), runtime) from None
+        if cfg.remove_runtime_dir and Path(runtime) not in made:
+            made.append(Path(runtime))  # discard() removes it, whatever is in it then
     os.chmod(runtime, 0o700)
     return runtime
 
@@ -264,6 +299,7 @@ def finalize(cfg: Config, made: list[Path] | None = None) -> Config:
     `discard`); on a refusal it removes them itself."""
     cfg = validate(msgspec.structs.asdict(cfg))
     _check_syntax(cfg)
+    _check_cores(cfg)
     created: list[Path] = []
     runtime = cfg.runtime_dir
     try:

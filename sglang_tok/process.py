@@ -200,12 +200,46 @@ def pin(core: int | None, title: str) -> None:
         log.warning("%s could not pin to core %d (%s); running unpinned", title, core, exc)
 
 
-def plan_cores(shards: int, want_pin: bool) -> tuple[list[int | None], int | None, str]:
-    """Cores for shards and egress; all None (with a reason) where there are too few."""
+def usable_cores() -> list[int]:
+    """The cores this process may run on (its affinity mask), ascending."""
     try:
-        cores = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        cores = list(range(os.cpu_count() or 1))
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """Linux's CPU list format ("0-3,8,10-11", as in `taskset -c` and cpuset files):
+    the cores, ascending, each once. ValueError says what is wrong."""
+    cores: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"{part!r} is not a core or a range of cores (e.g. 0-3,8)")
+        lo, hi = int(first), int(last) if dash else int(first)
+        if hi < lo:
+            raise ValueError(f"the range {part!r} runs backwards")
+        cores.update(range(lo, hi + 1))
+    return sorted(cores)
+
+
+def cpu_list_text(cores: list[int]) -> str:
+    """The shortest CPU list of `cores` (ranges where they run on): parse_cpu_list's inverse."""
+    parts: list[str] = []
+    for core in sorted(set(cores)):
+        if parts and core == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{core}"
+        else:
+            parts.append(str(core))
+    return ",".join(parts)
+
+
+def plan_cores(shards: int, want_pin: bool, pool: list[int] | None = None
+               ) -> tuple[list[int | None], int | None, str]:
+    """Cores for shards and egress, from `pool` (--cores) or else every usable core: the
+    egress on the first, shard k on the next; all None (with a reason) where there are
+    too few."""
+    cores = pool or usable_cores()
     if not want_pin:
         return [None] * shards, None, "pinning disabled (--no-pin)"
     if len(cores) < shards + 1:

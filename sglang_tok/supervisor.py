@@ -334,7 +334,7 @@ class Service:
         from .http import main as http_main
         from .shards.main import main as shard_main
         cfg, st, me = self.cfg, self.status, os.getpid()
-        shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin)
+        shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin, cfg.pin_cores)
         if why:
             log.warning(why)
         roles = service_roles(cfg.shards)

@@ -17,6 +17,7 @@ from service import Service
 
 from sglang_tok import cli
 from sglang_tok.config import Config, ConfigError, finalize, flag
+from sglang_tok.process import cpu_list_text, parse_cpu_list, plan_cores
 
 
 def serve_options() -> dict[str, str]:
@@ -134,3 +135,32 @@ def test_every_flag_the_docs_name_exists() -> None:
     for doc in ("docs/operations.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
         assert named - real == set(), f"{doc} names flags that do not exist"
+
+
+@pytest.mark.parametrize("text, cores", [
+    ("0", [0]), ("0-3,8", [0, 1, 2, 3, 8]), ("8,0-2,1", [0, 1, 2, 8]), ("62-63", [62, 63])])
+def test_cpu_lists_read_and_write_as_taskset_and_cpusets_do(text: str, cores: list[int]) -> None:
+    assert parse_cpu_list(text) == cores
+    assert parse_cpu_list(cpu_list_text(cores)) == cores
+    assert cpu_list_text([8, 0, 1, 2, 3, 10]) == "0-3,8,10"
+
+
+@pytest.mark.parametrize("cores, words", [
+    ("3-1", "the range '3-1' runs backwards"),
+    ("1,", "'' is not a core"),
+    ("1-", "'1-' is not a core"),
+    ("0-x", "--cores: expected str matching regex"),
+    ("0-9", "--cores: not usable here: 4-9 (this process may run on 0-3)"),
+    ("0-1", "--cores: 2 cores for the egress and 2 shards: give at least 3"),
+])
+def test_cores_are_refused_unless_usable_and_enough(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cores: str, words: str) -> None:
+    monkeypatch.setattr("sglang_tok.config.usable_cores", lambda: [0, 1, 2, 3])
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        finalize(Config(runtime_dir=str(tmp_path / "rt"), shards=2, cores=cores))
+    cfg = finalize(Config(runtime_dir=str(tmp_path / "rt"), shards=2, cores="3,1-2"))
+    assert cfg.pin_cores == [1, 2, 3]
+    assert plan_cores(2, True, cfg.pin_cores) == ([2, 3], 1, "")
+    assert plan_cores(2, False, cfg.pin_cores)[:2] == ([None, None], None)
+    # unpinned, any cores will do: --cores is not used
+    finalize(Config(runtime_dir=str(tmp_path / "rt"), shards=2, cores="0", pin=False))

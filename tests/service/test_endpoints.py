@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -118,6 +122,56 @@ def test_ipc_directories_are_made_private_and_removed_with_the_runtime_dir(
     discard(made, cfg.runtime_dir)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         "run", "run/frontend", "run/frontend/deltas.ipc"]
+
+
+def test_a_runtime_dir_given_to_remove_is_removed_whole_and_only_when_empty(
+        tmp_path: Path) -> None:
+    """--remove-runtime-dir: a launcher made the directory for the service alone, so the
+    service removes it at its stop (with whatever is in it then); a directory that held
+    anything before is refused, and left as it was."""
+    rt = tmp_path / "rt"
+    rt.mkdir()
+    made: list[Path] = []
+    cfg = finalize(Config(runtime_dir=str(rt), remove_runtime_dir=True), made)
+    assert made == [rt]
+    (rt / "egress.journal").touch()
+    discard(made, cfg.runtime_dir)
+    assert not rt.exists()
+    kept: list[Path] = []
+    finalize(Config(runtime_dir=str(tmp_path / "kept")), kept)
+    assert kept == [tmp_path / "kept"]  # made by the service: removed as before
+    shutil.rmtree(tmp_path / "kept")
+    (tmp_path / "kept").mkdir()
+    kept = []
+    finalize(Config(runtime_dir=str(tmp_path / "kept")), kept)
+    assert kept == []  # there before, and not given to remove: it stays
+    (tmp_path / "kept" / "mine").touch()
+    with pytest.raises(ConfigError, match="--remove-runtime-dir: --runtime-dir is not empty"):
+        finalize(Config(runtime_dir=str(tmp_path / "kept"), remove_runtime_dir=True), [])
+    assert (tmp_path / "kept" / "mine").exists()
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "boot-failure"])
+def test_serve_removes_the_runtime_dir_it_was_given_to_remove(tmp_path: Path, stop: str) -> None:
+    """The service is the directory's owner: it goes on a drained stop and on a failed one."""
+    rt = Path(tempfile.mkdtemp(prefix="sgt-"))  # short: the ipc paths live in it
+    try:
+        extra = ["--boot-timeout", "0.05"] if stop == "boot-failure" else []
+        proc = subprocess.Popen([sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", "1",
+                                 "--tokenizer", "none", "--no-pin", "--http", "127.0.0.1:0",
+                                 "--runtime-dir", str(rt), "--remove-runtime-dir",
+                                 "--drain-timeout", "1", *extra],
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while stop == "sigterm" and not (rt / "http.port").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        if stop == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == (0 if stop == "sigterm" else 3)
+        assert not rt.exists()
+    finally:
+        shutil.rmtree(rt, ignore_errors=True)
 
 
 def test_a_directory_that_cannot_be_made_is_refused_and_nothing_is_left(tmp_path: Path) -> None:

@@ -67,8 +67,10 @@ def test_service_args_from_sglangs_settings(tmp_path: Path) -> None:
     assert args[:6] == ["--protocol", "sglang", "--input", "ipc:///x/detok", "--output",
                         "ipc:///x/tok"]
     assert args[args.index("--tokenizer") + 1] == str(tmp_path)
-    # SGLang's default, one detokenizer process: one shard, inside the egress's process
-    assert args[args.index("--shards") + 1] == "1" and "--inline-shard" in args
+    # SGLang's default, one detokenizer, unpinned as its own (not the host's size): one
+    # shard, inside the egress's process
+    assert args[args.index("--shards") + 1] == "1" and "--no-pin" in args
+    assert "--inline-shard" in args
     # a request that does not stream comes in one row of all its ids
     assert int(args[args.index("--max-row-ids") + 1]) >= 1 << 20
     workers = launcher.service_args(_serving(tmp_path, tokenizer_worker_num=3), ports,

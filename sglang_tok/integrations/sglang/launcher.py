@@ -4,10 +4,20 @@ The service is one child of SGLang's launcher (`sglang-tok serve`, which supervi
 egress and shards): SGLang's watchdog polls it as it polls its own detokenizer, and its
 shutdown ends it with the launcher's process tree. `--exit-with-parent` makes it drain and
 exit if the launcher dies first.
+
+Its runtime directory (ipc sockets, metrics, the HTTP port file) is made here, in the
+launcher, and goes however the service ends, by three owners in turn: the service itself
+(`--remove-runtime-dir`: every stop it lives through, the launcher's death included); the
+janitor (`janitor.py`, outside SGLang's process tree: after a SIGKILL, which SGLang's
+`kill_process_tree` sends at every shutdown and, on a crash, to its own launcher too); and
+the launcher process's exit (`ServiceProcess.stop`, atexit), before which the directory is
+gone whatever order SGLang killed things in.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import shutil
 import subprocess
@@ -16,7 +26,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ...process import cpu_list_text
+
+log = logging.getLogger("sglang_tok.plugin")
 TOKENIZER_FILE = "tokenizer.json"
+JANITOR = "sglang_tok.integrations.sglang.janitor"
+STOP_S = 10.0  # at the launcher's exit, a service still running drains (5 s) and stops
 
 
 class TokenizerNotFound(RuntimeError):
@@ -60,10 +75,18 @@ MAX_RID_LENGTH = 1 << 16
 BOOT_TIMEOUT_S = 180
 
 
+def workers_of(serving: Any) -> int:
+    """SGLang's `--detokenizer-worker-num` (1 by default, as SGLang's own): the shards."""
+    return int(getattr(serving, "detokenizer_worker_num", 1) or 1)
+
+
 def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset(),
-                 record: str = "") -> list[str]:
-    """`serve` flags for SGLang's serving settings and its ports; `record`: a trace file for
-    every scheduler message (the plugin's SGLANG_TOK_RECORD)."""
+                 cores: list[int] | None = None, record: str = "") -> list[str]:
+    """`serve` flags for SGLang's serving settings and its ports: as many shards as SGLang
+    has detokenizer workers (never the service's own default, which sizes itself by the
+    host; one shard lives inside the egress's process, as SGLang's one detokenizer
+    process decodes), pinned onto `cores` (the egress first: `cores.choose`) or not at
+    all; `record`: a trace file for every scheduler message (SGLANG_TOK_RECORD)."""
     args = ["--protocol", "sglang",
             "--input", port_args.detokenizer_ipc_name,
             "--output", port_args.tokenizer_ipc_name,
@@ -71,12 +94,11 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
             "--http", "127.0.0.1:0", "--exit-with-parent",
             # a process that cuts SGLang's pickled columns imports SGLang first (seconds)
             "--boot-timeout", str(BOOT_TIMEOUT_S),
-            "--max-row-ids", str(MAX_ROW_IDS), "--max-rid-length", str(MAX_RID_LENGTH)]
-    workers = int(getattr(serving, "detokenizer_worker_num", 1) or 1)
-    if workers > 1:
-        args += ["--shards", str(workers)]
-    else:  # SGLang's default: one process decodes, as its own detokenizer does
-        args += ["--shards", "1", "--inline-shard"]
+            "--max-row-ids", str(MAX_ROW_IDS), "--max-rid-length", str(MAX_RID_LENGTH),
+            "--shards", str(workers_of(serving))]
+    if workers_of(serving) == 1:  # SGLang's default: one process decodes, as its own does
+        args += ["--inline-shard"]
+    args += ["--cores", cpu_list_text(cores)] if cores else ["--no-pin"]
     tokenizers = int(getattr(serving, "tokenizer_worker_num", 1) or 1)
     if tokenizers > 1:
         args += ["--sglang-tokenizer-workers", str(tokenizers)]
@@ -90,7 +112,8 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
 class ServiceProcess:
     """The service as SGLang's launcher sees a detokenizer process: `pid`, `is_alive()`,
     `exitcode`, `terminate()`, `kill()`, `join()` (what its watchdog and shutdown call on a
-    `multiprocessing.Process`). Its runtime directory goes when it is reaped."""
+    `multiprocessing.Process`). Its runtime directory goes when it is reaped (and by the
+    service's own hand, the janitor's, and `stop` at the launcher's exit)."""
 
     def __init__(self, popen: subprocess.Popen[bytes], runtime_dir: str) -> None:
         self.popen = popen
@@ -127,6 +150,17 @@ class ServiceProcess:
             return
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
+    def stop(self) -> None:
+        """At the launcher process's exit (atexit): a service SGLang did not end is drained
+        and stopped, and its runtime directory removed, before the launcher is gone."""
+        if self.popen.poll() is None:
+            self.terminate()
+            self.join(STOP_S)
+        if self.popen.poll() is None:
+            self.kill()
+            self.popen.wait()
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
     def http_port(self) -> int | None:
         """The service's /health and /metrics port, once it has published it."""
         try:
@@ -136,8 +170,35 @@ class ServiceProcess:
 
 
 def launch(args: list[str]) -> ServiceProcess:
-    """`sglang-tok serve ARGS` in a runtime directory of its own."""
+    """`sglang-tok serve ARGS` in a runtime directory of its own, which goes when it does."""
     runtime = tempfile.mkdtemp(prefix="sglang-tok-")
     os.chmod(runtime, 0o700)
-    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime, *args]
-    return ServiceProcess(subprocess.Popen(cmd), runtime)
+    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime,
+           "--remove-runtime-dir", *args]
+    proc = ServiceProcess(subprocess.Popen(cmd), runtime)
+    start_janitor(proc.pid, runtime)
+    atexit.register(proc.stop)
+    return proc
+
+
+def start_janitor(pid: int, directory: str) -> None:
+    """The janitor for the service `pid` (a child of this process, so its pid cannot be
+    reused before this pidfd is open); it detaches at once, so this waits only for
+    Python's start-up."""
+    why = ""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:  # not Linux >= 5.3: the other two owners
+        why = str(exc)
+    else:
+        try:
+            started = subprocess.run([sys.executable, "-m", JANITOR, str(pidfd), directory],
+                                     pass_fds=(pidfd,), timeout=60)
+            why = f"it exited with {started.returncode}" if started.returncode else ""
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = str(exc)
+        finally:
+            os.close(pidfd)
+    if why:  # the service runs all the same
+        log.warning("sglang_tok: no janitor for %s (%s): a SIGKILL of the whole process "
+                    "tree would leave it behind", directory, why)

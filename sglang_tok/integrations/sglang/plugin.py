@@ -12,6 +12,11 @@ starts. `register` then does two things there:
   argument, so replacing it changes nothing; `run_detokenizer_process` is re-imported in
   the spawned child, so a patch of it is lost there).
 
+The hook sizes the service by SGLang (`--detokenizer-worker-num` shards) and reads the
+plugin's settings, `SGLANG_TOK_PIN` (`cores.py`) and `SGLANG_TOK_RECORD` (a trace of every
+scheduler message), here in SGLang's launcher process: what runs below it gets flags and
+reads no environment.
+
 `register_standin` is a second entry point (`sglang_tok_standin`): with
 `SGLANG_TOK_STANDIN` set, SGLang's launcher starts the stand-in scheduler
 (`standin/main.py`) where it would start its scheduler, through an AROUND hook on
@@ -96,10 +101,11 @@ def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
     `(processes, names)` for its watchdog and shutdown."""
     from sglang.srt.runtime_context import get_serving
 
-    from .launcher import launch, service_args
+    from .launcher import launch, service_args, workers_of
 
     serving = get_serving()
-    args = service_args(serving, port_args, kept_stop_ids(serving),
+    cores = placement(server_args, workers_of(serving))
+    args = service_args(serving, port_args, kept_stop_ids(serving), cores,
                         record=os.environ.get(RECORD_ENV, ""))
     proc = launch(args)
     log.info("sglang_tok: detokenizer is sglang-tok (pid %d): %s", proc.pid, " ".join(args))
@@ -151,6 +157,36 @@ def report_cpu(pid: int, interval: float = 5.0) -> threading.Thread:
     thread = threading.Thread(target=monitor, name="sglang-tok cpu", daemon=True)
     thread.start()
     return thread
+
+
+SGLANG_AFFINITY = "SGLANG_SET_CPU_AFFINITY"
+
+
+def placement(server_args: Any, workers: int) -> list[int] | None:
+    """The cores the service is pinned onto (None: unpinned), from the plugin's setting
+    (`SGLANG_TOK_PIN`, read here, in SGLang's launcher process) and SGLang's own: with
+    `SGLANG_SET_CPU_AFFINITY=1` the cores SGLang pins this server's schedulers to are
+    not the service's (`cores.py` has the rule)."""
+    import psutil
+
+    from ...process import usable_cores
+    from .cores import SETTING, choose, pin_setting, scheduler_cores, server_gpu_ids
+
+    setting = pin_setting(os.environ.get(SETTING))
+    reserved: set[int] = set()
+    if setting is True and os.environ.get(SGLANG_AFFINITY, "").lower() in ("1", "true",
+                                                                            "yes", "y"):
+        tp, pp, nodes = (int(getattr(server_args, name, 1) or 1)
+                         for name in ("tp_size", "pp_size", "nnodes"))
+        gpus = server_gpu_ids(int(getattr(server_args, "base_gpu_id", 0) or 0),
+                              int(getattr(server_args, "gpu_id_step", 1) or 1), tp, pp, nodes)
+        reserved = scheduler_cores(gpus, tp // max(nodes // pp, 1),
+                                   psutil.cpu_count(logical=False) or 0,
+                                   psutil.cpu_count() or 0)
+    cores, why = choose(setting, workers, int(getattr(server_args, "port", 0) or 0),
+                        usable_cores(), reserved)
+    log.info("sglang_tok: the service runs %s", why)
+    return cores
 
 
 # gpt-oss's <|call|>: SGLang's detokenizer keeps it when it stops a request
