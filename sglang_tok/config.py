@@ -265,9 +265,10 @@ def _check_cores(cfg: Config) -> None:
     if foreign:
         raise refused("cores", f"not usable here: {cpu_list_text(foreign)} (this process may "
                       f"run on {cpu_list_text(usable)})", cfg.cores)
-    if cfg.pin and len(cores) < cfg.shards + 1:
+    need = 1 if cfg.inline_shard else cfg.shards + 1
+    if cfg.pin and len(cores) < need:
         raise refused("cores", f"{len(cores)} cores for the egress and "
-                      f"{shards_text(cfg.shards)}: give at least {cfg.shards + 1}", cfg.cores)
+                      f"{shards_text(cfg.shards)}: give at least {need}", cfg.cores)
 
 
 def _make_runtime(cfg: Config, made: list[Path]) -> str:

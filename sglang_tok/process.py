@@ -234,14 +234,16 @@ def cpu_list_text(cores: list[int]) -> str:
     return ",".join(parts)
 
 
-def plan_cores(shards: int, want_pin: bool, pool: list[int] | None = None
-               ) -> tuple[list[int | None], int | None, str]:
+def plan_cores(shards: int, want_pin: bool, pool: list[int] | None = None,
+               inline: bool = False) -> tuple[list[int | None], int | None, str]:
     """Cores for shards and egress, from `pool` (--cores) or else every usable core: the
-    egress on the first, shard k on the next; all None (with a reason) where there are
-    too few."""
+    egress on the first, shard k on the next (an inline shard on the egress's); all None
+    (with a reason) where there are too few."""
     cores = pool or usable_cores()
     if not want_pin:
         return [None] * shards, None, "pinning disabled (--no-pin)"
+    if inline:
+        return [None], cores[0], ""
     if len(cores) < shards + 1:
         return [None] * shards, None, (f"{len(cores)} usable cores for {shards_text(shards)} + "
                                        "egress: running unpinned")

@@ -334,7 +334,8 @@ class Service:
         from .http import main as http_main
         from .shards.main import main as shard_main
         cfg, st, me = self.cfg, self.status, os.getpid()
-        shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin, cfg.pin_cores)
+        shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin, cfg.pin_cores,
+                                                   cfg.inline_shard)
         if why:
             log.warning(why)
         roles = service_roles(cfg.shards)

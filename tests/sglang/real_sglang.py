@@ -110,8 +110,10 @@ def faults(proc: Any, push: Any, pull: Any, io_struct: Any) -> dict[str, Any]:
     children = psutil.Process(proc.pid).children()
     out: dict[str, Any] = {}
     for kind in ("shard", "egress"):
-        victim = next(c for c in children if kind in " ".join(c.cmdline())
-                      or kind in c.name())
+        victim = next((c for c in children if kind in " ".join(c.cmdline())
+                       or kind in c.name()), None)
+        if victim is None:  # one shard, inside the egress's process (--inline-shard)
+            victim = next(c for c in children if "egress" in c.name())
         rids = [f"{kind}-{i}" for i in range(8)]
         for step in range(3):
             push.send(wire.encode_token_ids(_rows(rids, text_ids[step:step + 1], step + 1)))

@@ -27,7 +27,7 @@ def test_unpinned_unless_asked(workers: int) -> None:
 
 @pytest.mark.parametrize("workers", [1, 2, 8])
 def test_asked_each_server_gets_a_slot_of_its_own_from_the_top(workers: int) -> None:
-    size = workers + 1
+    size = cores.processes(workers)  # one worker: the egress alone (its shard inside)
     slots = 64 // size
     plans = [cores.choose(True, workers, port, MASK)[0] for port in range(PORT, PORT + slots)]
     for got in plans:
@@ -44,7 +44,7 @@ def test_asked_each_server_gets_a_slot_of_its_own_from_the_top(workers: int) -> 
 
 def test_the_plans_on_a_64_core_mask_at_port_30000() -> None:
     """The numbers an operator reads in the log: slot 30000 % slots from the top."""
-    assert cores.choose(True, 1, PORT, MASK)[0] == [30, 31]  # 32 slots: slot 16
+    assert cores.choose(True, 1, PORT, MASK)[0] == [15]  # 64 slots of 1: slot 48
     assert cores.choose(True, 2, PORT, MASK)[0] == [25, 26, 27]  # 21 slots: slot 12
     got, why = cores.choose(True, 8, PORT, MASK)  # 7 slots: slot 5; core 0 in none
     assert got == list(range(10, 19))
@@ -59,7 +59,7 @@ def test_sglangs_scheduler_cores_are_not_the_services() -> None:
     assert gpus == list(range(8))
     held = cores.scheduler_cores(gpus, 8, physical=60, logical=60)
     assert held == set(range(56))
-    assert cores.choose(True, 1, PORT, range(60), held)[0] == [58, 59]  # 2 slots: slot 0
+    assert cores.choose(True, 1, PORT, range(60), held)[0] == [59]  # 4 slots: slot 0
     assert cores.choose(True, 2, PORT, range(60), held)[0] == [57, 58, 59]  # 1 slot
     got, why = cores.choose(True, 8, PORT, range(60), held)
     assert got is None and why.startswith("unpinned: 4 cores in the launcher's cores 0-59 "
@@ -77,7 +77,7 @@ def test_sglangs_scheduler_cores_are_not_the_services() -> None:
 def test_a_cpu_list_is_the_pool_as_given() -> None:
     setting = cores.pin_setting("48-63")
     assert setting == list(range(48, 64))
-    assert cores.choose(setting, 1, PORT, MASK)[0] == [62, 63]  # 8 slots: slot 0
+    assert cores.choose(setting, 1, PORT, MASK)[0] == [63]  # 16 slots: slot 0
     one_slot = cores.pin_setting("40,41,42")
     assert cores.choose(one_slot, 2, PORT, MASK)[0] == [40, 41, 42]
     got, why = cores.choose(cores.pin_setting("60-70"), 8, PORT, MASK)
@@ -106,9 +106,9 @@ def test_the_launchers_arguments(workers: int) -> None:
 
 @pytest.mark.parametrize(("env", "want"), [
     ({}, None),
-    ({"SGLANG_TOK_PIN": "1"}, [62, 63]),
+    ({"SGLANG_TOK_PIN": "1"}, [63]),  # 64 slots of 1: slot 30016 % 64 = 0
     ({"SGLANG_TOK_PIN": "1", "SGLANG_SET_CPU_AFFINITY": "1"}, None),  # tp 1: all theirs
-    ({"SGLANG_TOK_PIN": "8-9", "SGLANG_SET_CPU_AFFINITY": "true"}, [8, 9]),  # as given
+    ({"SGLANG_TOK_PIN": "8-9", "SGLANG_SET_CPU_AFFINITY": "true"}, [9]),  # of those given
 ])
 def test_the_plugin_reads_its_setting_and_sglangs(monkeypatch: pytest.MonkeyPatch,
                                                   env: dict[str, str],

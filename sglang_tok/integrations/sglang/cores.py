@@ -77,11 +77,17 @@ def scheduler_cores(gpu_ids: Collection[int], tp_per_node: int, physical: int,
     return cores
 
 
+def processes(workers: int) -> int:
+    """The service's decoding processes for SGLang's detokenizer workers: the egress and a
+    shard each, or with one worker the egress alone (its shard inside: --inline-shard)."""
+    return 1 if workers == 1 else workers + 1
+
+
 def plan(workers: int, pool: Collection[int], key: int) -> list[int] | None:
     """The cores of the egress and `workers` shards (egress first), or None when the pool
-    holds no slot of `workers + 1` cores."""
+    holds no slot of `processes(workers)` cores."""
     cores = sorted(set(pool))
-    size = workers + 1
+    size = processes(workers)
     slots = len(cores) // size
     if not slots:
         return None
@@ -109,5 +115,5 @@ def choose(setting: bool | list[int], workers: int, port: int, mask: Collection[
     cores = plan(workers, pool, port)
     if cores is None:
         return None, (f"unpinned: {len(pool)} cores in {where}, fewer than the egress and "
-                      f"{shards_text(workers)} need ({workers + 1})")
+                      f"{shards_text(workers)} need ({processes(workers)})")
     return cores, f"pinned to cores {cpu_list_text(cores)} of {where} (slot by port {port})"
