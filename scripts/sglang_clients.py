@@ -53,6 +53,19 @@ class Done:
     logprobs: bool
 
 
+@dataclass
+class Failed:
+    """A stream that did not end with a finish of its own: an HTTP error, an error chunk,
+    an abort finish, a dropped connection, or (`hung`) no chunk for --read-timeout s."""
+
+    rid: str
+    endpoint: str
+    text: str  # what it streamed before
+    why: str
+    hung: bool = False
+    at: float = field(default_factory=time.time)  # when it failed (wall clock)
+
+
 def body(endpoint: str, k: int, args: argparse.Namespace, logprob: bool) -> dict[str, Any]:
     steer = {"sglang_tok_ids_per_step": args.ids_per_step, "sglang_tok_length": args.length}
     prompt = f"{PROMPTS[k % len(PROMPTS)]} ({k})"
@@ -116,13 +129,34 @@ class Chunks:
 
 async def one(session: aiohttp.ClientSession, url: str, endpoint: str, k: int,
               args: argparse.Namespace, rng: random.Random, window: Window,
-              done: list[Done], errors: list[str]) -> None:
+              done: list[Done], failed: list[Failed]) -> None:
     logprob = rng.random() < args.logprob_share
     chunks = Chunks(endpoint)
+    try:
+        await _stream(session, url, endpoint, body(endpoint, k, args, logprob), chunks, window)
+    except TimeoutError:
+        failed.append(Failed(chunks.rid, endpoint, chunks.text,
+                             f"no chunk for {args.read_timeout:g}s", hung=True))
+        return
+    except aiohttp.ClientError as exc:
+        failed.append(Failed(chunks.rid, endpoint, chunks.text, f"{type(exc).__name__}: {exc}"))
+        await asyncio.sleep(0.1)
+        return
+    fin = chunks.finish
+    if chunks.error is not None:
+        failed.append(Failed(chunks.rid, endpoint, chunks.text, str(chunks.error)[:300]))
+    elif fin is None or fin == "abort" or (isinstance(fin, dict) and fin.get("type") == "abort"):
+        failed.append(Failed(chunks.rid, endpoint, chunks.text, f"finish {fin}"[:300]))
+    else:
+        done.append(Done(chunks.rid, endpoint, chunks.text, fin, chunks.ids, logprob))
+
+
+async def _stream(session: aiohttp.ClientSession, url: str, endpoint: str,
+                  payload_in: dict[str, Any], chunks: Chunks, window: Window) -> None:
     last = None
-    async with session.post(url + PATHS[endpoint], json=body(endpoint, k, args, logprob)) as r:
+    async with session.post(url + PATHS[endpoint], json=payload_in) as r:
         if r.status != 200:
-            errors.append(f"{endpoint} HTTP {r.status}: {(await r.text())[:200]}")
+            chunks.error = f"HTTP {r.status}: {(await r.text())[:200]}"
             await asyncio.sleep(0.1)
             return
         async for line in r.content:
@@ -140,39 +174,30 @@ async def one(session: aiohttp.ClientSession, url: str, endpoint: str, k: int,
                     if last is not None:
                         window.gaps.append(now - last)
                 last = now
-    if chunks.error is not None:
-        errors.append(f"{endpoint}: {str(chunks.error)[:200]}")
-    else:
-        done.append(Done(chunks.rid, endpoint, chunks.text, chunks.finish, chunks.ids,
-                         logprob))
 
 
 async def client(i: int, session: aiohttp.ClientSession, args: argparse.Namespace,
-                 stop: float, window: Window, done: list[Done], errors: list[str]) -> None:
+                 stop: float, window: Window, done: list[Done], failed: list[Failed]) -> None:
     rng = random.Random(i)
     k = i
     endpoints = args.endpoints.split(",")
     while time.monotonic() < stop:
-        try:
-            await one(session, args.url, endpoints[k % len(endpoints)], k, args, rng,
-                      window, done, errors)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            await asyncio.sleep(0.1)
+        await one(session, args.url, endpoints[k % len(endpoints)], k, args, rng, window,
+                  done, failed)
         k += args.clients
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     window = Window()
     done: list[Done] = []
-    errors: list[str] = []
+    failed: list[Failed] = []
     start = time.monotonic()
     window.start = start + args.warmup
     window.end = window.start + args.seconds
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=args.read_timeout)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        tasks = [asyncio.create_task(client(i, session, args, window.end, window, done, errors))
+        tasks = [asyncio.create_task(client(i, session, args, window.end, window, done, failed))
                  for i in range(args.clients)]
         await asyncio.sleep(max(0.0, window.start - time.monotonic()))
         print("WINDOW START", flush=True)
@@ -192,9 +217,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return {"clients": args.clients, "seconds": args.seconds, "ids": window.ids,
             "chunks": window.chunks, "ids_per_s": window.ids / args.seconds,
             "itl_p50_ms": 1000 * pct(0.50), "itl_p99_ms": 1000 * pct(0.99),
-            "itl_samples": len(gaps), "errors": errors[:20], "error_count": len(errors),
-            "cut_off": hung,
-            "done": [d.__dict__ for d in done]}
+            "itl_samples": len(gaps), "errors": [f.why for f in failed[:20]],
+            "error_count": len(failed), "hung": sum(f.hung for f in failed), "cut_off": hung,
+            "done": [d.__dict__ for d in done], "failed": [f.__dict__ for f in failed]}
 
 
 def main() -> None:
