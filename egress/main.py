@@ -22,7 +22,8 @@ from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, from_sglang, refusing
-from sglang_tok.integrations.sglang.reply import Replies, preload_sglang
+from sglang_tok.integrations.sglang.pickled import preload_sglang
+from sglang_tok.integrations.sglang.reply import Replies
 from sglang_tok.load.tracefile import Recorder
 from sglang_tok.metrics import (
     DROP_REASONS,

@@ -26,12 +26,12 @@ from msgspec import Meta, Raw
 from sglang_tok.ring.link import LATE
 
 from sglang_tok.integrations.sglang import wire
+from sglang_tok.integrations.sglang.pickled import cut_pickled
 from sglang_tok.integrations.sglang.reply import (
     Replies,
     beam_flags,
     by_worker,
     cut,
-    cut_pickled,
     encode_passed,
 )
 from sglang_tok.protocol import (

@@ -98,6 +98,19 @@ class Recorder:
         pass
 
 
+class Outs:
+    """Stands in for `PushTo`: every endpoint is the one recorder."""
+
+    def __init__(self, sink: Recorder) -> None:
+        self.sink = sink
+
+    def __getitem__(self, endpoint: str | None) -> Recorder:
+        return self.sink
+
+    def close(self, linger: int | None = None) -> None:
+        pass
+
+
 def config(shards: int, fmt: str, runtime: str) -> Config:
     return finalize(Config(shards=shards, runtime_dir=runtime, http="127.0.0.1:0", pin=False,
                            output_format=fmt, log_level="WARNING"))
@@ -122,6 +135,7 @@ class EgressStage:
         self.sinks = [Recorder(self.keep) for _ in range(self.cfg.shards)]
         eg.links = self.sinks  # type: ignore[assignment]
         eg.out = Recorder(False)  # type: ignore[assignment]
+        eg.outs = Outs(eg.out)  # type: ignore[assignment]
         eg.up = [True] * self.cfg.shards
 
     def run(self) -> None:
@@ -161,6 +175,7 @@ class ShardStage:
                              os.getpid())
         self.out = Recorder(self.keep)
         sh.out = self.out  # type: ignore[assignment]
+        sh.outs = Outs(self.out)  # type: ignore[assignment]
         sh.back = Recorder(False)  # type: ignore[assignment]
 
     def run(self) -> None:

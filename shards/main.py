@@ -14,7 +14,8 @@ from sglang_tok.ring.sockets import PushTo, make_socket
 
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, from_sglang
-from sglang_tok.integrations.sglang.reply import BeamTexts, Replies, preload_sglang
+from sglang_tok.integrations.sglang.pickled import preload_sglang
+from sglang_tok.integrations.sglang.reply import BeamTexts, Replies
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
@@ -25,8 +26,11 @@ from .table import RidTable
 
 log = logging.getLogger("sglang_tok.shard")
 POLL_MS = 100
-# acks to the egress and counter updates: when the inbox runs dry, else at this interval
-REPORT_EVERY_S = 0.005
+# acks to the egress and counter updates: at most this often while messages come, and on
+# the first quiet turn after. An ack only lets the egress forget endings (the ledger a
+# shard's death is failed from); acking each message of a scheduler stepping every 20 ms
+# woke the egress a second time per message
+REPORT_EVERY_S = 0.05
 
 
 def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: int,
@@ -101,6 +105,7 @@ class Shard:
         self.token = 0  # of the egress whose SYNC we answered last
         self.processed = 0  # FORWARD and DROP messages since START, acked to the egress
         self._next_report = self._next_publish = 0.0
+        self._acked = 0  # `processed` when the last Ack went
         m = metrics if metrics is not None else Metrics()  # one set per process
         label = str(shard)
         self.m_rows, self.m_tokens = m.rows.labels(label), m.tokens.labels(label)
@@ -121,7 +126,7 @@ class Shard:
         while True:
             self.beat()
             if not inbox.poll(POLL_MS):
-                self._publish()
+                self.idle()
                 if not parent_alive(self.parent_pid):
                     log.warning("supervisor is gone; exiting")
                     return
@@ -147,7 +152,7 @@ class Shard:
             case link.Start():
                 if not self.started:  # a repeated START (our second Hello) changes nothing
                     self.started = True
-                    self.processed = 0
+                    self.processed = self._acked = 0
             case link.Sync(token=token):
                 self._sync(token)
             case link.Exit():
@@ -164,15 +169,19 @@ class Shard:
         self._processed()
 
     def _processed(self) -> None:
-        """Count a message toward the egress's ledger; ack and publish when the inbox runs
-        dry, else at most every REPORT_EVERY_S."""
+        """Count a message toward the egress's ledger; ack and publish at most every
+        REPORT_EVERY_S (a quiet turn acks the rest: `idle`)."""
         self.processed += 1
         now = time.monotonic()
-        if now >= self._next_report or self.inbox is None or not self.inbox.poll(0):
-            self._ack()
-            self._next_report = now + REPORT_EVERY_S
-            if now >= self._next_publish:
-                self._publish()
+        if now >= self._next_report:
+            self._report(now)
+
+    def _report(self, now: float) -> None:
+        self._ack()
+        self._acked = self.processed
+        self._next_report = now + REPORT_EVERY_S
+        if now >= self._next_publish:
+            self._publish()
 
     def _ack(self) -> None:
         table = self.table
@@ -271,8 +280,12 @@ class Shard:
             self.table.self_ended = []
 
     def idle(self) -> None:
-        """A quiet turn of the loop it lives in: counters out, when due."""
-        if time.monotonic() >= self._next_publish:
+        """A quiet turn of the loop it lives in: what was not acked yet, when due;
+        counters out, when due."""
+        now = time.monotonic()
+        if self.started and self.processed != self._acked and now >= self._next_report:
+            self._report(now)
+        elif now >= self._next_publish:
             self._publish()
 
     def _publish(self) -> None:

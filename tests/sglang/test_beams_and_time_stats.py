@@ -88,3 +88,31 @@ def test_time_stats_and_customized_info_go_with_their_rows(
         assert stats[k] in got_stats
         at = got_stats.index(stats[k])
         assert got_info["score"][at] == info["score"][k] and got_info["tag"][at] == f"t{k}"
+
+
+def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
+    """From an ipc:// input (SGLang's launcher's) each shard's part carries its rows' stats;
+    from a tcp:// peer nothing is unpickled: the parts carry nil."""
+    from sglang_tok.config import Config, finalize, from_sglang
+    from sglang_tok.egress.sglang_in import SglangReader
+    from sglang_tok.integrations.sglang.reply import Passed, Replies
+
+    rows = [{"rid": f"p-{k}", "ids": [14], "completion": 1} for k in range(12)]
+    stats = [{"row": k} for k in range(12)]
+    msg = token_ids_message(rows, time_stats=_pickled(stats))
+    fields = msgspec.msgpack.decode(msg, type=list[msgspec.Raw])
+    codes = [k % 2 for k in range(12)]  # rows alternate between shards 0 and 1
+    at = wire.PASSED_FIELDS.index("time_stats")
+    for per_row in (True, False):
+        step = SglangReader(512, 4096, frozenset(), Replies(), per_row).step(fields, {})
+        parts = step.passed(codes, 2)
+        for k, part in parts.items():
+            got = msgspec.msgpack.decode(msgspec.msgpack.decode(part, type=Passed).columns[at])
+            if per_row:
+                assert _unpickled(got) == [s for s in stats if s["row"] % 2 == k]
+            else:
+                assert got is None
+    ipc = Config(protocol="sglang", input="ipc:///tmp/x.ipc")
+    assert from_sglang(ipc) and not from_sglang(
+        Config(protocol="sglang", input="tcp://127.0.0.1:5555"))
+    assert finalize  # (the flag is read from the finalized Config by egress and shards)
