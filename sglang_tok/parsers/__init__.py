@@ -71,10 +71,12 @@ from typing import Any
 from .formats import FORMATS, REASONING_OF
 from .harmony import HarmonyParser
 from .markers import MarkerSet, marker_token_ids, skip_table
+from .readers import CallReader, Event
 from .reasoning import ReasoningParser
 from .schema import Schemas, tool_schemas
 from .stream import ParsedStream
-from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
+from .tool_format import ToolFormat
+from .tools import TOOL_STREAMS, ToolParser
 from .types import ParsedDelta, ParserError, ToolCallDelta, concat, merge, merge_calls
 
 HARMONY = "gpt-oss"

@@ -26,22 +26,12 @@ from __future__ import annotations
 
 import re
 
-from .jsonio import dumps
+from .json_readers import RawArgs, arguments_json
+from .jsonio import dumps, escape, json_string, loads
 from .markers import MarkerSet
+from .readers import Calls, Event, Step, run_states
 from .schema import Schemas
-from .tools import (
-    Calls,
-    CloseMarker,
-    Event,
-    RawArgs,
-    Step,
-    ToolFormat,
-    arguments_json,
-    escape,
-    json_string,
-    loads,
-    run_states,
-)
+from .tool_format import CloseMarker, ToolFormat
 
 DSML = "｜DSML｜"
 PARAM_OPEN = f"<{DSML}parameter"

@@ -35,20 +35,12 @@ from __future__ import annotations
 
 import re
 
+from .json_readers import ObjectArgs, object_arguments
 from .markers import MarkerSet
+from .readers import Event, FastPath
 from .schema import Schemas
-from .tools import (
-    INCREMENTAL,
-    WHOLE,
-    CloseMarker,
-    Event,
-    FastPath,
-    Item,
-    ObjectArgs,
-    ToolFormat,
-    ToolParser,
-    object_arguments,
-)
+from .tool_format import CloseMarker, ToolFormat
+from .tools import INCREMENTAL, WHOLE, Item, ToolParser
 from .types import Thought, ToolCallDelta
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"

@@ -19,22 +19,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .json_readers import JsonEnd, JsonValueEnd, RawArgs, arguments_json
+from .jsonio import loads
+from .readers import Calls, Dropped, Event, HeadFirst, Step, run_states
 from .schema import Schemas
-from .tools import (
-    Calls,
-    CloseMarker,
-    Dropped,
-    Event,
-    HeadFirst,
-    JsonEnd,
-    JsonValueEnd,
-    RawArgs,
-    Step,
-    ToolFormat,
-    arguments_json,
-    loads,
-    run_states,
-)
+from .tool_format import CloseMarker, ToolFormat
 
 _WS = re.compile(r"\s*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)

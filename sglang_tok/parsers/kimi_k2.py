@@ -20,16 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .json_readers import ObjectArgs, object_arguments
+from .readers import Calls, Event, HeadFirst
 from .schema import Schemas
-from .tools import (
-    Calls,
-    CloseMarker,
-    Event,
-    HeadFirst,
-    ObjectArgs,
-    ToolFormat,
-    object_arguments,
-)
+from .tool_format import CloseMarker, ToolFormat
 
 SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
 CALL_OPEN, CALL_CLOSE = "<|tool_call_begin|>", "<|tool_call_end|>"

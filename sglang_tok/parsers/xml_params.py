@@ -28,9 +28,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .jsonio import escape, json_string
 from .markers import MarkerSet
+from .readers import Event, Step, run_states
 from .schema import Schemas, convert, param_types
-from .tools import Event, Step, escape, json_string, run_states
 
 HEAD, PARAMS, VALUE, BAD = range(4)
 STRIP_NONE, STRIP_ONE, STRIP_ALL = range(3)
