@@ -37,7 +37,7 @@ import re
 
 from .json_readers import ObjectArgs, object_arguments
 from .markers import MarkerSet
-from .readers import Event, FastPath
+from .readers import Event, FastPath, Opened
 from .schema import Schemas
 from .tool_format import CloseMarker, ToolFormat
 from .tools import INCREMENTAL, WHOLE, Item, ToolParser
@@ -201,7 +201,7 @@ class HarmonyParser(ToolParser):
                     self.path = FastPath(self.reader)
                     self.opened = []
                     self.rejected = False
-                    self._events([(self.name, "")])
+                    self._events([Opened(self.name)])
                 return
             self.kind = RAW
         elif channel is not None and channel.group(1) == "analysis":

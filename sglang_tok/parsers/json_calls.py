@@ -21,7 +21,7 @@ from typing import Any
 
 from .json_readers import JsonEnd, JsonValueEnd, RawArgs, arguments_json
 from .jsonio import loads
-from .readers import Calls, Dropped, Event, HeadFirst, Step, run_states
+from .readers import Call, Calls, Dropped, Event, HeadFirst, Opened, Step, fold, run_states
 from .schema import Schemas
 from .tool_format import CloseMarker, ToolFormat
 
@@ -142,9 +142,9 @@ class CallObject:
                     self.state = BAD
                     return ~pos
                 self.named = True
-                out.append((name, ""))
+                out.append(Opened(name))
                 if self.unsent:
-                    out.append((None, "".join(self.unsent)))
+                    out.append("".join(self.unsent))
                     self.unsent = []
             self.state = AFTER
             return m.end()
@@ -187,7 +187,7 @@ class CallObject:
         frag = args.read(body, ready)
         if self.named:
             if frag:
-                out.append((None, frag))
+                out.append(frag)
         elif frag:
             self.unsent.append(frag)
         if args.end < 0:
@@ -198,8 +198,8 @@ class CallObject:
     def rest(self, body: str) -> Event:
         """The call's last fragment (its object is done): the held brace, or `{}`."""
         if self.args is None:
-            return (None, "{}")
-        return (None, self.args.rest(body))
+            return "{}"
+        return self.args.rest(body)
 
 
 _OBJECT_STEPS: tuple[Step[CallObject], ...] = (
@@ -208,7 +208,7 @@ _OBJECT_STEPS: tuple[Step[CallObject], ...] = (
 
 
 # ------------------------------------------------------------------ hermes / qwen25
-def parse_name_arguments(obj: Any) -> tuple[str, str] | None:
+def parse_name_arguments(obj: Any) -> Call | None:
     if not isinstance(obj, dict):
         return None
     name = obj.get("name")
@@ -216,7 +216,7 @@ def parse_name_arguments(obj: Any) -> tuple[str, str] | None:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
     text = arguments_json(args)
-    return None if text is None else (name, text)
+    return None if text is None else Call(name, text)
 
 
 def parse_hermes(body: str) -> Calls | None:
@@ -255,29 +255,13 @@ def parse_hermes_typed(body: str, schemas: Schemas | None) -> Calls | None:
     rest = reader.close(body)
     if rest is None:
         return None
-    items: list[list[str] | Dropped] = []
-    call: list[str] | None = None
-    for event in events + rest:
-        if isinstance(event, Dropped):
-            if event.named and call is not None:
-                items.pop()  # the call its name opened
-            call = None
-            items.append(Dropped(event.text))
-            continue
-        name, frag = event
-        if name is not None:
-            call = [name, ""]
-            items.append(call)
-        elif call is not None:
-            call[1] += frag
     calls: Calls = []
-    for item in items:
-        if isinstance(item, Dropped):
-            calls.append(item)
-            continue
-        text = arguments_json(loads(item[1]))
-        assert text is not None  # the reader lets only a valid object stand
-        calls.append((item[0], text))
+    for item in fold(events + rest):
+        if isinstance(item, Call):
+            text = arguments_json(loads(item.arguments))
+            assert text is not None  # the reader lets only a valid object stand
+            item = Call(item.name, text)
+        calls.append(item)
     return calls
 
 
@@ -414,9 +398,8 @@ class CallArray:
             events: list[Event] = []
             obj.read(body, ready, events)
             for ev in events:
-                name = ev[0]  # type: ignore[index]
-                if name is not None and self.schemas is not None \
-                        and name not in self.schemas:
+                if isinstance(ev, Opened) and self.schemas is not None \
+                        and ev.name not in self.schemas:
                     self.rejected = True  # never sent: the element is text
                     break
                 out.append(ev)
@@ -567,15 +550,17 @@ def parse_mistral(body: str) -> Calls | None:
         m = _MISTRAL_V11.fullmatch(body)
         if m is not None:
             text = arguments_json(loads(m.group(2)))
-            return None if text is None else [(m.group(1), text)]
+            return None if text is None else [Call(m.group(1), text)]
         obj = loads(body)
     except ValueError:
         return None
-    items = obj if isinstance(obj, list) else [obj]
-    calls = [parse_name_arguments(item) for item in items]
-    if not calls or any(c is None for c in calls):
-        return None
-    return calls  # type: ignore[return-value]
+    calls: Calls = []
+    for item in obj if isinstance(obj, list) else [obj]:
+        call = parse_name_arguments(item)
+        if call is None:
+            return None
+        calls.append(call)
+    return calls or None
 
 
 # the states that start at a non-blank character first (`run_states`)
@@ -640,7 +625,7 @@ class MistralReader:
         if body[j] != "{":
             self.state = M_BAD
             return ~pos
-        out.append((body[:at].strip(), ""))
+        out.append(Opened(body[:at].strip()))
         self.args = RawArgs(j)
         self.state = M_V11
         return pos
@@ -688,7 +673,7 @@ class MistralReader:
         assert args is not None
         frag = args.read(body, ready)
         if frag:
-            out.append((None, frag))
+            out.append(frag)
         if args.end >= 0:
             self.state = M_DONE
         return ~pos
@@ -697,7 +682,7 @@ class MistralReader:
         if self.state != M_DONE or parse_mistral(body) is None:
             return None
         if self.args is not None:
-            return [(None, self.args.rest(body))]
+            return [self.args.rest(body)]
         if not self.objs or not all(o.named and o.state == DONE for o in self.objs):
             return None
         return [self.objs[-1].rest(body)]
@@ -727,7 +712,7 @@ def parse_deepseekv3(body: str) -> Calls | None:
         text = arguments_json(loads(m.group(2)))
     except ValueError:
         return None
-    return None if text is None or not name else [(name, text)]
+    return None if text is None or not name else [Call(name, text)]
 
 
 class DeepSeekV3Reader(HeadFirst[RawArgs]):
@@ -772,13 +757,13 @@ class DeepSeekV3Reader(HeadFirst[RawArgs]):
             self.bad = True
             return None
         self.name = name
-        out.append((name, ""))
+        out.append(Opened(name))
         return RawArgs(start)
 
     def _more(self, args: RawArgs, body: str, ready: int, out: list[Event]) -> None:
         frag = args.read(body, ready)
         if frag:
-            out.append((None, frag))
+            out.append(frag)
 
     def fast_now(self) -> Callable[[int, str], str | None] | None:
         """`fast` until the next `read`: `RawArgs.fast` once the arguments started."""
@@ -793,9 +778,9 @@ class DeepSeekV3Reader(HeadFirst[RawArgs]):
             return None
         calls = parse_deepseekv3(body)
         first = calls[0] if calls else None
-        if not isinstance(first, tuple) or first[0] != self.name:
+        if not isinstance(first, Call) or first.name != self.name:
             return None
-        return [(None, args.rest(body))]
+        return [args.rest(body)]
 
 
 # ------------------------------------------------------------------ the formats

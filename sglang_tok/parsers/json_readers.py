@@ -279,14 +279,14 @@ class ObjectArgs:
             self.args = RawArgs(j)
         frag = self.args.read(body, ready)
         if frag:
-            out.append((None, frag))
+            out.append(frag)
 
     def close(self, body: str) -> list[Event] | None:
         args = self.args
         if self.bad:
             return None
         if args is None:
-            return None if body[self.after:].strip() else [(None, "{}")]
+            return None if body[self.after:].strip() else ["{}"]
         if args.end < 0 or body[args.end:].strip():
             return None
         try:
@@ -294,7 +294,7 @@ class ObjectArgs:
                 return None
         except ValueError:
             return None
-        return [(None, args.rest(body))]
+        return [args.rest(body)]
 
 
 def object_arguments(text: str) -> str | None:

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 
 from .json_readers import ObjectArgs, object_arguments
-from .readers import Calls, Event, HeadFirst
+from .readers import Call, Calls, Event, HeadFirst, Opened
 from .schema import Schemas
 from .tool_format import CloseMarker, ToolFormat
 
@@ -44,7 +44,7 @@ def parse_kimi(body: str) -> Calls | None:
     call_id = m.group(1)
     name = call_name(call_id)
     text = None if name is None else object_arguments(m.group(2))
-    return None if name is None or text is None else [(name, text, call_id)]
+    return None if name is None or text is None else [Call(name, text, call_id)]
 
 
 class KimiReader(HeadFirst[ObjectArgs]):
@@ -65,7 +65,7 @@ class KimiReader(HeadFirst[ObjectArgs]):
         if name is None:
             self.bad = True
             return None
-        out.append((name, call_id))
+        out.append(Opened(name, call_id))
         return ObjectArgs(at + len(ARG))
 
     def _more(self, args: ObjectArgs, body: str, ready: int, out: list[Event]) -> None:

@@ -28,7 +28,7 @@ from unicodedata import normalize
 
 from .json_readers import ends_escaped
 from .jsonio import dumps_finite, escape, json_string
-from .readers import Calls, Event
+from .readers import Call, Calls, Event, Opened
 from .schema import Schemas
 from .tool_format import ToolFormat
 
@@ -219,7 +219,7 @@ def _func_name(node: ast.expr) -> str | None:
     return None
 
 
-def _call_json(node: ast.expr) -> tuple[str, str] | None:
+def _call_json(node: ast.expr) -> Call | None:
     if not isinstance(node, ast.Call) or node.args:
         return None
     name = _func_name(node.func)
@@ -234,7 +234,7 @@ def _call_json(node: ast.expr) -> tuple[str, str] | None:
         value = kw.value  # a constant is its own value (what literal_eval returns for it)
         args[kw.arg] = value.value if value.__class__ is ast.Constant \
             else ast.literal_eval(value)  # type: ignore[attr-defined]
-    return name, dumps_finite(args)
+    return Call(name, dumps_finite(args))
 
 
 def _parse(source: str) -> ast.expr | None:
@@ -246,8 +246,8 @@ def _parse(source: str) -> ast.expr | None:
         return None
 
 
-def parse_call(source: str) -> tuple[str, str] | None:
-    """One `name(k=v, ...)` -> (name, arguments JSON), or None (inside brackets, as in
+def parse_call(source: str) -> Call | None:
+    """One `name(k=v, ...)` -> its call, or None (inside brackets, as in
     its list, so newlines may separate its tokens)."""
     node = _parse("(" + source + ")")
     try:
@@ -374,7 +374,7 @@ class PythonicReader:
     def _emit(self, out: list[Event], text: str) -> None:
         if text:
             self.sent.append(text)
-            out.append((None, text))
+            out.append(text)
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
@@ -399,12 +399,12 @@ class PythonicReader:
                 self.state = BAD
             return ~pos
         if self.held:
-            out.append((None, self.held))
+            out.append(self.held)
             self.held = ""
         name = m.group(1)
         name = _NOT_NAME.sub("", name) if "#" in name or "\\" in name \
             else _SPACE.sub("", name)
-        out.append((name if name.isascii() else normalize("NFKC", name), ""))
+        out.append(Opened(name if name.isascii() else normalize("NFKC", name)))
         self.start, self.sent = pos, []
         self.whole, self.keys, self.holes = True, [], []
         self.state = KW
@@ -650,10 +650,10 @@ class PythonicReader:
             self._emit(out, "" if sent else "{")
         else:
             call = parse_call(source.strip())
-            if call is None or not call[1].startswith(sent):
+            if call is None or not call.arguments.startswith(sent):
                 self.state = BAD
                 return end
-            self._emit(out, call[1][len(sent):-1])
+            self._emit(out, call.arguments[len(sent):-1])
         self.spans += (end - len(source.lstrip()), end)
         self.held = "}"
         self.state = AFTER
@@ -698,7 +698,7 @@ class PythonicReader:
             return None
         if not self._joined(body) and parse_pythonic(body) is None:
             return None
-        return [(None, self.held)]
+        return [self.held]
 
     def _joined(self, body: str) -> bool:
         """Whether the list is valid Python without parsing it again: every call was

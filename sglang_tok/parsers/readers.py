@@ -1,11 +1,13 @@
 """The per-call reader interface: what a format's reader gives the engine, and the
 pieces readers share (a state machine's loop, a head read before its arguments).
 
-A format's per-call `CallReader` turns the call's body, as it grows, into `Event`s:
-`(name, "")` when a call's name is known (`(name, id)` when the format writes a call id,
-which reaches the client as the first delta's `id`), then `(None, fragment)` for its
-arguments JSON. A reader obeys three rules, which make stream == batch hold by
-construction:
+A format's per-call `CallReader` turns the call's body, as it grows, into `Event`s, a
+typed union the engine reads in one place (`ToolParser._events`) and a whole parse folds
+in one place (`fold`): `Opened(name)` when a call's name is known (`Opened(name, id)`
+when the format writes a call id, which reaches the client as the first delta's `id`),
+then fragments (a `str`) of its arguments JSON; a body that holds several calls reports a
+malformed element as `Dropped`. A whole-call parse gives `Call`s. A reader obeys three
+rules, which make stream == batch hold by construction:
   - decide only on `body[:ready]` (beyond it may be the start of the end marker);
   - emit only what no later text can change (a JSON reader holds its value's closing
     brace; a string value's possible trailing newline is held where the format strips it);
@@ -21,12 +23,21 @@ import re
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+import msgspec
+
 from .schema import Schemas
 
 _WS = re.compile(r"\s*")
 
 
-class Dropped:
+class Opened(msgspec.Struct, frozen=True, gc=False):
+    """A call's head, certain: its name, and the id the format writes for it ("": none)."""
+
+    name: str
+    id: str = ""
+
+
+class Dropped(msgspec.Struct, frozen=True, gc=False):
     """A malformed element of a call body that holds several calls (hermes' JSON array).
 
     Its siblings must not pay for it: the engine gives its text back as content and, when
@@ -34,19 +45,46 @@ class Dropped:
     elements stand. Only when no element stands is the whole body text, as for one call.
     """
 
-    __slots__ = ("named", "text")
-
-    def __init__(self, text: str, named: bool = False) -> None:
-        self.text = text
-        self.named = named
+    text: str
+    named: bool = False
 
 
-# (name, arguments) or (name, arguments, id): one call of a whole-call parse; a `Dropped`
-# element where the body holds several calls and one is malformed
-Call = tuple[str, str] | tuple[str, str, str]
+class Call(msgspec.Struct, frozen=True, gc=False):
+    """One call of a whole-call parse: its name, its arguments JSON, and its id (None: the
+    format writes none)."""
+
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+# a whole-call parse: its calls, and a `Dropped` element where the body holds several
+# calls and one is malformed
 Calls = list[Call | Dropped]
-# (name, "" or its id) opens a call; (None, fragment) extends the call opened last
-Event = tuple[str | None, str] | Dropped
+# what a reader gives, in order: `Opened` starts a call, a str extends the arguments of
+# the call opened last, `Dropped` is a malformed element (its text given back)
+Event = str | Opened | Dropped
+
+
+def fold(events: list[Event]) -> Calls:
+    """A reader's events as whole calls, in order: each `Opened` with the fragments after
+    it; a `Dropped` element as itself, the call its name opened (`named`) taken out."""
+    calls: list[tuple[Opened, list[str]] | Dropped] = []
+    frags: list[str] | None = None  # the fragments of the call opened last
+    for event in events:
+        if isinstance(event, str):
+            if frags is not None:
+                frags.append(event)
+        elif isinstance(event, Opened):
+            frags = []
+            calls.append((event, frags))
+        else:
+            if event.named and frags is not None:
+                calls.pop()
+            frags = None
+            calls.append(event)
+    return [c if isinstance(c, Dropped) else Call(c[0].name, "".join(c[1]), c[0].id or None)
+            for c in calls]
 
 
 class Stateful(Protocol):
@@ -187,14 +225,7 @@ def parse_with_reader(make_reader: ReaderFactory) -> Callable[[str, Schemas | No
         rest = reader.close(body)
         if rest is None:
             return None
-        calls: list[list[str]] = []
-        for event in events + rest:
-            if isinstance(event, Dropped):  # (no reader run this way emits these)
-                return None
-            name, frag = event
-            if name is not None:
-                calls.append([name, "", frag])
-            elif calls:
-                calls[-1][1] += frag
-        return [(n, a, i) if i else (n, a) for n, a, i in calls] or None  # type: ignore[misc]
+        calls = fold(events + rest)
+        # (no reader run this way emits `Dropped`)
+        return None if any(isinstance(c, Dropped) for c in calls) else calls or None
     return parse

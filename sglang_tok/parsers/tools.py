@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .quotes import Quotes
-from .readers import NO_FAST_PATH, CallReader, Dropped, Event, FastPath
+from .readers import NO_FAST_PATH, Call, CallReader, Dropped, Event, FastPath, Opened
 from .schema import Schemas
 from .types import ParsedDelta, Thought, ToolCallDelta
 
@@ -235,13 +235,15 @@ class ToolParser:
             path.fast = path.fast_now()
         if not events:
             return ""
-        ev = events[0]
-        if ev.__class__ is tuple and ev[0] is None and self.opened:  # type: ignore[index]
+        if self.opened:
             if len(events) == 1:
-                return ev[1]  # type: ignore[index]
-            # several fragments of the open call (a key and its value's start): one
-            if all(e.__class__ is tuple and e[0] is None for e in events):  # type: ignore[index]
-                return "".join([e[1] for e in events])  # type: ignore[index]
+                ev = events[0]
+                if isinstance(ev, str):
+                    return ev
+            else:  # several fragments of the open call (a key and its value's start): one
+                frags = [e for e in events if isinstance(e, str)]
+                if len(frags) == len(events):
+                    return "".join(frags)
         out = self.out = []
         self._events(events)
         return out
@@ -502,15 +504,14 @@ class ToolParser:
                 calls = self.fmt.parse(inner, self.schemas)
             except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
                 calls = None
-            good = [] if calls is None else \
-                [c for c in calls if not isinstance(c, Dropped)]
-            if self.schemas is not None and any(c[0] not in self.schemas for c in good):
+            good = [] if calls is None else [c for c in calls if isinstance(c, Call)]
+            if self.schemas is not None and any(c.name not in self.schemas for c in good):
                 good = []  # a name not in the request's tools: text, as malformed
             ok = bool(good)
             if ok:
                 for call in good:
-                    self.out.append(ToolCallDelta(self.count, call[0], call[1],
-                                                  id=call[2] if len(call) > 2 else None))
+                    self.out.append(ToolCallDelta(self.count, call.name, call.arguments,
+                                                  id=call.id))
                     self.count += 1
                 self.delivered += len(good)
                 dropped = "".join(c.text for c in calls or () if isinstance(c, Dropped))
@@ -553,26 +554,26 @@ class ToolParser:
         """Send a reader's events as call deltas; False once a name is rejected."""
         out = self.out
         for event in events:
-            if isinstance(event, Dropped):
+            if isinstance(event, str):
+                if event and self.opened:
+                    i = self.opened[-1]
+                    last = out[-1] if out else None
+                    if isinstance(last, ToolCallDelta) and last.index == i \
+                            and last.name is None:
+                        last.arguments += event  # one fragment per call per step
+                    else:
+                        out.append(ToolCallDelta(i, None, event))
+            elif isinstance(event, Opened):
+                if self.schemas is not None and event.name not in self.schemas:
+                    self.rejected = True
+                    return False
+                out.append(ToolCallDelta(self.count, event.name, "", id=event.id or None))
+                self.opened.append(self.count)
+                self.count += 1
+            else:
                 self.dropped += event.text
                 if event.named and self.opened:  # its name was sent: flag that call
                     out.append(ToolCallDelta(self.opened.pop(), malformed=True))
-                continue
-            name, frag = event
-            if name is not None:
-                if self.schemas is not None and name not in self.schemas:
-                    self.rejected = True
-                    return False
-                out.append(ToolCallDelta(self.count, name, "", id=frag or None))
-                self.opened.append(self.count)
-                self.count += 1
-            elif frag and self.opened:
-                i = self.opened[-1]
-                last = out[-1] if out else None
-                if isinstance(last, ToolCallDelta) and last.index == i and last.name is None:
-                    last.arguments += frag  # one fragment per call per step
-                else:
-                    out.append(ToolCallDelta(i, None, frag))
         return True
 
     def _stray(self, t: str, markup: bool) -> None:
