@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from ..stops import StopMatcher
 from .reasoning import CONTENT, REASONING, ReasoningParser
-from .tools import Item, ToolParser
-from .types import ParsedDelta, Thought, ToolCallDelta, concat, merge
+from .tools import ToolParser
+from .types import Item, ParsedDelta, Thought, ToolCallDelta, concat, merge
 
 
 class ParsedStream:
@@ -106,7 +106,7 @@ class ParsedStream:
             assert t is not None
             frag = t.absorb(text)
             if frag.__class__ is str:
-                return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)]) \
+                return ParsedDelta("", "", [ToolCallDelta(t.calls.opened[-1], None, frag)]) \
                     if frag else ParsedDelta()  # type: ignore[arg-type]
             return self.step(text) if frag is None else \
                 self.absorbed(frag)  # type: ignore[arg-type]
@@ -119,7 +119,7 @@ class ParsedStream:
                 if not frag:
                     return ParsedDelta()
                 if frag.__class__ is str:
-                    return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
+                    return ParsedDelta("", "", [ToolCallDelta(t.calls.opened[-1], None, frag)])
                 delta = self.absorbed(frag)  # type: ignore[arg-type]
                 if not self.calling:  # text released outside a call: idle again, maybe
                     self._update()

@@ -30,16 +30,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .call_deltas import CallDeltas
 from .quotes import Quotes
-from .readers import NO_FAST_PATH, Call, CallReader, Dropped, Event, FastPath, Opened
+from .readers import NO_FAST_PATH, CallReader, FastPath
 from .schema import Schemas
-from .types import ParsedDelta, Thought, ToolCallDelta
+from .types import Item, ParsedDelta, Thought, ToolCallDelta
 
 if TYPE_CHECKING:
     from .tool_format import ToolFormat
-
-# what a step releases, in output order: content, call deltas, reasoning (Harmony only)
-Item = str | ToolCallDelta | Thought
 
 TEXT, SECTION, CALL = 0, 1, 2
 WHOLE, INCREMENTAL = "whole", "incremental"
@@ -52,9 +50,7 @@ class ToolParser:
     __slots__ = (
         "after_call",
         "body",
-        "count",
-        "delivered",
-        "dropped",
+        "calls",
         "ender",
         "fresh_start",
         "fmt",
@@ -63,14 +59,12 @@ class ToolParser:
         "incremental",
         "loose_line",
         "markup_ok",
-        "opened",
         "opened_by",
         "out",
         "path",
         "pending",
         "quotes",
         "reader",
-        "rejected",
         "schemas",
         "section_ok",
         "state",
@@ -89,9 +83,7 @@ class ToolParser:
         self.reader: CallReader | None = None  # incremental: the open call's reader
         # the open call's shortcuts (its reader's and its end's), or none
         self.path = NO_FAST_PATH
-        self.opened: list[int] = []  # incremental: indices of the open body's sent calls
-        self.dropped = ""  # incremental: text of the open body's malformed elements
-        self.rejected = False  # incremental: the open body is already known to be text
+        self.calls = CallDeltas(schemas)  # indices, names, flags: the output's calls
         self.section_ok = False  # a valid call was released in the current section
         self.after_call = False  # a valid call was released: whitespace may be markup
         self.loose_line = False  # in a damaged wrapper's line: all of it is markup
@@ -100,8 +92,6 @@ class ToolParser:
         self.opened_by = ""  # the marker that opened the open call ("" for an unmarked one)
         self.home = TEXT  # the state the open call returns to: TEXT when it is unwrapped
         self.fresh_start = bool(fmt.unmarked)  # `unmarked`: only whitespace seen so far
-        self.count = 0  # indices given out (a malformed call's index is not reused)
-        self.delivered = 0  # calls that stand (valid, or cut by the end of the output)
         # str (content) and ToolCallDelta items in output order, fresh per step
         self.out: list[Item] = []
 
@@ -141,7 +131,8 @@ class ToolParser:
         # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
         # piece inside a call). `fast` is None in whole mode.
         fast = path.fast
-        if fast is not None and self.opened and not self.rejected:
+        calls = self.calls
+        if fast is not None and calls.opened and not calls.rejected:
             frag = fast(len(body), text)
             if frag is not None:
                 self.body = ""
@@ -205,9 +196,9 @@ class ToolParser:
         """`absorb`'s rest, once the piece is known not to end the call: the body grows
         by it, and the reader reads it up to `ready` (-1: all of it, no marker can start;
         only then may the reader's `fast` take the piece)."""
-        if self.incremental and not self.rejected:
+        if self.incremental and not self.calls.rejected:
             fast = self.path.fast
-            if fast is not None and self.opened and ready < 0:
+            if fast is not None and self.calls.opened and ready < 0:
                 frag = fast(len(self.body), text)
                 if frag is not None:
                     body = self.body
@@ -235,7 +226,7 @@ class ToolParser:
             path.fast = path.fast_now()
         if not events:
             return ""
-        if self.opened:
+        if self.calls.opened:
             if len(events) == 1:
                 ev = events[0]
                 if isinstance(ev, str):
@@ -245,7 +236,7 @@ class ToolParser:
                 if len(frags) == len(events):
                     return "".join(frags)
         out = self.out = []
-        self._events(events)
+        self.calls.take(events, out)
         return out
 
     def plain_text(self, text: str) -> bool:
@@ -290,29 +281,19 @@ class ToolParser:
         out = self.out = []
         tail = self.pending if self.pending.strip() else ""
         if self.state == CALL:
-            if self._cut(out):
-                tail = self.dropped  # the calls stand: only malformed elements are text
+            if self.calls.cut(out):
+                tail = self.calls.dropped  # the calls stand: only malformed elements are text
             else:
                 tail = self.pending + self.opened_by + self.body
         tail += self.held
         if tail:
             out.append(tail)
-        self.held = self.pending = self.body = self.dropped = ""
-        self.opened = []
+        self.held = self.pending = self.body = ""
+        self.calls.begin()
         self.reader = None
         self.state = TEXT
         self.loose_line = self.markup_ok = False
         return out
-
-    def _cut(self, out: list[Item]) -> bool:
-        """The output ended inside a call: when its name was sent (and not rejected), its
-        calls stand as sent, each flagged cut; False: the call is text."""
-        if not self.opened or self.rejected:
-            return False
-        for i in self.opened:
-            out.append(ToolCallDelta(i, cut=True))
-        self.delivered += len(self.opened)
-        return True
 
     # -- states: each consumes a prefix of s and returns the rest
     def _text(self, s: str) -> str:
@@ -471,9 +452,7 @@ class ToolParser:
         self.ender = self.fmt.make_end()
         if self.incremental:
             self.reader = self.fmt.reader(self.schemas)
-            self.opened = []
-            self.dropped = ""
-            self.rejected = False
+            self.calls.begin()
         # an end with a close marker has no `skip`: the engine's search is short
         self.path = FastPath(self.reader if self.incremental else None,
                              self.ender if self.fmt.close_first is None else None)
@@ -487,36 +466,25 @@ class ToolParser:
             path = self.path
             if path.skip_now is not None:
                 path.skip = path.skip_now()
-            if self.incremental and not self.rejected:
+            if self.incremental and not self.calls.rejected:
                 cs = self.fmt.close_set
                 ready = len(body) if cs is None else cs.hold_from(body)
-                self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
+                self.calls.take(self.reader.read(body, ready), self.out)  # type: ignore[union-attr]
                 if path.fast_now is not None:
                     path.fast = path.fast_now()
             return ""
         self.ender = None
         self.state = self.home
         inner = body[:end_body]
-        if self.incremental:
-            ok = self._close(inner)
+        reader, self.reader = self.reader, None
+        if reader is not None:  # incremental
+            ok = self.calls.close(reader, inner, self.out)
         else:
             try:
                 calls = self.fmt.parse(inner, self.schemas)
             except RecursionError:  # JSON nested beyond the interpreter's depth: malformed
                 calls = None
-            good = [] if calls is None else [c for c in calls if isinstance(c, Call)]
-            if self.schemas is not None and any(c.name not in self.schemas for c in good):
-                good = []  # a name not in the request's tools: text, as malformed
-            ok = bool(good)
-            if ok:
-                for call in good:
-                    self.out.append(ToolCallDelta(self.count, call.name, call.arguments,
-                                                  id=call.id))
-                    self.count += 1
-                self.delivered += len(good)
-                dropped = "".join(c.text for c in calls or () if isinstance(c, Dropped))
-                if dropped:  # malformed elements beside the calls that stand
-                    self.out.append(dropped)
+            ok = self.calls.whole(calls, self.out)
         if ok:
             self.section_ok = self.after_call = self.markup_ok = True
         else:
@@ -524,57 +492,6 @@ class ToolParser:
             self.out.append(self.pending + self.opened_by + body[:end_call])
         self.pending = ""
         return body[end_call:]
-
-    def _close(self, inner: str) -> bool:
-        """Incremental: the call's body is complete; send its rest, or flag it malformed."""
-        reader = self.reader
-        assert reader is not None
-        self.reader = None
-        ok = not self.rejected
-        if ok:
-            try:
-                ok = self._events(reader.read(inner, len(inner)))
-                rest = reader.close(inner) if ok else None
-            except RecursionError:
-                rest = None
-            ok = rest is not None and self._events(rest) and bool(self.opened)
-        if ok:
-            self.delivered += len(self.opened)
-            if self.dropped:  # malformed elements beside the calls that stand
-                self.out.append(self.dropped)
-        else:
-            for i in self.opened:
-                self.out.append(ToolCallDelta(i, malformed=True))
-        self.opened = []
-        self.dropped = ""
-        self.rejected = False
-        return ok
-
-    def _events(self, events: list[Event]) -> bool:
-        """Send a reader's events as call deltas; False once a name is rejected."""
-        out = self.out
-        for event in events:
-            if isinstance(event, str):
-                if event and self.opened:
-                    i = self.opened[-1]
-                    last = out[-1] if out else None
-                    if isinstance(last, ToolCallDelta) and last.index == i \
-                            and last.name is None:
-                        last.arguments += event  # one fragment per call per step
-                    else:
-                        out.append(ToolCallDelta(i, None, event))
-            elif isinstance(event, Opened):
-                if self.schemas is not None and event.name not in self.schemas:
-                    self.rejected = True
-                    return False
-                out.append(ToolCallDelta(self.count, event.name, "", id=event.id or None))
-                self.opened.append(self.count)
-                self.count += 1
-            else:
-                self.dropped += event.text
-                if event.named and self.opened:  # its name was sent: flag that call
-                    out.append(ToolCallDelta(self.opened.pop(), malformed=True))
-        return True
 
     def _stray(self, t: str, markup: bool) -> None:
         """Text outside calls; in markup context, trailing whitespace waits as pending."""
@@ -598,7 +515,7 @@ class ToolParser:
 
     def finish(self) -> ParsedDelta:
         delta = _delta(self.flush())
-        delta.ended_with_tool_calls = self.delivered > 0
+        delta.ended_with_tool_calls = self.calls.delivered > 0
         return delta
 
     def fresh(self) -> ToolParser:
@@ -609,7 +526,7 @@ class ToolParser:
         fresh = self.fresh()
         items = fresh.step(text) + fresh.flush()
         delta = _delta(items)
-        delta.ended_with_tool_calls = fresh.delivered > 0
+        delta.ended_with_tool_calls = fresh.calls.delivered > 0
         return delta
 
 
