@@ -40,7 +40,7 @@ from .markers import MarkerSet
 from .readers import Call, Event, FastPath, Opened
 from .schema import Schemas
 from .tool_format import CloseMarker, ToolFormat
-from .tools import INCREMENTAL, WHOLE, ToolParser
+from .tools import INCREMENTAL, WHOLE, Absorbed, ToolParser
 from .types import Item, Thought
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
@@ -101,7 +101,7 @@ class HarmonyParser(ToolParser):
     def in_call(self) -> bool:
         return self.hstate == BODY and self.kind == TOOL
 
-    def absorb(self, text: str) -> str | list[Item] | None:
+    def absorb(self, text: str) -> Absorbed:
         """Inside a call's message, a piece with no `<` (every marker that ends a body
         starts with `<|`), after a body whose tail holds none (no marker under way), only
         grows it: the engine's `_grow`, without the search for the body's end."""

@@ -28,6 +28,7 @@ decision depends only on the text so far, never on how it was chunked):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .call_deltas import CallDeltas
@@ -38,6 +39,14 @@ from .types import Item, ParsedDelta, Thought, ToolCallDelta
 
 if TYPE_CHECKING:
     from .tool_format import ToolFormat
+
+# What `ToolParser.absorb` gives for a piece, typed so that the stream reads it without
+# reaching into the parser: None, the piece must take `step`; a ToolCallDelta, the open
+# call's argument fragment, all that the piece makes (the common piece inside a call); a
+# sequence, the items the piece releases in output order (`NOTHING`: it only grew what
+# is held), to be sent as a step's are.
+Absorbed = ToolCallDelta | Sequence[Item] | None
+NOTHING: tuple[Item, ...] = ()
 
 TEXT, SECTION, CALL = 0, 1, 2
 WHOLE, INCREMENTAL = "whole", "incremental"
@@ -99,18 +108,19 @@ class ToolParser:
     def markers(self) -> tuple[str, ...]:
         return self.fmt.markers
 
-    def absorb(self, text: str) -> str | list[Item] | None:
+    def absorb(self, text: str) -> Absorbed:
         """Inside a call, a piece that cannot start or finish its close marker only grows it,
         so it needs none of `step`'s search for the call's end: None if it must go through
-        `step`; else what it adds to the open call's arguments ("" in whole mode, where
-        nothing of a call leaves before its end), or, when the reader's events are more than
-        one fragment (the call's name, a malformed element), the items they make.
+        `step`; else the delta of what it adds to the open call's arguments (`NOTHING` when
+        that is nothing, as in whole mode, where nothing of a call leaves before its end),
+        or, when the reader's events are more than fragments (the call's name, a malformed
+        element), the items they make.
 
         Outside a call, with a marker prefix held, a piece that only grows it (the held
         text and the piece are still a prefix that `step` would hold whole) is absorbed
-        too: ""; and in TEXT state before any call, one after which the held text and the
-        piece are plain text (no marker, nothing to hold: `<think>` in content) releases
-        them: [that text], and the parser is idle again."""
+        too: `NOTHING`; and in TEXT state before any call, one after which the held text
+        and the piece are plain text (no marker, nothing to hold: `<think>` in content)
+        releases them: [that text], and the parser is idle again."""
         if self.state != CALL:
             return self._absorb_held(text)
         body = self.body
@@ -138,13 +148,13 @@ class ToolParser:
                 self.body = ""
                 body += text  # the only reference: CPython grows it in place
                 self.body = body
-                return frag
+                return ToolCallDelta(calls.opened[-1], None, frag) if frag else NOTHING
             del body
             return self._read(text, -1)
         del body  # `_grow` must hold the body's only reference, to grow it in place
         return self._grow(text)
 
-    def _absorb_held(self, text: str) -> str | list[Item] | None:
+    def _absorb_held(self, text: str) -> Absorbed:
         """`absorb` outside a call (its docstring's second part)."""
         held = self.held
         if not held or self.fresh_start or self.loose_line:
@@ -154,7 +164,7 @@ class ToolParser:
         if self.state == TEXT:
             if s in fmt.text_holds and not (self.markup_ok and fmt.chain):
                 self.held = s
-                return ""
+                return NOTHING
             # `_text` on s: no marker and no hold, outside markup context (no call yet)
             if not self.after_call and self.plain_text(s):
                 self.held = ""
@@ -164,10 +174,10 @@ class ToolParser:
                 return [s]
         elif s in fmt.section_holds:
             self.held = s
-            return ""
+            return NOTHING
         return None
 
-    def _absorb_near(self, text: str, lo: int) -> str | list[Item] | None:
+    def _absorb_near(self, text: str, lo: int) -> Absorbed:
         """`absorb` for a piece with the close marker's first character in it, or in the
         body's last `close_reach` characters (from `lo`): the piece ends the call if the
         marker is complete in them (None: `step` ends it); else it grows the body, whose
@@ -184,7 +194,7 @@ class ToolParser:
             self.body = ""
             body += text  # the only reference: CPython grows it in place
             self.body = body
-            return ""
+            return NOTHING
         ready = lo + fmt.close_set.hold_from(window)  # type: ignore[union-attr]
         if ready < lo + len(window) or not path.piece:
             return self._grow(text, ready)
@@ -192,7 +202,7 @@ class ToolParser:
         # reads the piece alone: `_grow`'s common route
         return self._grow(text)
 
-    def _grow(self, text: str, ready: int = -1) -> str | list[Item]:
+    def _grow(self, text: str, ready: int = -1) -> ToolCallDelta | Sequence[Item]:
         """`absorb`'s rest, once the piece is known not to end the call: the body grows
         by it, and the reader reads it up to `ready` (-1: all of it, no marker can start;
         only then may the reader's `fast` take the piece)."""
@@ -205,15 +215,15 @@ class ToolParser:
                     self.body = ""
                     body += text
                     self.body = body
-                    return frag
+                    return self._fragment(frag)
             return self._read(text, ready)
         body = self.body
         self.body = ""
         body += text  # the only reference: CPython grows it in place
         self.body = body
-        return ""
+        return NOTHING
 
-    def _read(self, text: str, ready: int) -> str | list[Item]:
+    def _read(self, text: str, ready: int) -> ToolCallDelta | Sequence[Item]:
         """The body grows by the piece and the reader reads it up to `ready` (-1: all):
         its events as one fragment, or the items they make."""
         body = self.body
@@ -225,19 +235,23 @@ class ToolParser:
         if path.fast_now is not None:
             path.fast = path.fast_now()
         if not events:
-            return ""
+            return NOTHING
         if self.calls.opened:
             if len(events) == 1:
                 ev = events[0]
                 if isinstance(ev, str):
-                    return ev
+                    return self._fragment(ev)
             else:  # several fragments of the open call (a key and its value's start): one
                 frags = [e for e in events if isinstance(e, str)]
                 if len(frags) == len(events):
-                    return "".join(frags)
+                    return self._fragment("".join(frags))
         out = self.out = []
         self.calls.take(events, out)
         return out
+
+    def _fragment(self, frag: str) -> ToolCallDelta | Sequence[Item]:
+        """`absorb`'s result for an argument fragment of the call sent last."""
+        return ToolCallDelta(self.calls.opened[-1], None, frag) if frag else NOTHING
 
     def plain_text(self, text: str) -> bool:
         """An idle parser's piece with a marker's first character but no marker and no
