@@ -238,7 +238,8 @@ class DsmlReader:
             return ["{}"]
         if self.state == RAW:
             assert self.raw is not None
-            if self.raw.end < 0 or body[self.raw.end:].strip():
+            tail = self.raw.after(body)
+            if tail is None or tail.strip():
                 return None
             return [self.raw.rest(body)]
         if self.state not in (BODY, PARAMS) or body[self.pos:].strip():

@@ -34,6 +34,7 @@ Grammar (every decision on the text so far; a partial marker is held):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from .json_readers import ObjectArgs, object_arguments
 from .markers import MarkerSet
@@ -72,10 +73,9 @@ class ArgsReader:
     def close(self, body: str) -> list[Event] | None:
         return self.args.close(body)
 
-    def fast(self, at: int, text: str) -> str | None:
-        """Inside the arguments object: `RawArgs.fast`."""
-        args = self.args
-        return None if args.args is None or args.bad else args.args.fast(at, text)
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read` (`readers.FastPath`): the arguments object's."""
+        return self.args.fast_now()
 
 
 class HarmonyParser(ToolParser):
@@ -238,6 +238,9 @@ class HarmonyParser(ToolParser):
             reader = self.reader
             if reader is not None and not self.calls.rejected:  # incremental
                 self.calls.take(reader.read(body, _BODY_END.hold_from(body)), self.out)
+                path = self.path
+                if path.fast_now is not None:  # (as the engine's `_call`)
+                    path.fast = path.fast_now()
             return ""
         inner = body[:at]
         end = "" if m in (START, CHANNEL) else m

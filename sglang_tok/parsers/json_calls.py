@@ -195,7 +195,13 @@ class CallObject:
         self.state = AFTER
         return args.end
 
-    def rest(self, body: str) -> Event:
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read` (`readers.FastPath`): its arguments' `RawArgs.fast`
+        while they stream (its name sent), else None."""
+        args = self.args
+        return args.fast if self.state == ARGS and self.named and args is not None else None
+
+    def rest(self, body: str) -> str:
         """The call's last fragment (its object is done): the held brace, or `{}`."""
         if self.args is None:
             return "{}"
@@ -299,10 +305,7 @@ class HermesReader:
         """`fast` until the next `read`: the named call's `RawArgs.fast` (which gives None
         once its object ends), or None."""
         obj = self.obj if self.array is None else self.array.live()
-        if obj is None or obj.state != ARGS or not obj.named:
-            return None
-        assert obj.args is not None
-        return obj.args.fast
+        return None if obj is None else obj.fast_now()
 
     def close(self, body: str) -> list[Event] | None:
         if self.array is not None:
@@ -586,15 +589,9 @@ class MistralReader:
         """`fast` until the next `read`: the named call's `RawArgs.fast`, or None."""
         st = self.state
         if st == M_ELEM:
-            obj = self.objs[-1]
-            if obj.state != ARGS or not obj.named:
-                return None
-            args = obj.args
-        elif st == M_V11:
-            args = self.args
-        else:
-            return None
-        return None if args is None else args.fast
+            return self.objs[-1].fast_now()
+        args = self.args
+        return args.fast if st == M_V11 and args is not None else None
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
@@ -771,9 +768,9 @@ class DeepSeekV3Reader(HeadFirst[RawArgs]):
 
     def close(self, body: str) -> list[Event] | None:
         args = self.args
-        if args is None or args.end < 0:
+        tail = None if args is None else args.after(body)
+        if args is None or tail is None:
             return None
-        tail = body[args.end:]
         if (_V3_TAIL.fullmatch(tail) is None) if self.v3 else bool(tail.strip()):
             return None
         calls = parse_deepseekv3(body)

@@ -192,6 +192,11 @@ class RawArgs:
         self.sent = self.end
         return frag
 
+    def after(self, body: str) -> str | None:
+        """What follows the value in `body` (the format's tail to check at the call's
+        close); None while the value has not ended."""
+        return None if self.end < 0 else body[self.end:]
+
     def fast(self, at: int, text: str) -> str | None:
         """`read` for a piece appended at `at` (all of it ready), when everything before it
         was scanned and sent (but a held backslash, which leaves with it) and the value
@@ -281,13 +286,19 @@ class ObjectArgs:
         if frag:
             out.append(frag)
 
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read` (`readers.FastPath`): `RawArgs.fast` once the
+        object started, else None."""
+        return None if self.args is None else self.args.fast
+
     def close(self, body: str) -> list[Event] | None:
         args = self.args
         if self.bad:
             return None
         if args is None:
             return None if body[self.after:].strip() else ["{}"]
-        if args.end < 0 or body[args.end:].strip():
+        tail = args.after(body)
+        if tail is None or tail.strip():
             return None
         try:
             if not isinstance(loads(body[args.start:args.end]), dict):

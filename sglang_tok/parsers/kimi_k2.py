@@ -77,13 +77,10 @@ class KimiReader(HeadFirst[ObjectArgs]):
     piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
 
     def fast_now(self) -> Callable[[int, str], str | None] | None:
-        """`fast` until the next `read`: the arguments object's `RawArgs.fast`, once it
-        started (what `read` gives for the piece: `ObjectArgs.read` of a started object is
-        its `RawArgs.read`)."""
-        args = self.args
-        if args is None or args.args is None or args.bad:
-            return None
-        return args.args.fast
+        """`fast` until the next `read`: the arguments object's, once it started (what
+        `read` gives for the piece: `ObjectArgs.read` of a started object is its
+        `RawArgs.read`)."""
+        return None if self.args is None else self.args.fast_now()
 
 
 def kimi_k2() -> ToolFormat:
