@@ -15,9 +15,14 @@ class Quotes:
     """Whether the text so far ends inside Markdown code: a fence (a line starting, after at
     most 3 spaces, with 3+ backticks or tildes, closed by a line starting with at least as
     many of the same) or an inline span (a backtick run, closed by a run of the same length
-    on the same line; a span left open ends with its line). Fed the text outside calls."""
+    on the same line; a span left open ends with its line). Fed the text outside calls.
 
-    __slots__ = ("fence_c", "fence_n", "inline", "lead", "line", "run_c", "run_line", "run_n")
+    `quiet`: mid-line, no run under way, so a piece without a newline, backtick or tilde
+    changes nothing; the stream's shortcut for plain content tests it instead of feeding
+    such a piece (the common piece of a DSML request's content)."""
+
+    __slots__ = ("fence_c", "fence_n", "inline", "lead", "line", "quiet", "run_c", "run_line",
+                 "run_n")
 
     def __init__(self) -> None:
         self.fence_c = ""
@@ -28,10 +33,9 @@ class Quotes:
         self.run_c = ""
         self.run_n = 0
         self.run_line = False
+        self.quiet = False
 
     def feed(self, t: str) -> None:
-        # (mid-line, no run under way, and no newline, backtick or tilde in t: nothing
-        # changes; the shard's hot path, request.py, skips the call then)
         if not self.run_n and "`" not in t and "~" not in t:
             # no run under way and none in the piece: only where lines start can change (a
             # newline closes an open inline span and starts a line; what follows the last
@@ -46,6 +50,7 @@ class Quotes:
                     self.line = False
                 else:
                     self.lead += len(t)
+            self.quiet = not self.line
             return
         i, n = 0, len(t)
         while i < n:
@@ -61,7 +66,7 @@ class Quotes:
                     else:
                         self.lead += len(gap)
                 if m is None:
-                    return
+                    break
             c = t[j]
             if c == "\n":
                 if self.run_n:
@@ -76,6 +81,7 @@ class Quotes:
                 self.run_c, self.run_n, self.run_line = c, 1, self.line
                 self.line = False
             i = j + 1
+        self.quiet = not self.line and not self.run_n
 
     def _end_run(self) -> None:
         c, n, at_line = self.run_c, self.run_n, self.run_line
@@ -95,6 +101,7 @@ class Quotes:
     def quoted(self) -> bool:
         if self.run_n:
             self._end_run()
+            self.quiet = not self.line
         return bool(self.fence_n or self.inline)
 
     def markup(self) -> None:
@@ -102,3 +109,4 @@ class Quotes:
         if self.run_n:
             self._end_run()
         self.line = False
+        self.quiet = True

@@ -95,10 +95,9 @@ class ParsedStream:
                     or (tools is not None and tools.plain_text(text))) \
                     and not (self.after and text[-1:].isspace()):
                 # `plain_text`: a marker's first character but no marker (`<think>` or
-                # code in content); `Quotes.feed` changes nothing mid-line without a
-                # newline, backtick or tilde
+                # code in content)
                 q = self.quotes
-                if q is not None and (q.line or q.run_n or "\n" in text or "`" in text
+                if q is not None and (not q.quiet or "\n" in text or "`" in text
                                       or "~" in text):
                     q.feed(text)
                 return ParsedDelta(text)
