@@ -21,7 +21,7 @@ API (everything a shard needs; each object is per request, the grammars are shar
     ToolCallDelta(index, name | None, arguments, malformed, cut)
     merge(deltas) -> ParsedDelta     # what a client accumulates (malformed calls dropped)
 
-A new tool-call format: see the docstring of tools.py (a module + a line in formats.py).
+A new tool-call format: see the docstring of tool_format.py (a module + a line in formats.py).
 
 Unknown names raise `ParserError` (a ValueError) with the known names in the message.
 

@@ -9,7 +9,7 @@ last `:`, and the whole id reaches the client as the call's `id` (OpenAI's
 `tool_calls[].id`, which Kimi's chat template echoes back in the tool result). An id that
 is not of that form (SGLang's tests feed `weird@id` and bare counters such as `0`) makes
 the call malformed: it is text, as every malformed call is. The arguments are the model's
-own JSON object, passed through as in the other JSON formats (`tools.RawArgs`); nothing
+own JSON object, passed through as in the other JSON formats (`json_readers.RawArgs`); nothing
 after `<|tool_call_argument_begin|>` but whitespace gives `{}`.
 The reasoning parser `kimi_k2` is `<think>` ... `</think>` that the section-begin marker
 also ends (Kimi-K2-Thinking opens a section without closing its block).
