@@ -105,7 +105,8 @@ class CallDeltas:
             out.append(ToolCallDelta(self.count, call.name, call.arguments, id=call.id))
             self.count += 1
         self.delivered += len(good)
-        dropped = "".join(c.text for c in calls or () if isinstance(c, Dropped))
-        if dropped:
-            out.append(dropped)
+        if calls is not None and len(good) < len(calls):
+            dropped = "".join(c.text for c in calls if isinstance(c, Dropped))
+            if dropped:
+                out.append(dropped)
         return True

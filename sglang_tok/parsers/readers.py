@@ -2,8 +2,8 @@
 pieces readers share (a state machine's loop, a head read before its arguments).
 
 A format's per-call `CallReader` turns the call's body, as it grows, into `Event`s, a
-typed union the engine reads in one place (`ToolParser._events`) and a whole parse folds
-in one place (`fold`): `Opened(name)` when a call's name is known (`Opened(name, id)`
+typed union the engine reads in one place (`call_deltas.CallDeltas.take`) and a whole
+parse folds in one place (`fold`): `Opened(name)` when a call's name is known (`Opened(name, id)`
 when the format writes a call id, which reaches the client as the first delta's `id`),
 then fragments (a `str`) of its arguments JSON; a body that holds several calls reports a
 malformed element as `Dropped`. A whole-call parse gives `Call`s. A reader obeys three

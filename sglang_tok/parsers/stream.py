@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from ..stops import StopMatcher
 from .reasoning import CONTENT, REASONING, ReasoningParser
-from .tools import Absorbed, ToolParser
+from .tools import NOTHING, Absorbed, ToolParser
 from .types import Item, ParsedDelta, Thought, ToolCallDelta, concat, merge
 
 
@@ -107,14 +107,19 @@ class ParsedStream:
             t = self.tools
             assert t is not None
             got = t.absorb(text)
-            if type(got) is ToolCallDelta:  # the common piece: an argument fragment
+            # the common pieces inline: an argument fragment; nothing (whole mode)
+            if type(got) is ToolCallDelta:
                 return ParsedDelta("", "", [got])
+            if got is NOTHING:
+                return ParsedDelta()
             return self._absorbed(got, text)
         if self.stopped is not None:
             return ParsedDelta()
         r, t = self.reasoning, self.tools
         if t is not None and (r is None or r.state == CONTENT):
-            return self._absorbed(t.absorb(text), text)
+            got = t.absorb(text)
+            if got is not None:
+                return self._absorbed(got, text)
         return self.step(text)
 
     def _absorbed(self, got: Absorbed, text: str) -> ParsedDelta:

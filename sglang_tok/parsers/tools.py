@@ -141,16 +141,17 @@ class ToolParser:
         # the common piece, all of it ready: `_grow`, its `fast` route inlined (once per
         # piece inside a call). `fast` is None in whole mode.
         fast = path.fast
-        calls = self.calls
-        if fast is not None and calls.opened and not calls.rejected:
-            frag = fast(len(body), text)
-            if frag is not None:
-                self.body = ""
-                body += text  # the only reference: CPython grows it in place
-                self.body = body
-                return ToolCallDelta(calls.opened[-1], None, frag) if frag else NOTHING
-            del body
-            return self._read(text, -1)
+        if fast is not None:
+            opened = self.calls.opened
+            if opened and not self.calls.rejected:
+                frag = fast(len(body), text)
+                if frag is not None:
+                    self.body = ""
+                    body += text  # the only reference: CPython grows it in place
+                    self.body = body
+                    return ToolCallDelta(opened[-1], None, frag) if frag else NOTHING
+                del body
+                return self._read(text, -1)
         del body  # `_grow` must hold the body's only reference, to grow it in place
         return self._grow(text)
 
@@ -208,14 +209,15 @@ class ToolParser:
         only then may the reader's `fast` take the piece)."""
         if self.incremental and not self.calls.rejected:
             fast = self.path.fast
-            if fast is not None and self.calls.opened and ready < 0:
+            opened = self.calls.opened
+            if fast is not None and opened and ready < 0:
                 frag = fast(len(self.body), text)
                 if frag is not None:
                     body = self.body
                     self.body = ""
                     body += text
                     self.body = body
-                    return self._fragment(frag)
+                    return ToolCallDelta(opened[-1], None, frag) if frag else NOTHING
             return self._read(text, ready)
         body = self.body
         self.body = ""
@@ -236,22 +238,18 @@ class ToolParser:
             path.fast = path.fast_now()
         if not events:
             return NOTHING
-        if self.calls.opened:
+        opened = self.calls.opened
+        if opened:
             if len(events) == 1:
-                ev = events[0]
-                if isinstance(ev, str):
-                    return self._fragment(ev)
+                frag = events[0]
             else:  # several fragments of the open call (a key and its value's start): one
                 frags = [e for e in events if isinstance(e, str)]
-                if len(frags) == len(events):
-                    return self._fragment("".join(frags))
+                frag = "".join(frags) if len(frags) == len(events) else None
+            if isinstance(frag, str):
+                return ToolCallDelta(opened[-1], None, frag) if frag else NOTHING
         out = self.out = []
         self.calls.take(events, out)
         return out
-
-    def _fragment(self, frag: str) -> ToolCallDelta | Sequence[Item]:
-        """`absorb`'s result for an argument fragment of the call sent last."""
-        return ToolCallDelta(self.calls.opened[-1], None, frag) if frag else NOTHING
 
     def plain_text(self, text: str) -> bool:
         """An idle parser's piece with a marker's first character but no marker and no
