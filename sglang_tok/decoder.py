@@ -22,8 +22,7 @@ from typing import Protocol
 
 from tokenizers import Tokenizer
 
-from sglang_tok.shards.attribution import VISIBLE, ZERO_WIDTH, Attributor
-
+from .attribution import VISIBLE, ZERO_WIDTH, Attributor
 from .tokenizer import TokenizerInfo
 
 # WindowStream keeps at least CONTEXT ids behind the emission point and slides once the

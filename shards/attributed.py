@@ -1,6 +1,6 @@
 """Attribution on the array path (byte-level BPE): the per-row path's rules, per slot.
 
-`shards/attribution.py` (`Attributor`, driven by `Request._push_attributed`) defines
+`sglang_tok/attribution.py` (`Attributor`, driven by `Request._push_attributed`) defines
 them: every pushed id gets one [token_id, kind, byte_offset], in push order; an id whose
 bytes complete text is anchored at the start of the text its push released, ids pending
 before it (bytes of an incomplete character, or no bytes at all) there too; a skipped
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.shards.attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor, push_attributed
 
+from sglang_tok.attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor, push_attributed
 from sglang_tok.decoder import ByteStream
 
 I64 = npt.NDArray[np.int64]

@@ -11,6 +11,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
+from sglang_tok.attribution import Attributor, push_attributed
 from sglang_tok.decoder import Stream, WindowStream, make_stream
 from sglang_tok.parsers import (
     REASONING_PARSERS,
@@ -28,7 +29,6 @@ from sglang_tok.protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
-from .attribution import Attributor, push_attributed
 from .ending import cut_matched, stop_string, trims_stop_token, usage
 
 # how much already-sent text is remembered to find a scheduler-matched stop string that

@@ -21,7 +21,7 @@ API (everything a shard needs; each object is per request, the grammars are shar
     ToolCallDelta(index, name | None, arguments, malformed, cut)
     merge(deltas) -> ParsedDelta     # what a client accumulates (malformed calls dropped)
 
-A new tool-call format: see the docstring of tools.py (a module + a line in formats.py).
+A new tool-call format: see the docstring of tool_format.py (a module + a line in formats.py).
 
 Unknown names raise `ParserError` (a ValueError) with the known names in the message.
 
@@ -71,10 +71,12 @@ from typing import Any
 from .formats import FORMATS, REASONING_OF
 from .harmony import HarmonyParser
 from .markers import MarkerSet, marker_token_ids, skip_table
+from .readers import CallReader, Event
 from .reasoning import ReasoningParser
 from .schema import Schemas, tool_schemas
 from .stream import ParsedStream
-from .tools import TOOL_STREAMS, CallReader, Event, ToolFormat, ToolParser
+from .tool_format import ToolFormat
+from .tools import TOOL_STREAMS, ToolParser
 from .types import ParsedDelta, ParserError, ToolCallDelta, concat, merge, merge_calls
 
 HARMONY = "gpt-oss"

@@ -26,22 +26,12 @@ from __future__ import annotations
 
 import re
 
-from .jsonio import dumps
+from .json_readers import RawArgs, arguments_json
+from .jsonio import dumps, escape, json_string, loads
 from .markers import MarkerSet
+from .readers import Call, Calls, Event, Opened, Step, run_states
 from .schema import Schemas
-from .tools import (
-    Calls,
-    CloseMarker,
-    Event,
-    RawArgs,
-    Step,
-    ToolFormat,
-    arguments_json,
-    escape,
-    json_string,
-    loads,
-    run_states,
-)
+from .tool_format import CloseMarker, ToolFormat
 
 DSML = "｜DSML｜"
 PARAM_OPEN = f"<{DSML}parameter"
@@ -82,11 +72,11 @@ def parse_dsml_invoke(body: str) -> Calls | None:
         return None
     inner = body[head.end():]
     if head.group(2):
-        return None if inner.strip() else [(head.group(1), "{}")]
+        return None if inner.strip() else [Call(head.group(1), "{}")]
     try:
         if inner.lstrip().startswith("{"):
             text = arguments_json(loads(inner))
-            return None if text is None else [(head.group(1), text)]
+            return None if text is None else [Call(head.group(1), text)]
     except ValueError:
         return None
     members: list[str] = []
@@ -98,7 +88,7 @@ def parse_dsml_invoke(body: str) -> Calls | None:
         pos = m.end()
     if inner[pos:].strip():
         return None
-    return [(head.group(1), "{" + ", ".join(members) + "}")]
+    return [Call(head.group(1), "{" + ", ".join(members) + "}")]
 
 
 class DsmlEnd(CloseMarker):
@@ -154,7 +144,7 @@ class DsmlReader:
         m = _INVOKE_HEAD.match(body, 0, ready)
         if m is None:
             return ~pos
-        out.append((m.group(1), ""))
+        out.append(Opened(m.group(1)))
         self.state = EMPTY if m.group(2) else BODY
         return m.end()
 
@@ -176,7 +166,7 @@ class DsmlReader:
         assert self.raw is not None
         frag = self.raw.read(body, ready)
         if frag:
-            out.append((None, frag))
+            out.append(frag)
         return ~pos
 
     def _params(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
@@ -189,10 +179,10 @@ class DsmlReader:
         self.keys.add(key)
         pos = self.sent = m.end()
         if is_string == "true":
-            out.append((None, lead + json_string(key) + ': "'))
+            out.append(lead + json_string(key) + ': "')
             self.state = STRING
         else:
-            out.append((None, lead + json_string(key) + ": "))
+            out.append(lead + json_string(key) + ": ")
             self.state = JSONVAL
         return pos
 
@@ -202,10 +192,10 @@ class DsmlReader:
         if at < 0:
             hold = _VALUE_END.hold_from(body, self.sent, ready)
             if hold > self.sent:
-                out.append((None, escape(body[self.sent:hold])))
+                out.append(escape(body[self.sent:hold]))
                 self.sent = hold
             return ~pos
-        out.append((None, escape(body[self.sent:at]) + '"'))
+        out.append(escape(body[self.sent:at]) + '"')
         self.state = PARAMS
         return at + len(PARAM_CLOSE)
 
@@ -215,7 +205,7 @@ class DsmlReader:
         if at < 0:
             self.sent = max(self.sent, ready - len(PARAM_CLOSE) + 1)
             return ~pos
-        out.append((None, _json_or_raw(body[pos:at])))
+        out.append(_json_or_raw(body[pos:at]))
         self.state = PARAMS
         return at + len(PARAM_CLOSE)
 
@@ -245,15 +235,16 @@ class DsmlReader:
         if parse_dsml_invoke(body) is None:
             return None
         if self.state == EMPTY:
-            return [(None, "{}")]
+            return ["{}"]
         if self.state == RAW:
             assert self.raw is not None
-            if self.raw.end < 0 or body[self.raw.end:].strip():
+            tail = self.raw.after(body)
+            if tail is None or tail.strip():
                 return None
-            return [(None, self.raw.rest(body))]
+            return [self.raw.rest(body)]
         if self.state not in (BODY, PARAMS) or body[self.pos:].strip():
             return None
-        return [(None, "}" if self.keys else "{}")]
+        return ["}" if self.keys else "{}"]
 
 
 # by state: HEAD, BODY, PARAMS, STRING, JSONVAL, RAW (BAD and EMPTY read nothing)

@@ -11,10 +11,11 @@ from .glm import glm
 from .harmony import gpt_oss
 from .json_calls import deepseekv3, hermes, mistral
 from .kimi_k2 import kimi_k2
-from .llama import llama3_json, pythonic
+from .llama import llama3_json
 from .minimax import minimax_m2
+from .pythonic import pythonic
 from .qwen3_coder import qwen3_coder
-from .tools import ToolFormat
+from .tool_format import ToolFormat
 
 FORMATS: dict[str, ToolFormat] = {
     "deepseekv4": dsml("deepseekv4", "tool_calls"),

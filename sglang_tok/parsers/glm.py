@@ -22,7 +22,7 @@ import json
 import re
 
 from .schema import convert
-from .tools import CloseMarker, ToolFormat
+from .tool_format import CloseMarker, ToolFormat
 from .xml_params import STRIP_NONE, XmlGrammar, XmlParamsReader
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"

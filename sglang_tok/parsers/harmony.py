@@ -34,22 +34,15 @@ Grammar (every decision on the text so far; a partial marker is held):
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
+from .json_readers import ObjectArgs, object_arguments
 from .markers import MarkerSet
+from .readers import Call, Event, FastPath, Opened
 from .schema import Schemas
-from .tools import (
-    INCREMENTAL,
-    WHOLE,
-    CloseMarker,
-    Event,
-    FastPath,
-    Item,
-    ObjectArgs,
-    ToolFormat,
-    ToolParser,
-    object_arguments,
-)
-from .types import Thought, ToolCallDelta
+from .tool_format import CloseMarker, ToolFormat
+from .tools import INCREMENTAL, WHOLE, Absorbed, ToolParser
+from .types import Item, Thought
 
 START, CHANNEL, MESSAGE = "<|start|>", "<|channel|>", "<|message|>"
 END, CALL, RETURN, CONSTRAIN = "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"
@@ -80,10 +73,9 @@ class ArgsReader:
     def close(self, body: str) -> list[Event] | None:
         return self.args.close(body)
 
-    def fast(self, at: int, text: str) -> str | None:
-        """Inside the arguments object: `RawArgs.fast`."""
-        args = self.args
-        return None if args.args is None or args.bad else args.args.fast(at, text)
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read` (`readers.FastPath`): the arguments object's."""
+        return self.args.fast_now()
 
 
 class HarmonyParser(ToolParser):
@@ -109,7 +101,7 @@ class HarmonyParser(ToolParser):
     def in_call(self) -> bool:
         return self.hstate == BODY and self.kind == TOOL
 
-    def absorb(self, text: str) -> str | list[Item] | None:
+    def absorb(self, text: str) -> Absorbed:
         """Inside a call's message, a piece with no `<` (every marker that ends a body
         starts with `<|`), after a body whose tail holds none (no marker under way), only
         grows it: the engine's `_grow`, without the search for the body's end."""
@@ -150,12 +142,12 @@ class HarmonyParser(ToolParser):
         if st == HEAD:
             out.append(self.head + held)
         elif st == BODY and self.kind == TOOL:
-            if not self._cut(out):
+            if not self.calls.cut(out):
                 out.append(self.head + self.body)
         elif held:
             out.append(Thought(held) if st == BODY and self.kind == REASON else held)
         self.held = self.head = self.body = ""
-        self.opened = []
+        self.calls.begin()
         self.reader = None
         self.hstate = OUT
         return out
@@ -207,9 +199,8 @@ class HarmonyParser(ToolParser):
                 if self.incremental:
                     self.reader = ArgsReader()
                     self.path = FastPath(self.reader)
-                    self.opened = []
-                    self.rejected = False
-                    self._events([(self.name, "")])
+                    self.calls.begin()
+                    self.calls.take([Opened(self.name)], self.out)
                 return
             self.kind = RAW
         elif channel is not None and channel.group(1) == "analysis":
@@ -244,21 +235,21 @@ class HarmonyParser(ToolParser):
         at, m = _BODY_END.find(body, max(0, old - _BODY_END.reach))
         if at < 0:
             self.body = body
-            if self.incremental and not self.rejected:
-                ready = _BODY_END.hold_from(body)
-                self._events(self.reader.read(body, ready))  # type: ignore[union-attr]
+            reader = self.reader
+            if reader is not None and not self.calls.rejected:  # incremental
+                self.calls.take(reader.read(body, _BODY_END.hold_from(body)), self.out)
+                path = self.path
+                if path.fast_now is not None:  # (as the engine's `_call`)
+                    path.fast = path.fast_now()
             return ""
         inner = body[:at]
         end = "" if m in (START, CHANNEL) else m
-        if self.incremental:
-            ok = self._close(inner)
+        reader, self.reader = self.reader, None
+        if reader is not None:  # incremental
+            ok = self.calls.close(reader, inner, self.out)
         else:
             args = object_arguments(inner)
-            ok = args is not None and (self.schemas is None or self.name in self.schemas)
-            if ok:
-                self.out.append(ToolCallDelta(self.count, self.name, args))  # type: ignore[arg-type]
-                self.count += 1
-                self.delivered += 1
+            ok = self.calls.whole(None if args is None else [Call(self.name, args)], self.out)
         if not ok:
             self.out.append(self.head + inner + end)
         self.head = ""

@@ -19,22 +19,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from .json_readers import JsonEnd, JsonValueEnd, RawArgs, arguments_json
+from .jsonio import loads
+from .readers import Call, Calls, Dropped, Event, HeadFirst, Opened, Step, fold, run_states
 from .schema import Schemas
-from .tools import (
-    Calls,
-    CloseMarker,
-    Dropped,
-    Event,
-    HeadFirst,
-    JsonEnd,
-    JsonValueEnd,
-    RawArgs,
-    Step,
-    ToolFormat,
-    arguments_json,
-    loads,
-    run_states,
-)
+from .tool_format import CloseMarker, ToolFormat
 
 _WS = re.compile(r"\s*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -153,9 +142,9 @@ class CallObject:
                     self.state = BAD
                     return ~pos
                 self.named = True
-                out.append((name, ""))
+                out.append(Opened(name))
                 if self.unsent:
-                    out.append((None, "".join(self.unsent)))
+                    out.append("".join(self.unsent))
                     self.unsent = []
             self.state = AFTER
             return m.end()
@@ -198,7 +187,7 @@ class CallObject:
         frag = args.read(body, ready)
         if self.named:
             if frag:
-                out.append((None, frag))
+                out.append(frag)
         elif frag:
             self.unsent.append(frag)
         if args.end < 0:
@@ -206,11 +195,17 @@ class CallObject:
         self.state = AFTER
         return args.end
 
-    def rest(self, body: str) -> Event:
+    def fast_now(self) -> Callable[[int, str], str | None] | None:
+        """`fast` until the next `read` (`readers.FastPath`): its arguments' `RawArgs.fast`
+        while they stream (its name sent), else None."""
+        args = self.args
+        return args.fast if self.state == ARGS and self.named and args is not None else None
+
+    def rest(self, body: str) -> str:
         """The call's last fragment (its object is done): the held brace, or `{}`."""
         if self.args is None:
-            return (None, "{}")
-        return (None, self.args.rest(body))
+            return "{}"
+        return self.args.rest(body)
 
 
 _OBJECT_STEPS: tuple[Step[CallObject], ...] = (
@@ -219,7 +214,7 @@ _OBJECT_STEPS: tuple[Step[CallObject], ...] = (
 
 
 # ------------------------------------------------------------------ hermes / qwen25
-def parse_name_arguments(obj: Any) -> tuple[str, str] | None:
+def parse_name_arguments(obj: Any) -> Call | None:
     if not isinstance(obj, dict):
         return None
     name = obj.get("name")
@@ -227,7 +222,7 @@ def parse_name_arguments(obj: Any) -> tuple[str, str] | None:
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
     text = arguments_json(args)
-    return None if text is None else (name, text)
+    return None if text is None else Call(name, text)
 
 
 def parse_hermes(body: str) -> Calls | None:
@@ -266,29 +261,13 @@ def parse_hermes_typed(body: str, schemas: Schemas | None) -> Calls | None:
     rest = reader.close(body)
     if rest is None:
         return None
-    items: list[list[str] | Dropped] = []
-    call: list[str] | None = None
-    for event in events + rest:
-        if isinstance(event, Dropped):
-            if event.named and call is not None:
-                items.pop()  # the call its name opened
-            call = None
-            items.append(Dropped(event.text))
-            continue
-        name, frag = event
-        if name is not None:
-            call = [name, ""]
-            items.append(call)
-        elif call is not None:
-            call[1] += frag
     calls: Calls = []
-    for item in items:
-        if isinstance(item, Dropped):
-            calls.append(item)
-            continue
-        text = arguments_json(loads(item[1]))
-        assert text is not None  # the reader lets only a valid object stand
-        calls.append((item[0], text))
+    for item in fold(events + rest):
+        if isinstance(item, Call):
+            text = arguments_json(loads(item.arguments))
+            assert text is not None  # the reader lets only a valid object stand
+            item = Call(item.name, text)
+        calls.append(item)
     return calls
 
 
@@ -326,10 +305,7 @@ class HermesReader:
         """`fast` until the next `read`: the named call's `RawArgs.fast` (which gives None
         once its object ends), or None."""
         obj = self.obj if self.array is None else self.array.live()
-        if obj is None or obj.state != ARGS or not obj.named:
-            return None
-        assert obj.args is not None
-        return obj.args.fast
+        return None if obj is None else obj.fast_now()
 
     def close(self, body: str) -> list[Event] | None:
         if self.array is not None:
@@ -425,9 +401,8 @@ class CallArray:
             events: list[Event] = []
             obj.read(body, ready, events)
             for ev in events:
-                name = ev[0]  # type: ignore[index]
-                if name is not None and self.schemas is not None \
-                        and name not in self.schemas:
+                if isinstance(ev, Opened) and self.schemas is not None \
+                        and ev.name not in self.schemas:
                     self.rejected = True  # never sent: the element is text
                     break
                 out.append(ev)
@@ -578,15 +553,17 @@ def parse_mistral(body: str) -> Calls | None:
         m = _MISTRAL_V11.fullmatch(body)
         if m is not None:
             text = arguments_json(loads(m.group(2)))
-            return None if text is None else [(m.group(1), text)]
+            return None if text is None else [Call(m.group(1), text)]
         obj = loads(body)
     except ValueError:
         return None
-    items = obj if isinstance(obj, list) else [obj]
-    calls = [parse_name_arguments(item) for item in items]
-    if not calls or any(c is None for c in calls):
-        return None
-    return calls  # type: ignore[return-value]
+    calls: Calls = []
+    for item in obj if isinstance(obj, list) else [obj]:
+        call = parse_name_arguments(item)
+        if call is None:
+            return None
+        calls.append(call)
+    return calls or None
 
 
 # the states that start at a non-blank character first (`run_states`)
@@ -612,15 +589,9 @@ class MistralReader:
         """`fast` until the next `read`: the named call's `RawArgs.fast`, or None."""
         st = self.state
         if st == M_ELEM:
-            obj = self.objs[-1]
-            if obj.state != ARGS or not obj.named:
-                return None
-            args = obj.args
-        elif st == M_V11:
-            args = self.args
-        else:
-            return None
-        return None if args is None else args.fast
+            return self.objs[-1].fast_now()
+        args = self.args
+        return args.fast if st == M_V11 and args is not None else None
 
     def read(self, body: str, ready: int) -> list[Event]:
         out: list[Event] = []
@@ -651,7 +622,7 @@ class MistralReader:
         if body[j] != "{":
             self.state = M_BAD
             return ~pos
-        out.append((body[:at].strip(), ""))
+        out.append(Opened(body[:at].strip()))
         self.args = RawArgs(j)
         self.state = M_V11
         return pos
@@ -699,7 +670,7 @@ class MistralReader:
         assert args is not None
         frag = args.read(body, ready)
         if frag:
-            out.append((None, frag))
+            out.append(frag)
         if args.end >= 0:
             self.state = M_DONE
         return ~pos
@@ -708,7 +679,7 @@ class MistralReader:
         if self.state != M_DONE or parse_mistral(body) is None:
             return None
         if self.args is not None:
-            return [(None, self.args.rest(body))]
+            return [self.args.rest(body)]
         if not self.objs or not all(o.named and o.state == DONE for o in self.objs):
             return None
         return [self.objs[-1].rest(body)]
@@ -738,7 +709,7 @@ def parse_deepseekv3(body: str) -> Calls | None:
         text = arguments_json(loads(m.group(2)))
     except ValueError:
         return None
-    return None if text is None or not name else [(name, text)]
+    return None if text is None or not name else [Call(name, text)]
 
 
 class DeepSeekV3Reader(HeadFirst[RawArgs]):
@@ -783,13 +754,13 @@ class DeepSeekV3Reader(HeadFirst[RawArgs]):
             self.bad = True
             return None
         self.name = name
-        out.append((name, ""))
+        out.append(Opened(name))
         return RawArgs(start)
 
     def _more(self, args: RawArgs, body: str, ready: int, out: list[Event]) -> None:
         frag = args.read(body, ready)
         if frag:
-            out.append((None, frag))
+            out.append(frag)
 
     def fast_now(self) -> Callable[[int, str], str | None] | None:
         """`fast` until the next `read`: `RawArgs.fast` once the arguments started."""
@@ -797,16 +768,16 @@ class DeepSeekV3Reader(HeadFirst[RawArgs]):
 
     def close(self, body: str) -> list[Event] | None:
         args = self.args
-        if args is None or args.end < 0:
+        tail = None if args is None else args.after(body)
+        if args is None or tail is None:
             return None
-        tail = body[args.end:]
         if (_V3_TAIL.fullmatch(tail) is None) if self.v3 else bool(tail.strip()):
             return None
         calls = parse_deepseekv3(body)
         first = calls[0] if calls else None
-        if not isinstance(first, tuple) or first[0] != self.name:
+        if not isinstance(first, Call) or first.name != self.name:
             return None
-        return [(None, args.rest(body))]
+        return [args.rest(body)]
 
 
 # ------------------------------------------------------------------ the formats

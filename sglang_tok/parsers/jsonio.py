@@ -4,12 +4,14 @@
 new decoder (its C scanner) or encoder on every call because of their keyword arguments;
 that construction cost more than the parse itself for a call's arguments, paid at every
 call's close. These are the same objects those calls build, so the results (and the
-errors: every failure is a ValueError) are the same.
+errors: every failure is a ValueError) are the same. A string (`json_string`) or a piece
+of one (`escape`) goes straight to the C encoder's string escaping, for the same reason.
 """
 
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 
@@ -37,3 +39,16 @@ def dumps_finite(obj: Any) -> str:
     """`json.dumps(obj, ensure_ascii=False, allow_nan=False)`: NaN and infinities are a
     ValueError."""
     return _FINITE.encode(obj)  # type: ignore[no-any-return]
+
+
+def json_string(text: str) -> str:
+    """`json.dumps(text, ensure_ascii=False)` (what it calls for a str), without `dumps`'
+    per-call overhead (an encoder built per call)."""
+    return encode_basestring(text)  # type: ignore[no-any-return]
+
+
+def escape(text: str) -> str:
+    """A piece of a JSON string's content: escaping is per character, so pieces concatenate
+    to the escaping of the whole; the same bytes as `json.dumps(text, ensure_ascii=False)`
+    (non-ASCII kept), by json's C encoder without `dumps`' per-call overhead."""
+    return encode_basestring(text)[1:-1]

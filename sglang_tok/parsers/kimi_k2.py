@@ -9,7 +9,7 @@ last `:`, and the whole id reaches the client as the call's `id` (OpenAI's
 `tool_calls[].id`, which Kimi's chat template echoes back in the tool result). An id that
 is not of that form (SGLang's tests feed `weird@id` and bare counters such as `0`) makes
 the call malformed: it is text, as every malformed call is. The arguments are the model's
-own JSON object, passed through as in the other JSON formats (`tools.RawArgs`); nothing
+own JSON object, passed through as in the other JSON formats (`json_readers.RawArgs`); nothing
 after `<|tool_call_argument_begin|>` but whitespace gives `{}`.
 The reasoning parser `kimi_k2` is `<think>` ... `</think>` that the section-begin marker
 also ends (Kimi-K2-Thinking opens a section without closing its block).
@@ -20,16 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .json_readers import ObjectArgs, object_arguments
+from .readers import Call, Calls, Event, HeadFirst, Opened
 from .schema import Schemas
-from .tools import (
-    Calls,
-    CloseMarker,
-    Event,
-    HeadFirst,
-    ObjectArgs,
-    ToolFormat,
-    object_arguments,
-)
+from .tool_format import CloseMarker, ToolFormat
 
 SECTION = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")
 CALL_OPEN, CALL_CLOSE = "<|tool_call_begin|>", "<|tool_call_end|>"
@@ -50,7 +44,7 @@ def parse_kimi(body: str) -> Calls | None:
     call_id = m.group(1)
     name = call_name(call_id)
     text = None if name is None else object_arguments(m.group(2))
-    return None if name is None or text is None else [(name, text, call_id)]
+    return None if name is None or text is None else [Call(name, text, call_id)]
 
 
 class KimiReader(HeadFirst[ObjectArgs]):
@@ -71,7 +65,7 @@ class KimiReader(HeadFirst[ObjectArgs]):
         if name is None:
             self.bad = True
             return None
-        out.append((name, call_id))
+        out.append(Opened(name, call_id))
         return ObjectArgs(at + len(ARG))
 
     def _more(self, args: ObjectArgs, body: str, ready: int, out: list[Event]) -> None:
@@ -83,13 +77,10 @@ class KimiReader(HeadFirst[ObjectArgs]):
     piece_fast = True  # `fast` is `RawArgs.fast`: its own state and the piece
 
     def fast_now(self) -> Callable[[int, str], str | None] | None:
-        """`fast` until the next `read`: the arguments object's `RawArgs.fast`, once it
-        started (what `read` gives for the piece: `ObjectArgs.read` of a started object is
-        its `RawArgs.read`)."""
-        args = self.args
-        if args is None or args.args is None or args.bad:
-            return None
-        return args.args.fast
+        """`fast` until the next `read`: the arguments object's, once it started (what
+        `read` gives for the piece: `ObjectArgs.read` of a started object is its
+        `RawArgs.read`)."""
+        return None if self.args is None else self.args.fast_now()
 
 
 def kimi_k2() -> ToolFormat:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .tools import CloseMarker, ToolFormat
+from .tool_format import CloseMarker, ToolFormat
 from .xml_params import STRIP_ALL, XmlGrammar, XmlParamsReader, regex_head
 
 SECTION = ("<minimax:tool_call>", "</minimax:tool_call>")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 
-from .tools import CloseMarker, ToolFormat
+from .tool_format import CloseMarker, ToolFormat
 from .xml_params import STRIP_ONE, XmlGrammar, XmlParamsReader, regex_head
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"

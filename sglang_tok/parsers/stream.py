@@ -14,10 +14,12 @@ if it has to), so the exempt part depends only on the ids, never on the rows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..stops import StopMatcher
 from .reasoning import CONTENT, REASONING, ReasoningParser
-from .tools import Item, ToolParser
-from .types import ParsedDelta, Thought, ToolCallDelta, concat, merge
+from .tools import NOTHING, Absorbed, ToolParser
+from .types import Item, ParsedDelta, Thought, ToolCallDelta, concat, merge
 
 
 class ParsedStream:
@@ -63,7 +65,8 @@ class ParsedStream:
             tools.fmt.opener.markers if tools else (), 2)
         # a format that reads Markdown quoting: a skipped piece still updates its state
         self.quotes = tools.quotes if tools is not None else None
-        self.close_first = _first_chars(reasoning.close_markers if reasoning else (), 1)[0]
+        # ("": no piece may skip the reasoning parser)
+        self.close_first = _first_chars(reasoning.close_markers if reasoning else (), 1)[0] or ""
         self.plain = False
         # a call was delivered: a plain piece must not end with whitespace (`ToolParser.idle`)
         self.after = False
@@ -92,39 +95,49 @@ class ParsedStream:
                     or (tools is not None and tools.plain_text(text))) \
                     and not (self.after and text[-1:].isspace()):
                 # `plain_text`: a marker's first character but no marker (`<think>` or
-                # code in content); `Quotes.feed` changes nothing mid-line without a
-                # newline, backtick or tilde
+                # code in content)
                 q = self.quotes
-                if q is not None and (q.line or q.run_n or "\n" in text or "`" in text
+                if q is not None and (not q.quiet or "\n" in text or "`" in text
                                       or "~" in text):
                     q.feed(text)
                 return ParsedDelta(text)
-        elif self.thinking and self.close_first not in text:  # type: ignore[operator]
+        elif self.thinking and self.close_first not in text:
             return ParsedDelta("", text)
         elif self.calling:  # a piece that cannot end the call only grows it (`absorb`)
             t = self.tools
             assert t is not None
-            frag = t.absorb(text)
-            if frag.__class__ is str:
-                return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)]) \
-                    if frag else ParsedDelta()  # type: ignore[arg-type]
-            return self.step(text) if frag is None else \
-                self.absorbed(frag)  # type: ignore[arg-type]
+            got = t.absorb(text)
+            # the common pieces inline: an argument fragment; nothing (whole mode)
+            if type(got) is ToolCallDelta:
+                return ParsedDelta("", "", [got])
+            if got is NOTHING:
+                return ParsedDelta()
+            return self._absorbed(got, text)
         if self.stopped is not None:
             return ParsedDelta()
         r, t = self.reasoning, self.tools
         if t is not None and (r is None or r.state == CONTENT):
-            frag = t.absorb(text)
-            if frag is not None:
-                if not frag:
-                    return ParsedDelta()
-                if frag.__class__ is str:
-                    return ParsedDelta("", "", [ToolCallDelta(t.opened[-1], None, frag)])
-                delta = self.absorbed(frag)  # type: ignore[arg-type]
-                if not self.calling:  # text released outside a call: idle again, maybe
-                    self._update()
-                return delta
+            got = t.absorb(text)
+            if got is not None:
+                return self._absorbed(got, text)
         return self.step(text)
+
+    def _absorbed(self, got: Absorbed, text: str) -> ParsedDelta:
+        """The piece's delta from what `tools.absorb` gave for it (`tools.Absorbed`):
+        items (a call's name or flags, text released) go out as `_content` sends a
+        step's (stops flushed)."""
+        if got is None:
+            return self.step(text)
+        if isinstance(got, ToolCallDelta):
+            return ParsedDelta("", "", [got])
+        if not got:
+            return ParsedDelta()
+        if self.stops is None or self.exempt:
+            delta = self._plain(got, "")
+        else:
+            delta = self._stopped(got, "", False)
+        self._update()  # (text released outside a call: idle again; a stop string matched)
+        return delta
 
     def last(self, text: str, tail: str) -> ParsedDelta:
         """The last row's text and the decoder's tail, then `finish`, as one delta. Most
@@ -143,15 +156,6 @@ class ParsedStream:
             parts += [self.feed(tail), self.finish()]
         return parts[0] if len(parts) == 1 else concat(parts)
 
-    def absorbed(self, items: list[Item]) -> ParsedDelta:
-        """The items of a piece the tool parser absorbed (a call's name or flags): as
-        `_content` sends a step's items (stops flushed)."""
-        if self.stops is None or self.exempt:
-            return self._plain(items, "")
-        delta = self._stopped(items, "", False)
-        self._update()  # (a stop string may have matched)
-        return delta
-
     def step(self, text: str) -> ParsedDelta:
         """`feed`'s full way, for a piece none of its shortcuts took."""
         reasoning = ""
@@ -166,7 +170,7 @@ class ParsedStream:
         # inside the reasoning block with nothing held: a piece without the close marker's
         # first character is all reasoning
         self.thinking = (r is not None and r.state == REASONING and not r.held
-                         and self.close_first is not None)
+                         and self.close_first != "")
         self.after = t is not None and t.after_call
         # inside a call, content channel: a piece goes straight to `tools.absorb`
         self.calling = (t is not None and t.in_call and (r is None or r.state == CONTENT)
@@ -227,7 +231,7 @@ class ParsedStream:
             return self._plain(items, reasoning)
         return self._stopped(items, reasoning, final)
 
-    def _plain(self, items: list[Item], reasoning: str) -> ParsedDelta:
+    def _plain(self, items: Sequence[Item], reasoning: str) -> ParsedDelta:
         if len(items) == 1 and isinstance(items[0], str):
             return ParsedDelta(items[0], reasoning)
         texts, calls = [], []
@@ -251,7 +255,7 @@ class ParsedStream:
                 live.add(c.index)
         self.called = bool(live)
 
-    def _stopped(self, items: list[Item], reasoning: str, final: bool) -> ParsedDelta:
+    def _stopped(self, items: Sequence[Item], reasoning: str, final: bool) -> ParsedDelta:
         stops = self.stops
         assert stops is not None
         texts: list[str] = []

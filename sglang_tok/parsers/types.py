@@ -7,7 +7,7 @@ import msgspec
 # on the wire as is (Delta.tool_calls): defined with the other frames
 from ..protocol import ToolCallDelta
 
-__all__ = ["ParsedDelta", "ParserError", "Thought", "ToolCallDelta", "concat", "merge",
+__all__ = ["Item", "ParsedDelta", "ParserError", "Thought", "ToolCallDelta", "concat", "merge",
            "merge_calls"]
 
 
@@ -22,6 +22,11 @@ class Thought:
 
     def __init__(self, text: str) -> None:
         self.text = text
+
+
+# what a tool parser's step releases, in output order: content, call deltas, reasoning
+# (Harmony only)
+Item = str | ToolCallDelta | Thought
 
 
 class ParsedDelta(msgspec.Struct, omit_defaults=True, gc=False):

@@ -28,9 +28,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .jsonio import escape, json_string
 from .markers import MarkerSet
+from .readers import Event, Opened, Step, run_states
 from .schema import Schemas, convert, param_types
-from .tools import Event, Step, escape, json_string, run_states
 
 HEAD, PARAMS, VALUE, BAD = range(4)
 STRIP_NONE, STRIP_ONE, STRIP_ALL = range(3)
@@ -106,7 +107,7 @@ class XmlParamsReader:
         if not self.name:
             self.state = BAD
             return ~pos
-        out.append((self.name, ""))
+        out.append(Opened(self.name))
         self.state = PARAMS
         return pos
 
@@ -121,7 +122,7 @@ class XmlParamsReader:
         self.start = -1
         self.state = VALUE
         if not self.types:
-            out.append((None, self._lead() + '"'))
+            out.append(self._lead() + '"')
         return m.end()
 
     def _value(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
@@ -148,14 +149,14 @@ class XmlParamsReader:
                 hold = g.hold.hold_from(body, self.sent, ready)
                 hold = self._unstrip(body, self.sent, hold)  # could be stripped
                 if hold > self.sent:
-                    out.append((None, escape(body[self.sent:hold])))
+                    out.append(escape(body[self.sent:hold]))
                     self.sent = hold
             return ~pos
         stop = self._unstrip(body, self.start, at)
         if self.types:
-            out.append((None, self._lead() + g.convert(body[self.start:stop], self.types)))
+            out.append(self._lead() + g.convert(body[self.start:stop], self.types))
         else:
-            out.append((None, escape(body[self.sent:stop]) + '"'))
+            out.append(escape(body[self.sent:stop]) + '"')
         self.state = PARAMS
         return at + len(end) if end == g.consume else at
 
@@ -203,10 +204,10 @@ class XmlParamsReader:
         g = self.g
         if self.state == HEAD and g.bare_name is not None:
             name = g.bare_name(body)
-            return None if not name else [(name, ""), (None, "{}")]
+            return None if not name else [Opened(name), "{}"]
         if self.state != PARAMS or g.tail.fullmatch(body, self.pos) is None:
             return None
-        return [(None, "}" if self.count else "{}")]
+        return ["}" if self.count else "{}"]
 
 
 # by state: HEAD, PARAMS, VALUE (BAD reads nothing)

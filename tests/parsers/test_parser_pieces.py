@@ -9,7 +9,7 @@ import json
 import pytest
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
-from sglang_tok.parsers.tools import JsonEnd, RawArgs
+from sglang_tok.parsers.json_readers import JsonEnd, RawArgs
 
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
          for n in ("f", "search")]

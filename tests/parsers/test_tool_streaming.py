@@ -493,7 +493,7 @@ def test_pythonic_without_ast_changes_nothing(monkeypatch: pytest.MonkeyPatch) -
     Comments (with brackets, quotes, a backslash, NUL, ended by CR) and line continuations
     stand between arguments, between calls and after the last one (issue 18: the
     incremental reader used to make a comment between calls malformed)."""
-    from sglang_tok.parsers import llama
+    from sglang_tok.parsers import pythonic
 
     rng = random.Random(18)
 
@@ -531,6 +531,6 @@ def test_pythonic_without_ast_changes_nothing(monkeypatch: pytest.MonkeyPatch) -
     assert sum(bool(d.tool_calls) for d in fast) > 150  # the cases reach both shortcuts
     # and comments stand where calls were found (between calls, after the last one)
     assert sum(bool(d.tool_calls) and "#" in t.split("(")[-1] for d, t in zip(fast, texts)) > 10
-    monkeypatch.setattr(llama.PythonicReader, "_read_whole", lambda self, body, end: False)
-    monkeypatch.setattr(llama.PythonicReader, "_joined", lambda self, body: False)
+    monkeypatch.setattr(pythonic.PythonicReader, "_read_whole", lambda self, body, end: False)
+    monkeypatch.setattr(pythonic.PythonicReader, "_joined", lambda self, body: False)
     assert run() == fast
