@@ -72,7 +72,6 @@ def _hub_cached(repo: str) -> str | None:
 # a request that does not stream gets all its ids in one row; SGLang bounds neither
 MAX_ROW_IDS = 1 << 22
 MAX_RID_LENGTH = 1 << 16
-BOOT_TIMEOUT_S = 180
 
 
 def workers_of(serving: Any) -> int:
@@ -92,8 +91,6 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
             "--output", port_args.tokenizer_ipc_name,
             "--tokenizer", tokenizer_of(serving.tokenizer_path, serving.skip_tokenizer_init),
             "--http", "127.0.0.1:0", "--exit-with-parent",
-            # a process that cuts SGLang's pickled columns imports SGLang first (seconds)
-            "--boot-timeout", str(BOOT_TIMEOUT_S),
             "--max-row-ids", str(MAX_ROW_IDS), "--max-rid-length", str(MAX_RID_LENGTH),
             "--shards", str(workers_of(serving))]
     if workers_of(serving) == 1:  # SGLang's default: one process decodes, as its own does

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,17 +35,32 @@ _wrapper_decoder = msgspec.msgpack.Decoder(PickleWrapper)
 _unpickle_failed = False
 
 
-def preload_sglang() -> bool:
-    """Import SGLang's message classes now, where a process may cut pickled columns: the
-    first unpickle of SGLang's time stats imports half of SGLang and torch (seconds), which
-    must not happen inside a loop that sends heartbeats. False where SGLang is not
-    installed (its pickles will not load; they go as nil)."""
-    try:
-        import sglang.srt.managers.io_struct
-        import sglang.srt.observability.req_time_stats  # noqa: F401
-    except ImportError:
-        return False
-    return True
+# set while preload_sglang's import runs (a process that never asked unpickles as is)
+_loading: threading.Event | None = None
+
+
+def preload_sglang() -> threading.Thread:
+    """Import SGLang's message classes in the background, in a process that may cut
+    pickled columns: the first unpickle of SGLang's time stats imports half of SGLang and
+    torch (seconds on a busy host), which must neither hold up a restarted egress (every
+    stream waits for it) nor happen inside its loop. Until it is done, a cut sends these
+    columns as nil. Where SGLang is not installed its pickles will not load either way."""
+
+    global _loading
+    done = _loading = threading.Event()
+
+    def load() -> None:
+        try:
+            import sglang.srt.managers.io_struct
+            import sglang.srt.observability.req_time_stats  # noqa: F401
+        except ImportError:
+            pass
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=load, name="sglang-tok preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[Raw]],
@@ -54,6 +70,8 @@ def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[R
     unpickled once, each part's rows pickled again. Only for a message from SGLang's own
     process tree (the caller's to know); a column that will not unpickle stays nil."""
     global _unpickle_failed
+    if _loading is not None and not _loading.is_set():
+        return  # SGLang still loading (preload_sglang): nil this once
     for i in pickled:
         col = columns[i]
         if col is None or col == wire.NIL:
