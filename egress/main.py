@@ -357,8 +357,10 @@ class Egress:
         new_rows, router.new_rows = router.new_rows, []
         if late == len(owner):
             return
-        passed = passer(owner, self.n) if passer is not None else None
-        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed, opens):
+        inline = self.inline is not None
+        passed = passer(owner, self.n, inline) if passer is not None else None
+        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed, opens,
+                                  inline):
             self._forward(k, msg, finished.get(k))
 
     def _journal_opened(self, rids: list[str]) -> None:

@@ -12,7 +12,7 @@ rids); the events are plain data, so the egress holds no protocol test of its ow
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sglang_tok import protocol
 from sglang_tok.protocol import Batch, FrameError, Open, Ping
@@ -37,7 +37,10 @@ class Rows:
 
 
 class Passer(Protocol):
-    def __call__(self, codes: list[int], nshards: int) -> dict[int, bytes]: ...
+    def __call__(self, codes: list[int], nshards: int, inline: bool = False
+                 ) -> dict[int, Any]:
+        """Each shard's part, packed (or, `inline`, the one shard's as an object)."""
+        ...
 
 
 @dataclass

@@ -28,6 +28,7 @@ from sglang_tok.ring.link import LATE
 from sglang_tok.integrations.sglang import wire
 from sglang_tok.integrations.sglang.pickled import cut_pickled
 from sglang_tok.integrations.sglang.reply import (
+    Passed,
     Replies,
     beam_flags,
     by_worker,
@@ -96,11 +97,14 @@ class Step:
         self.refused = firsts.refused
         self.per_row = per_row  # the pickled columns may be cut per row (their sender's ours)
 
-    def passed(self, codes: list[int], nshards: int) -> dict[int, bytes]:
+    def passed(self, codes: list[int], nshards: int, inline: bool = False) -> dict[int, Any]:
         """Each shard's rows of the passed-through fields, in the order `split_frame` gives
-        its rows (frame order within a shard; LATE rows in no shard)."""
+        its rows (frame order within a shard; LATE rows in no shard); `inline`: the one
+        shard inside the egress's process takes the `Passed` itself."""
         rids, ipcs, flags = self.rids, self.ipcs, self.flags
         if nshards == 1 and LATE not in codes:  # the usual one-shard message: no array work
+            if inline:
+                return {0: Passed(rids, ipcs, self.columns, flags)}
             return {0: encode_passed(rids, ipcs, self.columns, flags)}
         code = np.array(codes, np.int64)
         live = code != LATE

@@ -30,11 +30,13 @@ _OUTPUT_FAMILIES = {name: (idx, kind) for name, idx, kind in FAMILIES
 
 def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
                 new_rows: list[tuple[int, str]],
-                passed: dict[int, bytes] | None = None,
-                opens: dict[int, list[Open]] | None = None) -> list[tuple[int, bytes]]:
+                passed: dict[int, Any] | None = None,
+                opens: dict[int, list[Open]] | None = None,
+                inline: bool = False) -> list[tuple[int, Any]]:
     """(shard, ARRAYS message) for every shard that owns a row of the frame; `passed` is
     each shard's part of what an SGLang reply passes on (`Sparse.extra`), `opens` its
-    first rows' options (`Sparse.opens`).
+    first rows' options (`Sparse.opens`). `inline`: the one shard lives in this process,
+    and its message is the `link.Arrays` object itself (`passed[0]` the object too).
 
     Rows are grouped by shard with one stable sort, so each shard's slots and ids are
     slices of two gathers, whatever the number of shards.
@@ -49,7 +51,7 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
         if header.reasoning_tokens.count(0) != n_rows else None
     if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
         return [_whole(stamp, batch, codes, one_each, lens, new_rows, end_rows, reasoning,
-                       passed[0] if passed else b"", opens[0] if opens else [])]
+                       passed[0] if passed else b"", opens[0] if opens else [], inline)]
     code = u32s(codes).astype(np.int64)
     shard_of = code % nshards
     if LATE in codes:
@@ -102,20 +104,27 @@ def _ids_by_shard(batch: Batch, lens: list[int] | None, order: I64, first: I64, 
 
 def _whole(stamp: float, batch: Batch, codes: list[int], one_each: bool, lens: list[int],
            new_rows: list[tuple[int, str]], end_rows: list[int],
-           reasoning: npt.NDArray[np.uint32] | None, extra: bytes,
-           opens: list[Open]) -> tuple[int, bytes]:
+           reasoning: npt.NDArray[np.uint32] | None, extra: Any,
+           opens: list[Open], inline: bool = False) -> tuple[int, Any]:
     """A frame that is shard 0's whole: the frame's own ids buffer as is, slots by `array`
     (no numpy call for a small frame, whose latency is per-call overheads); with one shard
-    a row's route code is its slot, so the codes go as they are."""
+    a row's route code is its slot, so the codes go as they are. `inline`: the message
+    object itself, and `extra` is the passed object, not its bytes."""
     header = batch.header
     sparse = None if one_each and not new_rows and not end_rows and reasoning is None \
         and not batch.layout and not extra and not opens else \
         _sparse_all(header, one_each, lens, new_rows, end_rows, reasoning,
                     _whole_families(batch) if batch.layout else [])
+    ids = batch.data[:8 * batch.total_ids]
+    if inline:
+        if sparse is None:
+            sparse = Sparse()
+        sparse.opens = opens
+        return 0, link.Arrays(stamp, np.frombuffer(array("I", codes), np.uint32),
+                              np.frombuffer(ids, np.int64), sparse, extra or None)
     if sparse is not None:
         sparse.extra, sparse.opens = extra, opens
-    return 0, link.frame_arrays(stamp, array("I", codes), batch.data[:8 * batch.total_ids],
-                                sparse)
+    return 0, link.frame_arrays(stamp, array("I", codes), ids, sparse)
 
 
 def _sparse_all(header: Any, one_each: bool, lens: list[int], new_rows: list[tuple[int, str]],

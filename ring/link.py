@@ -71,12 +71,15 @@ class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
 
 class Arrays(msgspec.Struct, gc=False):
-    """An ARRAYS message: row r of this shard's part of a frame is slot `slots[r]`."""
+    """An ARRAYS message: row r of this shard's part of a frame is slot `slots[r]`.
+    `passed`: to a shard inside the egress's process, handed over as this object (never
+    packed), what `sparse.extra` holds packed for a shard of its own."""
 
     stamp: float
     slots: npt.NDArray[np.uint32]
     ids: npt.NDArray[np.int64]
     sparse: Sparse
+    passed: Any = None
 
 
 class Drop(msgspec.Struct, array_like=True, gc=False):
@@ -141,8 +144,11 @@ def drop(message: str, rids: list[str], workers: list[str | None] | None = None)
     return _DROP + _drop_encoder.encode(Drop(message, rids, workers or []))
 
 
-def parse(msg: bytes | memoryview) -> Inbound:
-    """One egress -> shard message; raise ValueError for one no egress builds."""
+def parse(msg: bytes | memoryview | Arrays) -> Inbound:
+    """One egress -> shard message; raise ValueError for one no egress builds. An Arrays
+    object (a shard inside the egress's process) is its own parse."""
+    if isinstance(msg, Arrays):
+        return msg
     mv = memoryview(msg)
     kind = mv[0] if len(mv) else -1
     if kind == _ARRAYS[0]:

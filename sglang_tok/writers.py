@@ -14,7 +14,7 @@ worker of each live request), so no caller holds a protocol test of its own.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import protocol
 from .integrations.sglang.reply import Replies
@@ -30,9 +30,10 @@ class Writer(Protocol):
         """An empty sink for one input message's deltas."""
         ...
 
-    def messages(self, out: Sink, extra: bytes, source: int) -> list[Message]:
+    def messages(self, out: Sink, extra: Any, source: int) -> list[Message]:
         """The output messages for a sink's deltas; `extra`: what the input message's
-        replies pass on (SGLang), `source`: the sender (a shard, or EGRESS)."""
+        replies pass on (SGLang: packed, or the object from an egress in-process),
+        `source`: the sender (a shard, or EGRESS)."""
         ...
 
     def restarted(self, source: int, pid: int) -> list[Message]:
@@ -58,7 +59,7 @@ class NativeWriter:
     def sink(self) -> Sink:
         return protocol.output_sink(self.fmt)
 
-    def messages(self, out: Sink, extra: bytes, source: int) -> list[Message]:
+    def messages(self, out: Sink, extra: Any, source: int) -> list[Message]:
         msg = protocol.encode_output(self.fmt, source, self.sent, out)
         self.sent += 1
         return [(None, msg)]
@@ -85,7 +86,7 @@ class SglangWriter:
     def sink(self) -> Sink:
         return ColumnsOut()  # the replies take the decoders' texts as they are
 
-    def messages(self, out: Sink, extra: bytes, source: int) -> list[Message]:
+    def messages(self, out: Sink, extra: Any, source: int) -> list[Message]:
         if extra:
             assert isinstance(out, ColumnsOut)
             replies = self.replies.rows(out, extra)

@@ -136,8 +136,9 @@ class Shard:
         self._publish()
         self.close()
 
-    def handle(self, raw: bytes) -> bool:
-        """One message from the egress; False once it says EXIT."""
+    def handle(self, raw: bytes | link.Arrays) -> bool:
+        """One message from the egress (an Arrays object from an egress it lives in);
+        False once it says EXIT."""
         match link.parse(raw):
             case link.Arrays() | link.Frame() as msg:
                 if self.started:  # else it was routed before our SYNC: the egress failed it
@@ -214,7 +215,7 @@ class Shard:
                     table.on_open(opts, opened)
                 self._send(opened)
             table.on_arrays(msg, out)
-            extra = msg.sparse.extra
+            extra = msg.passed if msg.passed is not None else msg.sparse.extra
         else:
             match protocol.decode_control(msg.frame):
                 case Open() as ctl:
@@ -269,7 +270,7 @@ class Shard:
                 return rids
         return []
 
-    def _send(self, out: protocol.Sink, extra: bytes = b"") -> None:
+    def _send(self, out: protocol.Sink, extra: Any = b"") -> None:
         if not out:
             return
         for to, msg in self.writer.messages(out, extra, self.shard):

@@ -160,12 +160,12 @@ class Replies:
         self.beams = beams  # the shard's decoder for beam search sequences
 
     # ------------------------------------------------------------------ decoded rows
-    def rows(self, out: ColumnsOut, extra: bytes) -> list[Reply]:
+    def rows(self, out: ColumnsOut, extra: bytes | Passed) -> list[Reply]:
         """Replies for one ARRAYS message: the decoded rows, in the scheduler's row order,
         with its passed-through fields; a row the shard ended with an error of its own, or
         a delta without a row, is a last row of the service's. `out` is the shard's sink
         as it stands: the texts go on as the lists the decoders made."""
-        passed = _passed_decoder.decode(extra)
+        passed = extra if isinstance(extra, Passed) else _passed_decoder.decode(extra)
         errors = out.sparse.get("error")
         if passed.ipcs is not None and passed.ipcs.count(None) != len(passed.ipcs):
             self._remember(passed, {out.rids[r] for r, _ in out.sparse.get("finish", ())})
