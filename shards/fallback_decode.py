@@ -44,7 +44,6 @@ I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
 TEXT, BYTE, DROP = 0, 1, 2  # kinds of id: a text piece, a <0xNN> byte, dropped before decode
-_HEX = frozenset("0123456789abcdefABCDEF")
 _FFFD = "\ufffd".encode()
 
 
@@ -62,16 +61,6 @@ class FallbackTable(NamedTuple):
     pieces: list[bytes]  # the same per stacked id, as lists, for the loop
     kinds: list[int]
     texts: list[str]  # a text id's piece as str ("" for the others)
-
-
-def _byte_value(token: str) -> int | None:
-    """ByteFallback's own test: six bytes "<0xNN>", NN parsed by Rust's u8::from_str_radix."""
-    if len(token) != 6 or not token.startswith("<0x") or not token.endswith(">"):
-        return None
-    hx = token[3:5]
-    if all(c in _HEX for c in hx) or (hx[0] == "+" and hx[1] in _HEX):
-        return int(hx, 16)
-    return None
 
 
 def fallback_chain(decoder: Any) -> bool | None:
@@ -110,7 +99,7 @@ def fallback_table(info: TokenizerInfo, verify: bool = True) -> FallbackTable | 
         token = tok.id_to_token(tid)
         if token is None:
             continue
-        value = _byte_value(token)
+        value = info.byte_values.get(tid)
         if value is not None:
             pieces[tid], kinds[tid] = bytes([value]), BYTE
         else:
