@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.shards.request import SENT_TAIL
 
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
 
 from .fallback_decode import (
-    TEXT,
     FallbackDecoded,
     FallbackTable,
     decode_rows_fallback,
@@ -27,7 +25,7 @@ from .fallback_decode import (
     finish,
     prompt_state,
 )
-from .row_decoder import Decoded, PlainRows
+from .row_decoder import Decoded, PlainRows, SlotStart
 from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
@@ -75,10 +73,11 @@ class FallbackLoop:
 
     def __init__(self, tab: FallbackTable) -> None:
         self.tab = tab
+        self.vocab = tab.stride - 1
 
-    def start(self, opts: Open) -> tuple[bytes, int, bool]:
+    def start(self, opts: Open, keep: frozenset[int] = frozenset()) -> SlotStart:
         st = prompt_state(self.tab, opts.prompt_ids, opts.skip_special_tokens)
-        return st.run, st.skip, st.started
+        return SlotStart(st.run, st.skip, st.started, 1 if opts.skip_special_tokens else 0)
 
     def decode(self, state: Slots, rows: PlainRows) -> Decoded:
         slots, ids = rows.slots, rows.ids
@@ -133,20 +132,6 @@ class FallbackLoop:
         return FallbackStream(self.tab, int(state.table_sel[slot]),
                               state.pending[slot, :state.pend_len[slot]].tobytes(),
                               bool(state.started[slot]), int(state.skip[slot]))
-
-    def sent_tail(self, state: Slots, slot: int) -> str:
-        """Decoded again from the slot's ring of ids."""
-        ids, start = state.recent_ids(slot)
-        sel = int(state.table_sel[slot])
-        if start is None:  # the ring begins inside the text: from its first text id
-            base, kinds = sel * self.tab.stride, self.tab.kinds
-            first = next((k for k, i in enumerate(ids) if kinds[base + i] == TEXT), len(ids))
-            stream = FallbackStream(self.tab, sel, b"", True, 0)
-            ids = ids[first:]
-        else:
-            run, skip, started = start
-            stream = FallbackStream(self.tab, sel, run, started, skip)
-        return stream.push(ids)[-SENT_TAIL:]  # the open run at the end is held: not sent
 
 
 class FallbackArrays(FallbackLoop):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.shards.request import SENT_TAIL
 
 from sglang_tok.decoder import ByteStream
 from sglang_tok.protocol import Open
@@ -21,7 +20,7 @@ from sglang_tok.tokenizer import TokenizerInfo
 from .byte_rows import decode_loop
 from .ending import flush_held
 from .mapped import IdTexts, decode_attributed, decode_mapped
-from .row_decoder import Decoded, PlainRows
+from .row_decoder import Decoded, PlainRows, SlotStart, row_in_vocab
 from .slots import ATTR, Slots
 
 I64 = npt.NDArray[np.int64]
@@ -57,11 +56,10 @@ class ByteLoop:
         # per table: the ids attribution makes zero-width (the skipped specials)
         self.drops: tuple[frozenset[int], frozenset[int]] = (frozenset(), info.special_ids)
 
-    def start(self, opts: Open) -> tuple[bytes, int, bool]:
-        vocab = self.vocab
-        table = self.tables[1 if opts.skip_special_tokens else 0]
-        stream = ByteStream(table, [i if 0 <= i < vocab else vocab for i in opts.prompt_ids])
-        return stream.pending, stream.skip, True
+    def start(self, opts: Open, keep: frozenset[int] = frozenset()) -> SlotStart:
+        sel = 1 if opts.skip_special_tokens else 0
+        stream = ByteStream(self.tables[sel], row_in_vocab(opts.prompt_ids, self.vocab))
+        return SlotStart(stream.pending, stream.skip, True, sel)
 
     def decode(self, state: Slots, rows: PlainRows) -> Decoded:
         slots = rows.slots.tolist()
@@ -83,26 +81,6 @@ class ByteLoop:
         stream.pending = state.pending[slot, :state.pend_len[slot]].tobytes()
         stream.skip = int(state.skip[slot])
         return stream
-
-    def sent_tail(self, state: Slots, slot: int) -> str:
-        """Decoded again from the slot's ring of ids."""
-        ids, start = state.recent_ids(slot)
-        table = self.tables[int(state.table_sel[slot])]
-        data = b"".join([table[i] for i in ids])
-        held = int(state.pend_len[slot])
-        if start is not None:
-            data = start[0] + data
-        if held:
-            data = data[:-held]  # not sent yet
-        if start is None:  # the ring begins inside the text: from its first character
-            lead = 0
-            while lead < len(data) and data[lead] & 0xC0 == 0x80:
-                lead += 1
-            data = data[lead:]
-        text = data.decode("utf-8", "replace")
-        if start is not None and start[1]:
-            text = text[start[1]:]
-        return text[-SENT_TAIL:]
 
 
 class ByteLookup(ByteLoop):

@@ -12,6 +12,8 @@ and the per-row path (shards/request.py) both call these, so a rule changes in o
 from __future__ import annotations
 
 from codecs import utf_8_decode
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -20,11 +22,18 @@ import numpy.typing as npt
 from sglang_tok.protocol import Usage
 
 from .attributed import Attribution, finish_row
+from .attribution import ZERO_WIDTH
+from .row_decoder import Decoded
 
 if TYPE_CHECKING:  # the slots hold requests: no import cycle at run time
     from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
+# how much already-sent text a scheduler-matched stop string's cut looks back on (protocol
+# rule 3: cut at its last occurrence, never unsending text), and over how many of the
+# shard's last messages a plain request's sent text is remembered
+SENT_TAIL = 64
+LOG_MESSAGES = 256
 
 
 class End(NamedTuple):
@@ -93,14 +102,59 @@ def stop_string(finish: dict[str, Any]) -> str | None:
     return matched if isinstance(matched, str) else None
 
 
-def cut_matched(sent_tail: str, text: str, matched: str) -> int | None:
+def cut_matched(text: str, matched: str, older: Iterable[str]) -> int | None:
     """Where a scheduler-matched stop string's last occurrence starts in `text`, looked for
-    in what was already sent (`sent_tail`) and `text`; 0 when it began in sent text (that
-    text is never unsent); None when it does not occur."""
-    at = (sent_tail + text).rfind(matched)
-    if at < 0:
-        return None
-    return max(0, at - len(sent_tail))
+    in `text` and the last SENT_TAIL characters sent before it (`older`: the text sent, a
+    piece at a time, newest first, read only as far as needed); 0 when it began in sent
+    text (that text is never unsent); None when it does not occur."""
+    at = text.rfind(matched)
+    if at >= 0:
+        return at
+    tail = ""
+    for piece in older:
+        tail = piece + tail
+        if matched in tail[-SENT_TAIL:] + text:
+            return 0
+        if len(tail) >= SENT_TAIL:
+            break
+    return None
+
+
+def cut_attributions(entries: list[Attribution], at: int) -> list[Attribution]:
+    """A row's attributions after its text is cut at byte `at`: the anchors there and past
+    it collapse onto the cut, zero-width (`Attributor.cut`)."""
+    return [(tid, ZERO_WIDTH, at) if off >= at else (tid, kind, off)
+            for tid, kind, off in entries]
+
+
+class SentLog:
+    """The text a shard sent for its plain rows, message by message, for a scheduler-matched
+    stop string at a request's end (rule 3 needs the text it sent before its last row):
+    references to each message's decoded rows, no copy and no work per row. A lookup walks
+    back from the newest message, and only as far as the cut needs (most stop strings lie in
+    the last row's text, or begin in the row before)."""
+
+    __slots__ = ("messages",)
+
+    def __init__(self) -> None:
+        # (the shard's row number of the message's first row, the plain rows' message rows
+        # and slots, their texts)
+        self.messages: deque[tuple[int, I64, I64, Decoded]] = deque(maxlen=LOG_MESSAGES)
+
+    def add(self, base: int, rows: I64, slots: I64, decoded: Decoded) -> None:
+        self.messages.append((base, rows, slots, decoded))
+
+    def older(self, slot: int, since: int, before: int) -> Iterator[str]:
+        """The texts of the slot's plain rows numbered in [since, before), newest first."""
+        for base, rows, slots, decoded in reversed(self.messages):
+            if base + int(rows[-1]) < since:  # (a message's plain rows are never none)
+                return
+            for j in reversed((slots == slot).nonzero()[0].tolist()):
+                row = base + int(rows[j])
+                if row < since:
+                    return
+                if row < before:
+                    yield decoded.text_of(j)
 
 
 # ------------------------------------------------------------------ held bytes, attribution

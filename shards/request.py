@@ -29,11 +29,8 @@ from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
 from .attribution import Attributor, push_attributed
-from .ending import cut_matched, stop_string, trims_stop_token, usage
+from .ending import SENT_TAIL, cut_matched, stop_string, trims_stop_token, usage
 
-# how much already-sent text is remembered to find a scheduler-matched stop string that
-# began in an earlier delta (protocol rule 3: cut at its last occurrence)
-SENT_TAIL = 64
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _EMPTY = repeat("")  # map(dict.get, ids, _EMPTY): "" for an id without text
 
@@ -163,7 +160,7 @@ class Request:
                     self.attr.cut(at)
                 return ""
             return text
-        keep = cut_matched(self.tail, text, matched)
+        keep = cut_matched(text, matched, (self.tail,))
         if keep is None:
             return text
         if self.attr is not None:

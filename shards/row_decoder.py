@@ -1,20 +1,22 @@
-"""The one interface every array-path decoder has, whatever its tokenizer family.
+"""The one interface every decoder has, whatever its tokenizer family.
 
-A shard decodes a message's plain rows against their slots' state (shards/slots.py). How
-depends only on the family: byte-level BPE (GPT-2, Llama-3, DeepSeek, Qwen: each id is a
-run of bytes, shards/byte_level.py) or SentencePiece byte fallback (Llama-2, Mistral: runs
-of <0xNN> ids decide their text as a whole, shards/byte_fallback.py). Each family has one
-reference loop and at most one vectorised implementation of `decode`. The table
-(shards/table.py) is written against this interface only; shards/decoders.py picks the
-implementation per tokenizer, and tests hand the table the one they check, as vLLM's
-detokenizer picks a backend once and uvicorn runs one suite over two HTTP
-implementations. Other decoder chains (WordPiece) stay on the per-row path
-(`decoder.WindowStream`).
+A shard decodes every request against its slot's state (shards/slots.py), on both paths:
+a message's plain rows together (`decode`, the array path) and a per-row request's rows one
+at a time (`push`, for stop strings, parsers, attribution), so a request keeps one decoder
+and one state from its first row to its last. How depends only on the family: byte-level
+BPE (GPT-2, Llama-3, DeepSeek, Qwen: each id is a run of bytes, shards/byte_level.py),
+SentencePiece byte fallback (Llama-2, Mistral: runs of <0xNN> ids decide their text as a
+whole, shards/byte_fallback.py) and every other decoder chain (WordPiece: a bounded window
+of ids through `tokenizers`' own decode, shards/window.py). Each family has one reference
+implementation and at most one vectorised one of `decode`; the per-row methods are the
+reference's. shards/decoders.py picks one per tokenizer, once, as vLLM's detokenizer picks
+a backend; tests hand the table the one they check and run one suite over each, as uvicorn
+runs one suite over its two HTTP implementations.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -22,11 +24,45 @@ import numpy.typing as npt
 from sglang_tok.decoder import Stream
 from sglang_tok.protocol import Open
 
-from .attributed import Attribution
-from .slots import Slots
+if TYPE_CHECKING:
+    from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
+Attribution = tuple[int, int, int]  # [token_id, kind, byte offset in the row's text]
 Attrs = list[list[Attribution] | None]
+
+
+# ------------------------------------------------------------------ out-of-vocabulary ids
+def in_vocab(ids: I64, vocab: int) -> I64:
+    """Ids as the decoders take them: any id outside the vocabulary becomes `vocab`, which
+    has no text (the full decode drops such an id). One reduction: as unsigned, a negative
+    id is beyond any vocabulary too. The same array when every id is inside."""
+    as_unsigned = ids.view(np.uint64)
+    if len(ids) and np.maximum.reduce(as_unsigned) >= vocab:
+        return np.where(as_unsigned >= vocab, vocab, ids)
+    return ids
+
+
+def row_in_vocab(ids: list[int], vocab: int) -> list[int]:
+    """`in_vocab` for one row's list of ids (any Python int)."""
+    if ids and (min(ids) < 0 or max(ids) >= vocab):
+        return [i if 0 <= i < vocab else vocab for i in ids]
+    return ids
+
+
+# ------------------------------------------------------------------ what a decoder takes
+class SlotStart(NamedTuple):
+    """A slot's decoder state after its request's prompt: pending bytes (an incomplete
+    character, or an open byte run), characters to pass over (what decode(P) showed of
+    them), whether the text has begun (a leading-space strip is spent), which of the
+    family's id tables the request decodes with, and a state that is not numbers (the
+    window family's window; None for the others)."""
+
+    pending: bytes
+    skip: int
+    started: bool
+    sel: int
+    window: Any = None
 
 
 class PlainRows(NamedTuple):
@@ -74,6 +110,14 @@ class Decoded:
             self.parts = list(map(text.__getitem__, map(slice, c, c[1:])))
         return self.parts
 
+    def text_of(self, j: int) -> str:
+        """Row j's text, without making the list of every row's."""
+        if self.parts is None:
+            assert self.joined is not None
+            text, chars, _ = self.joined
+            return text[int(chars[j]):int(chars[j + 1])]
+        return self.parts[j]
+
     def packed(self) -> tuple[bytes, list[int] | I64]:
         """Every row's text as one UTF-8 buffer, and each row's length in characters."""
         if self.joined is not None:
@@ -89,29 +133,32 @@ class Decoded:
             texts[j] += more
         self.joined = None
 
+    def set(self, j: int, text: str) -> None:
+        """Row j's text becomes `text` (a request's end: rare)."""
+        self.texts()[j] = text
+        self.joined = None
+
 
 class RowDecoder(Protocol):
-    """A tokenizer family's decoding of plain rows, from and into `Slots`."""
+    """A tokenizer family's decoding, from and into `Slots`, on both paths."""
 
-    def start(self, opts: Open) -> tuple[bytes, int, bool]:
-        """(pending bytes, characters to pass over, text begun) after the request's prompt."""
+    vocab: int
+
+    def start(self, opts: Open, keep: frozenset[int] = frozenset()) -> SlotStart:
+        """The slot's state after the request's prompt (`keep`: specials a parser must see
+        although the request skips special tokens)."""
         ...
 
     def decode(self, state: Slots, rows: PlainRows) -> Decoded:
-        """The rows' texts; their slots' pending bytes and characters to pass over advance
-        (completion counts and rings of ids are the table's)."""
+        """A message's plain rows' texts; their slots' state advances (completion counts
+        are the table's)."""
         ...
 
     def flush(self, state: Slots, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
-        """Last rows (at[k] among the decoded rows, of slot slots[k]), decoded as running
-        ones: (where, text) of what their slots still hold, by the codec's final rules; the
-        slots hold nothing after."""
+        """Last rows (at[k] among the decoded rows, of slot slots[k]): (where, text) of what
+        their slots still hold, by the codec's final rules; the slots hold nothing after."""
         ...
 
     def stream_of(self, state: Slots, slot: int) -> Stream:
         """The slot's state as a `decoder.Stream`, for the per-row end-of-request rules."""
-        ...
-
-    def sent_tail(self, state: Slots, slot: int) -> str:
-        """The last characters the slot sent (`Request.tail` on the per-row path)."""
         ...

@@ -41,10 +41,20 @@ from sglang_tok.tokenizer import TokenizerInfo
 
 from .attributed import carry_into
 from .decoders import decoder_for
-from .ending import Ends, blank_stop_tokens, end_attributions, ends_of, usage
+from .ending import (
+    Ends,
+    SentLog,
+    blank_stop_tokens,
+    cut_attributions,
+    cut_matched,
+    end_attributions,
+    ends_of,
+    stop_string,
+    usage,
+)
 from .paths import ARRAY, row_reason
-from .plan import Plan, gather, in_vocab, per_row_rows, record, split_ends
-from .row_decoder import Decoded, PlainRows, RowDecoder
+from .plan import Plan, gather, per_row_rows, record, split_ends
+from .row_decoder import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
 from .rows_out import Families, attributions, continuous_usage, logprob_texts, write_rows
 from .slots import KIND, PLAIN, Slots
 
@@ -66,7 +76,7 @@ class _Opened:
     __slots__ = ("opts", "reason", "req", "start")
 
     def __init__(self, opts: Open, reason: str | None, req: Request | None,
-                 start: tuple[bytes, int, bool] | None) -> None:
+                 start: SlotStart | None) -> None:
         self.opts, self.reason, self.req, self.start = opts, reason, req, start
 
 
@@ -99,6 +109,8 @@ class RidTable:
         # (rid, completion, reasoning) of every rid ended since the last Ack: the egress
         # keeps a shard's endings while their last delta may still be in its socket queue
         self.final_usage: list[tuple[str, int, int]] = []
+        # what the plain rows sent, for a scheduler-matched stop string at a request's end
+        self.sent = SentLog()
 
     @property
     def live(self) -> dict[str, None]:
@@ -139,8 +151,10 @@ class RidTable:
         return True
 
     # ------------------------------------------------------------------ slots
-    def _bind(self, slot: int, rid: str, prompt: int, cached: int, out: Sink) -> None:
-        """A rid's first row: it takes its slot on the path chosen for it."""
+    def _bind(self, slot: int, rid: str, prompt: int, cached: int, since: int,
+              out: Sink) -> None:
+        """A rid's first row (the shard's row `since`): it takes its slot on the path chosen
+        for it."""
         old = self.state.rids[slot] if slot < self.state.capacity else None
         if old is not None:  # the egress reused a slot we still hold: end the old rid
             self._end(old, "internal detokenizer error: slot reused", out)
@@ -159,8 +173,8 @@ class RidTable:
             self.state.bind_row(slot, req)
             return
         assert opened.start is not None
-        self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, opened.start, prompt,
-                              cached, opened.opts.logprob_text, opened.opts.continuous_usage,
+        self.state.bind_plain(slot, rid, opened.start, since, prompt, cached,
+                              opened.opts.logprob_text, opened.opts.continuous_usage,
                               opened.opts.attribution)
         if opened.opts is not _DEFAULT_OPEN:
             self.opts[slot] = opened.opts
@@ -188,16 +202,16 @@ class RidTable:
         req = Request(rid, self.info, opts)
         if req.attr is not None:  # the ids still pending attribution go with it
             carry_into(req.attr, self.state.carry.pop(slot, None))
-        return self.state.to_request(slot, req, self.decoder.stream_of(self.state, slot),
-                                     self.decoder.sent_tail(self.state, slot))
+        return self.state.to_request(slot, req, self.decoder.stream_of(self.state, slot))
 
     # ------------------------------------------------------------------ messages
     def _take(self, msg: Arrays, slots: Any, out: Sink) -> Ends:
         """What every message path does first: bind the rids whose first row this is,
         count the rows and ids, and read the last rows."""
         sparse = msg.sparse
+        base = self.counters.rows  # the shard's number of the message's first row
         for row, rid, prompt, cached in sparse.new:
-            self._bind(int(slots[row]), rid, prompt, cached, out)
+            self._bind(int(slots[row]), rid, prompt, cached, base + row, out)
         self.counters.rows += len(msg.slots)
         self.counters.tokens += len(msg.ids)
         return ends_of(sparse.ends)
@@ -220,11 +234,12 @@ class RidTable:
         sparse, state = msg.sparse, self.state
         slots = msg.slots.astype(np.int64)
         n = len(slots)
+        base = self.counters.rows
         ends = self._take(msg, slots, out)
         id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64)) \
             if sparse.counts else None
         if not n:
-            return Plan(0, slots, id_starts, ends, None, [], {}, [])
+            return Plan(0, base, slots, id_starts, ends, None, [], {}, [])
         try:
             meta = state.meta[slots]
         except IndexError:  # late rows of a rid never bound, on a slot past the arrays
@@ -252,7 +267,7 @@ class RidTable:
                                             int(slots[r])), self.info.vocab_size, stops)
             got = gather(rows, slots, meta, in_vocab(ids, self.info.vocab_size), msg.ids,
                           id_starts, distinct)
-        return Plan(n, slots, id_starts, ends, got, quick, stops, per_row)
+        return Plan(n, base, slots, id_starts, ends, got, quick, stops, per_row)
 
     def _plain_rows(self, msg: Arrays, plan: Plan, got: PlainRows, fams: Families,
                     out: Sink) -> None:
@@ -261,10 +276,12 @@ class RidTable:
         state, quick = self.state, plan.quick
         decoded = self.decoder.decode(state, got)
         record(state, got)
+        self.sent.add(plan.base, got.rows, got.slots, decoded)
         end_at: list[int] = []  # where the last rows are among the plain rows
         if quick:
             end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
             self._end_flush(decoded, end_at, got.slots[end_at], quick, plan.stops)
+            self._cut_matched(decoded, end_at, got.slots[end_at], quick, plan)
         # a plain slot always holds its rid (Slots.bind_plain)
         rids = cast(list[str], state.rid_col.take(got.slots).tolist())
         base = len(out)
@@ -291,6 +308,25 @@ class RidTable:
                              set(extra_at), stops)
         if extra:
             decoded.add(extra_at, extra)
+
+    def _cut_matched(self, decoded: Decoded, at: list[int], slots: I64, rows: list[int],
+                     plan: Plan) -> None:
+        """Last rows whose scheduler matched a stop string: cut at its last occurrence, in
+        the row's text or begun in what the request sent before (`SentLog`)."""
+        ends, state = plan.ends, self.state
+        for j, slot, row in zip(at, slots.tolist(), rows):
+            matched = stop_string(ends[row].finish)
+            if not matched or self._no_stop_trim(slot):
+                continue
+            text = decoded.text_of(j)
+            keep = cut_matched(text, matched, self.sent.older(
+                slot, int(state.since[slot]), plan.base + row))
+            if keep is None:
+                continue
+            decoded.set(j, text[:keep])
+            attrs = decoded.attrs
+            if attrs is not None and attrs[j] is not None:
+                attrs[j] = cut_attributions(attrs[j], len(text[:keep].encode()))  # type: ignore[arg-type]
 
     def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,
                       fams: Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
@@ -438,6 +474,7 @@ class RidTable:
             self._end(rid, message, out)
             self.self_ended.append(rid)
         self.state = Slots()
+        self.sent = SentLog()
         self.opts.clear()
 
 
