@@ -1,51 +1,72 @@
-"""Attribution on the array path (byte-level BPE): the per-row path's rules, per slot.
+"""Byte-level BPE's attribution: one rule, on both paths.
 
-`shards/attribution.py` (`Attributor`, driven by `Request._push_attributed`) defines
-them: every pushed id gets one [token_id, kind, byte_offset], in push order; an id whose
-bytes complete text is anchored at the start of the text its push released, ids pending
-before it (bytes of an incomplete character, or no bytes at all) there too; a skipped
-special is zero-width at the text so far; entries leave in order, so those after a
-pending id wait with it. For byte-level BPE that is arithmetic on byte positions: in a
-row's buffer (the slot's pending bytes, then each id's bytes), an id starting at byte p
-is anchored at the character boundary at or before p when the row's text reaches past
-p, and is pending otherwise. A pending id (and whatever follows it) is carried in
-`Slots.carry` and released at offset 0 of the next delta with text, which the pending
-bytes begin.
+Every pushed id gets one [token_id, kind, byte_offset], in push order (`Attributor`,
+shards/attribution.py); an id whose bytes complete text is anchored at the start of the
+text its push released, ids pending before it (bytes of an incomplete character, or no
+bytes at all) there too; a skipped special is zero-width at the text so far; entries
+leave in order, so those after a pending id wait with it. On the array path that is
+arithmetic on byte positions: in a row's buffer (the slot's pending bytes, then each id's
+bytes), an id starting at byte p is anchored at the character boundary at or before p when
+the row's text reaches past p, and is pending otherwise. A pending id (and whatever
+follows it) is carried in `Slots.carry` and released at offset 0 of the next delta with
+text, which the pending bytes begin.
 
-The exact reference (`attributed_push`: a `ByteStream` and an `Attributor` fed id by id,
-as the per-row path does) is how the reference loop (shards/byte_rows.py) attributes
-every row, and how the id lookup (shards/mapped.py) attributes the rows that are not the
-simple case: broken UTF-8 (U+FFFD rows), a prompt's incomplete character, pending bytes.
+The rule itself (`push_attributed`: the ids through the codec step one at a time, an
+`Attributor` fed as each text comes) is how a per-row request attributes its rows, how the
+reference loop (shards/byte_rows.py) attributes every row (`attributed_row`), and how the
+id lookup (shards/mapped.py) attributes the rows that are not the simple case: broken UTF-8
+(U+FFFD rows), a prompt's incomplete character, pending bytes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.shards.attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor, push_attributed
 
-from sglang_tok.decoder import ByteStream
+from .attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor
+from .byte_codec import push
+from .row_decoder import Attribution, row_in_vocab
+from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
-Attribution = tuple[int, int, int]
 Carry = list[tuple[int, int]]  # (token_id, kind) of entries still pending, in push order
 
 
-def attributed_push(table: list[bytes], vocab: int, drop: frozenset[int] | tuple[()],
-                    pending: bytes, skip: int, carry: Carry | None, ids: list[int]
-                    ) -> tuple[str, bytes, int, list[Attribution], Carry | None]:
-    """One row as the per-row path decodes and attributes it (`Request._push_attributed`):
-    its text, the pending bytes and skip after it, its attributions (offsets local to the
-    text) and the entries it leaves pending. Cold path: a Python step per id."""
-    stream = ByteStream(table)
-    stream.pending, stream.skip = pending, skip
+def push_attributed(table: list[bytes], vocab: int, drop: Container[int], state: Slots,
+                    slot: int, head: list[int], ids: list[int], attr: Attributor) -> str:
+    """The family's rule: a row's ids through the codec step one at a time, each attributed
+    as its text comes (a skipped special is zero-width where the text stands); the new
+    text. Ids as given (any int: one outside the vocabulary decodes as `vocab`, and is
+    reported as given)."""
+    parts = []
+    for tid, safe in zip(ids, row_in_vocab(ids, vocab)):
+        if tid in drop:
+            attr.zero_width(tid)
+            continue
+        t = push(state, slot, head, table[safe])
+        attr.pushed(tid, len(t))
+        if t:
+            parts.append(t)
+    return "".join(parts)
+
+
+def attributed_row(table: list[bytes], vocab: int, drop: Container[int], state: Slots,
+                   slot: int, head: list[int], ids: list[int]
+                   ) -> tuple[str, list[Attribution]]:
+    """One row of a plain slot by the rule (`push_attributed`): its text and attributions
+    (offsets local to the text); the entries it leaves pending go to `Slots.carry`. Cold
+    path: a Python step per id."""
     attr = Attributor()
+    carry = state.carry.pop(slot, None)
     if carry:  # a carried zero-width entry sits where the carried text will begin: 0
         attr.queue = [[tid, kind, PENDING if kind == VISIBLE else 0] for tid, kind in carry]
-    text = push_attributed(stream, attr, ids, drop, vocab)
+    text = push_attributed(table, vocab, drop, state, slot, head, ids, attr)
     released = attr.release(0, text)
-    left = [(tid, kind) for tid, kind, _ in attr.queue] or None
-    return text, stream.pending, stream.skip, released, left
+    if attr.queue:
+        state.carry[slot] = [(tid, kind) for tid, kind, _ in attr.queue]
+    return text, released
 
 
 def one_id_row(carry: dict[int, Carry], slot: int, tid: int, kind: int,

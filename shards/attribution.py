@@ -12,12 +12,6 @@ decoded text, turned into UTF-8 byte offsets local to the delta that releases th
 
 from __future__ import annotations
 
-from collections.abc import Container
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sglang_tok.decoder import Stream
-
 VISIBLE = 0
 ZERO_WIDTH = 1
 PENDING = -1
@@ -116,20 +110,3 @@ class Attributor:
         del queue[:n]
         self._first_pending = max(0, self._first_pending - n)
         return out
-
-
-def push_attributed(stream: Stream, attr: Attributor, ids: list[int],
-                    drop: Container[int], vocab: int) -> str:
-    """Ids through a byte-level stream one at a time, each attributed as its text comes (a
-    skipped special is zero-width where the text stands): the new text. The per-row path's
-    rule, which the array path's exact fallback runs too (shards/attributed.py)."""
-    parts = []
-    for tid in ids:
-        if tid in drop:
-            attr.zero_width(tid)
-            continue
-        t = stream.push_one(tid if 0 <= tid < vocab else vocab)
-        attr.pushed(tid, len(t))
-        if t:
-            parts.append(t)
-    return "".join(parts)

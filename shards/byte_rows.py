@@ -1,25 +1,22 @@
 """Byte-level BPE rows decoded one at a time against their slots: the reference loop.
 
-Each row is decoded as `decoder.ByteStream.push` does it (the slot's pending bytes, then
-the row's ids' bytes, through the incremental codec), and only what changed is written
-back to `Slots.meta` (pending bytes are rare in most text). A slot's numbers are read with
-one gather per message (`heads`); when a message names a slot twice its rows share one
-`heads` entry, updated in place, so the slot's later rows see what its earlier ones left.
-The id lookup (shards/mapped.py) sends here the rows it cannot look up; the property tests
-hold both to the full decode.
+Each row goes through the family's one codec step (shards/byte_codec.py). A slot's
+numbers are read with one gather per message (`heads`); when a message names a slot twice
+its rows share one `heads` entry, updated in place, so the slot's later rows see what its
+earlier ones left. The id lookup (shards/mapped.py) sends here the rows it cannot look up;
+one suite holds both to the full decode.
 """
 
 from __future__ import annotations
 
-from codecs import utf_8_decode
-
-from .attributed import Attribution, attributed_push
+from .attributed import Attribution, attributed_row
+from .byte_codec import push
+from .row_decoder import Attrs
 from .slots import ATTR, PEND, SEL, SKIP, Slots
 
-Attrs = list[list[Attribution] | None]
-Tables = tuple[list[bytes], list[bytes]]
-Strs = tuple[list[str | None], list[str | None]]
-Drops = tuple[frozenset[int], frozenset[int]]
+Tables = list[list[bytes]]
+Strs = list[list[str | None]]
+Drops = list[frozenset[int]]
 
 
 def decode_loop(tables: Tables, vocab: int, state: Slots, slots: list[int],
@@ -54,61 +51,18 @@ def _attributed(tables: Tables, vocab: int, state: Slots, slots: list[int],
                 heads: list[list[int]], row_ids: list[list[int]] | None,
                 singles: list[int] | None, drops: Drops) -> tuple[list[str], Attrs]:
     """`decode_loop` for a message with rows that want attribution: those go id by id
-    through the per-row path's rules (`push_attributed`), which also decodes them."""
+    through the family's rule (`attributed_row`), which also decodes them."""
     texts: list[str] = []
     attrs: Attrs = []
     for r, (slot, head) in enumerate(zip(slots, heads)):
         sel = head[SEL]
         ids = [singles[r]] if singles is not None else row_ids[r]  # type: ignore[index]
+        got: list[Attribution] | None = None
         if head[ATTR]:
-            text, got = push_attributed(tables[sel], vocab, drops[sel], state, slot, head, ids)
+            text, got = attributed_row(tables[sel], vocab, drops[sel], state, slot, head, ids)
         else:
             table = tables[sel]
-            text, got = push(state, slot, head, b"".join([table[i] for i in ids])), None
+            text = push(state, slot, head, b"".join([table[i] for i in ids]))
         texts.append(text)
         attrs.append(got)
     return texts, attrs
-
-
-def push(state: Slots, slot: int, head: list[int], data: bytes | bytearray) -> str:
-    """A row's bytes after the slot's pending ones: the whole characters, as text (the
-    codec's replacement rules for broken bytes); an incomplete tail stays pending."""
-    buf, width = state.pend_buf, state.width
-    held = head[PEND]
-    if held:
-        at = slot * width
-        data = buf[at:at + held] + data  # a bytearray: the codec takes any buffer
-    text, used = utf_8_decode(data, "replace", False)
-    rest = len(data) - used
-    if rest:
-        at = slot * width
-        buf[at:at + rest] = data[used:]
-    if rest != held:
-        state.meta[slot, PEND] = head[PEND] = rest
-    if head[SKIP] and text:  # the prompt's incomplete character: its first one goes
-        text = text[1:]
-        state.meta[slot, SKIP] = head[SKIP] = 0
-    return text
-
-
-def push_attributed(table: list[bytes], vocab: int, drop: frozenset[int], state: Slots,
-                    slot: int, head: list[int], ids: list[int]
-                    ) -> tuple[str, list[Attribution]]:
-    """A row id by id through the per-row path's rules (`attributed.attributed_push`):
-    its text and attributions; the slot advances (pending bytes, skip, carried ids)."""
-    carry = state.carry
-    buf, width = state.pend_buf, state.width
-    held = head[PEND]
-    at = slot * width
-    pending = bytes(buf[at:at + held]) if held else b""
-    text, rest, skip, got, left = attributed_push(table, vocab, drop, pending, head[SKIP],
-                                                  carry.pop(slot, None), ids)
-    if left:
-        carry[slot] = left
-    if rest:
-        buf[at:at + len(rest)] = rest
-    if len(rest) != held:
-        state.meta[slot, PEND] = head[PEND] = len(rest)
-    if skip != head[SKIP]:
-        state.meta[slot, SKIP] = head[SKIP] = skip
-    return text, got

@@ -4,14 +4,13 @@ A last row differs from a running one in five ways, and each is decided here: th
 scheduler's stop token is left out of the text (`trims_stop_token`, `blank_stop_tokens`);
 a stop string the scheduler matched is cut at its last occurrence (`stop_string`,
 `cut_matched`); bytes still held for an incomplete character come out by the codec's final
-rules (`flush_held`); the ids still pending attribution are placed (`end_attributions`);
+rules (the decoder's `flush`); the ids still pending attribution are placed (`end_attributions`);
 and the final usage is the request's own numbers (`usage`). The array path (shards/table.py)
 and the per-row path (shards/request.py) both call these, so a rule changes in one place.
 """
 
 from __future__ import annotations
 
-from codecs import utf_8_decode
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -158,26 +157,6 @@ class SentLog:
 
 
 # ------------------------------------------------------------------ held bytes, attribution
-def flush_held(state: Slots, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
-    """(where among the rows, text) of the last rows whose slot still holds bytes of an
-    incomplete character: the codec's final rules (U+FFFD), after the row's own text, as
-    `ByteStream.flush` does; the slots hold nothing after."""
-    extra_at: list[int] = []
-    extra: list[str] = []
-    held_all = state.pend_len[slots]  # one gather: most hold nothing
-    holding = held_all.nonzero()[0]
-    for k, slot, held in zip(holding.tolist(), slots[holding].tolist(),
-                             held_all[holding].tolist()):
-        text = utf_8_decode(state.pending[slot, :held].tobytes(), "replace", True)[0]
-        if state.skip[slot]:  # the prompt's incomplete character: its first one goes
-            text = text[1:]
-        state.pend_len[slot] = 0
-        if text:
-            extra_at.append(at[k])
-            extra.append(text)
-    return extra_at, extra
-
-
 def end_attributions(state: Slots, attrs: list[list[Attribution] | None], at: list[int],
                      slots: I64, rows: list[int], texts: list[str], flushed: set[int],
                      stops: dict[int, int]) -> None:

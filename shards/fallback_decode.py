@@ -5,8 +5,7 @@ Their `tokenizers` decoder chain is Replace("▁", " "), ByteFallback, Fuse and,
 Strip(" ", 1, 0). Per id that makes the full decode a concatenation of:
 - a text id (any id that is not a byte id): its piece with "▁" as " ", bytes fixed per id;
 - a run of consecutive <0xNN> byte ids: its bytes as UTF-8 if the whole run is valid, else
-  one U+FFFD per byte (ByteFallback decides per run, so an open run is held, as
-  `decoder.WindowStream` holds it);
+  one U+FFFD per byte (ByteFallback decides per run, so an open run is held);
 - skipped specials and ids outside the vocabulary: nothing, and they do not end a run
   (`decode` drops them before the decoder runs); a kept special is a text id;
 and then Strip drops one " " at the start of the whole text only.
@@ -21,9 +20,9 @@ followed by one, so the buffer decodes only if every closed run is valid. A mess
 an invalid run (a model emitting broken bytes) or a row passing over a prompt's run is
 finished in Python for those runs and rows only. Nothing returns None.
 
-`decode_rows_loop` is the same computation one row at a time in plain Python (the small
-message path and the reference for the array code); the property tests hold both to the
-full `tokenizer.decode` and to `WindowStream`.
+`step` is the family's one codec step, a row at a time in plain Python: a per-row request's
+rows, and `decode_rows_loop` (the small message path and the reference for the array
+code); the property tests hold both to the full `tokenizer.decode`.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from sglang_tok.ragged import ragged_index, starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .held_bytes import pending_in_front
+from .row_decoder import row_in_vocab
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
@@ -150,7 +150,7 @@ def _verified(info: TokenizerInfo, pieces: list[bytes], kinds: list[int],
     return True
 
 
-class SlotStart(NamedTuple):
+class PromptState(NamedTuple):
     """A slot's state after its prompt: the open run, whether the text has begun, and how
     many characters to pass over (what decode(P) made of an open run at its end)."""
 
@@ -159,21 +159,30 @@ class SlotStart(NamedTuple):
     skip: int
 
 
-def prompt_state(tab: FallbackTable, prompt_ids: list[int], skip_special: bool) -> SlotStart:
-    """The state a prompt leaves; ids may be any int."""
-    base, pieces, kinds = tab.stride if skip_special else 0, tab.pieces, tab.kinds
-    last = tab.stride - 1
+def with_kept(tab: FallbackTable, keep: frozenset[int]) -> int:
+    """A further id table after the two (`tab.stride` ids each; in the loop's lists only,
+    for per-row requests): specials dropped, but `keep` (a parser's markers) kept. Its
+    number (`table_sel`)."""
+    stride = tab.stride
+    sel = len(tab.kinds) // stride
+    pick = [i if i in keep else stride + i for i in range(stride)]
+    tab.pieces.extend([tab.pieces[i] for i in pick])
+    tab.kinds.extend([tab.kinds[i] for i in pick])
+    tab.texts.extend([tab.texts[i] for i in pick])
+    return sel
+def prompt_state(tab: FallbackTable, prompt_ids: list[int], sel: int) -> PromptState:
+    """The state a prompt leaves (ids any int), with id table `sel`."""
+    base, pieces, kinds = sel * tab.stride, tab.pieces, tab.kinds
     run = bytearray()
     started = False
-    for i in prompt_ids:
-        tid = base + (i if 0 <= i < last else last)
-        kind = kinds[tid]
+    for i in row_in_vocab(prompt_ids, tab.stride - 1):
+        kind = kinds[base + i]
         if kind == BYTE:
-            run += pieces[tid]
+            run += pieces[base + i]
         elif kind == TEXT:
             started = True
             run.clear()
-    return SlotStart(bytes(run), started, len(finish(tab, bytes(run), started, 0)))
+    return PromptState(bytes(run), started, len(finish(tab, bytes(run), started, 0)))
 
 
 def finish(tab: FallbackTable, run: bytes, started: bool, skip: int) -> str:
@@ -337,36 +346,46 @@ def _pass_over(text: str, chars: I64, skip: I64) -> tuple[str, U8, I64, I64, I64
             left, parts)
 
 
+def step(tab: FallbackTable, base: int, ids: list[int], run: bytes, begun: bool,
+         skip: int) -> tuple[str, bytes, bool, int]:
+    """The family's one codec step: a row's ids (in [0, vocab], with the id table at
+    `base`) after the slot's open run: the row's text, then the slot's open run, whether
+    its text has begun and the characters still to pass over."""
+    pieces, kinds, texts = tab.pieces, tab.kinds, tab.texts
+    out: list[str] = []
+    for i in ids:
+        kind = kinds[base + i]
+        if kind == BYTE:
+            run += pieces[base + i]
+        elif kind == TEXT:
+            if run:
+                out.append(_run_text(run))
+                run = b""
+            out.append(texts[base + i])
+    text = "".join(out)
+    if text and not begun:
+        begun = True
+        if tab.strip and text[0] == " ":
+            text = text[1:]
+    if skip and text:
+        k = min(skip, len(text))
+        text, skip = text[k:], skip - k
+    return text, run, begun, skip
+
+
 def decode_rows_loop(tab: FallbackTable, ids: I64, id_starts: I64, table_sel: I64,
                      run_bytes: U8, run_len: I64, started: B, skip: I64) -> FallbackDecoded:
-    """`decode_rows_fallback`, one row at a time in plain Python: the same arguments and
+    """`decode_rows_fallback`, one row at a time through `step`: the same arguments and
     result (with `parts`), for small messages and as the reference for the array code."""
-    pieces, kinds, texts, stride = tab.pieces, tab.kinds, tab.texts, tab.stride
+    stride = tab.stride
     id_list, st, sel = ids.tolist(), id_starts.tolist(), table_sel.tolist()
     lens, begun, skips = run_len.tolist(), started.tolist(), skip.tolist()
     parts: list[str] = []
     held: list[bytes] = []
     for r in range(len(sel)):
         run = run_bytes[r, :lens[r]].tobytes() if lens[r] else b""
-        base = sel[r] * stride
-        out: list[str] = []
-        for i in id_list[st[r]:st[r + 1]]:
-            kind = kinds[base + i]
-            if kind == BYTE:
-                run += pieces[base + i]
-            elif kind == TEXT:
-                if run:
-                    out.append(_run_text(run))
-                    run = b""
-                out.append(texts[base + i])
-        text = "".join(out)
-        if text and not begun[r]:
-            begun[r] = True
-            if tab.strip and text[0] == " ":
-                text = text[1:]
-        if skips[r] and text:
-            k = min(skips[r], len(text))
-            text, skips[r] = text[k:], skips[r] - k
+        text, run, begun[r], skips[r] = step(tab, sel[r] * stride, id_list[st[r]:st[r + 1]],
+                                             run, begun[r], skips[r])
         parts.append(text)
         held.append(run)
     joined = "".join(parts)

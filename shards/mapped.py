@@ -4,7 +4,7 @@ Most rows of most text are ids whose bytes are whole UTF-8 characters, on a slot
 nothing pending: such a row's text is its ids' own texts, list lookups. So a message's
 texts are one `map` over its ids, and only the other rows (bytes pending from the row
 before, an id that is part of a character, characters to pass over after a prompt) go
-through the reference loop's row rules (shards/byte_rows.py). The slots' numbers are read
+through the family's codec step (shards/byte_codec.py). The slots' numbers are read
 with one gather: a fixed cost of about twenty numpy calls per message, which is why
 `byte_level.ByteLookup` leaves small messages (and those naming a slot twice) to the loop.
 """
@@ -14,11 +14,13 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .attributed import Attribution, one_id_rows, queue_row
-from .byte_rows import push, push_attributed
+from .attributed import Attribution, attributed_row, one_id_rows, queue_row
+from .byte_codec import push
 from .slots import PEND, SEL, SKIP, Slots
 
 I64 = npt.NDArray[np.int64]
+
+
 class IdTexts:
     """Per id, for both byte tables (specials kept, skipped) side by side: its bytes, its
     text when its bytes are whole characters (None when not; "" in `joinable`, for a join
@@ -27,8 +29,7 @@ class IdTexts:
 
     __slots__ = ("bytes", "texts", "joinable", "whole", "stride", "size", "kind")
 
-    def __init__(self, tables: tuple[list[bytes], list[bytes]],
-                 strs: tuple[list[str | None], list[str | None]],
+    def __init__(self, tables: list[list[bytes]], strs: list[list[str | None]],
                  specials: frozenset[int] = frozenset()) -> None:
         self.stride = len(strs[0])
         self.bytes: list[bytes] = tables[0] + tables[1]
@@ -46,7 +47,7 @@ def decode_mapped(id_texts: IdTexts, state: Slots, slots: I64, meta: I64, ids: I
     """The text of each row (slot `slots[r]`, its numbers `meta[r]` read before, ids in
     [0, vocab]: one per row, `ids[r]`, or with `id_starts` ids[id_starts[r]:id_starts[r +
     1]]); the slots' pending bytes and characters to pass over are advanced as
-    `ByteStream.push` does, for the rows that have any. Rows marked in `leave` are the
+    the codec step does, for the rows that have any. Rows marked in `leave` are the
     caller's (`decode_attributed`): their texts here are placeholders."""
     plain = (meta[:, PEND] == 0) & (meta[:, SKIP] == 0)
     if leave is not None:
@@ -83,8 +84,8 @@ def decode_mapped(id_texts: IdTexts, state: Slots, slots: I64, meta: I64, ids: I
     return texts  # type: ignore[return-value]
 
 
-def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]], vocab: int,
-                      drops: tuple[frozenset[int], frozenset[int]], state: Slots, slots: I64,
+def decode_attributed(id_texts: IdTexts, tables: list[list[bytes]], vocab: int,
+                      drops: list[frozenset[int]], state: Slots, slots: I64,
                       meta: I64, want: npt.NDArray[np.bool_], ids: I64,
                       id_starts: I64 | None = None
                       ) -> tuple[list[str], list[list[Attribution] | None]]:
@@ -96,7 +97,7 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
     nothing to pass over and no ids pending, is its ids' texts: each id is anchored at the
     bytes of the ids before it in the row (whole-column work; an id with no bytes and no
     text after it waits for the next row's text, `Slots.carry`). Any other wanting row goes
-    id by id through the per-row path's rules (`attributed_push`), which also decodes it.
+    id by id through the family's rule (`attributed_row`), which also decodes it.
     """
     if id_starts is None:
         return _one_id_attributed(id_texts, state, slots, meta, want, ids)
@@ -138,8 +139,8 @@ def decode_attributed(id_texts: IdTexts, tables: tuple[list[bytes], list[bytes]]
     rows = exact.nonzero()[0].tolist()
     for r, head in zip(rows, meta[rows].tolist()):  # id by id, through the per-row rules
         sel = head[SEL]
-        texts[r], attrs[r] = push_attributed(tables[sel], vocab, drops[sel], state,
-                                             slot_list[r], head, id_list[cuts[r]:cuts[r + 1]])
+        texts[r], attrs[r] = attributed_row(tables[sel], vocab, drops[sel], state,
+                                            slot_list[r], head, id_list[cuts[r]:cuts[r + 1]])
     return texts, attrs
 
 

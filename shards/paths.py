@@ -34,7 +34,7 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "logprob_text"
     if opts.attribution and info.byte_table is None:
         # byte fallback: a byte run's ids are anchored per character when the run ends
-        # (`WindowStream.push_attributed`), which the array decoder does not track
+        # (shards/runs.py), which the array decoder does not track
         return "attribution"
     if opts.reasoning_parser or opts.tool_parser:
         return "parser"

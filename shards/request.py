@@ -1,8 +1,13 @@
-"""One request's state and the delta it emits per row (protocol section 5).
+"""The per-row path: one request's rules and the delta it emits per row (protocol section 5).
 
-A shard owns many of these in a plain dict. The common case (streaming, no service stop
-strings, no attribution) costs one decoder push and one Delta per row; everything else
-is paid only by the requests that asked for it.
+A request whose options need per-request Python state (service stop strings, parsers,
+`stream: false`, attribution the array path does not track, a tokenizer without an array
+decoder) keeps a `Request` in its slot. Its rows are decoded by the shard's decoder on the
+slot's own state (`RowDecoder.push`), as the array path decodes plain rows; the common row
+(streaming, no service stop strings, no attribution) costs one push and one Delta, and
+everything else is paid only by the requests that asked for it. Built without a shard's
+slots, a request takes a one-slot state of its own (tests, and an OPENed rid that ends
+before its first row).
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from sglang_tok.decoder import Stream, WindowStream, make_stream
+import numpy as np
+
 from sglang_tok.parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
@@ -28,8 +34,11 @@ from sglang_tok.protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
-from .attribution import Attributor, push_attributed
+from .attribution import Attributor
+from .decoders import family_for
 from .ending import SENT_TAIL, cut_matched, stop_string, trims_stop_token, usage
+from .row_decoder import RowDecoder
+from .slots import Slots
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _EMPTY = repeat("")  # map(dict.get, ids, _EMPTY): "" for an id without text
@@ -48,23 +57,51 @@ def logprob_texts(info: TokenizerInfo, logprobs: list[Any] | None, top: list[Any
 
 
 class Request:
-    __slots__ = ("rid", "opts", "info", "stream", "stops", "attr", "completion", "prompt_tokens",
-                 "cached_tokens", "reasoning_tokens", "sent", "tail", "acc")
+    __slots__ = ("rid", "opts", "info", "decoder", "state", "slot", "keep", "stops", "attr",
+                 "completion", "prompt_tokens", "cached_tokens", "reasoning_tokens", "sent",
+                 "tail", "acc")
 
-    def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None) -> None:
+    def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None,
+                 decoder: RowDecoder | None = None, state: Slots | None = None,
+                 slot: int | None = 0) -> None:
+        """`decoder` and `state`: the shard's (else the tokenizer's family and a one-slot
+        state of its own); `slot`: where it decodes (None: not yet, `take_slot` later)."""
         opts = opts or DEFAULT_OPEN_FIELDS
         self.rid = rid
         self.opts = opts
         self.info = info
-        self.stream: Stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids)
+        self._decoder(decoder, state, frozenset())
         self.stops = StopMatcher(opts.stop) if opts.stop else None
-        self.attr = Attributor() if opts.attribution else None
+        self.attr: Attributor | None = None
+        if slot is not None:
+            self.take_slot(slot)
         self.completion = 0
         self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
         self.sent = 0  # characters of text released so far
         self.tail = ""
         # stream=False: everything accumulates into the one last delta
         self.acc: Delta | None = None if opts.stream else Delta(rid, "", [])
+
+    def _decoder(self, decoder: RowDecoder | None, state: Slots | None,
+                 keep: frozenset[int]) -> None:
+        self.decoder = decoder if decoder is not None else family_for(self.info)
+        self.state = state if state is not None else Slots(1)
+        self.keep = keep  # specials a parser must see although the request skips specials
+        self.slot = -1
+
+    def take_slot(self, slot: int) -> None:
+        """Bind the request's decoder state, after its prompt, to `slot` of its state."""
+        self.slot = slot
+        self.state.bind_row(slot, self, self.decoder.start(self.opts, self.keep))
+        if self.opts.attribution:
+            self.attr = self.decoder.attributor(self.state, slot)
+
+    def alone(self) -> Request:
+        """The request with a one-slot state of its own, if it has no slot yet."""
+        if self.slot < 0:
+            self.state = Slots(1)
+            self.take_slot(0)
+        return self
 
     # ------------------------------------------------------------------ rows
     def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
@@ -82,8 +119,9 @@ class Request:
         self.reasoning_tokens = reasoning_tokens
         decode_ids = ids if safe_ids is None else safe_ids
         if finish is None:  # the common row: no trimming, no flush
-            text = (self.stream.push(decode_ids) if self.attr is None
-                    else self._push_attributed(decode_ids))
+            text = (self.decoder.push(self.state, self.slot, decode_ids) if self.attr is None
+                    else self.decoder.push_attributed(self.state, self.slot, decode_ids,
+                                                      self.attr))
             if self.stops is not None:
                 text, finish = self._apply_stops(text, False)
             return self._emit(text, ids, finish, logprobs, top, tid_lp)
@@ -91,9 +129,9 @@ class Request:
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
             decode_ids, trimmed = decode_ids[:-1], ids[-1]
         if self.attr is None:
-            text = self.stream.push(decode_ids)
+            text = self.decoder.push(self.state, self.slot, decode_ids)
         else:
-            text = self._push_attributed(decode_ids)
+            text = self.decoder.push_attributed(self.state, self.slot, decode_ids, self.attr)
             if trimmed is not None:
                 self.attr.zero_width(trimmed)
         text += self._flush()
@@ -116,23 +154,11 @@ class Request:
         return delta
 
     # ------------------------------------------------------------------ pieces
-    def _push_attributed(self, ids: list[int]) -> str:
-        attr, stream = self.attr, self.stream
-        assert attr is not None
-        if isinstance(stream, WindowStream):  # anchors byte-fallback runs per character
-            return stream.push_attributed(ids, attr)
-        drop = self.info.special_ids if self.opts.skip_special_tokens else ()
-        return push_attributed(stream, attr, ids, drop, self.info.vocab_size)
-
     def _flush(self) -> str:
-        if self.attr is not None and isinstance(self.stream, WindowStream):
-            return self.stream.flush_attributed(self.attr)
-        text = self.stream.flush()
         if self.attr is not None:
-            if text:
-                self.attr.produced(len(text))
-            self.attr.end()
-        return text
+            return self.decoder.flush_attributed(self.state, self.slot, self.attr)
+        _, extra = self.decoder.flush(self.state, [0], np.array([self.slot], np.int64))
+        return extra[0] if extra else ""
 
     def _apply_stops(self, text: str, final: bool) -> tuple[str, dict[str, Any] | None]:
         stops = self.stops
@@ -241,13 +267,15 @@ def refusal(opts: Open, info: TokenizerInfo) -> str | None:
     return None
 
 
-def make_request(rid: str, info: TokenizerInfo, opts: Open | None = None) -> Request:
+def make_request(rid: str, info: TokenizerInfo, opts: Open | None = None,
+                 decoder: RowDecoder | None = None, state: Slots | None = None,
+                 slot: int | None = 0) -> Request:
     """A plain Request, or a ParsedRequest when the OPEN asks for a parser or min_tokens
     (options already passed `refusal`)."""
     if opts is not None and (opts.reasoning_parser or opts.tool_parser or opts.min_tokens > 0) \
             and info.has_text:
-        return ParsedRequest(rid, info, opts)
-    return Request(rid, info, opts)
+        return ParsedRequest(rid, info, opts, decoder, state, slot)
+    return Request(rid, info, opts, decoder, state, slot)
 
 
 _KEEP: dict[tuple[int, tuple[str, ...]], frozenset[int]] = {}
@@ -275,7 +303,9 @@ class ParsedRequest(Request):
 
     __slots__ = ("parsed", "min_left", "hot")
 
-    def __init__(self, rid: str, info: TokenizerInfo, opts: Open) -> None:
+    def __init__(self, rid: str, info: TokenizerInfo, opts: Open,
+                 decoder: RowDecoder | None = None, state: Slots | None = None,
+                 slot: int | None = 0) -> None:
         self.rid = rid
         self.opts = opts
         self.info = info
@@ -284,9 +314,11 @@ class ParsedRequest(Request):
                                          opts.include_stop_str_in_output, opts.min_tokens,
                                          opts.tool_stream, opts.tools or None)
         keep = _marker_ids(info, self.parsed) if opts.skip_special_tokens else frozenset()
-        self.stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
+        self._decoder(decoder, state, keep)
         self.stops = None  # the ParsedStream matches the OPEN's stop strings, in content
         self.attr = None  # refused with a parser (`refusal`)
+        if slot is not None:
+            self.take_slot(slot)
         self.completion = 0
         self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
         self.sent = 0
@@ -306,7 +338,7 @@ class ParsedRequest(Request):
         if finish is not None or not self.hot:
             return self._row(ids, finish, prompt_tokens, cached_tokens, reasoning_tokens,
                              logprobs, top, tid_lp, safe_ids)
-        piece = self.stream.push(ids if safe_ids is None else safe_ids)
+        piece = self.decoder.push(self.state, self.slot, ids if safe_ids is None else safe_ids)
         pd = self.parsed.feed(piece)
         if pd.stop is None:
             text = pd.text
@@ -340,12 +372,12 @@ class ParsedRequest(Request):
             decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
         parsed = self.parsed
         if finish is not None and not self.min_left:
-            piece = self.stream.push(decode_ids)
-            pd = parsed.last(piece, self.stream.flush())
+            piece = self.decoder.push(self.state, self.slot, decode_ids)
+            pd = parsed.last(piece, self._flush())
         else:
             parts = self._feed(decode_ids)
             if finish is not None and parsed.stopped is None:
-                parts.append(parsed.feed(self.stream.flush()))
+                parts.append(parsed.feed(self._flush()))
                 parts.append(parsed.finish())
             pd = parts[0] if len(parts) == 1 else concat(parts)
         text = pd.text
@@ -359,7 +391,7 @@ class ParsedRequest(Request):
 
     def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
         parsed = self.parsed
-        parts = [] if parsed.stopped is not None else [parsed.feed(self.stream.flush())]
+        parts = [] if parsed.stopped is not None else [parsed.feed(self._flush())]
         parts.append(parsed.finish())
         pd = concat(parts)
         delta = self._emit_parsed(pd, pd.text, [], finish, None, None, None)
@@ -369,23 +401,23 @@ class ParsedRequest(Request):
 
     def _feed(self, ids: list[int]) -> list[ParsedDelta]:
         """Decode and parse one row's ids; split at the min_tokens-th id."""
-        parsed, stream = self.parsed, self.stream
+        parsed, push, state, slot = self.parsed, self.decoder.push, self.state, self.slot
         if parsed.stopped is not None:
             return [ParsedDelta()]
         left = self.min_left
         if not left:
-            return [parsed.feed(stream.push(ids))]
+            return [parsed.feed(push(state, slot, ids))]
         if len(ids) < left:
             self.min_left = left - len(ids)
-            return [parsed.feed(stream.push(ids))]
+            return [parsed.feed(push(state, slot, ids))]
         self.min_left = 0
         opts = self.opts
         self.hot = opts.stream and not opts.logprob_text and not opts.continuous_usage
-        first = parsed.feed(stream.push(ids[:left]))
+        first = parsed.feed(push(state, slot, ids[:left]))
         parsed.exempt_end()
         if first.stop is not None:
             return [first]
-        return [first, parsed.feed(stream.push(ids[left:]))]
+        return [first, parsed.feed(push(state, slot, ids[left:]))]
 
     def _emit_parsed(self, pd: ParsedDelta, text: str, ids: list[int],
                      finish: dict[str, Any] | None, logprobs: list[Any] | None,

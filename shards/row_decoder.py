@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.decoder import Stream
 from sglang_tok.protocol import Open
+
+from .attribution import Attributor
 
 if TYPE_CHECKING:
     from .slots import Slots
@@ -154,11 +155,23 @@ class RowDecoder(Protocol):
         are the table's)."""
         ...
 
+    def push(self, state: Slots, slot: int, ids: list[int]) -> str:
+        """One row of a per-row request (ids any int): its text; the slot's state advances."""
+        ...
+
     def flush(self, state: Slots, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
         """Last rows (at[k] among the decoded rows, of slot slots[k]): (where, text) of what
         their slots still hold, by the codec's final rules; the slots hold nothing after."""
         ...
 
-    def stream_of(self, state: Slots, slot: int) -> Stream:
-        """The slot's state as a `decoder.Stream`, for the per-row end-of-request rules."""
+    def attributor(self, state: Slots, slot: int) -> Attributor:
+        """A per-row request's attribution state, for this family's rule."""
+        ...
+
+    def push_attributed(self, state: Slots, slot: int, ids: list[int], attr: Attributor) -> str:
+        """`push`, each id attributed by this family's rule as its text comes."""
+        ...
+
+    def flush_attributed(self, state: Slots, slot: int, attr: Attributor) -> str:
+        """`flush` for one slot, placing the ids still pending; `attr` then ends."""
         ...

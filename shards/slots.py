@@ -141,9 +141,12 @@ class Slots:
         self.rids[slot] = self.rid_col[slot] = rid
         self.objs[slot] = None
 
-    def bind_row(self, slot: int, req: Request) -> None:
+    def bind_row(self, slot: int, req: Request, start: SlotStart) -> None:
+        """A per-row request takes the slot, its decoder's state after the prompt `start`."""
         self.grow(slot + 1)
-        self.kind[slot] = ROW
+        self._start(slot, start)
+        self.meta[slot, :COMPLETION + 1] = (ROW, start.sel, len(start.pending), start.skip,
+                                            start.started, 0)
         self._usage_flag(slot, False)
         self._attr_flag(slot, False)
         self.rids[slot] = self.rid_col[slot] = req.rid
@@ -181,11 +184,10 @@ class Slots:
         if self.carry:
             self.carry.pop(slot, None)
 
-    def to_request(self, slot: int, req: Request, stream: Any) -> Request:
-        """Move a plain slot's state into `req` (built with the same options; `stream` is
-        the slot's decoder state), for the per-row end-of-request rules; the slot then
-        holds it as a ROW request."""
-        req.stream = stream
+    def to_request(self, slot: int, req: Request) -> Request:
+        """A plain slot's request becomes `req` (built with the same options), for the
+        per-row end-of-request rules; the slot's decoder state stays as it is."""
+        req.slot = slot
         req.completion = int(self.completion[slot])
         req.prompt_tokens, req.cached_tokens = int(self.prompt[slot]), int(self.cached[slot])
         self.objs[slot] = req

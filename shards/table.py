@@ -40,7 +40,7 @@ from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .attributed import carry_into
-from .decoders import decoder_for
+from .decoders import decoder_for, family_for
 from .ending import (
     Ends,
     SentLog,
@@ -96,6 +96,9 @@ class RidTable:
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
         self.decoder = decoder_for(info) if decoder is None else decoder or None
+        # the per-row path's decoder: the array path's, so that a request keeps one, or
+        # (without one: WordPiece, no text) the tokenizer family's
+        self.rows = self.decoder or family_for(info)
         self._fresh = self.decoder.start(_DEFAULT_OPEN) if self.decoder is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
@@ -170,7 +173,7 @@ class RidTable:
         if opened.req is not None:
             req = opened.req
             req.prompt_tokens, req.cached_tokens = prompt, cached
-            self.state.bind_row(slot, req)
+            req.take_slot(slot)
             return
         assert opened.start is not None
         self.state.bind_plain(slot, rid, opened.start, since, prompt, cached,
@@ -182,8 +185,8 @@ class RidTable:
     def _prepare(self, rid: str, opts: Open | None) -> _Opened:
         reason = row_reason(opts, self.info, self.decoder is not None)
         if reason is not None:
-            return _Opened(opts or _DEFAULT_OPEN, reason, make_request(rid, self.info, opts),
-                           None)
+            return _Opened(opts or _DEFAULT_OPEN, reason,
+                           make_request(rid, self.info, opts, self.rows, self.state, None), None)
         assert self.decoder is not None
         if opts is None:
             return _Opened(_DEFAULT_OPEN, None, None, self._fresh)
@@ -196,13 +199,12 @@ class RidTable:
             return req
         rid = self.state.rids[slot]
         assert rid is not None
-        opts = self.opts.get(slot)
-        opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
-        assert self.decoder is not None
-        req = Request(rid, self.info, opts)
-        if req.attr is not None:  # the ids still pending attribution go with it
+        opts = self.opts.get(slot) or Open(rid)
+        req = Request(rid, self.info, opts, self.rows, self.state, None)
+        if opts.attribution:  # the ids still pending attribution go with it
+            req.attr = self.rows.attributor(self.state, slot)
             carry_into(req.attr, self.state.carry.pop(slot, None))
-        return self.state.to_request(slot, req, self.decoder.stream_of(self.state, slot))
+        return self.state.to_request(slot, req)
 
     # ------------------------------------------------------------------ messages
     def _take(self, msg: Arrays, slots: Any, out: Sink) -> Ends:
@@ -445,7 +447,8 @@ class RidTable:
         if slot is not None:
             req = self._as_request(slot)
         elif opened is not None:
-            req = opened.req or make_request(rid, self.info, opened.opts)
+            req = (opened.req or make_request(rid, self.info, opened.opts, self.rows,
+                                              self.state, None)).alone()
         elif rid in self.ended:
             self.counters.late_rows += 1
             return
