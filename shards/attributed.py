@@ -25,13 +25,12 @@ from collections.abc import Container
 import numpy as np
 import numpy.typing as npt
 
-from .attribution import PENDING, VISIBLE, ZERO_WIDTH, Attributor
+from .attribution import PENDING, VISIBLE, Attributor
 from .byte_codec import push
-from .row_decoder import Attribution, row_in_vocab
+from .row_decoder import Attribution, Carry, row_in_vocab
 from .slots import Slots
 
 I64 = npt.NDArray[np.int64]
-Carry = list[tuple[int, int]]  # (token_id, kind) of entries still pending, in push order
 
 
 def push_attributed(table: list[bytes], vocab: int, drop: Container[int], state: Slots,
@@ -114,30 +113,3 @@ def queue_row(carry_in: Carry | None, own: list[Attribution], first: int | None,
     if first is None:
         return out + own, None
     return out + own[:first], [(tid, kind) for tid, kind, _ in own[first:]]
-
-
-def finish_row(released: list[Attribution], carry: Carry | None, text_bytes: int,
-               flushed: bool, stop: int | None) -> list[Attribution]:
-    """A last row decoded as a running one (its stop token an empty, visible id: always
-    carried, last): what the end adds (`Request.row` with a finish). The trimmed stop token
-    (`stop`, its real id) is zero-width; the flush's text (`flushed`: the held bytes came
-    out as U+FFFD) anchors pending ids where it begins, the row's text end; with no flush
-    text they become zero-width there (`Attributor.end`)."""
-    if not carry:
-        return released
-    out = list(released)
-    last = len(carry) - 1
-    for k, (tid, kind) in enumerate(carry):
-        if stop is not None and k == last:
-            tid, kind = stop, ZERO_WIDTH
-        elif not flushed:
-            kind = ZERO_WIDTH
-        out.append((tid, kind, text_bytes))
-    return out
-
-
-def carry_into(attr: Attributor, carry: Carry | None) -> None:
-    """A slot moving to the per-row path (an ERROR, ABORT or matched stop string) hands its
-    pending entries to the request's `Attributor` (whose text starts there: offset 0)."""
-    if carry:
-        attr.queue = [[tid, kind, PENDING if kind == VISIBLE else 0] for tid, kind in carry]

@@ -12,11 +12,10 @@ before its first row).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import repeat
 from operator import itemgetter
-from typing import Any
-
-import numpy as np
+from typing import Any, NamedTuple
 
 from sglang_tok.parsers import (
     REASONING_PARSERS,
@@ -36,8 +35,8 @@ from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
 from .attribution import Attributor
 from .decoders import family_for
-from .ending import SENT_TAIL, cut_matched, stop_string, trims_stop_token, usage
-from .row_decoder import RowDecoder
+from .ending import SENT_TAIL, Between, LastRow, end_rows, trims_stop_token, usage
+from .row_decoder import Decoded, RowDecoder
 from .slots import Slots
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
@@ -125,40 +124,44 @@ class Request:
             if self.stops is not None:
                 text, finish = self._apply_stops(text, False)
             return self._emit(text, ids, finish, logprobs, top, tid_lp)
-        trimmed = None
+        stop = None  # the scheduler's stop token is never text
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
-            decode_ids, trimmed = decode_ids[:-1], ids[-1]
-        if self.attr is None:
-            text = self.decoder.push(self.state, self.slot, decode_ids)
-        else:
-            text = self.decoder.push_attributed(self.state, self.slot, decode_ids, self.attr)
-            if trimmed is not None:
-                self.attr.zero_width(trimmed)
-        text += self._flush()
-        text, stop_finish = self._apply_stops(text, True)
-        if stop_finish is not None:
-            finish = stop_finish
-        elif not self.opts.no_stop_trim and finish.get("type") == "stop":
-            matched = stop_string(finish)
-            if matched:
-                text = self._trim_matched(text, matched)
-        return self._emit(text, ids, finish, logprobs, top, tid_lp)
+            decode_ids, stop = decode_ids[:-1], ids[-1]
+        text = (self.decoder.push(self.state, self.slot, decode_ids) if self.attr is None
+                else self.decoder.push_attributed(self.state, self.slot, decode_ids, self.attr))
+        between = self._final_stops if self.stops is not None else None
+        end = self._last(text, finish, stop, between)
+        return self._emit(end.text, ids, end.row.finish, logprobs, top, tid_lp, end.row.usage)
 
     def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
-        """ERROR/ABORT: flush what is held and close with the given finish."""
-        text = self._flush()
-        text, _ = self._apply_stops(text, True)
-        delta = self._emit(text, [], finish, None, None, None)
+        """ERROR/ABORT: what is held comes out, and the request closes with `finish`."""
+        between = self._final_stops if self.stops is not None else None
+        end = self._last("", finish, None, between, control=True)
+        delta = self._emit(end.text, [], finish, None, None, None, end.row.usage)
         assert delta is not None
         delta.error = error
         return delta
 
     # ------------------------------------------------------------------ pieces
-    def _flush(self) -> str:
-        if self.attr is not None:
-            return self.decoder.flush_attributed(self.state, self.slot, self.attr)
-        _, extra = self.decoder.flush(self.state, [0], np.array([self.slot], np.int64))
-        return extra[0] if extra else ""
+    def _last(self, text: str, finish: dict[str, Any], stop: int | None,
+              between: Between | None, control: bool = False) -> _Ended:
+        """The last row's text (`stop`: its stop token, left out) through the end rules
+        (ending.end_rows), as the array path's last rows go."""
+        acc = self.acc
+        row = LastRow(0, self.slot, finish, (self.prompt_tokens, self.completion,
+                                             self.cached_tokens, self.reasoning_tokens),
+                      stop, self.opts.no_stop_trim, control, self.attr, self.sent,
+                      (self.tail,) if acc is None else (acc.text,), acc is not None, between)
+        decoded = Decoded([text])
+        end_rows(self.decoder, self.state, decoded, [row])
+        if row.taken_back:  # stream=false: the cut reached into the text accumulated
+            assert acc is not None
+            acc.text = acc.text[:len(acc.text) - row.taken_back]
+            self.sent -= row.taken_back
+        return _Ended(decoded.text_of(0), row)
+
+    def _final_stops(self, text: str, flushed: str) -> tuple[str, dict[str, Any] | None]:
+        return self._apply_stops(text + flushed, True)
 
     def _apply_stops(self, text: str, final: bool) -> tuple[str, dict[str, Any] | None]:
         stops = self.stops
@@ -174,28 +177,9 @@ class Request:
             self.attr.cut(self.sent + len(out))
         return out, {"type": "stop", "matched": matched}
 
-    def _trim_matched(self, text: str, matched: str) -> str:
-        """Cut a scheduler-matched stop string at its last occurrence, never unsending text."""
-        acc = self.acc
-        if acc is not None:  # nothing was sent yet: the cut may reach into earlier rows
-            at = (acc.text + text).rfind(matched)
-            if at >= 0:
-                acc.text = (acc.text + text)[:at]
-                self.sent = at
-                if self.attr is not None:
-                    self.attr.cut(at)
-                return ""
-            return text
-        keep = cut_matched(text, matched, (self.tail,))
-        if keep is None:
-            return text
-        if self.attr is not None:
-            self.attr.cut(self.sent + keep)
-        return text[:keep]
-
     def _emit(self, text: str, ids: list[int], finish: dict[str, Any] | None,
               logprobs: list[Any] | None, top: list[Any] | None,
-              tid_lp: list[Any] | None) -> Delta | None:
+              tid_lp: list[Any] | None, usage: Usage | None = None) -> Delta | None:
         opts = self.opts
         token_texts = top_texts = None
         if opts.logprob_text:
@@ -224,7 +208,9 @@ class Request:
                 self.sent += len(text)
                 t = self.tail + text
                 self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
-        if finish is not None or opts.continuous_usage:
+        if usage is not None:  # a last row's (ending.end_rows)
+            delta.usage = usage
+        elif finish is not None or opts.continuous_usage:
             delta.usage = self.usage()
         delta.finish = finish
         return delta
@@ -232,6 +218,11 @@ class Request:
     def usage(self) -> Usage:
         return usage(self.prompt_tokens, self.completion, self.cached_tokens,
                      self.reasoning_tokens)
+
+
+class _Ended(NamedTuple):
+    text: str
+    row: LastRow
 
 
 # ====================================================================== parsers (section 8)
@@ -368,36 +359,54 @@ class ParsedRequest(Request):
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
         decode_ids = ids if safe_ids is None else safe_ids
+        stop = None  # the scheduler's stop token is never text
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
-            decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
+            decode_ids, stop = decode_ids[:-1], ids[-1]
         parsed = self.parsed
         if finish is not None and not self.min_left:
             piece = self.decoder.push(self.state, self.slot, decode_ids)
-            pd = parsed.last(piece, self._flush())
-        else:
-            parts = self._feed(decode_ids)
-            if finish is not None and parsed.stopped is None:
-                parts.append(parsed.feed(self._flush()))
-                parts.append(parsed.finish())
+            return self._last_parsed(piece, ids, finish, stop, parsed.last, logprobs, top,
+                                     tid_lp)
+        parts = self._feed(decode_ids)
+        if finish is None:
             pd = parts[0] if len(parts) == 1 else concat(parts)
-        text = pd.text
-        if pd.stop is not None:
-            finish = {"type": "stop", "matched": pd.stop}
-        elif finish is not None and not self.opts.no_stop_trim and finish.get("type") == "stop":
-            matched = finish.get("matched")
-            if isinstance(matched, str) and matched:
-                text = self._trim_matched(text, matched)
-        return self._emit_parsed(pd, text, ids, finish, logprobs, top, tid_lp)
+            fin = None if pd.stop is None else {"type": "stop", "matched": pd.stop}
+            return self._emit_parsed(pd, pd.text, ids, fin, logprobs, top, tid_lp)
+
+        def rest(_: str, flushed: str) -> ParsedDelta:
+            if parsed.stopped is None:
+                parts.append(parsed.feed(flushed))
+                parts.append(parsed.finish())
+            return parts[0] if len(parts) == 1 else concat(parts)
+        return self._last_parsed("", ids, finish, stop, rest, logprobs, top, tid_lp)
 
     def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
         parsed = self.parsed
-        parts = [] if parsed.stopped is not None else [parsed.feed(self._flush())]
-        parts.append(parsed.finish())
-        pd = concat(parts)
-        delta = self._emit_parsed(pd, pd.text, [], finish, None, None, None)
+
+        def rest(_: str, flushed: str) -> ParsedDelta:
+            parts = [] if parsed.stopped is not None else [parsed.feed(flushed)]
+            parts.append(parsed.finish())
+            return concat(parts)
+        delta = self._last_parsed("", [], finish, None, rest, None, None, None, control=True)
         assert delta is not None
         delta.error = error
         return delta
+
+    def _last_parsed(self, text: str, ids: list[int], finish: dict[str, Any], stop: int | None,
+                     parse: Callable[[str, str], ParsedDelta], logprobs: list[Any] | None,
+                     top: list[Any] | None, tid_lp: list[Any] | None,
+                     control: bool = False) -> Delta | None:
+        """The last row (or ERROR/ABORT) through the end rules, the parser taking the text
+        and what the flush added (`parse`) between the flush and a matched stop string."""
+        got: list[ParsedDelta] = []
+
+        def between(text: str, flushed: str) -> tuple[str, dict[str, Any] | None]:
+            pd = parse(text, flushed)
+            got.append(pd)
+            return pd.text, None if pd.stop is None else {"type": "stop", "matched": pd.stop}
+        end = self._last(text, finish, stop, between, control)
+        return self._emit_parsed(got[0], end.text, ids, end.row.finish, logprobs, top, tid_lp,
+                                 end.row.usage)
 
     def _feed(self, ids: list[int]) -> list[ParsedDelta]:
         """Decode and parse one row's ids; split at the min_tokens-th id."""
@@ -421,7 +430,8 @@ class ParsedRequest(Request):
 
     def _emit_parsed(self, pd: ParsedDelta, text: str, ids: list[int],
                      finish: dict[str, Any] | None, logprobs: list[Any] | None,
-                     top: list[Any] | None, tid_lp: list[Any] | None) -> Delta | None:
+                     top: list[Any] | None, tid_lp: list[Any] | None,
+                     usage: Usage | None = None) -> Delta | None:
         acc = self.acc
         if acc is not None:  # stream=false: the parser channels accumulate too
             acc.reasoning += pd.reasoning
@@ -431,7 +441,7 @@ class ParsedRequest(Request):
         if finish is not None and self.parsed.called:
             # the request ended with tool calls: a frontend reports finish_reason "tool_calls"
             finish = {**finish, "tool_calls": True}
-        delta = self._emit(text, ids, finish, logprobs, top, tid_lp)
+        delta = self._emit(text, ids, finish, logprobs, top, tid_lp, usage)
         if delta is not None and acc is None:
             delta.reasoning = pd.reasoning
             delta.tool_calls = pd.tool_calls

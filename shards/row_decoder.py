@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 I64 = npt.NDArray[np.int64]
 Attribution = tuple[int, int, int]  # [token_id, kind, byte offset in the row's text]
 Attrs = list[list[Attribution] | None]
+Carry = list[tuple[int, int]]  # (token_id, kind) of a slot's entries still pending, in order
 
 
 # ------------------------------------------------------------------ out-of-vocabulary ids

@@ -184,18 +184,6 @@ class Slots:
         if self.carry:
             self.carry.pop(slot, None)
 
-    def to_request(self, slot: int, req: Request) -> Request:
-        """A plain slot's request becomes `req` (built with the same options), for the
-        per-row end-of-request rules; the slot's decoder state stays as it is."""
-        req.slot = slot
-        req.completion = int(self.completion[slot])
-        req.prompt_tokens, req.cached_tokens = int(self.prompt[slot]), int(self.cached[slot])
-        self.objs[slot] = req
-        self.kind[slot] = ROW
-        self._usage_flag(slot, False)
-        self._attr_flag(slot, False)
-        return req
-
     def held(self, slot: int) -> bytes:
         """The slot's pending bytes."""
         return self.pending[slot, :self.pend_len[slot]].tobytes()

@@ -39,19 +39,8 @@ from sglang_tok.protocol import (
 from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .attributed import carry_into
 from .decoders import decoder_for, family_for
-from .ending import (
-    Ends,
-    SentLog,
-    blank_stop_tokens,
-    cut_attributions,
-    cut_matched,
-    end_attributions,
-    ends_of,
-    stop_string,
-    usage,
-)
+from .ending import Ends, LastRow, SentLog, blank_stop_tokens, end_rows, ends_of
 from .paths import ARRAY, row_reason
 from .plan import Plan, gather, per_row_rows, record, split_ends
 from .row_decoder import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
@@ -192,20 +181,6 @@ class RidTable:
             return _Opened(_DEFAULT_OPEN, None, None, self._fresh)
         return _Opened(opts, None, None, self.decoder.start(opts))
 
-    def _as_request(self, slot: int) -> Request:
-        """The slot's request as a `Request` (a plain one is moved into one first)."""
-        req = self.state.objs[slot]
-        if req is not None:
-            return req
-        rid = self.state.rids[slot]
-        assert rid is not None
-        opts = self.opts.get(slot) or Open(rid)
-        req = Request(rid, self.info, opts, self.rows, self.state, None)
-        if opts.attribution:  # the ids still pending attribution go with it
-            req.attr = self.rows.attributor(self.state, slot)
-            carry_into(req.attr, self.state.carry.pop(slot, None))
-        return self.state.to_request(slot, req)
-
     # ------------------------------------------------------------------ messages
     def _take(self, msg: Arrays, slots: Any, out: Sink) -> Ends:
         """What every message path does first: bind the rids whose first row this is,
@@ -280,10 +255,11 @@ class RidTable:
         record(state, got)
         self.sent.add(plan.base, got.rows, got.slots, decoded)
         end_at: list[int] = []  # where the last rows are among the plain rows
+        ended: list[LastRow] = []
         if quick:
             end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
-            self._end_flush(decoded, end_at, got.slots[end_at], quick, plan.stops)
-            self._cut_matched(decoded, end_at, got.slots[end_at], quick, plan)
+            ended = self._last_rows(plan, end_at, got.slots[end_at], quick)
+            end_rows(self.decoder, state, decoded, ended)
         # a plain slot always holds its rid (Slots.bind_plain)
         rids = cast(list[str], state.rid_col.take(got.slots).tolist())
         base = len(out)
@@ -291,51 +267,32 @@ class RidTable:
         if decoded.attrs is not None:
             attributions(out, base, decoded.attrs)
         self._plain_extras(out, base, got.rows, got.slots, fams, msg.sparse.reasoning, end_at,
-                           quick, rids, plan.ends)
+                           ended, rids)
 
     def _no_stop_trim(self, slot: int) -> bool:
         opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
         return opts is not None and opts.no_stop_trim
 
-    def _end_flush(self, decoded: Decoded, at: list[int], slots: I64, rows: list[int],
-                   stops: dict[int, int]) -> None:
-        """The end of last rows decoded as running ones (ending.py): what their slots still
-        hold, flushed after the row's text, then their attribution."""
-        assert self.decoder is not None
-        extra_at, extra = self.decoder.flush(self.state, at, slots)
-        attrs = decoded.attrs
-        if attrs is not None and self.state.carry:
-            texts = decoded.texts()
-            end_attributions(self.state, attrs, at, slots, rows, [texts[j] for j in at],
-                             set(extra_at), stops)
-        if extra:
-            decoded.add(extra_at, extra)
-
-    def _cut_matched(self, decoded: Decoded, at: list[int], slots: I64, rows: list[int],
-                     plan: Plan) -> None:
-        """Last rows whose scheduler matched a stop string: cut at its last occurrence, in
-        the row's text or begun in what the request sent before (`SentLog`)."""
-        ends, state = plan.ends, self.state
-        for j, slot, row in zip(at, slots.tolist(), rows):
-            matched = stop_string(ends[row].finish)
-            if not matched or self._no_stop_trim(slot):
-                continue
-            text = decoded.text_of(j)
-            keep = cut_matched(text, matched, self.sent.older(
-                slot, int(state.since[slot]), plan.base + row))
-            if keep is None:
-                continue
-            decoded.set(j, text[:keep])
-            attrs = decoded.attrs
-            if attrs is not None and attrs[j] is not None:
-                attrs[j] = cut_attributions(attrs[j], len(text[:keep].encode()))  # type: ignore[arg-type]
+    def _last_rows(self, plan: Plan, at: list[int], slots: I64, rows: list[int]
+                   ) -> list[LastRow]:
+        """The message's last rows of plain requests (at[k] among its plain rows), for the
+        end rules: each with what its request sent before (`SentLog`, read only for a
+        matched stop string), its final usage's numbers (its completion after the row)."""
+        state, ends, stops = self.state, plan.ends, plan.stops
+        out = []
+        for j, slot, row, done in zip(at, slots.tolist(), rows,
+                                      state.completion[slots].tolist()):
+            fin, prompt, cached, reasoning = ends[row]
+            older = self.sent.older(slot, int(state.since[slot]), plan.base + row)
+            out.append(LastRow(j, slot, fin, (prompt, done, cached, reasoning), stops.get(row),
+                               self._no_stop_trim(slot), older=older))
+        return out
 
     def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,
-                      fams: Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
-                      rids: list[str], ends: Ends
-                      ) -> None:
+                      fams: Families, reasoning: bytes, end_at: list[int],
+                      ended: list[LastRow], rids: list[str]) -> None:
         """What a message's plain rows (output rows base + j) carry beside text and ids:
-        their logprobs' token texts, continuous usage, and the last rows' (`ends_rows`, at
+        their logprobs' token texts, continuous usage, and the last rows' (`ended`, at
         `end_at` among them) finish and final usage."""
         state = self.state
         if fams.families:  # the rows whose request wants its logprobs' texts
@@ -350,39 +307,37 @@ class RidTable:
             if len(asked):
                 continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
                                   plain_slots[asked].tolist(), state, reasoning)
-        if ends_rows:
-            self._array_ends(out, base, end_at, ends_rows, rids, plain_slots, ends)
+        if ended:
+            self._array_ends(out, base, ended, rids)
 
-    def _array_ends(self, out: Sink, base: int, at: list[int], rows: list[int],
-                    rids: list[str], plain_slots: I64,
-                    ends: Ends) -> None:
-        """The last rows' finish and usage (the request's own prompt and cached tokens, as
-        its last row gives them), then their requests end."""
-        completion = self.state.completion[plain_slots[at]].tolist()
+    def _array_ends(self, out: Sink, base: int, ended: list[LastRow], rids: list[str]) -> None:
+        """The last rows' finish and usage (as `ending.end_rows` set them), then their
+        requests end."""
         columns = isinstance(out, ColumnsOut)
-        for j, row, done in zip(at, rows, completion):
-            fin, prompt, cached, reasoning = ends[row]
-            final = usage(prompt, done, cached, reasoning)
+        for end in ended:
+            j = end.j
             if columns:
                 assert isinstance(out, ColumnsOut)
-                out.add_sparse("finish", base + j, fin)
-                out.add_sparse("usage", base + j, final)
+                out.add_sparse("finish", base + j, end.finish)
+                out.add_sparse("usage", base + j, end.usage)
             else:
                 delta = cast(list[Delta], out)[base + j]
-                delta.finish, delta.usage = fin, final
+                delta.finish, delta.usage = end.finish, end.usage
+            _, done, _, reasoning = end.numbers
             self._finish(rids[j], False, done, reasoning)
         if columns and self.state.usage_live:  # continuous usage rows came first
             assert isinstance(out, ColumnsOut)
             out.sparse["usage"].sort(key=_first)
-
 
     def _row_path(self, plan: Plan, msg: Arrays, fams: Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
         ids = msg.ids.tolist()
+        mapped = in_vocab(msg.ids, self.info.vocab_size)  # the ids as the decoder takes them
+        safe_ids = None if mapped is msg.ids else mapped.tolist()
         st = list(range(plan.n + 1)) if plan.id_starts is None else plan.id_starts.tolist()
-        objs, rids, vocab = self.state.objs, self.state.rids, self.info.vocab_size
+        objs = self.state.objs
         carrying = fams.get().carrying.tolist() if fams.families else None
         ends, slots = plan.ends, plan.slots.tolist()
         ran = 0
@@ -390,9 +345,7 @@ class RidTable:
             slot = slots[row]
             req = objs[slot]
             if req is None:
-                if rids[slot] is None:
-                    continue  # ended earlier in this message (a stop string), or never bound
-                req = self._as_request(slot)
+                continue  # ended earlier in this message (a stop string), or never bound
             end = ends.get(row)
             if end is None:
                 fin, prompt, cached = None, req.prompt_tokens, req.cached_tokens
@@ -402,11 +355,9 @@ class RidTable:
             lp = top = tid = None
             if carrying is not None and carrying[row]:
                 lp, top, tid = fams.extras(row)
-            row_ids = ids[st[row]:st[row + 1]]
-            safe = None
-            if row_ids and (min(row_ids) < 0 or max(row_ids) >= vocab):
-                safe = [i if 0 <= i < vocab else vocab for i in row_ids]
-            delta = req.row(row_ids, fin, prompt, cached, why, lp, top, tid, safe)
+            a, b = st[row], st[row + 1]
+            delta = req.row(ids[a:b], fin, prompt, cached, why, lp, top, tid,
+                            None if safe_ids is None else safe_ids[a:b])
             ran += 1
             if delta is not None:
                 out.append(delta)
@@ -445,7 +396,9 @@ class RidTable:
         slot = self.by_rid.get(rid)
         opened = self.opened.get(rid)
         if slot is not None:
-            req = self._as_request(slot)
+            req = self.state.objs[slot]
+            if req is None:  # a plain request: the end rules on its slot, as its last row
+                return self._end_plain(slot, rid, error, out)
         elif opened is not None:
             req = (opened.req or make_request(rid, self.info, opened.opts, self.rows,
                                               self.state, None)).alone()
@@ -458,6 +411,22 @@ class RidTable:
             return
         out.append(req.end({"type": "abort"}, error))
         self._finish(rid, False, req.completion, req.reasoning_tokens)
+
+    def _end_plain(self, slot: int, rid: str, error: str | None, out: Sink) -> None:
+        """A plain request's ERROR or ABORT: an empty last row through the end rules."""
+        state = self.state
+        assert self.decoder is not None  # a plain slot exists only with a decoder
+        done = int(state.completion[slot])
+        end = LastRow(0, slot, {"type": "abort"},
+                      (int(state.prompt[slot]), done, int(state.cached[slot]), 0), control=True)
+        decoded = Decoded([""], attrs=[[]] if state.attr[slot] else None)
+        end_rows(self.decoder, state, decoded, [end])
+        delta = Delta(rid, decoded.text_of(0), [])
+        if decoded.attrs is not None:
+            delta.attributions = decoded.attrs[0]
+        delta.usage, delta.finish, delta.error = end.usage, end.finish, error
+        out.append(delta)
+        self._finish(rid, False, done, 0)
 
     def on_result(self, msg: Result, out: Sink) -> None:
         out.append(Delta(msg.rid, result=msg.payload))
