@@ -21,8 +21,6 @@ from sglang_tok.ragged import ragged_index
 
 from .attribution import Attributor
 from .fallback_decode import (
-    BYTE,
-    TEXT,
     FallbackDecoded,
     FallbackTable,
     decode_rows_fallback,
@@ -33,7 +31,7 @@ from .fallback_decode import (
     with_kept,
 )
 from .row_decoder import Decoded, PlainRows, SlotStart, row_in_vocab
-from .runs import BYTE_ID, DROPPED, OUTSIDE, TEXT_ID, RunAttributor
+from .runs import FallbackRun, RunAttributor
 from .slots import PEND, SEL, SKIP, STARTED, Slots
 
 I64 = npt.NDArray[np.int64]
@@ -128,11 +126,11 @@ class FallbackLoop:
 
     def push_attributed(self, state: Slots, slot: int, ids: list[int], attr: Attributor) -> str:
         assert isinstance(attr, RunAttributor)
-        return attr.push(ids, _SlotRun(self, state, slot))
+        return attr.push(ids, FallbackRun(self, state, slot))
 
     def flush_attributed(self, state: Slots, slot: int, attr: Attributor) -> str:
         assert isinstance(attr, RunAttributor)
-        return attr.flush(_SlotRun(self, state, slot))
+        return attr.flush(FallbackRun(self, state, slot))
 
 
 class FallbackArrays(FallbackLoop):
@@ -147,38 +145,3 @@ class FallbackArrays(FallbackLoop):
                 skip: I64) -> FallbackDecoded:
         call = decode_rows_fallback if len(table_sel) >= self.min_rows else decode_rows_loop
         return call(tab, ids, id_starts, table_sel, run_bytes, run_len, started, skip)
-
-
-class _SlotRun:
-    """A slot of a byte-fallback tokenizer, as the run rule sees it (`runs.RunOps`)."""
-
-    __slots__ = ("dec", "state", "slot")
-
-    def __init__(self, dec: FallbackLoop, state: Slots, slot: int) -> None:
-        self.dec, self.state, self.slot = dec, state, slot
-
-    def kind(self, tid: int) -> int:
-        dec = self.dec
-        if not 0 <= tid < dec.vocab:
-            return OUTSIDE
-        kind = dec.tab.kinds[int(self.state.table_sel[self.slot]) * dec.tab.stride + tid]
-        return TEXT_ID if kind == TEXT else BYTE_ID if kind == BYTE else DROPPED
-
-    def byte(self, tid: int) -> None:
-        self.dec.push(self.state, self.slot, [tid])
-
-    def text(self, tid: int) -> str:
-        return self.dec.push(self.state, self.slot, [tid])
-
-    def run(self, nb: int) -> bytes:
-        return self.state.held(self.slot)[-nb:]
-
-    def start_text(self) -> str | None:
-        state, slot = self.state, self.slot
-        if state.started[slot]:
-            return None
-        return finish(self.dec.tab, state.held(slot), False, 0)
-
-    def flush(self) -> str:
-        _, extra = self.dec.flush(self.state, [0], np.array([self.slot], np.int64))
-        return extra[0] if extra else ""

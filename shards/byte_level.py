@@ -17,11 +17,11 @@ import numpy.typing as npt
 from sglang_tok.protocol import Open
 from sglang_tok.tokenizer import TokenizerInfo, keep_table
 
-from .attributed import push_attributed
+from .attributed import decode_attributed, push_attributed
 from .attribution import Attributor
 from .byte_codec import flush_held, prompt_state, push
 from .byte_rows import decode_loop
-from .mapped import IdTexts, decode_attributed, decode_mapped
+from .mapped import IdTexts, decode_mapped
 from .row_decoder import Decoded, PlainRows, SlotStart, row_in_vocab
 from .slots import ATTR, SEL, Slots
 

@@ -9,14 +9,10 @@ one suite holds both to the full decode.
 
 from __future__ import annotations
 
-from .attributed import Attribution, attributed_row
+from .attributed import Drops, Strs, Tables, attributed_rows
 from .byte_codec import push
 from .row_decoder import Attrs
 from .slots import ATTR, PEND, SEL, SKIP, Slots
-
-Tables = list[list[bytes]]
-Strs = list[list[str | None]]
-Drops = list[frozenset[int]]
 
 
 def decode_loop(tables: Tables, vocab: int, state: Slots, slots: list[int],
@@ -29,7 +25,7 @@ def decode_loop(tables: Tables, vocab: int, state: Slots, slots: list[int],
     of most text. Rows whose request asked for attribution also get theirs (None for the
     others; None for all when none asked)."""
     if state.attr_live and any(h[ATTR] for h in heads):
-        return _attributed(tables, vocab, state, slots, heads, row_ids, singles, drops)
+        return attributed_rows(tables, vocab, state, slots, heads, row_ids, singles, drops)
     texts: list[str] = []
     if singles is not None:
         for slot, head, i in zip(slots, heads, singles):
@@ -45,24 +41,3 @@ def decode_loop(tables: Tables, vocab: int, state: Slots, slots: list[int],
         table = tables[head[SEL]]
         texts.append(push(state, slot, head, b"".join([table[i] for i in ids])))
     return texts, None
-
-
-def _attributed(tables: Tables, vocab: int, state: Slots, slots: list[int],
-                heads: list[list[int]], row_ids: list[list[int]] | None,
-                singles: list[int] | None, drops: Drops) -> tuple[list[str], Attrs]:
-    """`decode_loop` for a message with rows that want attribution: those go id by id
-    through the family's rule (`attributed_row`), which also decodes them."""
-    texts: list[str] = []
-    attrs: Attrs = []
-    for r, (slot, head) in enumerate(zip(slots, heads)):
-        sel = head[SEL]
-        ids = [singles[r]] if singles is not None else row_ids[r]  # type: ignore[index]
-        got: list[Attribution] | None = None
-        if head[ATTR]:
-            text, got = attributed_row(tables[sel], vocab, drops[sel], state, slot, head, ids)
-        else:
-            table = tables[sel]
-            text = push(state, slot, head, b"".join([table[i] for i in ids]))
-        texts.append(text)
-        attrs.append(got)
-    return texts, attrs

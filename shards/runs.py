@@ -1,21 +1,29 @@
-"""Attribution where runs of <0xNN> ids decode as a whole (SentencePiece byte fallback).
+"""SentencePiece byte fallback's attribution: one rule, for runs that decode as a whole.
 
-`tokenizers`' ByteFallback decoder turns a run of byte ids into text only as a whole (valid
+`tokenizers`' ByteFallback decoder turns a run of <0xNN> ids into text only as a whole (valid
 UTF-8, or one U+FFFD per byte), so an id inside an open run cannot be placed when it is
 pushed. The rule: each byte id is anchored at the start of the character its byte belongs
 to (or of its own U+FFFD if the run is not valid UTF-8), the id that ends the run at the
 start of its own text, all released with the run; a skipped special inside an open run is
 zero-width where the run's text ends; an id outside the vocabulary is visible where text
-next comes. The byte-fallback family (shards/byte_fallback.py) and the window family's
-tokenizers with byte ids (shards/window.py) decode differently but attribute alike: each
-hands `RunAttributor` its `RunOps`, the few facts the rule asks of a decoder.
+next comes (every pushed id gets one entry, in push order: `Attributor`). The byte-fallback
+family's decoder (shards/byte_fallback.py) attributes its per-row requests by it through
+`FallbackRun`, and the window family (shards/window.py) the byte runs of any chain that
+has them, through its own `RunOps`: the few facts the rule asks of a decoder's slot.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
 
 from .attribution import VISIBLE, ZERO_WIDTH, Attributor
+from .fallback_decode import BYTE, TEXT, finish
+from .slots import Slots
+
+if TYPE_CHECKING:  # the decoder takes its rule from here
+    from .byte_fallback import FallbackLoop
 
 # what an id is to the rule (`RunOps.kind`)
 TEXT_ID, BYTE_ID, DROPPED, OUTSIDE = 0, 1, 2, 3
@@ -165,3 +173,38 @@ def run_offsets(full: str, done: list[int], run_text: str, marks: list[int]) -> 
     # the decoder stripped leading characters of the run (text start): count from its end
     size = len(run_text)
     return [min(size, max(0, done[m] - shift)) for m in marks]
+
+
+class FallbackRun:
+    """A slot of a byte-fallback tokenizer (shards/byte_fallback.py), as the rule sees it."""
+
+    __slots__ = ("dec", "state", "slot")
+
+    def __init__(self, dec: FallbackLoop, state: Slots, slot: int) -> None:
+        self.dec, self.state, self.slot = dec, state, slot
+
+    def kind(self, tid: int) -> int:
+        dec = self.dec
+        if not 0 <= tid < dec.vocab:
+            return OUTSIDE
+        kind = dec.tab.kinds[int(self.state.table_sel[self.slot]) * dec.tab.stride + tid]
+        return TEXT_ID if kind == TEXT else BYTE_ID if kind == BYTE else DROPPED
+
+    def byte(self, tid: int) -> None:
+        self.dec.push(self.state, self.slot, [tid])
+
+    def text(self, tid: int) -> str:
+        return self.dec.push(self.state, self.slot, [tid])
+
+    def run(self, nb: int) -> bytes:
+        return self.state.held(self.slot)[-nb:]
+
+    def start_text(self) -> str | None:
+        state, slot = self.state, self.slot
+        if state.started[slot]:
+            return None
+        return finish(self.dec.tab, state.held(slot), False, 0)
+
+    def flush(self) -> str:
+        _, extra = self.dec.flush(self.state, [0], np.array([self.slot], np.int64))
+        return extra[0] if extra else ""
