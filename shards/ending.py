@@ -249,6 +249,7 @@ def end_rows(decoder: RowDecoder, state: Slots, decoded: Decoded,
                 attrs[j] = finish_row(got, state.carry.pop(r.slot, None), len(text.encode()),
                                       bool(more), r.stop)
         stopped = None
+        was = text
         if r.between is not None:
             text, stopped = r.between(text, more)
         elif more:
@@ -260,7 +261,7 @@ def end_rows(decoder: RowDecoder, state: Slots, decoded: Decoded,
             matched = stop_string(r.finish)
             if matched:
                 text = _cut(r, text, matched, attrs)
-        if text != decoded.text_of(j):
+        if text is not was:
             decoded.set(j, text)
         r.usage = usage(*r.numbers)
 

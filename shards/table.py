@@ -40,7 +40,7 @@ from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .decoders import decoder_for, family_for
-from .ending import Ends, LastRow, SentLog, blank_stop_tokens, end_rows, ends_of
+from .ending import Ends, LastRow, SentLog, blank_stop_tokens, end_rows, ends_of, stop_string
 from .paths import ARRAY, row_reason
 from .plan import Plan, gather, per_row_rows, record, split_ends
 from .row_decoder import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
@@ -283,7 +283,8 @@ class RidTable:
         for j, slot, row, done in zip(at, slots.tolist(), rows,
                                       state.completion[slots].tolist()):
             fin, prompt, cached, reasoning = ends[row]
-            older = self.sent.older(slot, int(state.since[slot]), plan.base + row)
+            older = self.sent.older(slot, int(state.since[slot]), plan.base + row) \
+                if stop_string(fin) else ()
             out.append(LastRow(j, slot, fin, (prompt, done, cached, reasoning), stops.get(row),
                                self._no_stop_trim(slot), older=older))
         return out
