@@ -46,11 +46,11 @@ from common import (
     ratio_table,
     route_arrays,
 )
-from sglang_tok.shards import table as table_mod
-from sglang_tok.shards.decoders import family_for
-from sglang_tok.shards.paths import row_reason
-from sglang_tok.shards.slots import Slots
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.decoding.choice import family_for
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages import table as table_mod
+from sglang_tok.shards.messages.paths import row_reason
+from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok import protocol
 from sglang_tok.client import decode_frame

@@ -3,8 +3,8 @@
 holds back on them, in two sections.
 
 --section rows (the default): cost per row of the array decoder
-(`shards/fallback_decode.py`), its plain-Python loop, the window family's decoder
-(`shards/window.py`, which decodes any chain through `tokenizers` itself) and one
+(`shards/byte_fallback/rows.py`), its plain-Python loop, the window family's decoder
+(`shards/window/decoder.py`, which decodes any chain through `tokenizers` itself) and one
 `tokenizers` DecodeStream.step, side by side in one run. A message holds R rows of distinct
 slots (R = 16, 256, 1024 by default), each row --ids-per-row ids of its own request, the
 requests being multilingual text with emoji and rare characters (so byte runs open and
@@ -60,14 +60,10 @@ from common import (
     timed,
     workdir,
 )
-from sglang_tok.shards.fallback_decode import (
-    FallbackTable,
-    decode_rows_fallback,
-    decode_rows_loop,
-    fallback_table,
-)
-from sglang_tok.shards.slots import Slots
-from sglang_tok.shards.window import WindowDecoder
+from sglang_tok.shards.byte_fallback.rows import decode_rows_fallback, decode_rows_loop
+from sglang_tok.shards.byte_fallback.table import FallbackTable, fallback_table
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.window.decoder import WindowDecoder
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from tokenizers.decoders import DecodeStream
 
@@ -305,9 +301,10 @@ class Impl:
     def __init__(self, name: str, pkg: str, tok: Tokenizer) -> None:
         self.name = name
         self.tokenizer = importlib.import_module(f"{pkg}.tokenizer")
-        # the per-row path: shards/ now, sglang_tok/ in a baseline from before the move
+        # the per-row path: shards/messages/ now, sglang_tok/ in a baseline from before
+        # shards/ (a baseline is its sglang_tok/ alone: `baseline_package`)
         self.request = importlib.import_module(
-            f"{pkg}.shards.request" if importlib.util.find_spec(f"{pkg}.shards") else
+            f"{pkg}.shards.messages.request" if importlib.util.find_spec(f"{pkg}.shards") else
             f"{pkg}.request")
         # a baseline from before the one decoder interface has the per-row streams
         self.decoder = importlib.import_module(f"{pkg}.decoder") \

@@ -44,10 +44,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from common import LOCALES, faker_texts, has_faker, route_arrays
 from sglang_tok.ring import link
-from sglang_tok.shards.decoders import family_for
-from sglang_tok.shards.row_decoder import RowDecoder
-from sglang_tok.shards.slots import Slots
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.decoding.choice import family_for
+from sglang_tok.shards.decoding.interface import RowDecoder
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok.config import Config
 from sglang_tok.load.workload import BUILTIN_TEXTS

@@ -20,7 +20,7 @@ from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, set
 from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Restarted, Result
 from sglang_tok.tokenizer import load
 
-from .table import RidTable
+from .messages.table import RidTable
 
 log = logging.getLogger("sglang_tok.shard")
 POLL_MS = 100

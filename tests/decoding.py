@@ -1,7 +1,7 @@
 """The array path's decoder implementations, for tests that run one suite over each.
 
 Each tokenizer family has a reference loop and a vectorised implementation
-(shards/decoders.py); a test injects the one it checks into its `RidTable`. The
+(shards/decoding/choice.py); a test injects the one it checks into its `RidTable`. The
 vectorised one is forced onto every message it can take (`min_rows` 1); "mixed" loops
 below 3 rows and is vectorised from 3, so that one request's rows meet both.
 """
@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from sglang_tok.shards.decoders import decoder_for, family_for
-from sglang_tok.shards.row_decoder import RowDecoder
-from sglang_tok.shards.slots import Slots
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.decoding.choice import decoder_for, family_for
+from sglang_tok.shards.decoding.interface import RowDecoder
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok.protocol import Open
 from sglang_tok.testing import zoo

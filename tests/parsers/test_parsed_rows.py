@@ -18,7 +18,7 @@ import pytest
 from decoding import byte_decoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.request import ParsedRequest, make_request
+from sglang_tok.shards.messages.request import ParsedRequest, make_request
 from strategies import chunk, chunk_sizes
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table

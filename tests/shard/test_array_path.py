@@ -2,7 +2,7 @@
 
 Every way a shard decodes the same rows must agree with a per-row request's decoding (the
 reference, one row at a time): each tokenizer family's reference loop and its vectorised
-implementation (shards/decoders.py; the id lookup for byte-level BPE, whole arrays for
+implementation (shards/decoding/choice.py; the id lookup for byte-level BPE, whole arrays for
 byte fallback); and every request's text must equal the full `tokenizer.decode` (section
 5, rule 2).
 The service-level property drives the shard's table through the egress's own routing
@@ -17,9 +17,9 @@ import pytest
 from decoding import IMPLEMENTATIONS, decoding, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.decoders import decoder_for
-from sglang_tok.shards.paths import row_reason
-from sglang_tok.shards.slots import Slots
+from sglang_tok.shards.decoding.choice import decoder_for
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages.paths import row_reason
 
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
@@ -128,7 +128,7 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
     holds it (CPython holds a surrogate's first two bytes, ED A0..BF, for instance)."""
     from codecs import utf_8_decode
 
-    from sglang_tok.shards.held_bytes import held_tail
+    from sglang_tok.shards.byte_fallback.held_bytes import held_tail
 
     tails = [bytes([a]) for a in range(256)]
     tails += [bytes([a, b]) for a in range(0xC0, 0x100) for b in range(0x70, 0xC8)]
@@ -153,7 +153,7 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     on what its shard sent (`ending.SentLog`). Long outputs, prompts that end
     mid-character, and stop strings that begin in earlier rows: the deltas equal those of
     a per-row `Request` fed the same rows."""
-    from sglang_tok.shards.request import Request
+    from sglang_tok.shards.messages.request import Request
 
     info = tokenizer(name)
     tok = info.tokenizer

@@ -12,12 +12,12 @@ import pytest
 from decoding import decoding, one_slot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.byte_fallback import FallbackLoop
-from sglang_tok.shards.byte_level import ByteLoop
-from sglang_tok.shards.decoders import family_for
-from sglang_tok.shards.request import Request
-from sglang_tok.shards.row_decoder import RowDecoder
-from sglang_tok.shards.window import WindowDecoder
+from sglang_tok.shards.byte_fallback.decoder import FallbackLoop
+from sglang_tok.shards.byte_level.decoder import ByteLoop
+from sglang_tok.shards.decoding.choice import family_for
+from sglang_tok.shards.decoding.interface import RowDecoder
+from sglang_tok.shards.messages.request import Request
+from sglang_tok.shards.window.decoder import WindowDecoder
 from strategies import chunk, chunk_sizes, text
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream

@@ -1,7 +1,7 @@
 """The byte-fallback array decoder against the full decode and against the window family.
 
 For SentencePiece-style tokenizers (Metaspace + ByteFallback: Llama-2, Mistral and, without
-the Strip, Gemma) `shards/fallback_decode.py` decodes a message's rows from per-slot state
+the Strip, Gemma) `shards/byte_fallback/rows.py` decodes a message's rows from per-slot state
 (open byte run, text begun, characters to pass over). Three ways must agree row by row:
 the whole-array code, its plain-Python loop and the window family's decoder (which holds
 the same open run by asking `tokenizers` itself); and each request's texts, with what
@@ -18,16 +18,14 @@ import numpy as np
 from decoding import decoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.fallback_decode import (
-    FallbackTable,
+from sglang_tok.shards.byte_fallback.rows import (
     decode_rows_fallback,
     decode_rows_loop,
-    fallback_chain,
-    fallback_table,
     finish,
     prompt_state,
 )
-from sglang_tok.shards.window import WindowDecoder
+from sglang_tok.shards.byte_fallback.table import FallbackTable, fallback_chain, fallback_table
+from sglang_tok.shards.window.decoder import WindowDecoder
 from tokenizers import Tokenizer
 
 from sglang_tok.testing import zoo

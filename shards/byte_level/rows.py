@@ -1,18 +1,18 @@
 """Byte-level BPE rows decoded one at a time against their slots: the reference loop.
 
-Each row goes through the family's one codec step (shards/byte_codec.py). A slot's
+Each row goes through the family's one codec step (shards/byte_level/codec.py). A slot's
 numbers are read with one gather per message (`heads`); when a message names a slot twice
 its rows share one `heads` entry, updated in place, so the slot's later rows see what its
-earlier ones left. The id lookup (shards/mapped.py) sends here the rows it cannot look up;
-one suite holds both to the full decode.
+earlier ones left. The id lookup (shards/byte_level/lookup.py) sends here the rows it
+cannot look up; one suite holds both to the full decode.
 """
 
 from __future__ import annotations
 
-from .attributed import Drops, Strs, Tables, attributed_rows
-from .byte_codec import push
-from .row_decoder import Attrs
-from .slots import ATTR, PEND, SEL, SKIP, Slots
+from ..decoding.interface import Attrs
+from ..decoding.slots import ATTR, PEND, SEL, SKIP, Slots
+from .attribution import Drops, Strs, Tables, attributed_rows
+from .codec import push
 
 
 def decode_loop(tables: Tables, vocab: int, state: Slots, slots: list[int],

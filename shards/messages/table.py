@@ -1,16 +1,15 @@
 """A shard's requests: the only owner of their state (no locks), by slot and by rid.
 
-Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids
-are bound, its rows planned once (`Plan`: plain rows, the last rows that end with them,
-per-row rows, late rows), the plain ones decoded by the tokenizer family's decoder
-(shards/decoders.py, injected: tests choose the implementation), the last ones ended by
-shards/ending.py's rules, and all written by one sink writer (`write_rows`). A request
-that needs more than the array path knows keeps a `Request` and takes the per-row path;
-shards/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT, DROP)
-name rids, so rids map to slots too. Requests are never evicted to make room (SGLang issue
-#2812): past `max_requests` a new rid is refused with a terminal error, and ended rids are
-remembered (bounded) so that late rows are ignored instead of reopening.
-"""
+Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids are
+bound, its rows planned once (`Plan`: plain rows, the last rows that end with them, per-row
+rows, late rows), the plain ones decoded by the tokenizer family's decoder
+(shards/decoding/choice.py, injected: tests choose the implementation), the last ones ended
+by shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
+request that needs more than the array path knows keeps a `Request` and takes the per-row
+path; shards/messages/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT,
+DROP) name rids, so rids map to slots too. Requests are never evicted to make room (SGLang
+issue #2812): past `max_requests` a new rid is refused with a terminal error, and ended
+rids are remembered (bounded) so that late rows are ignored instead of reopening."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 from sglang_tok.ring.link import Arrays
-from sglang_tok.shards.request import Request, make_request, refusal
+from sglang_tok.shards.messages.request import Request, make_request, refusal
 
 from sglang_tok.protocol import (
     Abort,
@@ -39,13 +38,15 @@ from sglang_tok.protocol import (
 from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .decoders import decoder_for, family_for
-from .ending import Ends, LastRow, SentLog, blank_stop_tokens, end_rows, ends_of, stop_string
+from ..decoding.choice import decoder_for, family_for
+from ..decoding.interface import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
+from ..decoding.slots import KIND, PLAIN, Slots
+from ..ending.assembly import LastRow, end_rows
+from ..ending.rules import Ends, blank_stop_tokens, ends_of, stop_string
+from ..ending.sent import SentLog
 from .paths import ARRAY, row_reason
 from .plan import Plan, gather, per_row_rows, record, split_ends
-from .row_decoder import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
 from .rows_out import Families, attributions, continuous_usage, logprob_texts, write_rows
-from .slots import KIND, PLAIN, Slots
 
 I64 = npt.NDArray[np.int64]
 
@@ -74,7 +75,7 @@ class RidTable:
                  ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
                  decoder: RowDecoder | Literal[False] | None = None) -> None:
-        """`decoder`: how plain rows are decoded (shards/decoders.py); None for the
+        """`decoder`: how plain rows are decoded (shards/decoding/choice.py); None for the
         tokenizer family's default, False for none (every request takes the per-row path)."""
         self.info = info
         self.shard = shard

@@ -1,15 +1,14 @@
 """A shard's per-slot request state: every request's decoder state in arrays, by slot.
 
 The egress gives each rid a slot in its shard when it first sees it (ring/link.py, ARRAYS),
-so a shard's rows arrive as slot numbers and a request's decoder state is one entry of
-each array below, whichever path its rows take: no dict lookup, no object, no string per
-row. A plain request's rows are decoded together with the other plain rows of a message
-(the array path); a request that needs more (stop strings, parsers, `stream: false`,
-attribution on a byte-fallback tokenizer, a window-path tokenizer) also keeps a `Request`
-object in `objs[slot]` for its per-row rules (shards/paths.py decides, once, at its first
+so a shard's rows arrive as slot numbers and a request's decoder state is one entry of each
+array below, whichever path its rows take: no dict lookup, no object, no string per row. A
+plain request's rows are decoded together with the other plain rows of a message (the array
+path); a request that needs more (stop strings, parsers, `stream: false`, attribution on a
+byte-fallback tokenizer, a window-path tokenizer) also keeps a `Request` object in
+`objs[slot]` for its per-row rules (shards/messages/paths.py decides, once, at its first
 row), and its decoder reads and writes the same arrays one row at a time. So a request
-never changes decoder, and nothing is handed over when one ends by an ERROR or ABORT.
-"""
+never changes decoder, and nothing is handed over when one ends by an ERROR or ABORT."""
 
 from __future__ import annotations
 
@@ -17,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .row_decoder import SlotStart
+from .interface import SlotStart
 
 if TYPE_CHECKING:  # a slot holds a request; the request module uses the shard's rules
-    from .request import Request
+    from ..messages.request import Request
 
 FREE, PLAIN, ROW = 0, 1, 2
 # a slot's numbers: its path (FREE, PLAIN, ROW), its id table (0 specials kept, 1 skipped,
@@ -78,7 +77,7 @@ class Slots:
         # (a list is the faster of the two for one slot, this for hundreds)
         self.rid_col = np.empty(0, object)
         self.objs: list[Request | None] = []
-        # the window family's windows (shards/window.py), by slot: its state is not numbers
+        # the window family's windows (shards/window/decoder.py), by slot: its state is not numbers
         self.windows: dict[int, Any] = {}
         self.marks = SlotMarks()
         # plain slots with continuous_usage: while none is, no message looks for them

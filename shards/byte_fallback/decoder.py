@@ -1,15 +1,14 @@
 """SentencePiece byte fallback (Llama-2, Mistral, Gemma): one interface, both paths.
 
-Over the same per-slot arrays as byte-level BPE: a slot's `pending` bytes are its open
-byte run (any length: the arrays widen), `skip` counts the characters of a prompt's run
-still to pass over, and `started` says whether the request's text has begun (the
-decoder's leading-space strip is then spent). One codec step advances them
-(`fallback_decode.step`). `FallbackLoop` is the reference: a message's rows one at a time
-(`decode_rows_loop`), and a per-row request's rows as they come, attributed by the run
-rule (shards/runs.py) when the request asks; `FallbackArrays` the vectorised
-implementation (`decode_rows_fallback`) for messages of `min_rows` rows or more. Both
-take a message that names a slot twice one row at a time, in order.
-"""
+Over the same per-slot arrays as byte-level BPE: a slot's `pending` bytes are its open byte
+run (any length: the arrays widen), `skip` counts the characters of a prompt's run still to
+pass over, and `started` says whether the request's text has begun (the decoder's
+leading-space strip is then spent). One codec step advances them (`rows.step`).
+`FallbackLoop` is the reference: a message's rows one at a time (`decode_rows_loop`), and a
+per-row request's rows as they come, attributed by the run rule
+(shards/byte_fallback/attribution.py) when the request asks; `FallbackArrays` the
+vectorised implementation (`decode_rows_fallback`) for messages of `min_rows` rows or more.
+Both take a message that names a slot twice one row at a time, in order."""
 
 from __future__ import annotations
 
@@ -19,20 +18,19 @@ import numpy.typing as npt
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
 
-from .attribution import Attributor
-from .fallback_decode import (
+from ..decoding.attribution import Attributor
+from ..decoding.interface import Decoded, PlainRows, SlotStart, row_in_vocab
+from ..decoding.slots import PEND, SEL, SKIP, STARTED, Slots
+from .attribution import FallbackRun, RunAttributor
+from .rows import (
     FallbackDecoded,
-    FallbackTable,
     decode_rows_fallback,
     decode_rows_loop,
     finish,
     prompt_state,
     step,
-    with_kept,
 )
-from .row_decoder import Decoded, PlainRows, SlotStart, row_in_vocab
-from .runs import FallbackRun, RunAttributor
-from .slots import PEND, SEL, SKIP, STARTED, Slots
+from .table import FallbackTable, with_kept
 
 I64 = npt.NDArray[np.int64]
 

@@ -4,11 +4,11 @@ Most rows of most text are ids whose bytes are whole UTF-8 characters, on a slot
 nothing pending: such a row's text is its ids' own texts, list lookups. So a message's
 texts are one `map` over its ids, and only the other rows (bytes pending from the row
 before, an id that is part of a character, characters to pass over after a prompt) go
-through the family's codec step (shards/byte_codec.py). The slots' numbers are read
+through the family's codec step (shards/byte_level/codec.py). The slots' numbers are read
 with one gather: a fixed cost of about twenty numpy calls per message, which is why
 `byte_level.ByteLookup` leaves small messages (and those naming a slot twice) to the loop.
 Rows that want attribution are looked up here too, and attributed by the family's rule
-(shards/attributed.py).
+(shards/byte_level/attribution.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from .byte_codec import push
-from .slots import PEND, SEL, SKIP, Slots
+from ..decoding.slots import PEND, SEL, SKIP, Slots
+from .codec import push
 
 I64 = npt.NDArray[np.int64]
 

@@ -1,4 +1,4 @@
-"""Which decoder a tokenizer gets, once (the interface: shards/row_decoder.py).
+"""Which decoder a tokenizer gets, once (the interface: shards/decoding/interface.py).
 
 `decoder_for` gives the array path its decoder: byte-level BPE and SentencePiece byte
 fallback have one (a reference and a vectorised implementation each); every other
@@ -15,13 +15,13 @@ import numpy.typing as npt
 from sglang_tok.protocol import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
+from ..byte_fallback.decoder import FallbackArrays, FallbackLoop
+from ..byte_fallback.table import fallback_table
+from ..byte_level.decoder import ByteLookup, ByteLoop
+from ..window.decoder import WindowDecoder
 from .attribution import Attributor
-from .byte_fallback import FallbackArrays, FallbackLoop
-from .byte_level import ByteLookup, ByteLoop
-from .fallback_decode import fallback_table
-from .row_decoder import Decoded, PlainRows, RowDecoder, SlotStart
+from .interface import Decoded, PlainRows, RowDecoder, SlotStart
 from .slots import Slots
-from .window import WindowDecoder
 
 I64 = npt.NDArray[np.int64]
 

@@ -2,12 +2,12 @@
 
 A byte-level id is a fixed run of bytes, so a slot's whole state is the bytes of an
 incomplete character it holds and, after a prompt that ended inside one, a character to
-pass over; one codec step advances it (shards/byte_codec.py). `ByteLoop` decodes a
-message's rows one by one (shards/byte_rows.py) and a per-row request's rows as they come;
-`ByteLookup` looks a message's rows up by their ids' texts (shards/mapped.py) when the
-message is large enough to pay for its fixed cost in numpy calls and names each slot
-once, and leaves every other message, and every per-row request, to the loop.
-"""
+pass over; one codec step advances it (shards/byte_level/codec.py). `ByteLoop` decodes a
+message's rows one by one (shards/byte_level/rows.py) and a per-row request's rows as they
+come; `ByteLookup` looks a message's rows up by their ids' texts
+(shards/byte_level/lookup.py) when the message is large enough to pay for its fixed cost in
+numpy calls and names each slot once, and leaves every other message, and every per-row
+request, to the loop."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ import numpy.typing as npt
 from sglang_tok.protocol import Open
 from sglang_tok.tokenizer import TokenizerInfo, keep_table
 
-from .attributed import decode_attributed, push_attributed
-from .attribution import Attributor
-from .byte_codec import flush_held, prompt_state, push
-from .byte_rows import decode_loop
-from .mapped import IdTexts, decode_mapped
-from .row_decoder import Decoded, PlainRows, SlotStart, row_in_vocab
-from .slots import ATTR, SEL, Slots
+from ..decoding.attribution import Attributor
+from ..decoding.interface import Decoded, PlainRows, SlotStart, row_in_vocab
+from ..decoding.slots import ATTR, SEL, Slots
+from .attribution import decode_attributed, push_attributed
+from .codec import flush_held, prompt_state, push
+from .lookup import IdTexts, decode_mapped
+from .rows import decode_loop
 
 I64 = npt.NDArray[np.int64]
 # from this many rows a message is looked up, below them looped: about where the two cost

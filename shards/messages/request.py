@@ -1,4 +1,4 @@
-"""The per-row path: one request's rules and the delta it emits per row (protocol section 5).
+"""The per-row path: a request's own rules and the delta it emits per row (section 5).
 
 A request whose options need per-request Python state (service stop strings, parsers,
 `stream: false`, attribution the array path does not track, a tokenizer without an array
@@ -33,11 +33,12 @@ from sglang_tok.protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
-from .attribution import Attributor
-from .decoders import family_for
-from .ending import SENT_TAIL, Between, LastRow, end_rows, trims_stop_token, usage
-from .row_decoder import Decoded, RowDecoder
-from .slots import Slots
+from ..decoding.attribution import Attributor
+from ..decoding.choice import family_for
+from ..decoding.interface import Decoded, RowDecoder
+from ..decoding.slots import Slots
+from ..ending.assembly import Between, LastRow, end_rows
+from ..ending.rules import SENT_TAIL, trims_stop_token, usage
 
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _EMPTY = repeat("")  # map(dict.get, ids, _EMPTY): "" for an id without text

@@ -5,8 +5,9 @@ incomplete character it holds and, after a prompt that ended inside one, a chara
 pass over. `push` takes a row's bytes after the slot's pending ones and leaves an
 incomplete character pending; `flush_held` ends slots by the codec's final rules. Every
 byte-level path runs these: a per-row request's rows (`byte_level.ByteLoop.push`), the
-reference loop of a message's rows (shards/byte_rows.py), the rows the id lookup cannot look
-up (shards/mapped.py), and attribution's id-by-id rule (shards/attributed.py).
+reference loop of a message's rows (shards/byte_level/rows.py), the rows the id lookup
+cannot look up (shards/byte_level/lookup.py), and attribution's id-by-id rule
+(shards/byte_level/attribution.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from codecs import utf_8_decode
 import numpy as np
 import numpy.typing as npt
 
-from .slots import PEND, SKIP, Slots
+from ..decoding.slots import PEND, SKIP, Slots
 
 I64 = npt.NDArray[np.int64]
 

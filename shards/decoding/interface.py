@@ -1,18 +1,18 @@
 """The one interface every decoder has, whatever its tokenizer family.
 
-A shard decodes every request against its slot's state (shards/slots.py), on both paths:
-a message's plain rows together (`decode`, the array path) and a per-row request's rows one
-at a time (`push`, for stop strings, parsers, attribution), so a request keeps one decoder
-and one state from its first row to its last. How depends only on the family: byte-level
-BPE (GPT-2, Llama-3, DeepSeek, Qwen: each id is a run of bytes, shards/byte_level.py),
-SentencePiece byte fallback (Llama-2, Mistral: runs of <0xNN> ids decide their text as a
-whole, shards/byte_fallback.py) and every other decoder chain (WordPiece: a bounded window
-of ids through `tokenizers`' own decode, shards/window.py). Each family has one reference
-implementation and at most one vectorised one of `decode`; the per-row methods are the
-reference's. shards/decoders.py picks one per tokenizer, once, as vLLM's detokenizer picks
-a backend; tests hand the table the one they check and run one suite over each, as uvicorn
-runs one suite over its two HTTP implementations.
-"""
+A shard decodes every request against its slot's state (shards/decoding/slots.py), on both
+paths: a message's plain rows together (`decode`, the array path) and a per-row request's
+rows one at a time (`push`, for stop strings, parsers, attribution), so a request keeps one
+decoder and one state from its first row to its last. How depends only on the family:
+byte-level BPE (GPT-2, Llama-3, DeepSeek, Qwen: each id is a run of bytes,
+shards/byte_level/decoder.py), SentencePiece byte fallback (Llama-2, Mistral: runs of
+<0xNN> ids decide their text as a whole, shards/byte_fallback/decoder.py) and every other
+decoder chain (WordPiece: a bounded window of ids through `tokenizers`' own decode,
+shards/window/decoder.py). Each family has one reference implementation and at most one
+vectorised one of `decode`; the per-row methods are the reference's.
+shards/decoding/choice.py picks one per tokenizer, once, as vLLM's detokenizer picks a
+backend; tests hand the table the one they check and run one suite over each, as uvicorn
+runs one suite over its two HTTP implementations."""
 
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
 """SentencePiece byte fallback's attribution: one rule, for runs that decode as a whole.
 
-`tokenizers`' ByteFallback decoder turns a run of <0xNN> ids into text only as a whole (valid
-UTF-8, or one U+FFFD per byte), so an id inside an open run cannot be placed when it is
-pushed. The rule: each byte id is anchored at the start of the character its byte belongs
-to (or of its own U+FFFD if the run is not valid UTF-8), the id that ends the run at the
-start of its own text, all released with the run; a skipped special inside an open run is
-zero-width where the run's text ends; an id outside the vocabulary is visible where text
-next comes (every pushed id gets one entry, in push order: `Attributor`). The byte-fallback
-family's decoder (shards/byte_fallback.py) attributes its per-row requests by it through
-`FallbackRun`, and the window family (shards/window.py) the byte runs of any chain that
-has them, through its own `RunOps`: the few facts the rule asks of a decoder's slot.
-"""
+`tokenizers`' ByteFallback decoder turns a run of <0xNN> ids into text only as a whole
+(valid UTF-8, or one U+FFFD per byte), so an id inside an open run cannot be placed when it
+is pushed. The rule: each byte id is anchored at the start of the character its byte
+belongs to (or of its own U+FFFD if the run is not valid UTF-8), the id that ends the run
+at the start of its own text, all released with the run; a skipped special inside an open
+run is zero-width where the run's text ends; an id outside the vocabulary is visible where
+text next comes (every pushed id gets one entry, in push order: `Attributor`). The
+byte-fallback family's decoder (shards/byte_fallback/decoder.py) attributes its per-row
+requests by it through `FallbackRun`, and the window family (shards/window/decoder.py) the
+byte runs of any chain that has them, through its own `RunOps`: the few facts the rule asks
+of a decoder's slot."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .attribution import VISIBLE, ZERO_WIDTH, Attributor
-from .fallback_decode import BYTE, TEXT, finish
-from .slots import Slots
+from ..decoding.attribution import VISIBLE, ZERO_WIDTH, Attributor
+from ..decoding.slots import Slots
+from .rows import finish
+from .table import BYTE, TEXT
 
 if TYPE_CHECKING:  # the decoder takes its rule from here
-    from .byte_fallback import FallbackLoop
+    from .decoder import FallbackLoop
 
 # what an id is to the rule (`RunOps.kind`)
 TEXT_ID, BYTE_ID, DROPPED, OUTSIDE = 0, 1, 2, 3
@@ -176,7 +177,8 @@ def run_offsets(full: str, done: list[int], run_text: str, marks: list[int]) -> 
 
 
 class FallbackRun:
-    """A slot of a byte-fallback tokenizer (shards/byte_fallback.py), as the rule sees it."""
+    """A slot of a byte-fallback tokenizer (shards/byte_fallback/decoder.py), as the rule
+    sees it."""
 
     __slots__ = ("dec", "state", "slot")
 

@@ -1,23 +1,22 @@
 """Byte-level BPE's attribution: one rule, on both paths.
 
 Every pushed id gets one [token_id, kind, byte_offset], in push order (`Attributor`,
-shards/attribution.py); an id whose bytes complete text is anchored at the start of the
-text its push released, ids pending before it (bytes of an incomplete character, or no
-bytes at all) there too; a skipped special is zero-width at the text so far; entries
+shards/decoding/attribution.py); an id whose bytes complete text is anchored at the start
+of the text its push released, ids pending before it (bytes of an incomplete character, or
+no bytes at all) there too; a skipped special is zero-width at the text so far; entries
 leave in order, so those after a pending id wait with it. On the array path that is
 arithmetic on byte positions: in a row's buffer (the slot's pending bytes, then each id's
 bytes), an id starting at byte p is anchored at the character boundary at or before p when
-the row's text reaches past p, and is pending otherwise. A pending id (and whatever
-follows it) is carried in `Slots.carry` and released at offset 0 of the next delta with
-text, which the pending bytes begin.
+the row's text reaches past p, and is pending otherwise. A pending id (and whatever follows
+it) is carried in `Slots.carry` and released at offset 0 of the next delta with text, which
+the pending bytes begin.
 
 The rule itself (`push_attributed`: the ids through the codec step one at a time, an
 `Attributor` fed as each text comes) is how a per-row request attributes its rows, how the
-reference loop (shards/byte_rows.py) attributes every row (`attributed_rows`), and how the
-id lookup's rows are attributed (`decode_attributed`) where they are not the simple case:
-broken UTF-8 (U+FFFD rows), a prompt's incomplete character, pending bytes. Every
-byte-level attribution is here; what a request's end adds is `ending.finish_row`.
-"""
+reference loop (shards/byte_level/rows.py) attributes every row (`attributed_rows`), and
+how the id lookup's rows are attributed (`decode_attributed`) where they are not the simple
+case: broken UTF-8 (U+FFFD rows), a prompt's incomplete character, pending bytes. Every
+byte-level attribution is here; what a request's end adds is `ending.finish_row`."""
 
 from __future__ import annotations
 
@@ -26,11 +25,11 @@ from collections.abc import Container
 import numpy as np
 import numpy.typing as npt
 
-from .attribution import PENDING, VISIBLE, Attributor
-from .byte_codec import push
-from .mapped import IdTexts, decode_mapped
-from .row_decoder import Attribution, Attrs, Carry, row_in_vocab
-from .slots import ATTR, PEND, SEL, SKIP, Slots
+from ..decoding.attribution import PENDING, VISIBLE, Attributor
+from ..decoding.interface import Attribution, Attrs, Carry, row_in_vocab
+from ..decoding.slots import ATTR, PEND, SEL, SKIP, Slots
+from .codec import push
+from .lookup import IdTexts, decode_mapped
 
 I64 = npt.NDArray[np.int64]
 Tables = list[list[bytes]]  # per id table (`Slots.table_sel`): each id's bytes
@@ -123,7 +122,7 @@ def queue_row(carry_in: Carry | None, own: list[Attribution], first: int | None,
 def attributed_rows(tables: Tables, vocab: int, state: Slots, slots: list[int],
                 heads: list[list[int]], row_ids: list[list[int]] | None,
                 singles: list[int] | None, drops: Drops) -> tuple[list[str], Attrs]:
-    """The reference loop (`byte_rows.decode_loop`) for a message with rows that want
+    """The reference loop (`rows.decode_loop`) for a message with rows that want
     attribution: those go id by id through the rule (`attributed_row`), which also decodes
     them; the others through the codec step."""
     texts: list[str] = []

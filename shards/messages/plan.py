@@ -1,10 +1,10 @@
 """A message's rows sorted once by what each needs, and the plain ones gathered.
 
-Every ARRAYS message takes one path through the table (shards/table.py): bind its new rids,
-then `Plan` its rows: plain rows (running rows of plain requests, and the last rows that
-end with them) for the tokenizer family's decoder, rows for the per-row path, late rows.
-The plain rows are gathered into `PlainRows` (shards/row_decoder.py), the decoder's input.
-"""
+Every ARRAYS message takes one path through the table (shards/messages/table.py): bind its
+new rids, then `Plan` its rows: plain rows (running rows of plain requests, and the last
+rows that end with them) for the tokenizer family's decoder, rows for the per-row path,
+late rows. The plain rows are gathered into `PlainRows` (shards/decoding/interface.py), the
+decoder's input."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import numpy.typing as npt
 
 from sglang_tok.ragged import ragged_index, starts_of
 
-from .ending import Ends
-from .row_decoder import PlainRows
-from .slots import PLAIN, ROW, Slots
+from ..decoding.interface import PlainRows
+from ..decoding.slots import PLAIN, ROW, Slots
+from ..ending.rules import Ends
 
 I64 = npt.NDArray[np.int64]
 
