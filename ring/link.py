@@ -7,7 +7,7 @@ egress -> shard (`parse` gives one of the structs below; byte 0 is the kind):
            `Sparse`: a BATCH frame's rows of this shard as numeric columns. The egress has
            read the header; each rid has a slot in its shard (given with the rid in
            `Sparse.new` on its first row, free again once it ends), so a shard's steady
-           state decodes no string and no map per row (shards/table.py)
+           state decodes no string and no map per row (shards/messages/table.py)
   DROP `D`:    msgpack `Drop`: rids of a dropped frame; end each with that error
   SYNC `S`:    u64 egress token: fail every live rid, say Hello with the token, wait for
            START. A shard speaks only when asked: its first Hello answers a SYNC, so an

@@ -3,7 +3,8 @@
 
 Compares, in the same run, on the same ids in the same step order:
   DecodeStream   tokenizers.decoders.DecodeStream stepped per id (vLLM v1's detokenizer)
-  ours/stream    our incremental decoder (make_stream) pushed per id, like DecodeStream
+  ours/stream    a shard's decoder (its per-row `push`, a slot per request) per id, like
+                 DecodeStream
   ours/plain     a shard's rid table on BATCH frames (frame decode, deltas), default options
   ours/full      the same with stop strings, logprob texts (top-5), attribution and
                  continuous usage on every request (per row: stops and attribution)
@@ -17,10 +18,10 @@ Compares, in the same run, on the same ids in the same step order:
 Prints tokens/s of each and the ratios to DecodeStream (ratios, not absolute times: the
 machine is shared and noisy). Every output of ours is checked against a full decode.
 
-`--tokenizer llama2-style` measures the window path instead (Metaspace + ByteFallback BPE
-trained as `bench_fallback.py --section runs` trains it); `--tokenizer PATH` takes any
-tokenizer.json. Where DecodeStream raises on a byte run cut mid-character, that request's
-stream restarts.
+`--tokenizer llama2-style` measures the byte-fallback decoders instead (Metaspace +
+ByteFallback BPE trained as `bench_fallback.py --section runs` trains it); `--tokenizer
+PATH` takes any tokenizer.json. Where DecodeStream raises on a byte run cut mid-character,
+that request's stream restarts.
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ from common import (
     ratio_table,
     route_arrays,
 )
-from sglang_tok.shards import table as table_mod
-from sglang_tok.shards.paths import row_reason
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.decoding.choice import family_for
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages import table as table_mod
+from sglang_tok.shards.messages.paths import row_reason
+from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok import protocol
 from sglang_tok.client import decode_frame
-from sglang_tok.decoder import make_stream
 from sglang_tok.load.workload import PlannedRequest, PlanSpec, make_requests, schedule
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
@@ -110,19 +112,22 @@ def run_decodestream(w: Workload) -> float:
 
 
 def run_stream(w: Workload) -> tuple[float, dict[str, list[str]]]:
-    streams: dict[str, Any] = {}
+    slots: dict[str, int] = {}
     got: dict[str, list[str]] = {}
-    info = w.info
+    dec = family_for(w.info)
+    state = Slots(len(w.reqs))
     t0 = time.perf_counter()
+    push = dec.push
     for rows in w.order:
         for rid, ids in rows:
-            st = streams.get(rid)
-            if st is None:
-                st = streams[rid] = make_stream(info, True)
+            slot = slots.get(rid)
+            if slot is None:
+                slot = slots[rid] = len(slots)
+                state.bind_plain(slot, rid, dec.start(protocol.Open(rid)), 0, 0, 0)
                 got[rid] = []
-            push, parts = st.push, got[rid]
+            parts = got[rid]
             for i in ids:
-                parts.append(push([i]))
+                parts.append(push(state, slot, [i]))
     return time.perf_counter() - t0, got
 
 
@@ -217,7 +222,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokenizer", default="deepseek-v4",
-                    help="deepseek-v4 (byte path), llama2-style (window path) or a path")
+                    help="deepseek-v4 (byte-level), llama2-style (byte fallback) or a path")
     ap.add_argument("--only", default="",
                     help="comma-separated modes to run (DecodeStream always runs), e.g. "
                          "ours/plain,ours/attr,ours/attr per-row")

@@ -3,7 +3,8 @@
 holds back on them, in two sections.
 
 --section rows (the default): cost per row of the array decoder
-(`shards/fallback_decode.py`), its plain-Python loop, `WindowStream.push` and one
+(`shards/byte_fallback/rows.py`), its plain-Python loop, the window family's decoder
+(`shards/window/decoder.py`, which decodes any chain through `tokenizers` itself) and one
 `tokenizers` DecodeStream.step, side by side in one run. A message holds R rows of distinct
 slots (R = 16, 256, 1024 by default), each row --ids-per-row ids of its own request, the
 requests being multilingual text with emoji and rare characters (so byte runs open and
@@ -11,7 +12,7 @@ close, some across rows). Each decoder walks the same messages; the array decode
 loop carry their per-slot state in arrays (the gather before and the write-back after each
 message are timed with them, as a shard pays them). CPU time of this thread, best of
 --repeat interleaved runs (the machine is shared). Every row's text is checked against
-WindowStream's before timing.
+the window decoder's before timing.
 
 --section runs: a Llama-2-style tokenizer trained on multilingual faker text decodes
 held-out multilingual requests with emoji (U+FE0F, ZWJ and skin tone sequences), rare CJK
@@ -23,8 +24,8 @@ for a git revision side by side (`--baseline REV`):
               shorter than DecodeStream's, split by whether the row ends inside a byte run
   stop hold   requests with stop strings (1-4 ids per row) whose sent text was ever behind
               the decoder's final text by more than max(len(stop)) - 1 characters (rule 3)
-  cost        microseconds per id: DecodeStream.step, the window stream (1 and 1-4 ids per
-              row) and attributed rows (Request.row with attribution)
+  cost        microseconds per id: DecodeStream.step, a per-row request's decoding (1 and
+              1-4 ids per row) and attributed rows (Request.row with attribution)
 
     python scripts/bench_fallback.py --repeat 3
     python scripts/bench_fallback.py --tokenizer path/to/llama2/tokenizer.json
@@ -59,16 +60,14 @@ from common import (
     timed,
     workdir,
 )
-from sglang_tok.shards.fallback_decode import (
-    FallbackTable,
-    decode_rows_fallback,
-    decode_rows_loop,
-    fallback_table,
-)
+from sglang_tok.shards.byte_fallback.rows import decode_rows_fallback, decode_rows_loop
+from sglang_tok.shards.byte_fallback.table import FallbackTable, fallback_table
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.window.decoder import WindowDecoder
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from tokenizers.decoders import DecodeStream
 
-from sglang_tok.decoder import WindowStream
+from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
 from sglang_tok.testing import zoo
 from sglang_tok.testing.oracles import byte_values, oracle_anchors, to_bytes
@@ -160,13 +159,22 @@ def messages(reqs: list[list[int]], rows: int, per_row: int) -> list[Message]:
     return out
 
 
+def windows(info: TokenizerInfo, rows: int, skip: bool) -> tuple[WindowDecoder, Slots]:
+    """The window family's decoder and `rows` slots of fresh requests."""
+    dec, state = WindowDecoder(info), Slots(rows)
+    start = Open("r", skip_special_tokens=skip)
+    for slot in range(rows):
+        state.bind_plain(slot, "r", dec.start(start), 0, 0, 0)
+    return dec, state
+
+
 def check_rows(info: TokenizerInfo, tab: FallbackTable, msgs: list[Message], rows: int,
                sel: np.ndarray, skip: bool) -> None:
-    """Every row of both array-state decoders against WindowStream's text."""
-    ws = [WindowStream(info, skip) for _ in range(rows)]
+    """Every row of both array-state decoders against the window decoder's text."""
+    window, ws = windows(info, rows, skip)
     state_a, state_l = ArrayState(rows), ArrayState(rows)
     for slots, flat, starts, row_ids in msgs:
-        want = [w.push(r) for w, r in zip(ws, row_ids)]
+        want = [window.push(ws, slot, r) for slot, r in enumerate(row_ids)]
         got = state_l.step(decode_rows_loop, tab, slots, flat, starts, sel)
         assert got == want
         d = decode_rows_fallback(tab, flat, starts, sel, state_a.runs[slots],
@@ -185,10 +193,11 @@ def row_cases(info: TokenizerInfo, tab: FallbackTable, msgs: list[Message], rows
             state.step(fn, tab, slots, flat, starts, sel)
 
     def run_window() -> None:
-        streams = [WindowStream(info, skip) for _ in range(rows)]
+        window, state = windows(info, rows, skip)
+        push = window.push
         for *_, row_ids in msgs:
-            for w, r in zip(streams, row_ids):
-                w.push(r)
+            for slot, r in enumerate(row_ids):
+                push(state, slot, r)
 
     def run_decode_stream() -> None:
         tok = info.tokenizer
@@ -230,7 +239,7 @@ def section_rows(args: argparse.Namespace) -> None:
     print(f"tokenizer {info.name}: vocab {info.vocab_size}, {args.ids_per_row} id(s) per row, "
           f"best of {args.repeat} interleaved (thread CPU)")
     head = ["workload", "rows/msg", "byte ids", "array us/row", "loop us/row",
-            "WindowStream us/row", "DecodeStream.step us/id", "array / Window", "loop / Window",
+            "window us/row", "DecodeStream.step us/id", "array / Window", "loop / Window",
             "array / DecodeStream"]
     print(markdown(head, []))
     for wl, rows in [(w, r) for w in args.workload for r in args.rows]:
@@ -292,16 +301,27 @@ class Impl:
     def __init__(self, name: str, pkg: str, tok: Tokenizer) -> None:
         self.name = name
         self.tokenizer = importlib.import_module(f"{pkg}.tokenizer")
-        # the per-row path: shards/ now, sglang_tok/ in a baseline from before the move
+        # the per-row path: shards/messages/ now, sglang_tok/ in a baseline from before
+        # shards/ (a baseline is its sglang_tok/ alone: `baseline_package`)
         self.request = importlib.import_module(
-            f"{pkg}.shards.request" if importlib.util.find_spec(f"{pkg}.shards") else
+            f"{pkg}.shards.messages.request" if importlib.util.find_spec(f"{pkg}.shards") else
             f"{pkg}.request")
-        self.decoder = importlib.import_module(f"{pkg}.decoder")
+        # a baseline from before the one decoder interface has the per-row streams
+        self.decoder = importlib.import_module(f"{pkg}.decoder") \
+            if importlib.util.find_spec(f"{pkg}.decoder") else None
         self.protocol = importlib.import_module(f"{pkg}.protocol")
         self.info = self.tokenizer.describe(tok, "llama2-style")
 
     def req(self, **opts: Any) -> Any:
         return self.request.Request("r", self.info, self.protocol.Open("r", **opts))
+
+    def pusher(self) -> Callable[[list[int]], str]:
+        """A fresh request's rows, decoded alone (no per-row rules), skipping specials."""
+        if self.decoder is not None:
+            return self.decoder.make_stream(self.info, True).push  # type: ignore[no-any-return]
+        req = self.req()  # its decoder, on its slot
+        dec, state, slot = req.decoder, req.state, req.slot
+        return lambda ids: dec.push(state, slot, ids)  # type: ignore[no-any-return]
 
 
 def rows_of(ids: list[int], rng: random.Random, hi: int) -> list[list[int]]:
@@ -413,10 +433,9 @@ def measure_stop_hold(impl: Impl, tok: Tokenizer, reqs: list[list[int]], hi: int
 
 
 def cost_runs(impl: Impl, tok: Tokenizer, reqs: list[list[int]]) -> dict[str, Callable[[], None]]:
-    """The timed loops, per id: DecodeStream, the window stream, attributed rows."""
+    """The timed loops, per id: DecodeStream, a request's decoding, attributed rows."""
     rng = random.Random(3)
     multi = [rows_of(ids, rng, 4) for ids in reqs]
-    info, make = impl.info, impl.decoder.make_stream
 
     def ds() -> None:
         for ids in reqs:
@@ -426,13 +445,13 @@ def cost_runs(impl: Impl, tok: Tokenizer, reqs: list[list[int]]) -> dict[str, Ca
 
     def one() -> None:
         for ids in reqs:
-            push = make(info, True).push
+            push = impl.pusher()
             for i in ids:
                 push([i])
 
     def several() -> None:
         for rows in multi:
-            push = make(info, True).push
+            push = impl.pusher()
             for row in rows:
                 push(row)
 
@@ -442,7 +461,7 @@ def cost_runs(impl: Impl, tok: Tokenizer, reqs: list[list[int]]) -> dict[str, Ca
             for i in ids:
                 row([i], None, 1, 0, 0)
 
-    return {"DecodeStream": ds, "window 1/row": one, "window 1-4/row": several,
+    return {"DecodeStream": ds, "decode 1/row": one, "decode 1-4/row": several,
             "attributed 1/row": attributed}
 
 

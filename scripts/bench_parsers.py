@@ -36,16 +36,20 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from common import LOCALES, faker_texts, has_faker, route_arrays
 from sglang_tok.ring import link
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.decoding.choice import family_for
+from sglang_tok.shards.decoding.interface import RowDecoder
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok.config import Config
-from sglang_tok.decoder import ByteStream
 from sglang_tok.load.workload import BUILTIN_TEXTS
 from sglang_tok.parsers import (
     FORMATS,
@@ -53,7 +57,6 @@ from sglang_tok.parsers import (
     make_parsed_stream,
     marker_token_ids,
     merge,
-    skip_table,
 )
 from sglang_tok.process import freeze_heap
 from sglang_tok.protocol import (
@@ -356,39 +359,50 @@ def run(tr: Trace, config: dict[str, Any] | None,
     """
     info, reqs, order = tr.info, tr.reqs, tr.order
     n = len(reqs)
-    table = info.byte_table_skip
+    keep: frozenset[int] = frozenset()
     parsers: list[Any] = [None] * n
     if config is not None:
-        probe = make_parsed_stream(**config)
-        table = skip_table(info, marker_token_ids(info, probe.markers))
-    assert table is not None
+        keep = marker_token_ids(info, make_parsed_stream(**config).markers)
     left = [len(ids) for ids in reqs]
     t0 = time.process_time()
-    streams = [ByteStream(table, []) for _ in range(n)]
+    dec, state = family_for(info), Slots(n)  # the shard's decoder, a slot per request
+    start = dec.start(Open("r"), keep)
+    for r in range(n):
+        state.bind_plain(r, "r", start, 0, 0, 0)
+    push = dec.push
+
+    def flush(r: int) -> str:
+        return held(dec, state, r)
+
     outs: list[Any] = [[] for _ in range(n)]
     if config is None and stop:
         matchers = [StopMatcher(stop) for _ in range(n)]
         for r, ids in order:
-            outs[r].append(matchers[r].feed(streams[r].push(ids))[0])
+            outs[r].append(matchers[r].feed(push(state, r, ids))[0])
             left[r] -= len(ids)
             if not left[r]:
-                outs[r].append(matchers[r].feed(streams[r].flush(), True)[0])
+                outs[r].append(matchers[r].feed(flush(r), True)[0])
     elif config is None:
         for r, ids in order:
-            outs[r].append(streams[r].push(ids))
+            outs[r].append(push(state, r, ids))
             left[r] -= len(ids)
             if not left[r]:
-                outs[r].append(streams[r].flush())
+                outs[r].append(flush(r))
     else:
         parsers = [make_parsed_stream(**config) for _ in range(n)]
         for r, ids in order:
             p = parsers[r]
-            outs[r].append(p.feed(streams[r].push(ids)))
+            outs[r].append(p.feed(push(state, r, ids)))
             left[r] -= len(ids)
             if not left[r]:
-                outs[r].append(p.feed(streams[r].flush()))
+                outs[r].append(p.feed(flush(r)))
                 outs[r].append(p.finish())
     return time.process_time() - t0, outs
+
+
+def held(dec: RowDecoder, state: Slots, slot: int) -> str:
+    """What a slot still holds at its request's end."""
+    return "".join(dec.flush(state, [0], np.array([slot], np.int64))[1])
 
 
 def direct_check(tr: Trace, b: Bench, outs: list[Any]) -> int:
@@ -640,10 +654,12 @@ def latency_mode(info: TokenizerInfo) -> int:
         name_end = text.index("write") + len("write")
         for mode in ("incremental", "whole"):
             p = make_parsed_stream(**config, tool_stream=mode, tools=WRITE_TOOL)
-            dec = ByteStream(skip_table(info, marker_token_ids(info, p.markers)), [])  # type: ignore[arg-type]
+            dec, state = family_for(info), Slots(1)  # a request's decoding, markers kept
+            state.bind_plain(0, "r", dec.start(Open("r"), marker_token_ids(info, p.markers)),
+                             0, 0, 0)
             seen, args, at = "", "", {}
             for n, i in enumerate(ids):
-                seen += (piece := dec.push([i]))
+                seen += (piece := dec.push(state, 0, [i]))
                 if "text" not in at and len(seen) >= name_end:
                     at["text"] = n
                 for c in p.feed(piece).tool_calls or ():

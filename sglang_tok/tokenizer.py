@@ -110,12 +110,13 @@ class TokenizerInfo:
     byte_table: list[bytes] | None = None
     byte_table_skip: list[bytes] | None = None
     # generic path: ids of <0xNN> byte-fallback tokens, whose text is only final once the
-    # run of byte tokens they belong to has ended
+    # run of byte tokens they belong to has ended, and the byte each stands for
     byte_fallback_ids: frozenset[int] = frozenset()
+    byte_values: dict[int, int] = field(default_factory=dict)
     # id -> decode([id], skip_special_tokens=False) for every id, for logprob texts;
     # `.get(tid, "")` answers out-of-vocabulary ids as `tokenizers` would: with nothing
     token_texts: dict[int, str] = field(default_factory=dict)
-    # False for `--tokenizer none`: every id is kept, none is decoded (decoder.NullStream)
+    # False for `--tokenizer none`: every id is kept, none is decoded
     has_text: bool = True
 
     def token_text(self, tid: int) -> str:
@@ -150,13 +151,47 @@ def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> Token
                     skip[tid] = b""
             info.byte_table_skip = skip
     if info.byte_table is None:
-        fallback = set()
+        values = {}
         for tid in range(vocab):
             tok = tokenizer.id_to_token(tid)
-            if tok is not None and len(tok) == 6 and tok.startswith("<0x") and tok.endswith(">"):
-                fallback.add(tid)
-        info.byte_fallback_ids = frozenset(fallback)
+            value = None if tok is None else byte_value(tok)
+            if value is not None:
+                values[tid] = value
+        info.byte_values = values
+        info.byte_fallback_ids = frozenset(values)
     return info
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def byte_value(token: str) -> int | None:
+    """The byte a `<0xNN>` token stands for, by ByteFallback's own test (six characters,
+    NN parsed by Rust's u8::from_str_radix), or None for any other token."""
+    if len(token) != 6 or not token.startswith("<0x") or not token.endswith(">"):
+        return None
+    hx = token[3:5]
+    if all(c in _HEX for c in hx) or (hx[0] == "+" and hx[1] in _HEX):
+        return int(hx, 16)
+    return None
+
+
+_KEEP_TABLES: dict[tuple[int, frozenset[int]], list[bytes]] = {}
+
+
+def keep_table(info: TokenizerInfo, keep: frozenset[int]) -> list[bytes]:
+    """The `skip_special_tokens` byte table with `keep` visible (a parser's markers), once
+    per tokenizer and set (byte-level tokenizers only)."""
+    key = (id(info), keep)
+    table = _KEEP_TABLES.get(key)
+    if table is None:
+        assert info.byte_table is not None and info.byte_table_skip is not None
+        table = info.byte_table_skip[:]
+        for tid in keep:
+            if 0 <= tid < info.vocab_size:
+                table[tid] = info.byte_table[tid]
+        _KEEP_TABLES[key] = table
+    return table
 
 
 def load(name_or_path: str) -> TokenizerInfo:

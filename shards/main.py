@@ -22,7 +22,7 @@ from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
 from sglang_tok.tokenizer import TokenizerInfo, load
 from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
-from .table import RidTable
+from .messages.table import RidTable
 
 log = logging.getLogger("sglang_tok.shard")
 POLL_MS = 100

@@ -1,20 +1,25 @@
 """The array path's decoder implementations, for tests that run one suite over each.
 
 Each tokenizer family has a reference loop and a vectorised implementation
-(shards/decoders.py); a test injects the one it checks into its `RidTable`. The
+(shards/decoding/choice.py); a test injects the one it checks into its `RidTable`. The
 vectorised one is forced onto every message it can take (`min_rows` 1); "mixed" loops
 below 3 rows and is vectorised from 3, so that one request's rows meet both.
 """
 
 from __future__ import annotations
 
+import codecs
 import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from sglang_tok.shards.decoders import decoder_for
-from sglang_tok.shards.row_decoder import RowDecoder
-from sglang_tok.shards.table import RidTable
+import numpy as np
+from sglang_tok.shards.decoding.choice import decoder_for, family_for
+from sglang_tok.shards.decoding.interface import RowDecoder
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages.table import RidTable
 
+from sglang_tok.protocol import Open
 from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
@@ -55,3 +60,46 @@ def table_on(info: TokenizerInfo, implementation: str, shard: int = 0, **kw: Any
     vectorised, min_rows = MIXED[implementation]
     return RidTable(info, shard, decoder=cached_decoder(info, vectorised, min_rows) or False,
                     **kw)
+
+
+Push = Callable[[list[int]], str]
+
+
+def decoding(info: TokenizerInfo, skip: bool = True, prompt: Iterable[int] = (),
+             keep: frozenset[int] = frozenset(), decoder: RowDecoder | None = None
+             ) -> tuple[Push, Callable[[], str]]:
+    """One request's rows through a shard's decoder (the tokenizer family's unless given),
+    on a one-slot state: (push a row's ids -> its text, flush -> what the slot still holds)."""
+    dec = decoder or family_for(info)
+    state = one_slot(dec, skip, prompt, keep)
+
+    def push(ids: list[int]) -> str:
+        return dec.push(state, 0, list(ids))
+
+    def flush() -> str:
+        return "".join(dec.flush(state, [0], np.zeros(1, np.int64))[1])
+
+    return push, flush
+
+
+def one_slot(dec: RowDecoder, skip: bool = True, prompt: Iterable[int] = (),
+             keep: frozenset[int] = frozenset()) -> Slots:
+    """A one-slot state whose slot 0 holds a request's decoder state after its prompt."""
+    state = Slots(1)
+    opts = Open("r", skip_special_tokens=skip, prompt_ids=list(prompt))
+    state.bind_plain(0, "r", dec.start(opts, keep), 0, 0, 0)
+    return state
+
+
+def byte_decoding(table: list[bytes]) -> tuple[Push, Callable[[], str]]:
+    """Byte-level decoding over a byte table (ids in range, no prompt), for the parser
+    tests: the incremental UTF-8 codec, as the shard's codec step runs it."""
+    codec = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def push(ids: list[int]) -> str:
+        return codec.decode(b"".join([table[i] for i in ids]))
+
+    def flush() -> str:
+        return codec.decode(b"", True)
+
+    return push, flush

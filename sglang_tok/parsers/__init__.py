@@ -32,7 +32,7 @@ far: a partial marker is held (only a suffix that could still grow into one), a 
 arguments leave only as far as they are certain (whole mode: once complete and valid),
 and `finish` releases whatever is held.
 
-Wiring into the shard (shards/request.py), so that none of the usual bugs can happen:
+Wiring into the shard (shards/messages/request.py), so that none of the usual bugs can happen:
 1. OPEN gains `reasoning_parser` [""], `reasoning_started` [absent: the parser's default,
    `REASONING_STARTED`], `tool_parser` [""],
    `min_tokens` [0]. A request with a parser, or with `min_tokens` > 0, builds its

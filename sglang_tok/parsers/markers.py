@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..decoder import keep_table
-from ..tokenizer import TokenizerInfo
+from ..tokenizer import TokenizerInfo, keep_table
 
 
 class MarkerSet:

@@ -130,8 +130,8 @@ def ctx() -> Iterator[zmq.Context]:
 
 # --------------------------------------------------------------------------- shard
 def _shard_with_bug(cfg: Config, status: Any, method: str, parent: int) -> None:
-    from sglang_tok.shards import table
     from sglang_tok.shards.main import main
+    from sglang_tok.shards.messages import table
 
     def bug(*_: Any) -> None:
         raise RuntimeError("injected bug")

@@ -279,8 +279,8 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     """The client queues a PACKED message's running rows as (message, row) and makes each
     Delta when it is read: what a consumer reads equals the message's Deltas, logprobs,
     finishes and usage included, row for row."""
-    from sglang_tok.shards.decoders import decoder_for
-    from sglang_tok.shards.table import RidTable
+    from sglang_tok.shards.decoding.choice import decoder_for
+    from sglang_tok.shards.messages.table import RidTable
 
     from sglang_tok.load.workload import PlanSpec, make_requests, schedule
     from sglang_tok.testing.local_route import LocalRoute

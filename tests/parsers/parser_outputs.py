@@ -12,10 +12,10 @@ import json
 import re
 from typing import Any
 
+from decoding import byte_decoding
 from hypothesis import strategies as st
 from strategies import PIECES
 
-from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import ParsedDelta, ParsedStream
 from sglang_tok.testing import zoo
 from sglang_tok.testing.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
@@ -189,18 +189,18 @@ def outputs(draw: st.DrawFn, fmt: str, started: bool,
 def decode_rows(info: TokenizerInfo, ids: list[int], rows: list[list[int]],
                 table: list[bytes], p: ParsedStream, min_tokens: int) -> list[ParsedDelta]:
     """What the shard will do: push each row, feed its text; split the min_tokens row."""
-    dec = ByteStream(table, [])
+    push, flush = byte_decoding(table)
     out, seen = [], 0
     for row in rows:
         if seen < min_tokens <= seen + len(row):
             k = min_tokens - seen
-            out.append(p.feed(dec.push(row[:k])))
+            out.append(p.feed(push(row[:k])))
             p.exempt_end()
-            out.append(p.feed(dec.push(row[k:])))
+            out.append(p.feed(push(row[k:])))
         else:
-            out.append(p.feed(dec.push(row)))
+            out.append(p.feed(push(row)))
         seen += len(row)
-    out.append(p.feed(dec.flush()))
+    out.append(p.feed(flush()))
     out.append(p.finish())
     return out
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_tok.decoder import make_stream
+from decoding import decoding
+
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.testing import zoo
@@ -40,9 +41,9 @@ def reference(info: TokenizerInfo, opts: Open, ids: list[int]) -> ParsedDelta:
     ps = make_parsed_stream(opts.reasoning_parser, opts.reasoning_started, opts.tool_parser,
                             opts.stop, opts.include_stop_str_in_output, opts.min_tokens)
     keep = marker_token_ids(info, ps.markers) if opts.skip_special_tokens else frozenset()
-    s = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
-    head = s.push(ids[:opts.min_tokens]) if opts.min_tokens else ""
-    full = head + s.push(ids[opts.min_tokens:]) + s.flush()
+    push, flush = decoding(info, opts.skip_special_tokens, opts.prompt_ids, keep)
+    head = push(ids[:opts.min_tokens]) if opts.min_tokens else ""
+    full = head + push(ids[opts.min_tokens:]) + flush()
     if opts.min_tokens > len(ids):  # never reached: all exempt, finish's release included
         return ps.parse_full(full, len(full), min_tokens_reached=False)
     return ps.parse_full(full, len(head) if opts.min_tokens else 0)

@@ -15,12 +15,12 @@ from typing import Any
 import marker_outputs as mo
 import parser_outputs as po
 import pytest
+from decoding import byte_decoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.request import ParsedRequest, make_request
+from sglang_tok.shards.messages.request import ParsedRequest, make_request
 from strategies import chunk, chunk_sizes
 
-from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.tokenizer import TokenizerInfo
@@ -65,16 +65,16 @@ def rows_against_feed(info: TokenizerInfo, fmt: str, reasoning: str, started: bo
     keep = marker_token_ids(info, ref.markers)
     table = skip_table(info, keep) if skip else info.byte_table
     assert table is not None
-    dec = ByteStream(table, [])
+    push, flush = byte_decoding(table)
     rows = chunk(ids, sizes)
     for k, row in enumerate(rows):
         last = k == len(rows) - 1
         got = req.row(row, {"type": "length"} if last else None, 1, 0, 0)
         assert got is not None
         if not last:
-            assert view(got) == view(ref.feed(dec.push(row))), (k, rows)
+            assert view(got) == view(ref.feed(push(row))), (k, rows)
         else:
-            want = merge([ref.feed(dec.push(row)), ref.feed(dec.flush()), ref.finish()])
+            want = merge([ref.feed(push(row)), ref.feed(flush()), ref.finish()])
             assert view(merge([ParsedDelta(got.text, got.reasoning, got.tool_calls)])) \
                 == view(want)
 

@@ -16,10 +16,10 @@ import random
 from typing import Any
 
 import pytest
+from decoding import byte_decoding
 from parser_cases_load import load_cases
 from parser_outputs import glm_style, stream_of
 
-from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge
 
 FILES = ["glm45", "glm47", "reasoning-glm45"]
@@ -85,13 +85,13 @@ def rows_result(case: dict[str, Any], mode: str, seed: int) -> tuple[ParsedDelta
     keep = marker_token_ids(info, p.markers)
     assert keep  # the markers are special tokens here
     assert info.byte_table is not None
-    dec = ByteStream(info.byte_table, [])
+    push, flush = byte_decoding(info.byte_table)
     rng, out, i = random.Random(seed), [], 0
     while i < len(ids):
         n = rng.randint(1, 4)
-        out.append(p.feed(dec.push(ids[i:i + n])))
+        out.append(p.feed(push(ids[i:i + n])))
         i += n
-    out += [p.feed(dec.flush()), p.finish()]
+    out += [p.feed(flush()), p.finish()]
     whole = info.tokenizer.decode(ids, skip_special_tokens=False)
     assert whole == case["text"]
     return merge(out), p.parse_full(whole)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from parser_cases_load import load_cases
-from sglang_tok.shards.request import make_request, refusal
+from sglang_tok.shards.messages.request import make_request, refusal
 
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream
 from sglang_tok.protocol import Delta, Open

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import pytest
+from decoding import byte_decoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from parser_outputs import (
@@ -33,7 +34,6 @@ from parser_outputs import (
 )
 from strategies import chunk, chunk_sizes
 
-from sglang_tok.decoder import ByteStream
 from sglang_tok.parsers import (
     MarkerSet,
     ParsedDelta,
@@ -263,14 +263,14 @@ def test_skip_special_keeps_marker_tokens_and_drops_other_specials_by_id() -> No
     text = '<think>r</think>c<|im_end|><tool_call>{"name": "f"}</tool_call><|im_end|>'
     ids = info.tokenizer.encode(text, add_special_tokens=False).ids
     assert ids_of("<|im_end|>") in ids
-    dec = ByteStream(table, [])  # type: ignore[arg-type]
-    d = merge([stream.feed(dec.push(ids) + dec.flush()), stream.finish()])
+    push, flush = byte_decoding(table)  # type: ignore[arg-type]
+    d = merge([stream.feed(push(ids) + flush()), stream.finish()])
     assert (d.reasoning, d.text, [c.name for c in d.tool_calls or ()]) == ("r", "c", ["f"])
     # the same text written with ordinary tokens is not a special token and is kept
     plain = [i for s in ["<", "|", "im", "_", "end", "|", ">"]
              for i in info.tokenizer.encode(s, add_special_tokens=False).ids]
-    dec = ByteStream(table, [])  # type: ignore[arg-type]
-    assert dec.push(plain) + dec.flush() == "<|im_end|>"
+    push, flush = byte_decoding(table)  # type: ignore[arg-type]
+    assert push(plain) + flush() == "<|im_end|>"
 
 
 # ------------------------------------------------------------------ stream == batch on text
@@ -379,7 +379,7 @@ def batch_reference(info: TokenizerInfo, ids: list[int], table: list[bytes], p: 
     whole = info.tokenizer.decode(kept, skip_special_tokens=False)
     if min_tokens > len(ids):  # never reached: the whole output, finish included, is exempt
         return whole, p.parse_full(whole, len(whole), min_tokens_reached=False)
-    exempt = len(ByteStream(table, []).push(ids[:min_tokens])) if min_tokens else 0
+    exempt = len(byte_decoding(table)[0](ids[:min_tokens])) if min_tokens else 0
     return whole, p.parse_full(whole, exempt)
 
 

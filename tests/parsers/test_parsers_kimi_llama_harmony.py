@@ -32,7 +32,7 @@ from sglang_tok.parsers import (
     skip_table,
 )
 from sglang_tok.protocol import Open
-from shards.table import RidTable
+from shards.messages.table import RidTable
 
 MODES = ["incremental", "whole"]
 

@@ -23,7 +23,7 @@ from parsing_cases import (
     ref_channels,
     reference,
 )
-from sglang_tok.shards.request import ParsedRequest, Request, make_request, refusal
+from sglang_tok.shards.messages.request import ParsedRequest, Request, make_request, refusal
 from strategies import chunk, chunk_sizes
 
 from sglang_tok import protocol

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.request import make_request
+from sglang_tok.shards.messages.request import make_request
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
 from sglang_tok.protocol import Open

@@ -195,7 +195,7 @@ def test_bench_stages_small_frames_measures_both_stages_per_frame() -> None:
 
 
 def test_bench_fallback_runs_its_sections_exactly() -> None:
-    """Each decoder's rows are checked against WindowStream before timing (an assertion);
+    """Each decoder's rows are checked against the window decoder's before timing (an assertion);
     the runs section (its tokenizer trains on faker text, the `scripts` extra) prints its
     figures for a short run where faker is installed."""
     runs = importlib.util.find_spec("faker") is not None

@@ -1,7 +1,7 @@
 """Attribution on the array path against the per-row path (issue 17, item 4).
 
 A byte-level request whose only extra option is `attribution` stays on the array path
-(shards/attributed.py); its deltas must carry exactly what the per-row path's `Attributor`
+(shards/byte_level/attribution.py); its deltas must carry exactly what the per-row path's `Attributor`
 gives: the same texts, the same [token_id, kind, byte_offset] entries in the same deltas.
 The reference here is the same shard table with the old rule (attribution per row), fed
 the same frames; both must also decode to the full text (section 5, rule 2). The frames
@@ -20,8 +20,8 @@ import pytest
 from decoding import MIXED, TEXTS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards import table as table_mod
-from sglang_tok.shards.paths import row_reason
+from sglang_tok.shards.messages import table as table_mod
+from sglang_tok.shards.messages.paths import row_reason
 
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput

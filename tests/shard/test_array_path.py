@@ -1,8 +1,8 @@
 """The array path against the per-row reference and the full decode.
 
-Every way a shard decodes the same rows must agree with `decoder.ByteStream` (the
+Every way a shard decodes the same rows must agree with a per-row request's decoding (the
 reference, one row at a time): each tokenizer family's reference loop and its vectorised
-implementation (shards/decoders.py; the id lookup for byte-level BPE, whole arrays for
+implementation (shards/decoding/choice.py; the id lookup for byte-level BPE, whole arrays for
 byte fallback); and every request's text must equal the full `tokenizer.decode` (section
 5, rule 2).
 The service-level property drives the shard's table through the egress's own routing
@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from decoding import IMPLEMENTATIONS, table_on, tokenizer
+from decoding import IMPLEMENTATIONS, decoding, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.decoders import decoder_for
-from sglang_tok.shards.paths import row_reason
-from sglang_tok.shards.slots import Slots
+from sglang_tok.shards.decoding.choice import decoder_for
+from sglang_tok.shards.decoding.slots import Slots
+from sglang_tok.shards.messages.paths import row_reason
 
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
-from sglang_tok.decoder import ByteStream
 from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.testing import zoo
@@ -129,7 +128,7 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
     holds it (CPython holds a surrogate's first two bytes, ED A0..BF, for instance)."""
     from codecs import utf_8_decode
 
-    from sglang_tok.shards.held_bytes import held_tail
+    from sglang_tok.shards.byte_fallback.held_bytes import held_tail
 
     tails = [bytes([a]) for a in range(256)]
     tails += [bytes([a, b]) for a in range(0xC0, 0x100) for b in range(0x70, 0xC8)]
@@ -150,11 +149,11 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
        cut=st.integers(1, 30), prompt=st.booleans(), path=st.sampled_from(sorted(PATHS)))
 def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
         name: str, words: list[str], cut: int, prompt: bool, path: str) -> None:
-    """Rule 3 needs the text a request already sent: a plain slot keeps its last ids and
-    decodes them again at its end. Long outputs (more ids than the ring holds), prompts
-    that end mid-character, and stop strings that begin in earlier rows: the deltas equal
-    those of a per-row `Request` fed the same rows."""
-    from sglang_tok.shards.request import Request
+    """Rule 3 needs the text a request already sent: a plain request's last row looks back
+    on what its shard sent (`ending.SentLog`). Long outputs, prompts that end
+    mid-character, and stop strings that begin in earlier rows: the deltas equal those of
+    a per-row `Request` fed the same rows."""
+    from sglang_tok.shards.messages.request import Request
 
     info = tokenizer(name)
     tok = info.tokenizer
@@ -195,6 +194,6 @@ def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row(pa
     got: list[Delta] = []
     LocalRoute(1).feed(protocol.encode_batch([{"rid": "a", "ids": [e5a7, c2]},
                                               {"rid": "b", "ids": [a1]}]), [table], [got])
-    refs = [ByteStream(t), ByteStream(t)]
-    assert [d.text for d in got] == [refs[0].push([e5a7, c2]), refs[1].push([a1])] \
+    refs = [decoding(info)[0], decoding(info)[0]]
+    assert [d.text for d in got] == [refs[0]([e5a7, c2]), refs[1]([a1])] \
         == ["\ufffd", "\ufffd"]

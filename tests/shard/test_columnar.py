@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from service import Service
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok import protocol
 from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify

@@ -1,16 +1,27 @@
-"""Exactness of the incremental decoders against `Tokenizer.decode`, for every family."""
+"""Exactness of every family's decoder, row by row, against `Tokenizer.decode`.
+
+A per-row request's rows go through its shard's decoder on its slot's state
+(`RowDecoder.push`, then `flush` at its end): byte-level BPE, SentencePiece byte fallback
+and the window family (WordPiece, and any chain; byte runs included).
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from decoding import decoding, one_slot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.request import Request
+from sglang_tok.shards.byte_fallback.decoder import FallbackLoop
+from sglang_tok.shards.byte_level.decoder import ByteLoop
+from sglang_tok.shards.decoding.choice import family_for
+from sglang_tok.shards.decoding.interface import RowDecoder
+from sglang_tok.shards.messages.request import Request
+from sglang_tok.shards.window.decoder import WindowDecoder
 from strategies import chunk, chunk_sizes, text
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from sglang_tok.decoder import ByteStream, WindowStream, make_stream
 from sglang_tok.protocol import Open
 from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
@@ -38,18 +49,31 @@ ALL = ["deepseek-v4", *zoo.FAMILIES]
 
 
 def run_stream(info: TokenizerInfo, prompt: list[int], chunks: list[list[int]], skip: bool,
-               one_by_one: bool = False) -> list[str]:
-    vocab = info.vocab_size
-    stream = make_stream(info, skip, prompt)
+               one_by_one: bool = False, decoder: RowDecoder | None = None) -> list[str]:
+    push, flush = decoding(info, skip, prompt, decoder=decoder)
     out = []
     for c in chunks:
-        c = [i if 0 <= i < vocab else vocab for i in c] if info.byte_table is not None else c
         if one_by_one:
-            out.extend(stream.push_one(i) for i in c)
+            out.extend(push([i]) for i in c)
         else:
-            out.append(stream.push(c))
-    out.append(stream.flush())
+            out.append(push(c))
+    out.append(flush())
     return out
+
+
+_WINDOWS: dict[str, WindowDecoder] = {}
+
+
+def window_for(name: str) -> WindowDecoder:
+    """The window family's decoder on any tokenizer (it takes every decoder chain)."""
+    if name not in _WINDOWS:
+        _WINDOWS[name] = WindowDecoder(info_for(name))
+    return _WINDOWS[name]
+
+
+def decoder_of(name: str, which: str) -> RowDecoder:
+    """The tokenizer's own family ("family") or the window family ("window")."""
+    return family_for(info_for(name)) if which == "family" else window_for(name)
 
 
 def mixed_ids(info: TokenizerInfo, data: st.DataObject, body: str) -> list[int]:
@@ -64,17 +88,22 @@ def mixed_ids(info: TokenizerInfo, data: st.DataObject, body: str) -> list[int]:
     return ids
 
 
-@pytest.mark.parametrize("name", ALL)
+# every tokenizer by its own family's decoder, and by the window family's (which takes any)
+DECODERS = [(name, "family") for name in ALL] + \
+    [(name, "window") for name in ALL if name != "wordpiece"]
+
+
+@pytest.mark.parametrize("name,which", DECODERS)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=text, data=st.data(), sizes=chunk_sizes, skip=st.booleans())
-def test_stream_matches_full_decode(name: str, body: str, data: st.DataObject,
+def test_stream_matches_full_decode(name: str, which: str, body: str, data: st.DataObject,
                                     sizes: list[int], skip: bool) -> None:
     info = info_for(name)
     ids = mixed_ids(info, data, body)
     split = data.draw(st.integers(0, len(ids)), label="prompt split")
     prompt, gen = ids[:split], ids[split:]
     one = data.draw(st.booleans(), label="one by one")
-    pieces = run_stream(info, prompt, chunk(gen, sizes), skip, one)
+    pieces = run_stream(info, prompt, chunk(gen, sizes), skip, one, decoder_of(name, which))
     assert "".join(pieces) == reference(info.tokenizer, prompt, gen, skip)
     full = info.tokenizer.decode([i for i in prompt + gen if 0 <= i < info.vocab_size],
                                  skip_special_tokens=skip)
@@ -83,23 +112,24 @@ def test_stream_matches_full_decode(name: str, body: str, data: st.DataObject,
         assert not p.endswith("\ufffd") or "\ufffd" in full
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name,which", DECODERS)
 @settings(max_examples=80, deadline=None)
 @given(data=st.data(), sizes=chunk_sizes, skip=st.booleans())
-def test_random_ids_match_full_decode(name: str, data: st.DataObject, sizes: list[int],
-                                      skip: bool) -> None:
+def test_random_ids_match_full_decode(name: str, which: str, data: st.DataObject,
+                                      sizes: list[int], skip: bool) -> None:
     """Arbitrary id sequences: invalid UTF-8, lone byte tokens, specials everywhere."""
     info = info_for(name)
     ids = data.draw(st.lists(st.integers(-2, info.vocab_size + 2), max_size=60))
     split = data.draw(st.integers(0, len(ids)))
-    pieces = run_stream(info, ids[:split], chunk(ids[split:], sizes), skip)
+    pieces = run_stream(info, ids[:split], chunk(ids[split:], sizes), skip,
+                        decoder=decoder_of(name, which))
     assert "".join(pieces) == reference(info.tokenizer, ids[:split], ids[split:], skip)
 
 
 def test_deepseek_uses_byte_table_and_generic_families_do_not() -> None:
-    assert isinstance(make_stream(info_for("deepseek-v4"), True), ByteStream)
-    assert isinstance(make_stream(info_for("wordpiece"), True), WindowStream)
-    assert isinstance(make_stream(info_for("metaspace_byte_fallback"), True), WindowStream)
+    assert isinstance(family_for(info_for("deepseek-v4")), ByteLoop)
+    assert isinstance(family_for(info_for("wordpiece")), WindowDecoder)
+    assert isinstance(family_for(info_for("metaspace_byte_fallback")), FallbackLoop)
 
 
 def test_prompt_ending_mid_character_is_never_emitted() -> None:
@@ -115,10 +145,11 @@ def test_prompt_ending_mid_character_is_never_emitted() -> None:
 def test_window_stays_bounded_on_long_requests() -> None:
     info = info_for("metaspace_byte_fallback")
     ids = info.tokenizer.encode("hello 世界 " * 400).ids
-    stream = WindowStream(info, True)
-    out = [stream.push([i]) for i in ids]
-    assert len(stream._ids) < 64
-    out.append(stream.flush())
+    window = window_for("metaspace_byte_fallback")
+    state = one_slot(window)
+    out = [window.push(state, 0, [i]) for i in ids]
+    assert len(state.windows[0].ids) < 64
+    out += window.flush(state, [0], np.zeros(1, np.int64))[1]
     assert "".join(out) == info.tokenizer.decode(ids)
 
 
@@ -128,8 +159,8 @@ def test_invalid_bytes_then_more_invalid_bytes_do_not_grow_work() -> None:
     tok = info.tokenizer
     lone = tok.token_to_id("ð")  # 0xF0: a 4-byte lead with no continuation
     ids = [lone] * 2000
-    stream = make_stream(info, True)
-    out = "".join(stream.push([i]) for i in ids) + stream.flush()
+    push, flush = decoding(info)
+    out = "".join(push([i]) for i in ids) + flush()
     assert out == tok.decode(ids)
 
 
@@ -167,10 +198,11 @@ def byte_run_ids(info: TokenizerInfo, data: st.DataObject, body: str) -> list[in
     return ids[:data.draw(st.integers(0, len(ids)), label="length cut")]
 
 
-def attributed_request(info: TokenizerInfo, rows: list[list[int]], skip: bool
+def attributed_request(info: TokenizerInfo, rows: list[list[int]], skip: bool,
+                       decoder: RowDecoder | None = None
                        ) -> tuple[str, list[tuple[int, int, int]]]:
     """Text and attributions of a request, offsets made absolute (UTF-8 bytes)."""
-    req = Request("r", info, Open("r", attribution=True, skip_special_tokens=skip))
+    req = Request("r", info, Open("r", attribution=True, skip_special_tokens=skip), decoder)
     text, out = "", []
     rows = rows or [[]]
     for n, row in enumerate(rows):
@@ -183,27 +215,31 @@ def attributed_request(info: TokenizerInfo, rows: list[list[int]], skip: bool
     return text, out
 
 
+@pytest.mark.parametrize("which", ["family", "window"])
 @pytest.mark.parametrize("name", FALLBACK)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=rare_text, data=st.data(), sizes=chunk_sizes, skip=st.booleans())
 def test_byte_run_attribution_matches_per_character_oracle(
-        name: str, body: str, data: st.DataObject, sizes: list[int], skip: bool) -> None:
+        name: str, which: str, body: str, data: st.DataObject, sizes: list[int],
+        skip: bool) -> None:
     """Each byte id at the start of its character (or of its own U+FFFD), the id that ends
-    a run at the start of its own text: what replaying the ids one by one gives."""
+    a run at the start of its own text: what replaying the ids one by one gives. The
+    byte-fallback family and the window family (any chain with byte ids) alike."""
     info = info_for(name)
     tok = info.tokenizer
     ids = byte_run_ids(info, data, body)
-    text, got = attributed_request(info, chunk(ids, sizes), skip)
+    text, got = attributed_request(info, chunk(ids, sizes), skip, decoder_of(name, which))
     want_text, want = oracle_anchors(tok, ids, skip, info.special_ids, byte_values(tok))
     assert text == want_text == reference(tok, [], ids, skip)
     assert got == to_bytes(want_text, want)
 
 
+@pytest.mark.parametrize("which", ["family", "window"])
 @pytest.mark.parametrize("name", FALLBACK)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=rare_text, data=st.data(), sizes=st.lists(st.integers(1, 4), min_size=1, max_size=50),
        skip=st.booleans())
-def test_only_an_open_byte_run_is_held(name: str, body: str, data: st.DataObject,
+def test_only_an_open_byte_run_is_held(name: str, which: str, body: str, data: st.DataObject,
                                        sizes: list[int], skip: bool) -> None:
     """After every row (1-4 ids, as speculative decoding sends) the text is the full decode
     up to the open byte run, so outside runs it is never behind DecodeStream."""
@@ -211,13 +247,13 @@ def test_only_an_open_byte_run_is_held(name: str, body: str, data: st.DataObject
     tok = info.tokenizer
     ids = byte_run_ids(info, data, body)
     drop = info.special_ids if skip else frozenset()
-    stream = make_stream(info, skip)
+    push, flush = decoding(info, skip, decoder=decoder_of(name, which))
     ds = DecodeStream(skip_special_tokens=skip)
     ours = theirs = ""
     ds_ok = True
     kept: list[int] = []
     for row in chunk(ids, sizes):
-        ours += stream.push(row)
+        ours += push(row)
         kept += [i for i in row if 0 <= i < info.vocab_size and i not in drop]
         s = len(kept)
         while s and kept[s - 1] in info.byte_fallback_ids:
@@ -231,7 +267,7 @@ def test_only_an_open_byte_run_is_held(name: str, body: str, data: st.DataObject
                 ds_ok = False
             else:
                 assert len(ours) >= min(len(theirs), len(final))
-    assert ours + stream.flush() == reference(tok, [], ids, skip)
+    assert ours + flush() == reference(tok, [], ids, skip)
 
 
 def test_decodestream_fails_on_a_run_cut_mid_character_and_the_service_is_exact() -> None:
@@ -287,9 +323,10 @@ def test_row_ending_in_a_byte_id_releases_the_text_before_it() -> None:
     tok = info.tokenizer
     ids = tok.encode("情 情", add_special_tokens=False).ids
     cut = len(ids) - 2  # inside the second 情's byte run
-    stream = make_stream(info, True)
-    assert stream.push(ids[:cut]) == tok.decode(ids[:cut - 1])
-    assert stream.push(ids[cut:]) + stream.flush() == tok.decode(ids)[len(tok.decode(ids[:cut - 1])):]
+    for which in ("family", "window"):
+        push, flush = decoding(info, decoder=decoder_of("metaspace_byte_fallback", which))
+        assert push(ids[:cut]) == tok.decode(ids[:cut - 1])
+        assert push(ids[cut:]) + flush() == tok.decode(ids)[len(tok.decode(ids[:cut - 1])):]
 
 
 def test_window_stays_bounded_when_rows_end_inside_runs() -> None:
@@ -298,20 +335,22 @@ def test_window_stays_bounded_when_rows_end_inside_runs() -> None:
     tok = info.tokenizer
     ids = tok.encode("ᚠ " * 300, add_special_tokens=False).ids
     assert all(i in info.byte_fallback_ids for i in ids[1:4])  # ▁, then ᚠ as 3 byte ids
-    stream = WindowStream(info, True)
-    out = [stream.push(ids[k:k + 4]) for k in range(0, len(ids), 4)]
-    assert len(stream._ids) < 64
-    out.append(stream.flush())
+    window = window_for("metaspace_byte_fallback")
+    state = one_slot(window)
+    out = [window.push(state, 0, ids[k:k + 4]) for k in range(0, len(ids), 4)]
+    assert len(state.windows[0].ids) < 64
+    out += window.flush(state, [0], np.zeros(1, np.int64))[1]
     assert "".join(out) == tok.decode(ids)
 
 
+@pytest.mark.parametrize("which", ["family", "window"])
 @pytest.mark.parametrize("name", FALLBACK)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=rare_text, data=st.data(), sizes=chunk_sizes, skip=st.booleans(),
        stream=st.booleans(), include=st.booleans())
 def test_byte_run_attribution_with_prompts_and_stops_keeps_one_per_id(
-        name: str, body: str, data: st.DataObject, sizes: list[int], skip: bool, stream: bool,
-        include: bool) -> None:
+        name: str, which: str, body: str, data: st.DataObject, sizes: list[int], skip: bool,
+        stream: bool, include: bool) -> None:
     """Prompts ending inside a run, stop strings cutting through one, stream=false: every
     id still gets exactly one attribution, in push order, inside its delta's text."""
     info = info_for(name)
@@ -322,7 +361,7 @@ def test_byte_run_attribution_with_prompts_and_stops_keeps_one_per_id(
                               max_size=2), label="stop")
     req = Request("r", info, Open("r", attribution=True, skip_special_tokens=skip,
                                   prompt_ids=prompt, stop=stop, stream=stream,
-                                  include_stop_str_in_output=include))
+                                  include_stop_str_in_output=include), decoder_of(name, which))
     rows = chunk(gen, sizes) or [[]]
     got, consumed = [], []
     for n, row in enumerate(rows):
@@ -338,3 +377,62 @@ def test_byte_run_attribution_with_prompts_and_stops_keeps_one_per_id(
         if d.finish is not None:
             break
     assert got == consumed
+
+
+@pytest.mark.parametrize("name", FALLBACK)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=rare_text, data=st.data(), sizes=chunk_sizes, skip=st.booleans(),
+       stream=st.booleans())
+def test_byte_fallback_and_window_requests_give_the_same_deltas(
+        name: str, body: str, data: st.DataObject, sizes: list[int], skip: bool,
+        stream: bool) -> None:
+    """The byte-fallback family's decoder and the window's, one rule for runs: a per-row
+    request's deltas (texts, attributions, finish) are the same on either, with prompts
+    ending inside a run, stop strings and a scheduler-matched stop string."""
+    info = info_for(name)
+    ids = byte_run_ids(info, data, body)
+    split = data.draw(st.integers(0, len(ids)), label="prompt split")
+    stop = data.draw(st.lists(st.sampled_from(["\ufffd", "🚶", " b", "情", "x"]), max_size=2),
+                     label="stop")
+    matched = data.draw(st.sampled_from(["\ufffd", "b", "情 "]), label="matched")
+    opts = Open("r", attribution=True, skip_special_tokens=skip, prompt_ids=ids[:split],
+                stop=stop, stream=stream)
+    rows = chunk(ids[split:], sizes) or [[]]
+    views = []
+    for which in ("family", "window"):
+        req = Request("r", info, opts, decoder_of(name, which))
+        view = []
+        for n, row in enumerate(rows):
+            d = req.row(row, {"type": "stop", "matched": matched} if n == len(rows) - 1
+                        else None, 1, 0, 0)
+            if d is not None:
+                view.append((d.text, d.attributions, d.finish))
+                if d.finish is not None:
+                    break
+        views.append(view)
+    assert views[0] == views[1]
+
+
+@pytest.mark.parametrize("base", ["byte_level_bpe", "metaspace_byte_fallback_bpe",
+                                  "unigram_byte_fallback", "wordpiece"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=text, data=st.data(), sizes=chunk_sizes)
+def test_a_parsers_markers_stay_while_other_specials_are_skipped(
+        base: str, body: str, data: st.DataObject, sizes: list[int]) -> None:
+    """A parser's markers that are special tokens are kept under skip_special_tokens (a
+    further id table of the family, `start`'s `keep`), every other special dropped."""
+    from sglang_tok.parsers import marker_token_ids
+
+    markers = ("<think>", "</think>", "<tool_call>")
+    info = zoo.with_markers(markers, f"markers-{base}", base)
+    keep = marker_token_ids(info, markers)
+    assert keep
+    ids = info.tokenizer.encode(body, add_special_tokens=False).ids
+    specials = sorted(info.special_ids)
+    for _ in range(data.draw(st.integers(0, 6), label="specials")):
+        ids.insert(data.draw(st.integers(0, len(ids)), label="at"),
+                   data.draw(st.sampled_from(specials), label="special"))
+    push, flush = decoding(info, True, keep=keep)
+    got = "".join(push(row) for row in chunk(ids, sizes)) + flush()
+    kept = [i for i in ids if i not in info.special_ids or i in keep]
+    assert got == info.tokenizer.decode(kept, skip_special_tokens=False)

@@ -1,11 +1,12 @@
-"""The byte-fallback array decoder against the full decode and against `WindowStream`.
+"""The byte-fallback array decoder against the full decode and against the window family.
 
 For SentencePiece-style tokenizers (Metaspace + ByteFallback: Llama-2, Mistral and, without
-the Strip, Gemma) `shards/fallback_decode.py` decodes a message's rows from per-slot state
+the Strip, Gemma) `shards/byte_fallback/rows.py` decodes a message's rows from per-slot state
 (open byte run, text begun, characters to pass over). Three ways must agree row by row:
-the whole-array code, its plain-Python loop and `WindowStream.push` (which holds the same
-open run); and each request's texts, with what `finish` owes at the end, must equal
-decode(P + I)[len(decode(P)):] (protocol section 5, rule 2).
+the whole-array code, its plain-Python loop and the window family's decoder (which holds
+the same open run by asking `tokenizers` itself); and each request's texts, with what
+`finish` owes at the end, must equal decode(P + I)[len(decode(P)):] (protocol section 5,
+rule 2).
 """
 
 from __future__ import annotations
@@ -14,20 +15,19 @@ import functools
 import json
 
 import numpy as np
+from decoding import decoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.fallback_decode import (
-    FallbackTable,
+from sglang_tok.shards.byte_fallback.rows import (
     decode_rows_fallback,
     decode_rows_loop,
-    fallback_chain,
-    fallback_table,
     finish,
     prompt_state,
 )
+from sglang_tok.shards.byte_fallback.table import FallbackTable, fallback_chain, fallback_table
+from sglang_tok.shards.window.decoder import WindowDecoder
 from tokenizers import Tokenizer
 
-from sglang_tok.decoder import WindowStream
 from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe
 
@@ -69,6 +69,11 @@ def test_table_only_for_fallback_chains() -> None:
 
 
 @functools.cache
+def windows(name: str) -> WindowDecoder:
+    return WindowDecoder(tokenizer(name)[0])
+
+
+@functools.cache
 def id_lists(name: str) -> st.SearchStrategy[list[int]]:
     """Per tokenizer, once: the vocabulary and the encoded texts, not once per example."""
     info = tokenizer(name)[0]
@@ -106,7 +111,7 @@ def test_rows_equal_window_stream_loop_and_full_decode(name: str, data: st.DataO
     prompts = [data.draw(st.one_of(st.just([]), ids_of), "prompt") for _ in range(nslots)]
     seqs = [data.draw(ids_of, "ids") for _ in range(nslots)]
     skip = [data.draw(st.booleans(), "skip") for _ in range(nslots)]
-    window = [WindowStream(info, s, p) for s, p in zip(skip, prompts)]
+    window = [decoding(info, s, p, decoder=windows(name)) for s, p in zip(skip, prompts)]
     state = [prompt_state(tab, p, s) for p, s in zip(prompts, skip)]
     got: list[list[str]] = [[] for _ in range(nslots)]
     pos = [0] * nslots
@@ -141,13 +146,13 @@ def test_rows_equal_window_stream_loop_and_full_decode(name: str, data: st.DataO
             assert np.array_equal(a, b), name_
         held = np.concatenate(([0], np.cumsum(arr.held)))
         for j, i in enumerate(rows):
-            assert texts[j] == window[i].push(row_ids[j]), (j, row_ids[j])
+            assert texts[j] == window[i][0](row_ids[j]), (j, row_ids[j])
             got[i].append(texts[j])
             state[i] = state[i]._replace(run=arr.held_data[held[j]:held[j + 1]].tobytes(),
                                          started=bool(arr.started[j]), skip=int(arr.skip[j]))
     for i in range(nslots):
         tail = finish(tab, *state[i])
-        assert tail == window[i].flush()
+        assert tail == window[i][1]()
         expected = full(info, prompts[i] + seqs[i], skip[i])[len(full(info, prompts[i], skip[i])):]
         assert "".join(got[i]) + tail == expected
 

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from sglang_tok.shards.request import make_request
+from sglang_tok.shards.messages.request import make_request
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
 from sglang_tok.protocol import Delta, Open

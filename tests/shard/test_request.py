@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.request import Request
+from sglang_tok.shards.messages.request import Request
 from strategies import chunk, chunk_sizes, text
 
 from sglang_tok.protocol import Delta, Open

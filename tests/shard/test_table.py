@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from decoding import IMPLEMENTATIONS, table_on
 from sglang_tok.ring import link
-from sglang_tok.shards.table import RidTable
+from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok import protocol
 from sglang_tok.protocol import Abort, ColumnsOut, Delta, Error, Open, Usage

@@ -1,16 +1,15 @@
 """A shard's requests: the only owner of their state (no locks), by slot and by rid.
 
-Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids
-are bound, its rows planned once (`Plan`: plain rows, the last rows that end with them,
-per-row rows, late rows), the plain ones decoded by the tokenizer family's decoder
-(shards/decoders.py, injected: tests choose the implementation), the last ones ended by
-shards/ending.py's rules, and all written by one sink writer (`write_rows`). A request
-that needs more than the array path knows keeps a `Request` and takes the per-row path;
-shards/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT, DROP)
-name rids, so rids map to slots too. Requests are never evicted to make room (SGLang issue
-#2812): past `max_requests` a new rid is refused with a terminal error, and ended rids are
-remembered (bounded) so that late rows are ignored instead of reopening.
-"""
+Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids are
+bound, its rows planned once (`Plan`: plain rows, the last rows that end with them, per-row
+rows, late rows), the plain ones decoded by the tokenizer family's decoder
+(shards/decoding/choice.py, injected: tests choose the implementation), the last ones ended
+by shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
+request that needs more than the array path knows keeps a `Request` and takes the per-row
+path; shards/messages/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT,
+DROP) name rids, so rids map to slots too. Requests are never evicted to make room (SGLang
+issue #2812): past `max_requests` a new rid is refused with a terminal error, and ended
+rids are remembered (bounded) so that late rows are ignored instead of reopening."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 from sglang_tok.ring.link import Arrays
-from sglang_tok.shards.request import Request, make_request, refusal
+from sglang_tok.shards.messages.request import Request, make_request, refusal
 
 from sglang_tok.protocol import (
     Abort,
@@ -39,14 +38,15 @@ from sglang_tok.protocol import (
 from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .attributed import carry_into
-from .decoders import decoder_for
-from .ending import Ends, blank_stop_tokens, end_attributions, ends_of, usage
+from ..decoding.choice import decoder_for, family_for
+from ..decoding.interface import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
+from ..decoding.slots import KIND, PLAIN, Slots
+from ..ending.assembly import LastRow, end_rows
+from ..ending.rules import Ends, blank_stop_tokens, ends_of, stop_string
+from ..ending.sent import SentLog
 from .paths import ARRAY, row_reason
-from .plan import Plan, gather, in_vocab, per_row_rows, record, split_ends
-from .row_decoder import Decoded, PlainRows, RowDecoder
+from .plan import Plan, gather, per_row_rows, record, split_ends
 from .rows_out import Families, attributions, continuous_usage, logprob_texts, write_rows
-from .slots import KIND, PLAIN, Slots
 
 I64 = npt.NDArray[np.int64]
 
@@ -66,7 +66,7 @@ class _Opened:
     __slots__ = ("opts", "reason", "req", "start")
 
     def __init__(self, opts: Open, reason: str | None, req: Request | None,
-                 start: tuple[bytes, int, bool] | None) -> None:
+                 start: SlotStart | None) -> None:
         self.opts, self.reason, self.req, self.start = opts, reason, req, start
 
 
@@ -75,7 +75,7 @@ class RidTable:
                  ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
                  decoder: RowDecoder | Literal[False] | None = None) -> None:
-        """`decoder`: how plain rows are decoded (shards/decoders.py); None for the
+        """`decoder`: how plain rows are decoded (shards/decoding/choice.py); None for the
         tokenizer family's default, False for none (every request takes the per-row path)."""
         self.info = info
         self.shard = shard
@@ -86,6 +86,9 @@ class RidTable:
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
         self.decoder = decoder_for(info) if decoder is None else decoder or None
+        # the per-row path's decoder: the array path's, so that a request keeps one, or
+        # (without one: WordPiece, no text) the tokenizer family's
+        self.rows = self.decoder or family_for(info)
         self._fresh = self.decoder.start(_DEFAULT_OPEN) if self.decoder is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
@@ -99,6 +102,8 @@ class RidTable:
         # (rid, completion, reasoning) of every rid ended since the last Ack: the egress
         # keeps a shard's endings while their last delta may still be in its socket queue
         self.final_usage: list[tuple[str, int, int]] = []
+        # what the plain rows sent, for a scheduler-matched stop string at a request's end
+        self.sent = SentLog()
 
     @property
     def live(self) -> dict[str, None]:
@@ -139,8 +144,10 @@ class RidTable:
         return True
 
     # ------------------------------------------------------------------ slots
-    def _bind(self, slot: int, rid: str, prompt: int, cached: int, out: Sink) -> None:
-        """A rid's first row: it takes its slot on the path chosen for it."""
+    def _bind(self, slot: int, rid: str, prompt: int, cached: int, since: int,
+              out: Sink) -> None:
+        """A rid's first row (the shard's row `since`): it takes its slot on the path chosen
+        for it."""
         old = self.state.rids[slot] if slot < self.state.capacity else None
         if old is not None:  # the egress reused a slot we still hold: end the old rid
             self._end(old, "internal detokenizer error: slot reused", out)
@@ -156,11 +163,11 @@ class RidTable:
         if opened.req is not None:
             req = opened.req
             req.prompt_tokens, req.cached_tokens = prompt, cached
-            self.state.bind_row(slot, req)
+            req.take_slot(slot)
             return
         assert opened.start is not None
-        self.state.bind_plain(slot, rid, opened.opts.skip_special_tokens, opened.start, prompt,
-                              cached, opened.opts.logprob_text, opened.opts.continuous_usage,
+        self.state.bind_plain(slot, rid, opened.start, since, prompt, cached,
+                              opened.opts.logprob_text, opened.opts.continuous_usage,
                               opened.opts.attribution)
         if opened.opts is not _DEFAULT_OPEN:
             self.opts[slot] = opened.opts
@@ -168,36 +175,21 @@ class RidTable:
     def _prepare(self, rid: str, opts: Open | None) -> _Opened:
         reason = row_reason(opts, self.info, self.decoder is not None)
         if reason is not None:
-            return _Opened(opts or _DEFAULT_OPEN, reason, make_request(rid, self.info, opts),
-                           None)
+            return _Opened(opts or _DEFAULT_OPEN, reason,
+                           make_request(rid, self.info, opts, self.rows, self.state, None), None)
         assert self.decoder is not None
         if opts is None:
             return _Opened(_DEFAULT_OPEN, None, None, self._fresh)
         return _Opened(opts, None, None, self.decoder.start(opts))
-
-    def _as_request(self, slot: int) -> Request:
-        """The slot's request as a `Request` (a plain one is moved into one first)."""
-        req = self.state.objs[slot]
-        if req is not None:
-            return req
-        rid = self.state.rids[slot]
-        assert rid is not None
-        opts = self.opts.get(slot)
-        opts = Open(rid) if opts is None else msgspec.structs.replace(opts, prompt_ids=[])
-        assert self.decoder is not None
-        req = Request(rid, self.info, opts)
-        if req.attr is not None:  # the ids still pending attribution go with it
-            carry_into(req.attr, self.state.carry.pop(slot, None))
-        return self.state.to_request(slot, req, self.decoder.stream_of(self.state, slot),
-                                     self.decoder.sent_tail(self.state, slot))
 
     # ------------------------------------------------------------------ messages
     def _take(self, msg: Arrays, slots: Any, out: Sink) -> Ends:
         """What every message path does first: bind the rids whose first row this is,
         count the rows and ids, and read the last rows."""
         sparse = msg.sparse
+        base = self.counters.rows  # the shard's number of the message's first row
         for row, rid, prompt, cached in sparse.new:
-            self._bind(int(slots[row]), rid, prompt, cached, out)
+            self._bind(int(slots[row]), rid, prompt, cached, base + row, out)
         self.counters.rows += len(msg.slots)
         self.counters.tokens += len(msg.ids)
         return ends_of(sparse.ends)
@@ -220,11 +212,12 @@ class RidTable:
         sparse, state = msg.sparse, self.state
         slots = msg.slots.astype(np.int64)
         n = len(slots)
+        base = self.counters.rows
         ends = self._take(msg, slots, out)
         id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64)) \
             if sparse.counts else None
         if not n:
-            return Plan(0, slots, id_starts, ends, None, [], {}, [])
+            return Plan(0, base, slots, id_starts, ends, None, [], {}, [])
         try:
             meta = state.meta[slots]
         except IndexError:  # late rows of a rid never bound, on a slot past the arrays
@@ -252,7 +245,7 @@ class RidTable:
                                             int(slots[r])), self.info.vocab_size, stops)
             got = gather(rows, slots, meta, in_vocab(ids, self.info.vocab_size), msg.ids,
                           id_starts, distinct)
-        return Plan(n, slots, id_starts, ends, got, quick, stops, per_row)
+        return Plan(n, base, slots, id_starts, ends, got, quick, stops, per_row)
 
     def _plain_rows(self, msg: Arrays, plan: Plan, got: PlainRows, fams: Families,
                     out: Sink) -> None:
@@ -261,10 +254,13 @@ class RidTable:
         state, quick = self.state, plan.quick
         decoded = self.decoder.decode(state, got)
         record(state, got)
+        self.sent.add(plan.base, got.rows, got.slots, decoded)
         end_at: list[int] = []  # where the last rows are among the plain rows
+        ended: list[LastRow] = []
         if quick:
             end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
-            self._end_flush(decoded, end_at, got.slots[end_at], quick, plan.stops)
+            ended = self._last_rows(plan, end_at, got.slots[end_at], quick)
+            end_rows(self.decoder, state, decoded, ended)
         # a plain slot always holds its rid (Slots.bind_plain)
         rids = cast(list[str], state.rid_col.take(got.slots).tolist())
         base = len(out)
@@ -272,32 +268,33 @@ class RidTable:
         if decoded.attrs is not None:
             attributions(out, base, decoded.attrs)
         self._plain_extras(out, base, got.rows, got.slots, fams, msg.sparse.reasoning, end_at,
-                           quick, rids, plan.ends)
+                           ended, rids)
 
     def _no_stop_trim(self, slot: int) -> bool:
         opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
         return opts is not None and opts.no_stop_trim
 
-    def _end_flush(self, decoded: Decoded, at: list[int], slots: I64, rows: list[int],
-                   stops: dict[int, int]) -> None:
-        """The end of last rows decoded as running ones (ending.py): what their slots still
-        hold, flushed after the row's text, then their attribution."""
-        assert self.decoder is not None
-        extra_at, extra = self.decoder.flush(self.state, at, slots)
-        attrs = decoded.attrs
-        if attrs is not None and self.state.carry:
-            texts = decoded.texts()
-            end_attributions(self.state, attrs, at, slots, rows, [texts[j] for j in at],
-                             set(extra_at), stops)
-        if extra:
-            decoded.add(extra_at, extra)
+    def _last_rows(self, plan: Plan, at: list[int], slots: I64, rows: list[int]
+                   ) -> list[LastRow]:
+        """The message's last rows of plain requests (at[k] among its plain rows), for the
+        end rules: each with what its request sent before (`SentLog`, read only for a
+        matched stop string), its final usage's numbers (its completion after the row)."""
+        state, ends, stops = self.state, plan.ends, plan.stops
+        out = []
+        for j, slot, row, done in zip(at, slots.tolist(), rows,
+                                      state.completion[slots].tolist()):
+            fin, prompt, cached, reasoning = ends[row]
+            older = self.sent.older(slot, int(state.since[slot]), plan.base + row) \
+                if stop_string(fin) else ()
+            out.append(LastRow(j, slot, fin, (prompt, done, cached, reasoning), stops.get(row),
+                               self._no_stop_trim(slot), older=older))
+        return out
 
     def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,
-                      fams: Families, reasoning: bytes, end_at: list[int], ends_rows: list[int],
-                      rids: list[str], ends: Ends
-                      ) -> None:
+                      fams: Families, reasoning: bytes, end_at: list[int],
+                      ended: list[LastRow], rids: list[str]) -> None:
         """What a message's plain rows (output rows base + j) carry beside text and ids:
-        their logprobs' token texts, continuous usage, and the last rows' (`ends_rows`, at
+        their logprobs' token texts, continuous usage, and the last rows' (`ended`, at
         `end_at` among them) finish and final usage."""
         state = self.state
         if fams.families:  # the rows whose request wants its logprobs' texts
@@ -312,39 +309,37 @@ class RidTable:
             if len(asked):
                 continuous_usage(out, base, asked.tolist(), plain_rows[asked].tolist(),
                                   plain_slots[asked].tolist(), state, reasoning)
-        if ends_rows:
-            self._array_ends(out, base, end_at, ends_rows, rids, plain_slots, ends)
+        if ended:
+            self._array_ends(out, base, ended, rids)
 
-    def _array_ends(self, out: Sink, base: int, at: list[int], rows: list[int],
-                    rids: list[str], plain_slots: I64,
-                    ends: Ends) -> None:
-        """The last rows' finish and usage (the request's own prompt and cached tokens, as
-        its last row gives them), then their requests end."""
-        completion = self.state.completion[plain_slots[at]].tolist()
+    def _array_ends(self, out: Sink, base: int, ended: list[LastRow], rids: list[str]) -> None:
+        """The last rows' finish and usage (as `ending.end_rows` set them), then their
+        requests end."""
         columns = isinstance(out, ColumnsOut)
-        for j, row, done in zip(at, rows, completion):
-            fin, prompt, cached, reasoning = ends[row]
-            final = usage(prompt, done, cached, reasoning)
+        for end in ended:
+            j = end.j
             if columns:
                 assert isinstance(out, ColumnsOut)
-                out.add_sparse("finish", base + j, fin)
-                out.add_sparse("usage", base + j, final)
+                out.add_sparse("finish", base + j, end.finish)
+                out.add_sparse("usage", base + j, end.usage)
             else:
                 delta = cast(list[Delta], out)[base + j]
-                delta.finish, delta.usage = fin, final
+                delta.finish, delta.usage = end.finish, end.usage
+            _, done, _, reasoning = end.numbers
             self._finish(rids[j], False, done, reasoning)
         if columns and self.state.usage_live:  # continuous usage rows came first
             assert isinstance(out, ColumnsOut)
             out.sparse["usage"].sort(key=_first)
-
 
     def _row_path(self, plan: Plan, msg: Arrays, fams: Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
         ids = msg.ids.tolist()
+        mapped = in_vocab(msg.ids, self.info.vocab_size)  # the ids as the decoder takes them
+        safe_ids = None if mapped is msg.ids else mapped.tolist()
         st = list(range(plan.n + 1)) if plan.id_starts is None else plan.id_starts.tolist()
-        objs, rids, vocab = self.state.objs, self.state.rids, self.info.vocab_size
+        objs = self.state.objs
         carrying = fams.get().carrying.tolist() if fams.families else None
         ends, slots = plan.ends, plan.slots.tolist()
         ran = 0
@@ -352,9 +347,7 @@ class RidTable:
             slot = slots[row]
             req = objs[slot]
             if req is None:
-                if rids[slot] is None:
-                    continue  # ended earlier in this message (a stop string), or never bound
-                req = self._as_request(slot)
+                continue  # ended earlier in this message (a stop string), or never bound
             end = ends.get(row)
             if end is None:
                 fin, prompt, cached = None, req.prompt_tokens, req.cached_tokens
@@ -364,11 +357,9 @@ class RidTable:
             lp = top = tid = None
             if carrying is not None and carrying[row]:
                 lp, top, tid = fams.extras(row)
-            row_ids = ids[st[row]:st[row + 1]]
-            safe = None
-            if row_ids and (min(row_ids) < 0 or max(row_ids) >= vocab):
-                safe = [i if 0 <= i < vocab else vocab for i in row_ids]
-            delta = req.row(row_ids, fin, prompt, cached, why, lp, top, tid, safe)
+            a, b = st[row], st[row + 1]
+            delta = req.row(ids[a:b], fin, prompt, cached, why, lp, top, tid,
+                            None if safe_ids is None else safe_ids[a:b])
             ran += 1
             if delta is not None:
                 out.append(delta)
@@ -407,9 +398,12 @@ class RidTable:
         slot = self.by_rid.get(rid)
         opened = self.opened.get(rid)
         if slot is not None:
-            req = self._as_request(slot)
+            req = self.state.objs[slot]
+            if req is None:  # a plain request: the end rules on its slot, as its last row
+                return self._end_plain(slot, rid, error, out)
         elif opened is not None:
-            req = opened.req or make_request(rid, self.info, opened.opts)
+            req = (opened.req or make_request(rid, self.info, opened.opts, self.rows,
+                                              self.state, None)).alone()
         elif rid in self.ended:
             self.counters.late_rows += 1
             return
@@ -419,6 +413,22 @@ class RidTable:
             return
         out.append(req.end({"type": "abort"}, error))
         self._finish(rid, False, req.completion, req.reasoning_tokens)
+
+    def _end_plain(self, slot: int, rid: str, error: str | None, out: Sink) -> None:
+        """A plain request's ERROR or ABORT: an empty last row through the end rules."""
+        state = self.state
+        assert self.decoder is not None  # a plain slot exists only with a decoder
+        done = int(state.completion[slot])
+        end = LastRow(0, slot, {"type": "abort"},
+                      (int(state.prompt[slot]), done, int(state.cached[slot]), 0), control=True)
+        decoded = Decoded([""], attrs=[[]] if state.attr[slot] else None)
+        end_rows(self.decoder, state, decoded, [end])
+        delta = Delta(rid, decoded.text_of(0), [])
+        if decoded.attrs is not None:
+            delta.attributions = decoded.attrs[0]
+        delta.usage, delta.finish, delta.error = end.usage, end.finish, error
+        out.append(delta)
+        self._finish(rid, False, done, 0)
 
     def on_result(self, msg: Result, out: Sink) -> None:
         out.append(Delta(msg.rid, result=msg.payload))
@@ -438,6 +448,7 @@ class RidTable:
             self._end(rid, message, out)
             self.self_ended.append(rid)
         self.state = Slots()
+        self.sent = SentLog()
         self.opts.clear()
 
 

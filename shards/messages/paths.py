@@ -1,13 +1,12 @@
 """Which path a request's rows take in its shard, decided once, at its first row.
 
-The array path (shards/decoders.py) decodes a message's plain rows together, from per-slot
-arrays; it knows text, ids, usage, logprob values and their texts, and (for
-byte-level BPE, whose ids' byte lengths give the anchors: shards/attributed.py)
-attribution, nothing else.
-Everything else needs per-request Python state and takes the per-row path (a `Request`,
-shards/request.py). The reason is kept (the shard counts requests per reason), so an
-operator can see why a deployment is not on the fast path.
-"""
+The array path (shards/decoding/choice.py) decodes a message's plain rows together, from
+per-slot arrays; it knows text, ids, usage, logprob values and their texts, and (for
+byte-level BPE, whose ids' byte lengths give the anchors: shards/byte_level/attribution.py)
+attribution, nothing else. Everything else needs per-request Python state and takes the
+per-row path (a `Request`, shards/messages/request.py). The reason is kept (the shard
+counts requests per reason), so an operator can see why a deployment is not on the fast
+path."""
 
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "logprob_text"
     if opts.attribution and info.byte_table is None:
         # byte fallback: a byte run's ids are anchored per character when the run ends
-        # (`WindowStream.push_attributed`), which the array decoder does not track
+        # (shards/byte_fallback/attribution.py), which the array decoder does not track
         return "attribution"
     if opts.reasoning_parser or opts.tool_parser:
         return "parser"

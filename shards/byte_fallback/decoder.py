@@ -1,68 +1,38 @@
-"""SentencePiece byte fallback on the array path (Llama-2, Mistral, Gemma): one interface.
+"""SentencePiece byte fallback (Llama-2, Mistral, Gemma): one interface, both paths.
 
-Over the same per-slot arrays as byte-level BPE: a slot's `pending` bytes are its open
-byte run (any length: the arrays widen), `skip` counts the characters of a prompt's run
-still to pass over, and `started` says whether the request's text has begun (the
-decoder's leading-space strip is then spent). `FallbackLoop` is the reference
-(`fallback_decode.decode_rows_loop`, one row at a time), `FallbackArrays` the vectorised
-implementation (`decode_rows_fallback`) for messages of `min_rows` rows or more. Both
-take a message that names a slot twice one row at a time, in order.
-"""
+Over the same per-slot arrays as byte-level BPE: a slot's `pending` bytes are its open byte
+run (any length: the arrays widen), `skip` counts the characters of a prompt's run still to
+pass over, and `started` says whether the request's text has begun (the decoder's
+leading-space strip is then spent). One codec step advances them (`rows.step`).
+`FallbackLoop` is the reference: a message's rows one at a time (`decode_rows_loop`), and a
+per-row request's rows as they come, attributed by the run rule
+(shards/byte_fallback/attribution.py) when the request asks; `FallbackArrays` the
+vectorised implementation (`decode_rows_fallback`) for messages of `min_rows` rows or more.
+Both take a message that names a slot twice one row at a time, in order."""
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.shards.request import SENT_TAIL
 
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
 
-from .fallback_decode import (
-    TEXT,
+from ..decoding.attribution import Attributor
+from ..decoding.interface import Decoded, PlainRows, SlotStart, row_in_vocab
+from ..decoding.slots import PEND, SEL, SKIP, STARTED, Slots
+from .attribution import FallbackRun, RunAttributor
+from .rows import (
     FallbackDecoded,
-    FallbackTable,
     decode_rows_fallback,
     decode_rows_loop,
     finish,
     prompt_state,
+    step,
 )
-from .row_decoder import Decoded, PlainRows
-from .slots import Slots
+from .table import FallbackTable, with_kept
 
 I64 = npt.NDArray[np.int64]
-
-
-class FallbackStream:
-    """A slot's state as a `decoder.Stream`, for the per-row end-of-request rules (a
-    scheduler-matched stop string, ERROR, ABORT) of a request that was on the array path."""
-
-    __slots__ = ("tab", "sel", "run", "started", "skip")
-
-    def __init__(self, tab: FallbackTable, sel: int, run: bytes, started: bool,
-                 skip: int) -> None:
-        self.tab, self.sel, self.run, self.started, self.skip = tab, sel, run, started, skip
-
-    def push(self, ids: list[int]) -> str:
-        stride = self.tab.stride
-        safe = np.array([i if 0 <= i < stride - 1 else stride - 1 for i in ids], np.int64)
-        run = np.frombuffer(self.run, np.uint8).reshape(1, -1) if self.run else \
-            np.zeros((1, 1), np.uint8)
-        decoded = decode_rows_loop(self.tab, safe, np.array([0, len(ids)], np.int64),
-                                   np.array([self.sel], np.int64), run,
-                                   np.array([len(self.run)], np.int64),
-                                   np.array([self.started], bool), np.array([self.skip], np.int64))
-        self.run = decoded.held_data.tobytes()
-        self.started, self.skip = bool(decoded.started[0]), int(decoded.skip[0])
-        return decoded.text
-
-    def push_one(self, tid: int) -> str:
-        return self.push([tid])
-
-    def flush(self) -> str:
-        text = finish(self.tab, self.run, self.started, self.skip)
-        self.run, self.skip = b"", 0
-        return text
 
 
 # from this many rows a message takes the arrays: about where they and the loop cost the
@@ -75,10 +45,30 @@ class FallbackLoop:
 
     def __init__(self, tab: FallbackTable) -> None:
         self.tab = tab
+        self.vocab = tab.stride - 1
+        self._kept: dict[frozenset[int], int] = {}
 
-    def start(self, opts: Open) -> tuple[bytes, int, bool]:
-        st = prompt_state(self.tab, opts.prompt_ids, opts.skip_special_tokens)
-        return st.run, st.skip, st.started
+    def start(self, opts: Open, keep: frozenset[int] = frozenset()) -> SlotStart:
+        sel = 1 if opts.skip_special_tokens else 0
+        if keep and sel:  # the skipping table with a parser's markers kept, once per set
+            if keep not in self._kept:
+                self._kept[keep] = with_kept(self.tab, keep)
+            sel = self._kept[keep]
+        st = prompt_state(self.tab, opts.prompt_ids, sel)
+        return SlotStart(st.run, st.skip, st.started, sel)
+
+    def push(self, state: Slots, slot: int, ids: list[int]) -> str:
+        sel, held, skip, started = state.meta[slot, [SEL, PEND, SKIP, STARTED]].tolist()
+        run = state.pending[slot, :held].tobytes() if held else b""
+        text, run, begun, left = step(self.tab, sel * self.tab.stride,
+                                      row_in_vocab(ids, self.vocab), run, bool(started), skip)
+        if len(run) != held or run:
+            state.widen(len(run))
+            state.pending[slot, :len(run)] = np.frombuffer(run, np.uint8)
+            state.pend_len[slot] = len(run)
+        if begun != started or left != skip:
+            state.started[slot], state.skip[slot] = begun, left
+        return text
 
     def decode(self, state: Slots, rows: PlainRows) -> Decoded:
         slots, ids = rows.slots, rows.ids
@@ -129,24 +119,16 @@ class FallbackLoop:
                 extra.append(text)
         return extra_at, extra
 
-    def stream_of(self, state: Slots, slot: int) -> FallbackStream:
-        return FallbackStream(self.tab, int(state.table_sel[slot]),
-                              state.pending[slot, :state.pend_len[slot]].tobytes(),
-                              bool(state.started[slot]), int(state.skip[slot]))
+    def attributor(self, state: Slots, slot: int) -> Attributor:
+        return RunAttributor(int(state.pend_len[slot]))
 
-    def sent_tail(self, state: Slots, slot: int) -> str:
-        """Decoded again from the slot's ring of ids."""
-        ids, start = state.recent_ids(slot)
-        sel = int(state.table_sel[slot])
-        if start is None:  # the ring begins inside the text: from its first text id
-            base, kinds = sel * self.tab.stride, self.tab.kinds
-            first = next((k for k, i in enumerate(ids) if kinds[base + i] == TEXT), len(ids))
-            stream = FallbackStream(self.tab, sel, b"", True, 0)
-            ids = ids[first:]
-        else:
-            run, skip, started = start
-            stream = FallbackStream(self.tab, sel, run, started, skip)
-        return stream.push(ids)[-SENT_TAIL:]  # the open run at the end is held: not sent
+    def push_attributed(self, state: Slots, slot: int, ids: list[int], attr: Attributor) -> str:
+        assert isinstance(attr, RunAttributor)
+        return attr.push(ids, FallbackRun(self, state, slot))
+
+    def flush_attributed(self, state: Slots, slot: int, attr: Attributor) -> str:
+        assert isinstance(attr, RunAttributor)
+        return attr.flush(FallbackRun(self, state, slot))
 
 
 class FallbackArrays(FallbackLoop):

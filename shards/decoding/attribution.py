@@ -1,22 +1,19 @@
-"""Token attribution: which token ids produced which part of the text.
+"""Token attribution's bookkeeping: which token ids produced which part of a request's text.
 
-Every pushed id gets exactly one attribution, in push order. An id whose text appears
-is "visible" at the start of that new text; ids pending (partial UTF-8) are anchored
-there too once the text comes. Ids of a byte-fallback run are anchored per character when
-the run ends (the window decoder gives the offsets, `run_ended`): each at the start of
-the character its byte belongs to, the id that ended the run at the start of its own
-text. A skipped special id is zero-width at the current text length; ids still pending
-at the end are zero-width at the end. Anchors are character positions in the request's
-decoded text, turned into UTF-8 byte offsets local to the delta that releases them.
+Every pushed id gets exactly one attribution, in push order. An id whose text appears is
+"visible" at the start of that new text; ids pending (partial UTF-8) are anchored there too
+once the text comes. Ids of a byte-fallback run are anchored per character when the run
+ends (`run_ended`, with the offsets the run rule gives:
+shards/byte_fallback/attribution.py). A skipped special id is zero-width at the current
+text length; ids still pending at the end are zero-width at the end. Anchors are character
+positions in the request's decoded text, turned into UTF-8 byte offsets local to the delta
+that releases them. Where each id is anchored is its tokenizer family's rule, beside its
+decoder (shards/byte_level/attribution.py for byte-level BPE,
+shards/byte_fallback/attribution.py for byte runs); this queue is what a per-row request
+keeps of them between rows (service stop strings may hold text back, or cut it).
 """
 
 from __future__ import annotations
-
-from collections.abc import Container
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sglang_tok.decoder import Stream
 
 VISIBLE = 0
 ZERO_WIDTH = 1
@@ -116,20 +113,3 @@ class Attributor:
         del queue[:n]
         self._first_pending = max(0, self._first_pending - n)
         return out
-
-
-def push_attributed(stream: Stream, attr: Attributor, ids: list[int],
-                    drop: Container[int], vocab: int) -> str:
-    """Ids through a byte-level stream one at a time, each attributed as its text comes (a
-    skipped special is zero-width where the text stands): the new text. The per-row path's
-    rule, which the array path's exact fallback runs too (shards/attributed.py)."""
-    parts = []
-    for tid in ids:
-        if tid in drop:
-            attr.zero_width(tid)
-            continue
-        t = stream.push_one(tid if 0 <= tid < vocab else vocab)
-        attr.pushed(tid, len(t))
-        if t:
-            parts.append(t)
-    return "".join(parts)

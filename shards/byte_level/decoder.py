@@ -1,28 +1,29 @@
-"""Byte-level BPE on the array path: the reference loop and the id lookup, one interface.
+"""Byte-level BPE: the reference loop and the id lookup, one interface, both paths.
 
 A byte-level id is a fixed run of bytes, so a slot's whole state is the bytes of an
 incomplete character it holds and, after a prompt that ended inside one, a character to
-pass over (`decoder.ByteStream`'s `pending` and `skip`). `ByteLoop` decodes a message's
-rows one by one (shards/byte_rows.py); `ByteLookup` looks the rows up by their ids'
-texts (shards/mapped.py) when the message is large enough to pay for its fixed cost in
-numpy calls and names each slot once, and leaves every other message to the loop.
-"""
+pass over; one codec step advances it (shards/byte_level/codec.py). `ByteLoop` decodes a
+message's rows one by one (shards/byte_level/rows.py) and a per-row request's rows as they
+come; `ByteLookup` looks a message's rows up by their ids' texts
+(shards/byte_level/lookup.py) when the message is large enough to pay for its fixed cost in
+numpy calls and names each slot once, and leaves every other message, and every per-row
+request, to the loop."""
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.shards.request import SENT_TAIL
 
-from sglang_tok.decoder import ByteStream
 from sglang_tok.protocol import Open
-from sglang_tok.tokenizer import TokenizerInfo
+from sglang_tok.tokenizer import TokenizerInfo, keep_table
 
-from .byte_rows import decode_loop
-from .ending import flush_held
-from .mapped import IdTexts, decode_attributed, decode_mapped
-from .row_decoder import Decoded, PlainRows
-from .slots import ATTR, Slots
+from ..decoding.attribution import Attributor
+from ..decoding.interface import Decoded, PlainRows, SlotStart, row_in_vocab
+from ..decoding.slots import ATTR, SEL, Slots
+from .attribution import decode_attributed, push_attributed
+from .codec import flush_held, prompt_state, push
+from .lookup import IdTexts, decode_mapped
+from .rows import decode_loop
 
 I64 = npt.NDArray[np.int64]
 # from this many rows a message is looked up, below them looped: about where the two cost
@@ -30,7 +31,7 @@ I64 = npt.NDArray[np.int64]
 LOOKUP_MIN_ROWS = 32
 
 
-def whole_char_texts(table: list[bytes], skip: list[bytes]
+def whole_char_texts(table: list[bytes], skip: list[bytes] | None = None
                      ) -> tuple[list[str | None], list[str | None]]:
     """Each id's text when its bytes are whole UTF-8 characters (None when not): a row of
     one such id, on a slot with nothing pending, is that text without a codec call. The
@@ -42,6 +43,8 @@ def whole_char_texts(table: list[bytes], skip: list[bytes]
             return None
 
     kept = list(map(text, table))
+    if skip is None:
+        return kept, kept
     skipped = [t if a is b else text(b) for t, a, b in zip(kept, table, skip)]
     return kept, skipped
 
@@ -51,17 +54,32 @@ class ByteLoop:
 
     def __init__(self, info: TokenizerInfo) -> None:
         assert info.byte_table is not None and info.byte_table_skip is not None
+        self.info = info
         self.vocab = info.vocab_size
-        self.tables = (info.byte_table, info.byte_table_skip)
-        self.strs = whole_char_texts(info.byte_table, info.byte_table_skip)
+        # per id table (a slot's `table_sel`): specials kept, specials skipped, then one
+        # per parser marker set kept visible while skipping (`start`'s `keep`)
+        self.tables = [info.byte_table, info.byte_table_skip]
+        self.strs = list(whole_char_texts(info.byte_table, info.byte_table_skip))
         # per table: the ids attribution makes zero-width (the skipped specials)
-        self.drops: tuple[frozenset[int], frozenset[int]] = (frozenset(), info.special_ids)
+        self.drops: list[frozenset[int]] = [frozenset(), info.special_ids]
+        self._kept: dict[frozenset[int], int] = {}
 
-    def start(self, opts: Open) -> tuple[bytes, int, bool]:
-        vocab = self.vocab
-        table = self.tables[1 if opts.skip_special_tokens else 0]
-        stream = ByteStream(table, [i if 0 <= i < vocab else vocab for i in opts.prompt_ids])
-        return stream.pending, stream.skip, True
+    def start(self, opts: Open, keep: frozenset[int] = frozenset()) -> SlotStart:
+        sel = self._table(keep) if keep and opts.skip_special_tokens else \
+            1 if opts.skip_special_tokens else 0
+        pending, skip = prompt_state(self.tables[sel], row_in_vocab(opts.prompt_ids, self.vocab))
+        return SlotStart(pending, skip, True, sel)
+
+    def _table(self, keep: frozenset[int]) -> int:
+        """The skipping table with `keep` visible, added once per marker set."""
+        sel = self._kept.get(keep)
+        if sel is None:
+            sel = self._kept[keep] = len(self.tables)
+            table = keep_table(self.info, keep)
+            self.tables.append(table)
+            self.strs.append(whole_char_texts(table)[0])
+            self.drops.append(self.info.special_ids - keep)
+        return sel
 
     def decode(self, state: Slots, rows: PlainRows) -> Decoded:
         slots = rows.slots.tolist()
@@ -75,34 +93,32 @@ class ByteLoop:
                                    self.strs, self.drops)
         return Decoded(texts, None, attrs, flat)
 
+    def push(self, state: Slots, slot: int, ids: list[int]) -> str:
+        head = state.meta[slot].tolist()
+        table = self.tables[head[SEL]]
+        if len(ids) == 1 and 0 <= ids[0] < self.vocab:
+            return push(state, slot, head, table[ids[0]])
+        return push(state, slot, head, b"".join([table[i] for i in row_in_vocab(ids, self.vocab)]))
+
     def flush(self, state: Slots, at: list[int], slots: I64) -> tuple[list[int], list[str]]:
         return flush_held(state, at, slots)
 
-    def stream_of(self, state: Slots, slot: int) -> ByteStream:
-        stream = ByteStream(self.tables[int(state.table_sel[slot])])
-        stream.pending = state.pending[slot, :state.pend_len[slot]].tobytes()
-        stream.skip = int(state.skip[slot])
-        return stream
+    def attributor(self, state: Slots, slot: int) -> Attributor:
+        return Attributor()
 
-    def sent_tail(self, state: Slots, slot: int) -> str:
-        """Decoded again from the slot's ring of ids."""
-        ids, start = state.recent_ids(slot)
-        table = self.tables[int(state.table_sel[slot])]
-        data = b"".join([table[i] for i in ids])
-        held = int(state.pend_len[slot])
-        if start is not None:
-            data = start[0] + data
-        if held:
-            data = data[:-held]  # not sent yet
-        if start is None:  # the ring begins inside the text: from its first character
-            lead = 0
-            while lead < len(data) and data[lead] & 0xC0 == 0x80:
-                lead += 1
-            data = data[lead:]
-        text = data.decode("utf-8", "replace")
-        if start is not None and start[1]:
-            text = text[start[1]:]
-        return text[-SENT_TAIL:]
+    def push_attributed(self, state: Slots, slot: int, ids: list[int], attr: Attributor) -> str:
+        head = state.meta[slot].tolist()
+        sel = head[SEL]
+        return push_attributed(self.tables[sel], self.vocab, self.drops[sel], state, slot, head,
+                               ids, attr)
+
+    def flush_attributed(self, state: Slots, slot: int, attr: Attributor) -> str:
+        _, extra = flush_held(state, [0], np.array([slot], np.int64))
+        text = extra[0] if extra else ""
+        if text:
+            attr.produced(len(text))
+        attr.end()
+        return text
 
 
 class ByteLookup(ByteLoop):

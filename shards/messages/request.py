@@ -1,18 +1,22 @@
-"""One request's state and the delta it emits per row (protocol section 5).
+"""The per-row path: a request's own rules and the delta it emits per row (section 5).
 
-A shard owns many of these in a plain dict. The common case (streaming, no service stop
-strings, no attribution) costs one decoder push and one Delta per row; everything else
-is paid only by the requests that asked for it.
+A request whose options need per-request Python state (service stop strings, parsers,
+`stream: false`, attribution the array path does not track, a tokenizer without an array
+decoder) keeps a `Request` in its slot. Its rows are decoded by the shard's decoder on the
+slot's own state (`RowDecoder.push`), as the array path decodes plain rows; the common row
+(streaming, no service stop strings, no attribution) costs one push and one Delta, and
+everything else is paid only by the requests that asked for it. Built without a shard's
+slots, a request takes a one-slot state of its own (tests, and an OPENed rid that ends
+before its first row).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
-from sglang_tok.attribution import Attributor, push_attributed
-from sglang_tok.decoder import Stream, WindowStream, make_stream
 from sglang_tok.parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
@@ -29,11 +33,13 @@ from sglang_tok.protocol import DEFAULT_OPEN_FIELDS, Delta, Open, Usage
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
-from .ending import cut_matched, stop_string, trims_stop_token, usage
+from ..decoding.attribution import Attributor
+from ..decoding.choice import family_for
+from ..decoding.interface import Decoded, RowDecoder
+from ..decoding.slots import Slots
+from ..ending.assembly import Between, LastRow, end_rows
+from ..ending.rules import SENT_TAIL, trims_stop_token, usage
 
-# how much already-sent text is remembered to find a scheduler-matched stop string that
-# began in an earlier delta (protocol rule 3: cut at its last occurrence)
-SENT_TAIL = 64
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _EMPTY = repeat("")  # map(dict.get, ids, _EMPTY): "" for an id without text
 
@@ -51,23 +57,51 @@ def logprob_texts(info: TokenizerInfo, logprobs: list[Any] | None, top: list[Any
 
 
 class Request:
-    __slots__ = ("rid", "opts", "info", "stream", "stops", "attr", "completion", "prompt_tokens",
-                 "cached_tokens", "reasoning_tokens", "sent", "tail", "acc")
+    __slots__ = ("rid", "opts", "info", "decoder", "state", "slot", "keep", "stops", "attr",
+                 "completion", "prompt_tokens", "cached_tokens", "reasoning_tokens", "sent",
+                 "tail", "acc")
 
-    def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None) -> None:
+    def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None,
+                 decoder: RowDecoder | None = None, state: Slots | None = None,
+                 slot: int | None = 0) -> None:
+        """`decoder` and `state`: the shard's (else the tokenizer's family and a one-slot
+        state of its own); `slot`: where it decodes (None: not yet, `take_slot` later)."""
         opts = opts or DEFAULT_OPEN_FIELDS
         self.rid = rid
         self.opts = opts
         self.info = info
-        self.stream: Stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids)
+        self._decoder(decoder, state, frozenset())
         self.stops = StopMatcher(opts.stop) if opts.stop else None
-        self.attr = Attributor() if opts.attribution else None
+        self.attr: Attributor | None = None
+        if slot is not None:
+            self.take_slot(slot)
         self.completion = 0
         self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
         self.sent = 0  # characters of text released so far
         self.tail = ""
         # stream=False: everything accumulates into the one last delta
         self.acc: Delta | None = None if opts.stream else Delta(rid, "", [])
+
+    def _decoder(self, decoder: RowDecoder | None, state: Slots | None,
+                 keep: frozenset[int]) -> None:
+        self.decoder = decoder if decoder is not None else family_for(self.info)
+        self.state = state if state is not None else Slots(1)
+        self.keep = keep  # specials a parser must see although the request skips specials
+        self.slot = -1
+
+    def take_slot(self, slot: int) -> None:
+        """Bind the request's decoder state, after its prompt, to `slot` of its state."""
+        self.slot = slot
+        self.state.bind_row(slot, self, self.decoder.start(self.opts, self.keep))
+        if self.opts.attribution:
+            self.attr = self.decoder.attributor(self.state, slot)
+
+    def alone(self) -> Request:
+        """The request with a one-slot state of its own, if it has no slot yet."""
+        if self.slot < 0:
+            self.state = Slots(1)
+            self.take_slot(0)
+        return self
 
     # ------------------------------------------------------------------ rows
     def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
@@ -85,57 +119,50 @@ class Request:
         self.reasoning_tokens = reasoning_tokens
         decode_ids = ids if safe_ids is None else safe_ids
         if finish is None:  # the common row: no trimming, no flush
-            text = (self.stream.push(decode_ids) if self.attr is None
-                    else self._push_attributed(decode_ids))
+            text = (self.decoder.push(self.state, self.slot, decode_ids) if self.attr is None
+                    else self.decoder.push_attributed(self.state, self.slot, decode_ids,
+                                                      self.attr))
             if self.stops is not None:
                 text, finish = self._apply_stops(text, False)
             return self._emit(text, ids, finish, logprobs, top, tid_lp)
-        trimmed = None
+        stop = None  # the scheduler's stop token is never text
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
-            decode_ids, trimmed = decode_ids[:-1], ids[-1]
-        if self.attr is None:
-            text = self.stream.push(decode_ids)
-        else:
-            text = self._push_attributed(decode_ids)
-            if trimmed is not None:
-                self.attr.zero_width(trimmed)
-        text += self._flush()
-        text, stop_finish = self._apply_stops(text, True)
-        if stop_finish is not None:
-            finish = stop_finish
-        elif not self.opts.no_stop_trim and finish.get("type") == "stop":
-            matched = stop_string(finish)
-            if matched:
-                text = self._trim_matched(text, matched)
-        return self._emit(text, ids, finish, logprobs, top, tid_lp)
+            decode_ids, stop = decode_ids[:-1], ids[-1]
+        text = (self.decoder.push(self.state, self.slot, decode_ids) if self.attr is None
+                else self.decoder.push_attributed(self.state, self.slot, decode_ids, self.attr))
+        between = self._final_stops if self.stops is not None else None
+        end = self._last(text, finish, stop, between)
+        return self._emit(end.text, ids, end.row.finish, logprobs, top, tid_lp, end.row.usage)
 
     def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
-        """ERROR/ABORT: flush what is held and close with the given finish."""
-        text = self._flush()
-        text, _ = self._apply_stops(text, True)
-        delta = self._emit(text, [], finish, None, None, None)
+        """ERROR/ABORT: what is held comes out, and the request closes with `finish`."""
+        between = self._final_stops if self.stops is not None else None
+        end = self._last("", finish, None, between, control=True)
+        delta = self._emit(end.text, [], finish, None, None, None, end.row.usage)
         assert delta is not None
         delta.error = error
         return delta
 
     # ------------------------------------------------------------------ pieces
-    def _push_attributed(self, ids: list[int]) -> str:
-        attr, stream = self.attr, self.stream
-        assert attr is not None
-        if isinstance(stream, WindowStream):  # anchors byte-fallback runs per character
-            return stream.push_attributed(ids, attr)
-        drop = self.info.special_ids if self.opts.skip_special_tokens else ()
-        return push_attributed(stream, attr, ids, drop, self.info.vocab_size)
+    def _last(self, text: str, finish: dict[str, Any], stop: int | None,
+              between: Between | None, control: bool = False) -> _Ended:
+        """The last row's text (`stop`: its stop token, left out) through the end rules
+        (ending.end_rows), as the array path's last rows go."""
+        acc = self.acc
+        row = LastRow(0, self.slot, finish, (self.prompt_tokens, self.completion,
+                                             self.cached_tokens, self.reasoning_tokens),
+                      stop, self.opts.no_stop_trim, control, self.attr, self.sent,
+                      (self.tail,) if acc is None else (acc.text,), acc is not None, between)
+        decoded = Decoded([text])
+        end_rows(self.decoder, self.state, decoded, [row])
+        if row.taken_back:  # stream=false: the cut reached into the text accumulated
+            assert acc is not None
+            acc.text = acc.text[:len(acc.text) - row.taken_back]
+            self.sent -= row.taken_back
+        return _Ended(decoded.text_of(0), row)
 
-    def _flush(self) -> str:
-        if self.attr is not None and isinstance(self.stream, WindowStream):
-            return self.stream.flush_attributed(self.attr)
-        text = self.stream.flush()
-        if self.attr is not None:
-            if text:
-                self.attr.produced(len(text))
-            self.attr.end()
-        return text
+    def _final_stops(self, text: str, flushed: str) -> tuple[str, dict[str, Any] | None]:
+        return self._apply_stops(text + flushed, True)
 
     def _apply_stops(self, text: str, final: bool) -> tuple[str, dict[str, Any] | None]:
         stops = self.stops
@@ -151,28 +178,9 @@ class Request:
             self.attr.cut(self.sent + len(out))
         return out, {"type": "stop", "matched": matched}
 
-    def _trim_matched(self, text: str, matched: str) -> str:
-        """Cut a scheduler-matched stop string at its last occurrence, never unsending text."""
-        acc = self.acc
-        if acc is not None:  # nothing was sent yet: the cut may reach into earlier rows
-            at = (acc.text + text).rfind(matched)
-            if at >= 0:
-                acc.text = (acc.text + text)[:at]
-                self.sent = at
-                if self.attr is not None:
-                    self.attr.cut(at)
-                return ""
-            return text
-        keep = cut_matched(self.tail, text, matched)
-        if keep is None:
-            return text
-        if self.attr is not None:
-            self.attr.cut(self.sent + keep)
-        return text[:keep]
-
     def _emit(self, text: str, ids: list[int], finish: dict[str, Any] | None,
               logprobs: list[Any] | None, top: list[Any] | None,
-              tid_lp: list[Any] | None) -> Delta | None:
+              tid_lp: list[Any] | None, usage: Usage | None = None) -> Delta | None:
         opts = self.opts
         token_texts = top_texts = None
         if opts.logprob_text:
@@ -201,7 +209,9 @@ class Request:
                 self.sent += len(text)
                 t = self.tail + text
                 self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
-        if finish is not None or opts.continuous_usage:
+        if usage is not None:  # a last row's (ending.end_rows)
+            delta.usage = usage
+        elif finish is not None or opts.continuous_usage:
             delta.usage = self.usage()
         delta.finish = finish
         return delta
@@ -209,6 +219,11 @@ class Request:
     def usage(self) -> Usage:
         return usage(self.prompt_tokens, self.completion, self.cached_tokens,
                      self.reasoning_tokens)
+
+
+class _Ended(NamedTuple):
+    text: str
+    row: LastRow
 
 
 # ====================================================================== parsers (section 8)
@@ -244,13 +259,15 @@ def refusal(opts: Open, info: TokenizerInfo) -> str | None:
     return None
 
 
-def make_request(rid: str, info: TokenizerInfo, opts: Open | None = None) -> Request:
+def make_request(rid: str, info: TokenizerInfo, opts: Open | None = None,
+                 decoder: RowDecoder | None = None, state: Slots | None = None,
+                 slot: int | None = 0) -> Request:
     """A plain Request, or a ParsedRequest when the OPEN asks for a parser or min_tokens
     (options already passed `refusal`)."""
     if opts is not None and (opts.reasoning_parser or opts.tool_parser or opts.min_tokens > 0) \
             and info.has_text:
-        return ParsedRequest(rid, info, opts)
-    return Request(rid, info, opts)
+        return ParsedRequest(rid, info, opts, decoder, state, slot)
+    return Request(rid, info, opts, decoder, state, slot)
 
 
 _KEEP: dict[tuple[int, tuple[str, ...]], frozenset[int]] = {}
@@ -278,7 +295,9 @@ class ParsedRequest(Request):
 
     __slots__ = ("parsed", "min_left", "hot")
 
-    def __init__(self, rid: str, info: TokenizerInfo, opts: Open) -> None:
+    def __init__(self, rid: str, info: TokenizerInfo, opts: Open,
+                 decoder: RowDecoder | None = None, state: Slots | None = None,
+                 slot: int | None = 0) -> None:
         self.rid = rid
         self.opts = opts
         self.info = info
@@ -287,9 +306,11 @@ class ParsedRequest(Request):
                                          opts.include_stop_str_in_output, opts.min_tokens,
                                          opts.tool_stream, opts.tools or None)
         keep = _marker_ids(info, self.parsed) if opts.skip_special_tokens else frozenset()
-        self.stream = make_stream(info, opts.skip_special_tokens, opts.prompt_ids, keep)
+        self._decoder(decoder, state, keep)
         self.stops = None  # the ParsedStream matches the OPEN's stop strings, in content
         self.attr = None  # refused with a parser (`refusal`)
+        if slot is not None:
+            self.take_slot(slot)
         self.completion = 0
         self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
         self.sent = 0
@@ -309,7 +330,7 @@ class ParsedRequest(Request):
         if finish is not None or not self.hot:
             return self._row(ids, finish, prompt_tokens, cached_tokens, reasoning_tokens,
                              logprobs, top, tid_lp, safe_ids)
-        piece = self.stream.push(ids if safe_ids is None else safe_ids)
+        piece = self.decoder.push(self.state, self.slot, ids if safe_ids is None else safe_ids)
         pd = self.parsed.feed(piece)
         if pd.stop is None:
             text = pd.text
@@ -339,60 +360,79 @@ class ParsedRequest(Request):
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
         decode_ids = ids if safe_ids is None else safe_ids
+        stop = None  # the scheduler's stop token is never text
         if trims_stop_token(finish, self.opts.no_stop_trim, ids):
-            decode_ids = decode_ids[:-1]  # the scheduler's stop token is never text
+            decode_ids, stop = decode_ids[:-1], ids[-1]
         parsed = self.parsed
         if finish is not None and not self.min_left:
-            piece = self.stream.push(decode_ids)
-            pd = parsed.last(piece, self.stream.flush())
-        else:
-            parts = self._feed(decode_ids)
-            if finish is not None and parsed.stopped is None:
-                parts.append(parsed.feed(self.stream.flush()))
-                parts.append(parsed.finish())
+            piece = self.decoder.push(self.state, self.slot, decode_ids)
+            return self._last_parsed(piece, ids, finish, stop, parsed.last, logprobs, top,
+                                     tid_lp)
+        parts = self._feed(decode_ids)
+        if finish is None:
             pd = parts[0] if len(parts) == 1 else concat(parts)
-        text = pd.text
-        if pd.stop is not None:
-            finish = {"type": "stop", "matched": pd.stop}
-        elif finish is not None and not self.opts.no_stop_trim and finish.get("type") == "stop":
-            matched = finish.get("matched")
-            if isinstance(matched, str) and matched:
-                text = self._trim_matched(text, matched)
-        return self._emit_parsed(pd, text, ids, finish, logprobs, top, tid_lp)
+            fin = None if pd.stop is None else {"type": "stop", "matched": pd.stop}
+            return self._emit_parsed(pd, pd.text, ids, fin, logprobs, top, tid_lp)
+
+        def rest(_: str, flushed: str) -> ParsedDelta:
+            if parsed.stopped is None:
+                parts.append(parsed.feed(flushed))
+                parts.append(parsed.finish())
+            return parts[0] if len(parts) == 1 else concat(parts)
+        return self._last_parsed("", ids, finish, stop, rest, logprobs, top, tid_lp)
 
     def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
         parsed = self.parsed
-        parts = [] if parsed.stopped is not None else [parsed.feed(self.stream.flush())]
-        parts.append(parsed.finish())
-        pd = concat(parts)
-        delta = self._emit_parsed(pd, pd.text, [], finish, None, None, None)
+
+        def rest(_: str, flushed: str) -> ParsedDelta:
+            parts = [] if parsed.stopped is not None else [parsed.feed(flushed)]
+            parts.append(parsed.finish())
+            return concat(parts)
+        delta = self._last_parsed("", [], finish, None, rest, None, None, None, control=True)
         assert delta is not None
         delta.error = error
         return delta
 
+    def _last_parsed(self, text: str, ids: list[int], finish: dict[str, Any], stop: int | None,
+                     parse: Callable[[str, str], ParsedDelta], logprobs: list[Any] | None,
+                     top: list[Any] | None, tid_lp: list[Any] | None,
+                     control: bool = False) -> Delta | None:
+        """The last row (or ERROR/ABORT) through the end rules, the parser taking the text
+        and what the flush added (`parse`) between the flush and a matched stop string."""
+        got: list[ParsedDelta] = []
+
+        def between(text: str, flushed: str) -> tuple[str, dict[str, Any] | None]:
+            pd = parse(text, flushed)
+            got.append(pd)
+            return pd.text, None if pd.stop is None else {"type": "stop", "matched": pd.stop}
+        end = self._last(text, finish, stop, between, control)
+        return self._emit_parsed(got[0], end.text, ids, end.row.finish, logprobs, top, tid_lp,
+                                 end.row.usage)
+
     def _feed(self, ids: list[int]) -> list[ParsedDelta]:
         """Decode and parse one row's ids; split at the min_tokens-th id."""
-        parsed, stream = self.parsed, self.stream
+        parsed, push, state, slot = self.parsed, self.decoder.push, self.state, self.slot
         if parsed.stopped is not None:
             return [ParsedDelta()]
         left = self.min_left
         if not left:
-            return [parsed.feed(stream.push(ids))]
+            return [parsed.feed(push(state, slot, ids))]
         if len(ids) < left:
             self.min_left = left - len(ids)
-            return [parsed.feed(stream.push(ids))]
+            return [parsed.feed(push(state, slot, ids))]
         self.min_left = 0
         opts = self.opts
         self.hot = opts.stream and not opts.logprob_text and not opts.continuous_usage
-        first = parsed.feed(stream.push(ids[:left]))
+        first = parsed.feed(push(state, slot, ids[:left]))
         parsed.exempt_end()
         if first.stop is not None:
             return [first]
-        return [first, parsed.feed(stream.push(ids[left:]))]
+        return [first, parsed.feed(push(state, slot, ids[left:]))]
 
     def _emit_parsed(self, pd: ParsedDelta, text: str, ids: list[int],
                      finish: dict[str, Any] | None, logprobs: list[Any] | None,
-                     top: list[Any] | None, tid_lp: list[Any] | None) -> Delta | None:
+                     top: list[Any] | None, tid_lp: list[Any] | None,
+                     usage: Usage | None = None) -> Delta | None:
         acc = self.acc
         if acc is not None:  # stream=false: the parser channels accumulate too
             acc.reasoning += pd.reasoning
@@ -402,7 +442,7 @@ class ParsedRequest(Request):
         if finish is not None and self.parsed.called:
             # the request ended with tool calls: a frontend reports finish_reason "tool_calls"
             finish = {**finish, "tool_calls": True}
-        delta = self._emit(text, ids, finish, logprobs, top, tid_lp)
+        delta = self._emit(text, ids, finish, logprobs, top, tid_lp, usage)
         if delta is not None and acc is None:
             delta.reasoning = pd.reasoning
             delta.tool_calls = pd.tool_calls

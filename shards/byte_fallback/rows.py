@@ -1,15 +1,16 @@
-"""Whole-array decoding of plain rows for SentencePiece byte-fallback tokenizers (Llama-2,
-Mistral, Gemma): one message's rows in a fixed number of numpy calls in the common case.
+"""SentencePiece byte fallback's codec step, and whole-array decoding of a message's rows
+(Llama-2, Mistral, Gemma): one message's rows in a fixed number of numpy calls in the
+common case.
 
 Their `tokenizers` decoder chain is Replace("▁", " "), ByteFallback, Fuse and, for most,
 Strip(" ", 1, 0). Per id that makes the full decode a concatenation of:
 - a text id (any id that is not a byte id): its piece with "▁" as " ", bytes fixed per id;
 - a run of consecutive <0xNN> byte ids: its bytes as UTF-8 if the whole run is valid, else
-  one U+FFFD per byte (ByteFallback decides per run, so an open run is held, as
-  `decoder.WindowStream` holds it);
+  one U+FFFD per byte (ByteFallback decides per run, so an open run is held);
 - skipped specials and ids outside the vocabulary: nothing, and they do not end a run
   (`decode` drops them before the decoder runs); a kept special is a text id;
-and then Strip drops one " " at the start of the whole text only.
+and then Strip drops one " " at the start of the whole text only (shards/byte_fallback/
+table.py holds it per id, checked against `tokenizers` itself).
 
 So a slot needs: the open run's bytes, whether the whole text has begun (the strip is
 spent), and, only after a prompt that ended inside a run, how many characters of the
@@ -21,147 +22,32 @@ followed by one, so the buffer decodes only if every closed run is valid. A mess
 an invalid run (a model emitting broken bytes) or a row passing over a prompt's run is
 finished in Python for those runs and rows only. Nothing returns None.
 
-`decode_rows_loop` is the same computation one row at a time in plain Python (the small
-message path and the reference for the array code); the property tests hold both to the
-full `tokenizer.decode` and to `WindowStream`.
+`step` is the family's one codec step, a row at a time in plain Python: a per-row request's
+rows, and `decode_rows_loop` (the small message path and the reference for the array
+code); the property tests hold both to the full `tokenizer.decode`.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from sglang_tok.ragged import ragged_index, starts_of
-from sglang_tok.tokenizer import TokenizerInfo
 
+from ..decoding.interface import row_in_vocab
 from .held_bytes import pending_in_front
+from .table import BYTE, TEXT, FallbackTable
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
-TEXT, BYTE, DROP = 0, 1, 2  # kinds of id: a text piece, a <0xNN> byte, dropped before decode
-_HEX = frozenset("0123456789abcdefABCDEF")
 _FFFD = "\ufffd".encode()
 
 
-class FallbackTable(NamedTuple):
-    """Per id, as one buffer: id i's bytes are data[off[i]:off[i] + size[i]] (a byte id's
-    raw byte), its kind kind[i]. Two tables are stacked (specials kept, specials dropped):
-    `id + skip * stride` picks one; id `stride - 1` (out of the vocabulary) is dropped."""
-
-    data: U8
-    off: I64
-    size: I64
-    kind: U8
-    stride: int
-    strip: bool  # the chain ends in Strip(" ", 1, 0)
-    pieces: list[bytes]  # the same per stacked id, as lists, for the loop
-    kinds: list[int]
-    texts: list[str]  # a text id's piece as str ("" for the others)
-
-
-def _byte_value(token: str) -> int | None:
-    """ByteFallback's own test: six bytes "<0xNN>", NN parsed by Rust's u8::from_str_radix."""
-    if len(token) != 6 or not token.startswith("<0x") or not token.endswith(">"):
-        return None
-    hx = token[3:5]
-    if all(c in _HEX for c in hx) or (hx[0] == "+" and hx[1] in _HEX):
-        return int(hx, 16)
-    return None
-
-
-def fallback_chain(decoder: Any) -> bool | None:
-    """For a decoder spec Replace("▁", " "), ByteFallback, Fuse[, Strip(" ", 1, 0)]: whether
-    it strips; None for any other pipeline."""
-    if not isinstance(decoder, dict) or decoder.get("type") != "Sequence":
-        return None
-    steps = decoder.get("decoders") or []
-    if len(steps) not in (3, 4):
-        return None
-    rep, bf, fuse = steps[:3]
-    if not (rep.get("type") == "Replace" and rep.get("pattern") == {"String": "▁"}
-            and rep.get("content") == " " and bf.get("type") == "ByteFallback"
-            and fuse.get("type") == "Fuse"):
-        return None
-    if len(steps) == 3:
-        return False
-    strip = steps[3]
-    if (strip.get("type") == "Strip" and strip.get("content") == " "
-            and strip.get("start") == 1 and strip.get("stop") == 0):
-        return True
-    return None
-
-
-def fallback_table(info: TokenizerInfo, verify: bool = True) -> FallbackTable | None:
-    """The table for a Metaspace + ByteFallback tokenizer, or None for any other. `verify`
-    checks every id against `tokenizers` itself (after an anchor id, and alone)."""
-    tok = info.tokenizer
-    strip = fallback_chain(json.loads(tok.to_str()).get("decoder"))
-    if strip is None or not info.has_text:
-        return None
-    vocab = info.vocab_size
-    pieces: list[bytes] = [b""] * (vocab + 1)
-    kinds = [DROP] * (vocab + 1)
-    for tid in range(vocab):
-        token = tok.id_to_token(tid)
-        if token is None:
-            continue
-        value = _byte_value(token)
-        if value is not None:
-            pieces[tid], kinds[tid] = bytes([value]), BYTE
-        else:
-            pieces[tid], kinds[tid] = token.replace("▁", " ").encode(), TEXT
-            if not pieces[tid]:
-                return None  # an empty text id would end a run invisibly: not handled
-    skip_pieces, skip_kinds = pieces[:], kinds[:]
-    for tid in info.special_ids:
-        if 0 <= tid < vocab:
-            skip_pieces[tid], skip_kinds[tid] = b"", DROP
-    if verify and not _verified(info, pieces, kinds, skip_kinds, strip):
-        return None
-    both, both_kinds = pieces + skip_pieces, kinds + skip_kinds
-    size = np.fromiter(map(len, both), np.int64, len(both))
-    texts = [p.decode() if k == TEXT else "" for p, k in zip(both, both_kinds)]
-    return FallbackTable(np.frombuffer(b"".join(both), np.uint8), starts_of(size)[:-1], size,
-                         np.array(both_kinds, np.uint8), vocab + 1, strip, both, both_kinds,
-                         texts)
-
-
-def _verified(info: TokenizerInfo, pieces: list[bytes], kinds: list[int],
-              skip_kinds: list[int], strip: bool) -> bool:
-    tok, vocab = info.tokenizer, info.vocab_size
-    anchor = next((i for i in range(vocab) if kinds[i] == TEXT and skip_kinds[i] == TEXT
-                   and not pieces[i].startswith(b" ")), None)
-    if anchor is None:
-        return False
-    head = pieces[anchor].decode()
-
-    def alone(tid: int, drop: bool) -> str:
-        if drop:
-            return ""
-        if kinds[tid] == BYTE:
-            return chr(pieces[tid][0]) if pieces[tid][0] < 0x80 else "\ufffd"
-        return pieces[tid].decode()
-
-    for skip, table_kinds in ((False, kinds), (True, skip_kinds)):
-        got = tok.decode_batch([[anchor, i] for i in range(vocab)], skip_special_tokens=skip)
-        for i in range(vocab):
-            if got[i] != head + alone(i, table_kinds[i] == DROP):
-                return False
-    for i in range(vocab):  # alone: the strip at the text's start
-        text = alone(i, kinds[i] == DROP)
-        if strip and text.startswith(" "):
-            text = text[1:]
-        if info.token_texts.get(i, text) != text:
-            return False
-    return True
-
-
-class SlotStart(NamedTuple):
+class PromptState(NamedTuple):
     """A slot's state after its prompt: the open run, whether the text has begun, and how
     many characters to pass over (what decode(P) made of an open run at its end)."""
 
@@ -170,21 +56,19 @@ class SlotStart(NamedTuple):
     skip: int
 
 
-def prompt_state(tab: FallbackTable, prompt_ids: list[int], skip_special: bool) -> SlotStart:
-    """The state a prompt leaves; ids may be any int."""
-    base, pieces, kinds = tab.stride if skip_special else 0, tab.pieces, tab.kinds
-    last = tab.stride - 1
+def prompt_state(tab: FallbackTable, prompt_ids: list[int], sel: int) -> PromptState:
+    """The state a prompt leaves (ids any int), with id table `sel`."""
+    base, pieces, kinds = sel * tab.stride, tab.pieces, tab.kinds
     run = bytearray()
     started = False
-    for i in prompt_ids:
-        tid = base + (i if 0 <= i < last else last)
-        kind = kinds[tid]
+    for i in row_in_vocab(prompt_ids, tab.stride - 1):
+        kind = kinds[base + i]
         if kind == BYTE:
-            run += pieces[tid]
+            run += pieces[base + i]
         elif kind == TEXT:
             started = True
             run.clear()
-    return SlotStart(bytes(run), started, len(finish(tab, bytes(run), started, 0)))
+    return PromptState(bytes(run), started, len(finish(tab, bytes(run), started, 0)))
 
 
 def finish(tab: FallbackTable, run: bytes, started: bool, skip: int) -> str:
@@ -348,36 +232,46 @@ def _pass_over(text: str, chars: I64, skip: I64) -> tuple[str, U8, I64, I64, I64
             left, parts)
 
 
+def step(tab: FallbackTable, base: int, ids: list[int], run: bytes, begun: bool,
+         skip: int) -> tuple[str, bytes, bool, int]:
+    """The family's one codec step: a row's ids (in [0, vocab], with the id table at
+    `base`) after the slot's open run: the row's text, then the slot's open run, whether
+    its text has begun and the characters still to pass over."""
+    pieces, kinds, texts = tab.pieces, tab.kinds, tab.texts
+    out: list[str] = []
+    for i in ids:
+        kind = kinds[base + i]
+        if kind == BYTE:
+            run += pieces[base + i]
+        elif kind == TEXT:
+            if run:
+                out.append(_run_text(run))
+                run = b""
+            out.append(texts[base + i])
+    text = "".join(out)
+    if text and not begun:
+        begun = True
+        if tab.strip and text[0] == " ":
+            text = text[1:]
+    if skip and text:
+        k = min(skip, len(text))
+        text, skip = text[k:], skip - k
+    return text, run, begun, skip
+
+
 def decode_rows_loop(tab: FallbackTable, ids: I64, id_starts: I64, table_sel: I64,
                      run_bytes: U8, run_len: I64, started: B, skip: I64) -> FallbackDecoded:
-    """`decode_rows_fallback`, one row at a time in plain Python: the same arguments and
+    """`decode_rows_fallback`, one row at a time through `step`: the same arguments and
     result (with `parts`), for small messages and as the reference for the array code."""
-    pieces, kinds, texts, stride = tab.pieces, tab.kinds, tab.texts, tab.stride
+    stride = tab.stride
     id_list, st, sel = ids.tolist(), id_starts.tolist(), table_sel.tolist()
     lens, begun, skips = run_len.tolist(), started.tolist(), skip.tolist()
     parts: list[str] = []
     held: list[bytes] = []
     for r in range(len(sel)):
         run = run_bytes[r, :lens[r]].tobytes() if lens[r] else b""
-        base = sel[r] * stride
-        out: list[str] = []
-        for i in id_list[st[r]:st[r + 1]]:
-            kind = kinds[base + i]
-            if kind == BYTE:
-                run += pieces[base + i]
-            elif kind == TEXT:
-                if run:
-                    out.append(_run_text(run))
-                    run = b""
-                out.append(texts[base + i])
-        text = "".join(out)
-        if text and not begun[r]:
-            begun[r] = True
-            if tab.strip and text[0] == " ":
-                text = text[1:]
-        if skips[r] and text:
-            k = min(skips[r], len(text))
-            text, skips[r] = text[k:], skips[r] - k
+        text, run, begun[r], skips[r] = step(tab, sel[r] * stride, id_list[st[r]:st[r + 1]],
+                                             run, begun[r], skips[r])
         parts.append(text)
         held.append(run)
     joined = "".join(parts)

@@ -18,10 +18,9 @@ from sglang_tok.logprob_rows import FIELDS, RowFamilies, shift
 from sglang_tok.protocol import ColumnsOut, Delta, PackedOut, Sink
 from sglang_tok.tokenizer import TokenizerInfo
 
-from .attributed import Attribution
-from .ending import usage
-from .row_decoder import I64, Decoded, PlainRows
-from .slots import CACHED, COMPLETION, PROMPT, Slots
+from ..decoding.interface import I64, Attribution, Decoded, PlainRows
+from ..decoding.slots import CACHED, COMPLETION, PROMPT, Slots
+from ..ending.rules import usage
 
 
 def write_rows(out: Sink, rids: list[str], decoded: Decoded, rows: PlainRows, msg: Arrays,

@@ -1,10 +1,10 @@
 """A message's rows sorted once by what each needs, and the plain ones gathered.
 
-Every ARRAYS message takes one path through the table (shards/table.py): bind its new rids,
-then `Plan` its rows: plain rows (running rows of plain requests, and the last rows that
-end with them) for the tokenizer family's decoder, rows for the per-row path, late rows.
-The plain rows are gathered into `PlainRows` (shards/row_decoder.py), the decoder's input.
-"""
+Every ARRAYS message takes one path through the table (shards/messages/table.py): bind its
+new rids, then `Plan` its rows: plain rows (running rows of plain requests, and the last
+rows that end with them) for the tokenizer family's decoder, rows for the per-row path,
+late rows. The plain rows are gathered into `PlainRows` (shards/decoding/interface.py), the
+decoder's input."""
 
 from __future__ import annotations
 
@@ -15,21 +15,11 @@ import numpy.typing as npt
 
 from sglang_tok.ragged import ragged_index, starts_of
 
-from .ending import Ends, stop_string
-from .row_decoder import PlainRows
-from .slots import PLAIN, ROW, Slots
+from ..decoding.interface import PlainRows
+from ..decoding.slots import PLAIN, ROW, Slots
+from ..ending.rules import Ends
 
 I64 = npt.NDArray[np.int64]
-
-
-def in_vocab(ids: I64, vocab: int) -> I64:
-    """Ids as the byte tables index them: any id outside the vocabulary becomes `vocab`,
-    whose entry is empty (the full decode drops such an id). One reduction: as unsigned, a
-    negative id is beyond any vocabulary too."""
-    as_unsigned = ids.view(np.uint64)
-    if len(ids) and np.maximum.reduce(as_unsigned) >= vocab:
-        return np.where(as_unsigned >= vocab, vocab, ids)
-    return ids
 
 
 class Plan(NamedTuple):
@@ -40,6 +30,7 @@ class Plan(NamedTuple):
     follows its request's last row in the same message)."""
 
     n: int
+    base: int  # the shard's row number of the message's first row
     slots: I64
     id_starts: I64 | None  # None: one id per row
     ends: Ends
@@ -51,11 +42,10 @@ class Plan(NamedTuple):
 
 def split_ends(ends: Ends, slots: I64, kinds: Any, plain: npt.NDArray[np.bool_],
                 distinct: bool) -> tuple[list[int], npt.NDArray[np.bool_] | None]:
-    """A message's last rows: those of plain requests without a scheduler-matched stop
-    string end with the running rows (marked in `plain`, in place: the quick ones), the
-    others per row. Rows after their request's last row in the same message (no scheduler
-    sends one; a fuzzed frame may, even a second last row) are late: the mask of them, or
-    None when every slot is named once."""
+    """A message's last rows: those of plain requests end with the running rows (marked in
+    `plain`, in place: the quick ones), the others per row. Rows after their request's
+    last row in the same message (no scheduler sends one; a fuzzed frame may, even a second
+    last row) are late: the mask of them, or None when every slot is named once."""
     end_rows = np.fromiter(ends, np.int64, len(ends))
     plain[end_rows] = False
     late = None
@@ -69,7 +59,7 @@ def split_ends(ends: Ends, slots: I64, kinds: Any, plain: npt.NDArray[np.bool_],
             late[row] = row > first_end[int(slots[row])]
         plain &= ~late
     quick = sorted(r for r in end_rows[kinds[end_rows] == PLAIN].tolist()
-                   if (late is None or not late[r]) and stop_string(ends[r].finish) is None)
+                   if late is None or not late[r])
     plain[quick] = True
     return quick, late
 
@@ -108,15 +98,11 @@ def gather(rows: I64, slots: I64, meta: I64, ids: I64, sent: I64,
 
 
 def record(state: Slots, rows: PlainRows) -> None:
-    """The rows' ids into their slots' rings, and their completion counts."""
+    """The rows' completion counts."""
     slots, counts = rows.slots, rows.counts
-    if not rows.distinct:  # a slot named twice counts twice, its ids in order
-        if counts is None:
-            counts = np.ones(len(slots), np.int64)
-        state.record_ids(slots, rows.ids, starts_of(counts), False)
-        np.add.at(state.completion, slots, counts)
+    if not rows.distinct:  # a slot named twice counts twice
+        np.add.at(state.completion, slots, 1 if counts is None else counts)
     elif counts is None:
-        state.record_one_each(slots, rows.meta, rows.ids)
+        state.completion[slots] += 1
     else:
-        state.record_ids(slots, rows.ids, rows.id_starts)
         state.completion[slots] += counts
