@@ -47,6 +47,7 @@ from sglang_tok.protocol import (
     MALFORMED_FRAME,
     SHARD_RESTARTED,
     Delta,
+    DeltasOut,
     FrameError,
     Open,
     Pong,
@@ -537,7 +538,7 @@ class Egress:
         deltas = [d for d in deltas if d.rid not in live]
         if not deltas:
             return
-        for to, msg in self.writer.messages(deltas, b"", EGRESS):
+        for to, msg in self.writer.messages(DeltasOut(deltas), b"", EGRESS):
             self._send_out(msg, to=to)
         self.journal.write(ended=(d.rid for d in deltas))
 

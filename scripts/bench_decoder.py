@@ -55,6 +55,7 @@ from sglang_tok.shards.messages.table import RidTable
 from sglang_tok import protocol
 from sglang_tok.client import decode_frame
 from sglang_tok.load.workload import PlannedRequest, PlanSpec, make_requests, schedule
+from sglang_tok.protocol import DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 
 
@@ -148,7 +149,7 @@ def run_ours(w: Workload, frames: list[bytes], opens: list[protocol.Open] | None
         table_mod.row_reason = _per_row_attribution
     msgs = route_arrays([protocol.decode_batch(f) for f in frames],
                         [o.rid for o in opens or ()])
-    out: list[Any] = []
+    out: Any = DeltasOut()
     texts_by_rid: dict[str, list[str]] = {}
     encoded: list[bytes] = []
     kept: list[list[Any]] = []
@@ -161,7 +162,7 @@ def run_ours(w: Workload, frames: list[bytes], opens: list[protocol.Open] | None
             table.on_arrays(msg, sink)
             encoded.append(protocol.encode_output("packed", 0, 0, sink))
             continue
-        out = []
+        out = DeltasOut()
         table.on_arrays(msg, out)
         for d in out:
             texts_by_rid.setdefault(d.rid, []).append(d.text)

@@ -62,6 +62,7 @@ from sglang_tok.process import freeze_heap
 from sglang_tok.protocol import (
     Batch,
     Delta,
+    DeltasOut,
     Open,
     Packed,
     decode_batch,
@@ -458,7 +459,7 @@ def run_table(tr: Trace, msgs: list[link.Arrays],
     n = len(tr.reqs)
     table = plainless_table(tr.info, n + 1)
     for r in range(n):
-        sink: list[Delta] = []
+        sink = DeltasOut()
         table.on_open(Open(f"r{r}", **opts), sink)
         assert not sink, sink
     frames: list[bytes] = []

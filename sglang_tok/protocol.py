@@ -730,12 +730,76 @@ class ColumnsOut:
     def add_sparse(self, name: str, row: int, val: Any) -> None:
         self.sparse.setdefault(name, []).append((row, val))
 
+    # the sink's interface (DeltasOut has the same): where a message's rows go, whatever
+    # the format; no caller tests which sink it holds
+    def put(self, row: int, name: str, value: Any) -> None:
+        """A row's field beside its text (a sparse column's entry)."""
+        self.sparse.setdefault(name, []).append((row, value))
+
+    def settle(self, name: str) -> None:
+        """A sparse column whose entries were put out of row order, in row order again."""
+        col = self.sparse.get(name)
+        if col:
+            col.sort(key=_first_of)
+
+    def add_plain(self, rids: list[str], decoded: Any, counts: list[int] | None,
+                  sent: list[int], rows: Any, families: list[Any], fams: Any) -> None:
+        """The array path's plain rows: their texts as the decoder made them, their ids
+        as they came, and their logprob values as sparse columns (only the rows that
+        carry values cost a Python step). `decoded`, `rows`, `fams`: the shard's
+        `Decoded`, `PlainRows` and message families."""
+        base = len(self.rids)
+        self.rids += rids
+        self.texts += decoded.texts()
+        self.id_lens += [1] * len(sent) if counts is None else counts
+        self.ids += sent
+        if families:
+            read = fams.get()
+            at = read.carrying[rows.rows].nonzero()[0]
+            outs, carrying = (at + base).tolist(), rows.rows[at].tolist()
+            for field, reader in read.readers.items():
+                col = [(j, v) for j, v in zip(outs, map(reader.row, carrying)) if v is not None]
+                if col:
+                    self.sparse.setdefault(field, []).extend(col)
+
     def build(self, shard: int, seq: int) -> Columns:
         return Columns(shard, seq, self.rids, self.texts, self.id_lens, self.ids,
                        **self.sparse)
 
 
-Sink = list[Delta] | ColumnsOut  # where a shard's handlers put the deltas of one message
+class DeltasOut(list[Delta]):
+    """DELTAS' sink: the message's Deltas themselves, with the sink's interface."""
+
+    __slots__ = ()
+
+    def put(self, row: int, name: str, value: Any) -> None:
+        setattr(self[row], name, value)
+
+    def settle(self, name: str) -> None:
+        pass  # a Delta's fields have no order to keep
+
+    def add_plain(self, rids: list[str], decoded: Any, counts: list[int] | None,
+                  sent: list[int], rows: Any, families: list[Any], fams: Any) -> None:
+        if counts is None:
+            row_ids = [[i] for i in sent]
+        else:
+            cuts = [0, *accumulate(counts)]
+            row_ids = [sent[a:b] for a, b in zip(cuts, cuts[1:])]
+        deltas = list(map(Delta, rids, decoded.texts(), row_ids))
+        if families:  # only the rows that carry logprob values cost a Python step
+            msg_rows = rows.rows
+            at = fams.get().carrying[msg_rows].nonzero()[0]
+            for j, row in zip(at.tolist(), msg_rows[at].tolist()):
+                d = deltas[j]
+                d.logprobs, d.top_logprobs, d.token_ids_logprobs = fams.extras(row)
+        self += deltas
+
+
+def _first_of(entry: tuple[int, Any]) -> int:
+    return entry[0]
+
+
+Sink = DeltasOut | ColumnsOut  # where a shard's handlers put the deltas of one message
 
 
 def columns_of(shard: int, seq: int, deltas: list[Delta]) -> Columns:
@@ -851,6 +915,22 @@ class PackedOut(ColumnsOut):
             self.multi = True
         self._sparse(d, row)
 
+    def add_plain(self, rids: list[str], decoded: Any, counts: list[int] | None,
+                  sent: list[int], rows: Any, families: list[Any], fams: Any) -> None:
+        """The array path's plain rows as one UTF-8 buffer and int64 array; their logprob
+        families pass through as they came (renumbered when not every row is here)."""
+        base = len(self.rids)
+        data, char_lens = decoded.packed()
+        self.add_rows(rids, data, char_lens, [1] * len(sent) if counts is None else counts,
+                      sent)
+        if families:
+            if base == 0 and rows.every:  # the message's rows, numbered as they are
+                self.families += families
+            else:
+                from .logprob_rows import shift  # the client reads no array path's rows
+
+                self.families += [shift(fam, rows.rows, base) for fam in families]
+
     def add_rows(self, rids: list[str], text: bytes, char_lens: Any, id_lens: Any,
                  ids: Any) -> None:
         """Rows of the array path: their texts as one UTF-8 buffer and character counts,
@@ -910,7 +990,7 @@ def output_sink(fmt: str) -> Sink:
     """What a shard's handlers append a message's deltas to, for `--output-format`."""
     if fmt == "packed":
         return PackedOut()
-    return ColumnsOut() if fmt == "columnar" else []
+    return ColumnsOut() if fmt == "columnar" else DeltasOut()
 
 
 _deltas_decoder = msgspec.msgpack.Decoder(Deltas)

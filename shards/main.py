@@ -18,7 +18,7 @@ from sglang_tok.integrations.sglang.pickled import preload_sglang
 from sglang_tok.integrations.sglang.reply import BeamTexts, Replies
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
-from sglang_tok.protocol import Abort, Delta, Error, Open, Ping, Pong, Result
+from sglang_tok.protocol import Abort, DeltasOut, Error, Open, Ping, Pong, Result
 from sglang_tok.tokenizer import TokenizerInfo, load
 from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
@@ -145,7 +145,7 @@ class Shard:
                     self._guarded(msg)
             case link.Drop(message=message, rids=rids, workers=workers):
                 self.writer.note_workers(rids, workers)  # where the rows it ends go
-                out: list[Delta] = []
+                out = DeltasOut()
                 self.table.on_drop(rids, message, out)
                 self._send(out)
                 if self.started:
@@ -194,7 +194,7 @@ class Shard:
     def _sync(self, token: int) -> None:
         """An egress that does not know our live rids (a new one, or one that thought us
         dead): end them now (`_send` tells it which, as `Ended`), then say Hello."""
-        out: list[Delta] = []
+        out = DeltasOut()
         self.table.fail_all(protocol.EGRESS_RESTARTED, out)
         self._send(out)
         self.table.final_usage = []  # a new egress has no endings of ours to settle
@@ -253,7 +253,7 @@ class Shard:
         except Exception:  # the frame decoded once already; this is belt and braces
             log.exception("cannot read the rids of the failed message")
             rids = []
-        out: list[Delta] = []
+        out = DeltasOut()
         self.table.on_drop(list(dict.fromkeys(rids)), "internal detokenizer error", out)
         self._send(out)
 

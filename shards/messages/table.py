@@ -26,7 +26,6 @@ from sglang_tok.shards.messages.request import Request, make_request, refusal
 
 from sglang_tok.protocol import (
     Abort,
-    ColumnsOut,
     Delta,
     Error,
     Open,
@@ -315,21 +314,14 @@ class RidTable:
     def _array_ends(self, out: Sink, base: int, ended: list[LastRow], rids: list[str]) -> None:
         """The last rows' finish and usage (as `ending.end_rows` set them), then their
         requests end."""
-        columns = isinstance(out, ColumnsOut)
         for end in ended:
             j = end.j
-            if columns:
-                assert isinstance(out, ColumnsOut)
-                out.add_sparse("finish", base + j, end.finish)
-                out.add_sparse("usage", base + j, end.usage)
-            else:
-                delta = cast(list[Delta], out)[base + j]
-                delta.finish, delta.usage = end.finish, end.usage
+            out.put(base + j, "finish", end.finish)
+            out.put(base + j, "usage", end.usage)
             _, done, _, reasoning = end.numbers
             self._finish(rids[j], False, done, reasoning)
-        if columns and self.state.usage_live:  # continuous usage rows came first
-            assert isinstance(out, ColumnsOut)
-            out.sparse["usage"].sort(key=_first)
+        if self.state.usage_live:  # continuous usage rows came first
+            out.settle("usage")
 
     def _row_path(self, plan: Plan, msg: Arrays, fams: Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""

@@ -31,7 +31,7 @@ from sglang_tok.parsers import (
     merge,
     skip_table,
 )
-from sglang_tok.protocol import Open
+from sglang_tok.protocol import DeltasOut, Open
 from shards.messages.table import RidTable
 
 MODES = ["incremental", "whole"]
@@ -311,7 +311,7 @@ def test_harmony_pairs_only_with_itself() -> None:
         make_reasoning_parser("gpt-oss")
     # the shard refuses the OPEN before any row
     table = RidTable(marker_tokenizer(), 0)
-    out: list[Any] = []
+    out: Any = DeltasOut()
     table.on_open(Open("bad", reasoning_parser="gpt-oss", tool_parser="hermes"), out)
     table.on_open(Open("ok", reasoning_parser="gpt-oss", tool_parser="gpt-oss"), out)
     assert [(d.rid, d.error) for d in out] == [

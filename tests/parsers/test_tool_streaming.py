@@ -16,7 +16,7 @@ from sglang_tok.shards.messages.request import make_request
 
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream, merge
 from sglang_tok.parsers.schema import convert, tool_schemas
-from sglang_tok.protocol import Open
+from sglang_tok.protocol import DeltasOut, Open
 from sglang_tok.tokenizer import load
 from shards.messages.table import RidTable
 
@@ -246,7 +246,7 @@ def test_stream_false_gives_one_entry_per_call_and_drops_malformed_ones() -> Non
 
 def test_tools_over_the_limit_end_the_request_with_an_error() -> None:
     table = RidTable(load("deepseek-v4"), 0, max_tools_bytes=160)
-    out: list[Any] = []
+    out: Any = DeltasOut()
     table.on_open(Open("big", tool_parser="qwen3_coder",
                        tools=[tool("f" * 200, a="string")]), out)
     table.on_open(Open("ok", tool_parser="qwen3_coder", tools=[tool("f", a="string")]), out)

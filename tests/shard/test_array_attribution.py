@@ -26,7 +26,7 @@ from sglang_tok.shards.messages.paths import row_reason
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
 from sglang_tok.load.workload import PlannedRequest, schedule, verify
-from sglang_tok.protocol import ColumnsOut, Delta, Open, PackedOut
+from sglang_tok.protocol import ColumnsOut, Delta, DeltasOut, Open, PackedOut
 from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo
 
@@ -55,7 +55,7 @@ def _run(info: TokenizerInfo, reqs: list[PlannedRequest], concurrency: int, seed
     outs: dict[str, list[Delta]] = {}
     for step in schedule(reqs, concurrency, seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
-            sinks: list[Any] = [[] if fmt == "deltas" else
+            sinks: list[Any] = [DeltasOut() if fmt == "deltas" else
                                 ColumnsOut() if fmt == "columnar" else PackedOut()
                                 for _ in range(nshards)]
             route.feed(f, tables, sinks)
@@ -193,8 +193,8 @@ def test_attribution_rows_stay_on_the_array_path_with_carried_ids() -> None:
         table = table_on(info, path)
         route = LocalRoute(1)
         route.open("r")
-        table.on_open(Open("r", attribution=True), [])
-        got: list[Delta] = []
+        table.on_open(Open("r", attribution=True), DeltasOut())
+        got = DeltasOut()
         for k, ids in enumerate(rows):
             fin = {"type": "stop", "matched": x} if k == len(rows) - 1 else None
             route.feed(protocol.encode_batch([{"rid": "r", "ids": ids, "finish": fin}]),

@@ -24,7 +24,7 @@ from sglang_tok.shards.messages.paths import row_reason
 from sglang_tok import protocol
 from sglang_tok.client import RequestOutput
 from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.protocol import Delta, Open
+from sglang_tok.protocol import Delta, DeltasOut, Open
 from sglang_tok.testing import zoo
 from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, describe
@@ -48,7 +48,7 @@ def run_service_in_process(info: TokenizerInfo, spec: PlanSpec, nshards: int,
     outs: dict[str, list[Delta]] = {}
     for step in schedule(reqs, spec.concurrency, spec.seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
-            sinks: list[list[Delta]] = [[] for _ in range(nshards)]
+            sinks = [DeltasOut() for _ in range(nshards)]
             route.feed(f, tables, sinks)
             for sink in sinks:
                 for d in sink:
@@ -96,7 +96,7 @@ def test_slots_are_reused_after_requests_end(path: str) -> None:
     table = table_on(info, path)
     for step in schedule(reqs, spec.concurrency, spec.seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
-            route.feed(f, [table], [[]])
+            route.feed(f, [table], [DeltasOut()])
     assert route.router.pools[0].next <= spec.concurrency + 1  # 300 requests, <= 9 slots
     assert table.state.capacity == Slots().capacity  # never grew
 
@@ -166,9 +166,9 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     table = table_on(info, path)
     route = LocalRoute(1)
     route.open("r")
-    table.on_open(opts, [])
+    table.on_open(opts, DeltasOut())
     fin = {"type": "stop", "matched": matched}
-    got: list[Delta] = []
+    got = DeltasOut()
     want: list[Delta] = []
     for k in range(0, len(ids), 3):
         last = k + 3 >= len(ids)
@@ -191,7 +191,7 @@ def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row(pa
     e5a7, c2, a1 = (next(i for i in range(info.vocab_size) if t[i] == b)
                     for b in (b"\xe5\xa7", b"\xc2", b"\xa1"))
     table = table_on(info, path)
-    got: list[Delta] = []
+    got = DeltasOut()
     LocalRoute(1).feed(protocol.encode_batch([{"rid": "a", "ids": [e5a7, c2]},
                                               {"rid": "b", "ids": [a1]}]), [table], [got])
     refs = [decoding(info)[0], decoding(info)[0]]

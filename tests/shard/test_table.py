@@ -10,7 +10,7 @@ from sglang_tok.ring import link
 from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok import protocol
-from sglang_tok.protocol import Abort, ColumnsOut, Delta, Error, Open, Usage
+from sglang_tok.protocol import Abort, ColumnsOut, DeltasOut, Error, Open, Usage
 from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, load
 
@@ -36,7 +36,7 @@ def route_of(table: RidTable, nshards: int = 1) -> LocalRoute:
 def feed(table: RidTable, rows: list[dict[str, Any]], out: Any = None,
          nshards: int = 1) -> Any:
     """Route a frame as the egress does and hand this table its shard's message."""
-    out = [] if out is None else out
+    out = DeltasOut() if out is None else out
     route = route_of(table, nshards)
     msg = route(frame(rows)).get(table.shard)
     if msg is not None:
@@ -82,7 +82,7 @@ def test_rows_of_an_ended_rid_are_ignored_and_counted() -> None:
     assert route_of(t)(frame([{"rid": "r", "ids": IDS[1:2]}])) == {}  # the egress's late row
     assert "r" not in t.live and "r" in t.ended
     # a shard that ended a rid itself may still get rows the egress routed before it knew
-    t.on_open(Open("s", stop=["zz"]), [])
+    t.on_open(Open("s", stop=["zz"]), DeltasOut())
     feed(t, [{"rid": "s", "ids": INFO.tokenizer.encode("a zz b", add_special_tokens=False).ids}])
     assert "s" in t.ended and t.counters.late_rows == 0
     route_of(t).router.self_ended(0, [])  # (the notice is handled in `feed`)
@@ -90,7 +90,7 @@ def test_rows_of_an_ended_rid_are_ignored_and_counted() -> None:
 
 def test_open_options_reuse_and_duplicates() -> None:
     t = RidTable(INFO, 0)
-    out: list[Delta] = []
+    out = DeltasOut()
     t.on_open(Open("r", stream=False), out)
     t.on_open(Open("r"), out)  # live already: ignored
     assert out == [] and t.counters.ignored_opens == 1
@@ -118,7 +118,7 @@ def test_error_abort_and_drop_end_rids_with_their_held_text_flushed() -> None:
     first = feed(t, [{"rid": "e", "ids": emoji[:1]}, {"rid": "a", "ids": IDS[:1]},
                      {"rid": "d", "ids": IDS[:1]}])
     assert first[0].text == ""
-    out: list[Delta] = []
+    out = DeltasOut()
     t.on_error(Error("e", "boom"), out)
     t.on_abort(Abort(["a", "never-seen"]), out)
     t.on_drop(["d"], protocol.MALFORMED_FRAME, out)
@@ -203,10 +203,10 @@ def test_last_rows_on_the_array_path_in_every_output_format(implementation: str)
     assert INFO.byte_table is not None
     cut = [INFO.byte_table.index(bytes([0xF0]))]  # a 4-byte character's first byte
     stop = IDS[-1]
-    for make in (list, ColumnsOut, protocol.PackedOut):
+    for make in (DeltasOut, ColumnsOut, protocol.PackedOut):
         t = table_on(INFO, implementation)
         for k in range(3):
-            t.on_open(Open(f"u{k}", continuous_usage=True), [])
+            t.on_open(Open(f"u{k}", continuous_usage=True), DeltasOut())
         first = [{"rid": f"u{k}", "ids": IDS[:3], "prompt_tokens": 5} for k in range(3)]
         out: Any = feed(t, first, make())
         last = [{"rid": "u0", "ids": IDS[3:5], "finish": {"type": "length", "length": 5},
