@@ -142,7 +142,9 @@ class Server:
         self.ledger = work / f"ledger-{port}.jsonl"
         self.ledger.unlink(missing_ok=True)
         self.log = open(work / f"server-{port}.log", "w")
-        settings = f"step_ms={STEP_MS},length={LENGTH},ledger={self.ledger}"
+        self.status = work / f"status-{port}.json"
+        settings = (f"step_ms={STEP_MS},length={LENGTH},ledger={self.ledger},"
+                    f"status={self.status}")
         env = dict(os.environ, **(env or {}),
                    SGLANG_PLUGINS="sglang_tok,sglang_tok_standin" if system.plugin
                    else "sglang_tok_standin",
@@ -155,6 +157,13 @@ class Server:
                *args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
+
+    def generated(self) -> int:
+        """The ids the stand-in has sent so far (its status file)."""
+        try:
+            return int(json.loads(self.status.read_text())["ids"])
+        except (OSError, ValueError, KeyError):
+            return 0
 
     def wait_ready(self, timeout: float = 240.0) -> None:
         deadline = time.monotonic() + timeout
@@ -195,7 +204,8 @@ class Run:
     system: str
     tokenizer_workers: int
     load: str
-    ids_per_s: float
+    ids_per_s: float  # streamed to the clients
+    generated_per_s: float  # by the stand-in (what the detokenizer decoded)
     itl_p50_ms: float
     itl_p99_ms: float
     us_per_id: dict[str, float]  # per group
@@ -209,6 +219,11 @@ class Run:
 
 def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
              expected: Expected) -> Run:
+    """One load for --seconds after --warmup. A stage's CPU is per id it handled: the
+    stand-in's and the detokenizer's per id the stand-in generated in the window (its
+    status file), HTTP + TokenizerManager's and the clients' per id streamed. They differ
+    where the TokenizerManager is the wall: the detokenizer then works ahead of it until
+    the queues between them fill (about a thousand messages at each hop)."""
     out = work / f"clients-{server.port}-{load.clients}-{load.ids_per_step}.json"
     cmd = [args.sglang_python, str(CLIENTS), "--url", server.url,
            "--clients", str(load.clients), "--seconds", str(args.seconds),
@@ -216,29 +231,32 @@ def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
            "--length", str(LENGTH), "--logprob-share", str(load.logprobs), "--out", str(out)]
     client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     root, workers = server.proc.pid, server.tokenizer_workers
-    marks: list[tuple[dict[str, float], dict[str, int], float]] = []
+    marks: list[tuple[dict[str, float], dict[str, int], float, int]] = []
     assert client.stdout is not None
     for line in client.stdout:
         if line.startswith("WINDOW"):
             own = psutil.Process(client.pid).cpu_times()
             cpu, count = cpu_by_role(root, workers)
-            marks.append((cpu, count, own.user + own.system))
+            marks.append((cpu, count, own.user + own.system, server.generated()))
     if client.wait() != 0 or len(marks) != 2:
         raise RuntimeError(f"the clients failed ({client.returncode})")
     result = json.loads(out.read_text())
-    (c0, _, k0), (c1, count, k1) = marks
-    ids = max(result["ids"], 1)
+    (c0, _, k0, g0), (c1, count, k1, g1) = marks
+    streamed = max(result["ids"], 1)
+    generated = max(g1 - g0, 1)
+    per = {"http+tm": streamed, "detokenizer": generated, "stand-in": generated,
+           "other": generated, "clients": streamed}
     role_cpu = {r: c1.get(r, 0.0) - c0.get(r, 0.0) for r in c1}
     groups: dict[str, float] = {}
     for role, sec in role_cpu.items():
         groups[GROUPS[role]] = groups.get(GROUPS[role], 0.0) + sec
     groups["clients"] = k1 - k0
-    stages = {r: (count[r], sec / ids) for r, sec in role_cpu.items()
+    stages = {r: (count[r], sec / per[GROUPS[r]]) for r, sec in role_cpu.items()
               if GROUPS[r] in ("http+tm", "detokenizer")}
     checked, exact = expected.check(result["done"])
     return Run(server.system.name, workers, load.name, result["ids_per_s"],
-               result["itl_p50_ms"], result["itl_p99_ms"],
-               {g: 1e6 * s / ids for g, s in groups.items()}, stages, checked, exact,
+               generated / args.seconds, result["itl_p50_ms"], result["itl_p99_ms"],
+               {g: 1e6 * s / per[g] for g, s in groups.items()}, stages, checked, exact,
                result["error_count"], result["cut_off"])
 
 
@@ -302,7 +320,8 @@ def model(run: Run, sys_workers: int) -> dict[str, Any]:
 
 
 def table(runs: list[Run]) -> str:
-    head = ["system", "TM workers", "load", "ids/s", "chunk gap p50/p99 ms",
+    head = ["system", "TM workers", "load", "ids/s streamed", "ids/s decoded",
+            "chunk gap p50/p99 ms",
             "µs/id HTTP+TM", "µs/id detok", "µs/id stand-in", "µs/id clients", "exact",
             *[f"cap {c} cores (wall)" for c in MODEL_CORES],
             *[f"cap {c}c, {SCALE_WORKERS} TM workers" for c in MODEL_CORES]]
@@ -312,6 +331,7 @@ def table(runs: list[Run]) -> str:
             got = r.model.get(key)
             return f"{got[0]:,.0f} ({got[1]})" if got else "-"
         rows.append([r.system, r.tokenizer_workers, r.load, f"{r.ids_per_s:,.0f}",
+                     f"{r.generated_per_s:,.0f}",
                      f"{r.itl_p50_ms:.0f} / {r.itl_p99_ms:.0f}",
                      f"{r.us_per_id.get('http+tm', 0):.1f}",
                      f"{r.us_per_id.get('detokenizer', 0):.1f}",

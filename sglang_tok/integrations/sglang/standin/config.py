@@ -33,6 +33,9 @@ class StandinConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ledger: str = ""
     # the EOS id; -1: the tokenizer's own (tokenizer_config.json's eos_token)
     eos: int = -1
+    # a file the stand-in keeps its counters in (JSON: ids and steps sent so far), rewritten
+    # a few times a second: a benchmark reads what the scheduler generated in a window
+    status: str = ""
 
 
 def parse(text: str) -> StandinConfig:

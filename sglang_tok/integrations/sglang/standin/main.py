@@ -27,6 +27,7 @@ from .streams import Replayed, Synthetic
 
 log = logging.getLogger("sglang_tok.standin")
 IDLE_POLL_MS = 1000
+STATUS_EVERY_S = 0.2
 
 
 def run_standin(cfg: StandinConfig, server_args: Any, port_args: Any, gpu_id: int = 0,
@@ -133,6 +134,7 @@ class Standin:
         self.ledger: IO[str] | None = open(cfg.ledger, "a") if cfg.ledger else None
         self.unhandled: set[str] = set()
         self.stopping = False
+        self.next_status = 0.0
         log.info("sglang-tok stand-in scheduler: %s, %s ms steps, %d ids per step",
                  cfg.trace or f"synthetic streams of ~{cfg.length} ids", cfg.step_ms,
                  cfg.ids_per_step)
@@ -192,6 +194,18 @@ class Standin:
             if self.ledger is not None:
                 self.ledger.write("".join(map(_ledger_line, ended)))
                 self.ledger.flush()
+        if self.cfg.status:
+            now = time.monotonic()
+            if now >= self.next_status:
+                self.next_status = now + STATUS_EVERY_S
+                self._write_status()
+
+    def _write_status(self) -> None:
+        tmp = self.cfg.status + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"ids": self.core.ids, "steps": self.core.steps,
+                       "running": len(self.core.running), "waiting": len(self.core.waiting)}, f)
+        os.replace(tmp, self.cfg.status)
 
     # ------------------------------------------------------------------ requests
     def _handle(self, obj: Any) -> None:
