@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from capacity import Stage, capacity, scaled
 from common import markdown, write_json
+from gap_hist import percentile
 
 from sglang_tok.testing.sglang_side import model_dir
 from sglang_tok.tokenizer import load_tokenizer
@@ -224,23 +225,31 @@ def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
     status file), HTTP + TokenizerManager's and the clients' per id streamed. They differ
     where the TokenizerManager is the wall: the detokenizer then works ahead of it until
     the queues between them fill (about a thousand messages at each hop)."""
-    out = work / f"clients-{server.port}-{load.clients}-{load.ids_per_step}.json"
-    cmd = [args.sglang_python, str(CLIENTS), "--url", server.url,
-           "--clients", str(load.clients), "--seconds", str(args.seconds),
-           "--warmup", str(args.warmup), "--ids-per-step", str(load.ids_per_step),
-           "--length", str(LENGTH), "--logprob-share", str(load.logprobs), "--out", str(out)]
-    client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    procs = max(1, min(args.client_procs, load.clients))
+    clients = []
+    for i in range(procs):
+        first, n = i * load.clients // procs, (i + 1) * load.clients // procs
+        out = work / f"clients-{server.port}-{load.clients}-{load.ids_per_step}-{i}.json"
+        cmd = [args.sglang_python, str(CLIENTS), "--url", server.url,
+               "--clients", str(n - first), "--first", str(first),
+               "--stride", str(load.clients), "--seconds", str(args.seconds),
+               "--warmup", str(args.warmup), "--ids-per-step", str(load.ids_per_step),
+               "--length", str(LENGTH), "--logprob-share", str(load.logprobs),
+               "--drain", str(args.drain), "--out", str(out)]
+        clients.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True), out))
     root, workers = server.proc.pid, server.tokenizer_workers
     marks: list[tuple[dict[str, float], dict[str, int], float, int]] = []
-    assert client.stdout is not None
-    for line in client.stdout:
+    lead = clients[0][0]
+    assert lead.stdout is not None
+    for line in lead.stdout:  # the processes' windows open and close together
         if line.startswith("WINDOW"):
-            own = psutil.Process(client.pid).cpu_times()
+            own = sum(sum(psutil.Process(c.pid).cpu_times()[:2]) for c, _ in clients)
             cpu, count = cpu_by_role(root, workers)
-            marks.append((cpu, count, own.user + own.system, server.generated()))
-    if client.wait() != 0 or len(marks) != 2:
-        raise RuntimeError(f"the clients failed ({client.returncode})")
-    result = json.loads(out.read_text())
+            marks.append((cpu, count, own, server.generated()))
+    codes = [c.wait() for c, _ in clients]
+    if any(codes) or len(marks) != 2:
+        raise RuntimeError(f"the clients failed ({codes})")
+    result = merged([json.loads(out.read_text()) for _, out in clients])
     (c0, _, k0, g0), (c1, count, k1, g1) = marks
     streamed = max(result["ids"], 1)
     generated = max(g1 - g0, 1)
@@ -258,6 +267,17 @@ def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
                generated / args.seconds, result["itl_p50_ms"], result["itl_p99_ms"],
                {g: 1e6 * s / per[g] for g, s in groups.items()}, stages, checked, exact,
                result["error_count"], result["cut_off"])
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several client processes' results as one's: counts add up, gap histograms too."""
+    hist = [sum(col) for col in zip(*(p["gap_hist"] for p in parts))]
+    return {"ids": sum(p["ids"] for p in parts),
+            "ids_per_s": sum(p["ids_per_s"] for p in parts),
+            "itl_p50_ms": percentile(hist, 0.50), "itl_p99_ms": percentile(hist, 0.99),
+            "error_count": sum(p["error_count"] for p in parts),
+            "cut_off": sum(p["cut_off"] for p in parts),
+            "done": [d for p in parts for d in p["done"]]}
 
 
 # ---------------------------------------------------------------------------- exactness
@@ -363,6 +383,15 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=6.0)
     ap.add_argument("--quick", action="store_true",
                     help="sglang x1 against sglang-tok x1, 1 TM worker, 256x1, 8 s")
+    ap.add_argument("--deadline", type=float, default=0.0,
+                    help="start no configuration after this many seconds (a lent machine's "
+                         "time is counted)")
+    ap.add_argument("--per-worker", action="store_true",
+                    help="a load's clients per tokenizer worker (256x1 with 4 workers: 1024)")
+    ap.add_argument("--drain", type=float, default=30.0,
+                    help="seconds streams may run on after the window (then cut off)")
+    ap.add_argument("--client-procs", type=int, default=1,
+                    help="client processes (one streams at most ~30k ids/s)")
     ap.add_argument("--port", type=int, default=31000)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -375,26 +404,33 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-sglang-server-"))
     runs: list[Run] = []
     port = args.port
+    t0 = time.monotonic()
     for tw in (int(x) for x in args.tokenizer_workers.split(",")):
         for system in systems:
+            if args.deadline and time.monotonic() - t0 > args.deadline:
+                print(f"skipped ({args.deadline:.0f}s --deadline): {system.name}, {tw} TM "
+                      "workers", flush=True)
+                continue
             port += 1
             server = Server(system, tw, args.sglang_python, work, port)
             try:
                 server.wait_ready()
                 expected = Expected(server.ledger)
                 for load in loads:
+                    if args.per_worker:
+                        load = Load(load.clients * tw, load.ids_per_step, load.logprobs)
                     run = run_load(server, load, args, work, expected)
                     run.model = model(run, system.workers)
                     runs.append(run)
                     print(table([run]).splitlines()[-1], flush=True)
+                    if args.json:  # after each run: a run cut short keeps what it measured
+                        write_json(args.json, {"runs": [r.__dict__ for r in runs],
+                                               "step_ms": STEP_MS, "length": LENGTH,
+                                               "cpus": os.cpu_count()})
             finally:
                 server.stop()
     print()
     print(table(runs))
-    if args.json:
-        write_json(args.json, {"runs": [r.__dict__ for r in runs],
-                               "step_ms": STEP_MS, "length": LENGTH,
-                               "cpus": os.cpu_count()})
 
 
 if __name__ == "__main__":

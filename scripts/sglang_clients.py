@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from gap_hist import gap_histogram, percentile
 
 ENDPOINTS = ("generate", "completions", "chat")
 PROMPTS = ["Tell me about detokenizers.", "写一首关于大海的诗。", "Explain ZeroMQ briefly.",
@@ -178,13 +179,13 @@ async def _stream(session: aiohttp.ClientSession, url: str, endpoint: str,
 
 async def client(i: int, session: aiohttp.ClientSession, args: argparse.Namespace,
                  stop: float, window: Window, done: list[Done], failed: list[Failed]) -> None:
-    rng = random.Random(i)
-    k = i
+    k = args.first + i  # client i of this process is client first + i of all processes
+    rng = random.Random(k)
     endpoints = args.endpoints.split(",")
     while time.monotonic() < stop:
         await one(session, args.url, endpoints[k % len(endpoints)], k, args, rng, window,
                   done, failed)
-        k += args.clients
+        k += args.stride or args.clients
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -209,15 +210,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             t.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         hung = len(pending)
-    gaps = sorted(window.gaps)
-
-    def pct(q: float) -> float:
-        return gaps[min(len(gaps) - 1, int(q * len(gaps)))] if gaps else float("nan")
-
+    hist = gap_histogram(window.gaps)
     return {"clients": args.clients, "seconds": args.seconds, "ids": window.ids,
             "chunks": window.chunks, "ids_per_s": window.ids / args.seconds,
-            "itl_p50_ms": 1000 * pct(0.50), "itl_p99_ms": 1000 * pct(0.99),
-            "itl_samples": len(gaps), "errors": [f.why for f in failed[:20]],
+            "itl_p50_ms": percentile(hist, 0.50), "itl_p99_ms": percentile(hist, 0.99),
+            "itl_samples": len(window.gaps), "gap_hist": hist,
+            "errors": [f.why for f in failed[:20]],
             "error_count": len(failed), "hung": sum(f.hung for f in failed), "cut_off": hung,
             "done": [d.__dict__ for d in done], "failed": [f.__dict__ for f in failed]}
 
@@ -230,6 +228,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--drain", type=float, default=30.0,
                     help="seconds streams may run on after the window")
+    ap.add_argument("--first", type=int, default=0,
+                    help="the index of this process's first client among all processes'")
+    ap.add_argument("--stride", type=int, default=0,
+                    help="the clients of all processes together (default --clients)")
     ap.add_argument("--endpoints", default=",".join(ENDPOINTS))
     ap.add_argument("--ids-per-step", type=int, default=1)
     ap.add_argument("--length", type=int, default=128, help="mean output ids per request")

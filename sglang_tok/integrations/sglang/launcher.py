@@ -170,7 +170,9 @@ def launch(args: list[str]) -> ServiceProcess:
     """`sglang-tok serve ARGS` in a runtime directory of its own, which goes when it does."""
     runtime = tempfile.mkdtemp(prefix="sglang-tok-")
     os.chmod(runtime, 0o700)
-    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime,
+    # -P: SGLang's working directory is the user's; a checkout of this project there would
+    # shadow the installed package with its source folder, which lacks egress/ and shards/
+    cmd = [sys.executable, "-P", "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime,
            "--remove-runtime-dir", *args]
     proc = ServiceProcess(subprocess.Popen(cmd), runtime)
     start_janitor(proc.pid, runtime)
@@ -189,7 +191,7 @@ def start_janitor(pid: int, directory: str) -> None:
         why = str(exc)
     else:
         try:
-            started = subprocess.run([sys.executable, "-m", JANITOR, str(pidfd), directory],
+            started = subprocess.run([sys.executable, "-P", "-m", JANITOR, str(pidfd), directory],
                                      pass_fds=(pidfd,), timeout=60)
             why = f"it exited with {started.returncode}" if started.returncode else ""
         except (OSError, subprocess.SubprocessError) as exc:
