@@ -16,7 +16,13 @@ summed over every process of the system (psutil; the bench excluded), and how ma
 requests' `output_strs` add up to the full decode of their ids. Then the goals, sglang-tok
 x1 against sglang x1.
 
+Paced (`--step-ms 20`): one message per step, as a scheduler at that step time sends them.
+Inside a server the detokenizer waits between steps, and a message then costs more than
+flat out (caches go cold while the other processes run): this shows what it costs at a
+step rate, and whether each system keeps up with the steps.
+
     python scripts/bench_sglang.py                      # traces a and b, all four systems
+    python scripts/bench_sglang.py --step-ms 20         # at SGLang's step rate
     python scripts/bench_sglang.py --quick              # quarter-size traces
     python scripts/bench_sglang.py --repeat 3 --json out.json
     python scripts/bench_sglang.py --systems "sglang-tok x1" --quick
@@ -272,7 +278,10 @@ class TokSystem:
     """`sglang-tok serve --protocol sglang --shards N` (replay.py's start, this protocol)."""
 
     def __init__(self, shards: int, work: Path) -> None:
-        self.target: Target = start_service(shards, TOKENIZER, work, ["--protocol", "sglang"])
+        # one shard runs inside the egress's process, as SGLang's launcher starts it for
+        # --detokenizer-worker-num 1
+        extra = ["--protocol", "sglang", *(["--inline-shard"] if shards == 1 else [])]
+        self.target: Target = start_service(shards, TOKENIZER, work, extra)
         self.input, self.output = self.target.input, self.target.output
         self.failed = False
 
@@ -333,8 +342,9 @@ def warm_up(push: zmq.Socket, pull: zmq.Socket, tag: str, timeout: float = 120.0
 
 
 def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
-              window: int, timeout: float, stall: float) -> dict[str, Any]:
-    """Send every message flat out within the window; account each reply row to the
+              window: int, timeout: float, stall: float, step: float = 0.0) -> dict[str, Any]:
+    """Send every message flat out within the window (or, with `step` seconds, one per step
+    as a scheduler does, while the system keeps up); account each reply row to the
     message of its row (a rid's rows come back in order) and keep the texts. Gives up
     after `timeout`, or `stall` seconds without a reply (a system that died)."""
     msgs, total = trace.messages, len(trace.messages)
@@ -349,13 +359,16 @@ def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
     t0 = last = time.monotonic()
     deadline = t0 + timeout
     while done < total:
-        if sent < total and sent - done < window:
+        now = time.monotonic()
+        due = t0 + sent * step
+        if sent < total and sent - done < window and now >= due:
             push.send(msgs[sent], copy=False)
             sent += 1
             wait = 0
         else:
-            wait = 100
-            now = time.monotonic()
+            # paced: the next message is due (a scheduler's next step) before 100 ms
+            wait = 100 if sent >= total or sent - done >= window else \
+                max(0, min(100, int((due - now) * 1000)))
             if now > deadline or now - last > stall:
                 break
         while pull.poll(wait):
@@ -403,7 +416,11 @@ def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
             problems.append(f"{rid}: {'; '.join(bad)}")
         else:
             exact += 1
+    paced = total * step
     return {"ids": trace.ids, "elapsed_s": elapsed, "ids_per_s": trace.ids / elapsed,
+            "step_ms": step * 1000,
+            # paced: did the replies keep up with the steps (the last within 2 steps)?
+            "kept_up": bool(step) and elapsed <= paced + 2 * step,
             "cpu_s": cpu, "cpu_by_process": by_process,
             "cpu_s_per_mid": cpu / max(1, trace.ids) * 1e6, "bench_cpu_s": own,
             "complete": done == total, "answered_messages": done, "messages": total,
@@ -420,7 +437,8 @@ def text_diff(got: str, want: str) -> str:
 
 
 def run_system(system: str, traces: list[Trace], root: Path, peer: Peer | None,
-               window: int, timeout: float, stall: float) -> dict[str, dict[str, Any]]:
+               window: int, timeout: float, stall: float,
+               step: float = 0.0) -> dict[str, dict[str, Any]]:
     """One fresh start of the system, then every trace on it (their rids differ)."""
     work = Path(tempfile.mkdtemp(prefix=system.replace(" ", "-") + "-", dir=root))
     ctx = zmq.Context()
@@ -439,7 +457,7 @@ def run_system(system: str, traces: list[Trace], root: Path, peer: Peer | None,
         warm_up(push, pull, work.name)
         startup = time.monotonic() - t
         for trace in traces:
-            r = run_trace(trace, push, pull, sys_.pids(), window, timeout, stall)
+            r = run_trace(trace, push, pull, sys_.pids(), window, timeout, stall, step)
             r["startup_s"] = startup
             out[trace.name] = r
     finally:
@@ -459,10 +477,11 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "cpu_s_per_mid": median([r["cpu_s_per_mid"] for r in runs]),
             "exact": min(r["exact"] for r in runs), "requests": runs[0]["requests"],
             "complete": all(r["complete"] for r in runs),
+            "kept_up": all(r.get("kept_up") for r in runs),
             "crashed": any(r.get("crashed") for r in runs), "rounds": len(runs)}
 
 
-def print_table(trace: Trace, per: dict[str, dict[str, Any]]) -> None:
+def print_table(trace: Trace, per: dict[str, dict[str, Any]], step_ms: float = 0.0) -> None:
     base = per.get(SGL_X1)
     print(f"\ntrace {trace.title}: {trace.summary()}")
     head = (f"{'system':<14} {'ids/s':>11} {'x sgl1':>7} {'CPU s/Mid':>10} {'x sgl1':>7} "
@@ -472,7 +491,9 @@ def print_table(trace: Trace, per: dict[str, dict[str, Any]]) -> None:
     for system, m in per.items():
         r1 = ratio(m["ids_per_s"], base["ids_per_s"]) if base else float("nan")
         r2 = ratio(m["cpu_s_per_mid"], base["cpu_s_per_mid"]) if base else float("nan")
+        paced = ("kept up", m["kept_up"]), ("FELL BEHIND the steps", not m["kept_up"])
         notes = ", ".join(n for n, on in (("INCOMPLETE", not m["complete"]),
+                                          *(paced if step_ms else ()),
                                           ("a process failed", m["crashed"])) if on)
         print(f"{system:<14} {m['ids_per_s']:>11,.0f} {times(r1, 2):>7} "
               f"{m['cpu_s_per_mid']:>10.2f} {times(r2, 2):>7} "
@@ -529,6 +550,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds; medians")
     ap.add_argument("--window", type=int, default=8,
                     help="most messages in flight (sent, some row not yet answered)")
+    ap.add_argument("--step-ms", type=float, default=0.0,
+                    help="one message per step, as a scheduler at that step time sends them "
+                         "(0: flat out): what a message costs when the system waits between "
+                         "messages, and whether it keeps up")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per trace run")
     ap.add_argument("--stall", type=float, default=60.0,
                     help="seconds without a reply after which a run is given up")
@@ -622,7 +647,8 @@ def run_rounds(a: argparse.Namespace, traces: list[Trace], root: Path,
     for n in range(a.repeat):
         for system in a.systems:
             try:
-                got = run_system(system, traces, root, peer, a.window, a.timeout, a.stall)
+                got = run_system(system, traces, root, peer, a.window, a.timeout, a.stall,
+                                 a.step_ms / 1000)
             except (RuntimeError, TimeoutError) as exc:
                 failures.append(f"round {n + 1} {system}: {exc}")
                 print(f"  round {n + 1} {system:<14} FAILED: {str(exc)[:2000]}", flush=True)
@@ -638,12 +664,12 @@ def report(a: argparse.Namespace, traces: list[Trace], runs: Runs, failures: lis
     results = {t.name: {s: medians(rs) for s, rs in runs[t.name].items() if rs}
                for t in traces}
     for t in traces:
-        print_table(t, results[t.name])
+        print_table(t, results[t.name], a.step_ms)
     rows = goals(results)
     print_goals(rows)
     if a.json:
         write_json(a.json, finite({
-            "window": a.window, "repeat": a.repeat, "traces": {
+            "window": a.window, "step_ms": a.step_ms, "repeat": a.repeat, "traces": {
                 t.name: {"title": t.title, **t.summary()} for t in traces},
             "medians": results, "rounds": runs, "goals": rows, "failures": failures}))
         print(f"\nJSON: {a.json}")
