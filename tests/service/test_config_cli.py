@@ -129,10 +129,12 @@ def test_every_flag_the_docs_name_exists() -> None:
     real = {opt for p in subs.choices.values() for a in p._actions for opt in a.option_strings}
     for script in [*(root / "scripts").glob("*.py"), *(root / "examples").glob("*.py")]:
         real |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", script.read_text()))
+    for script in (root / "scripts").glob("*.sh"):  # a shell script's own: [ "$1" = "--x" ]
+        real |= set(re.findall(r"= \"(--[a-z0-9-]+)\" \]", script.read_text()))
     # SGLang's own flags, named where the README says how to launch SGLang with the plugin
     real |= {"--model-path", "--tokenizer-path", "--detokenizer-worker-num",
-             "--tokenizer-worker-num", "--skip-tokenizer-init", "--enable-metrics"}
-    real |= {"--no-deps"}  # pip's, in the README's install line
+             "--tokenizer-worker-num", "--skip-tokenizer-init", "--enable-metrics", "--device"}
+    real |= {"--no-deps", "--no-index"}  # pip's, in the README's install lines
     for doc in ("docs/operations.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
         assert named - real == set(), f"{doc} names flags that do not exist"

@@ -247,12 +247,16 @@ def test_fault_injection_kills_each_kind_and_loses_nothing() -> None:
                    for line in log.splitlines()), (kill, log[-3000:])
 
 
-def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("step_ms", [0, 5])
+def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path,
+                                                                   step_ms: int) -> None:
     """The SGLang benchmark's short version: ours alone (SGLang's systems need the side
-    environment), every request exact on both traces."""
+    environment), every request exact on both traces, flat out and one message per 5 ms
+    step (where it keeps up: the quick traces ask a few thousand ids per second)."""
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, str(SCRIPTS / "bench_sglang.py"), "--quick",
-                        "--systems", "sglang-tok x1", "--json", str(out)],
+                        "--systems", "sglang-tok x1", "--step-ms", str(step_ms),
+                        "--json", str(out)],
                        capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "not measured (no sglang x1)" in r.stdout
@@ -260,6 +264,23 @@ def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path
     for trace in ("a", "b"):
         got = medians[trace]["sglang-tok x1"]
         assert got["complete"] and got["exact"] == got["requests"] > 0, (trace, got)
+        assert got["kept_up"] == bool(step_ms), (trace, got)
+    if step_ms:
+        assert "kept up" in r.stdout and "FELL BEHIND" not in r.stdout, r.stdout[-2000:]
+
+
+def test_gap_histograms_of_several_client_processes_add_up() -> None:
+    """bench_sglang_server's client processes send gap histograms; their sum gives the
+    percentiles of all the gaps together (to the bin's 0.5 ms)."""
+    sys.path.insert(0, str(SCRIPTS))
+    from gap_hist import GAP_BIN_MS, gap_histogram, percentile
+
+    a, b = [0.001 * k for k in range(1, 51)], [0.001 * k for k in range(51, 101)]
+    merged = [x + y for x, y in zip(gap_histogram(a), gap_histogram(b))]
+    assert percentile(merged, 0.5) == pytest.approx(50.75, abs=GAP_BIN_MS)
+    assert percentile(merged, 0.99) == pytest.approx(99.75, abs=GAP_BIN_MS)
+    assert percentile(gap_histogram([]), 0.5) != percentile(gap_histogram([]), 0.5)  # nan
+    assert percentile(gap_histogram([60.0]), 0.5) == pytest.approx(9999.75)  # the last bin
 
 
 def test_bench_against_pairs_two_checkouts_trial_by_trial(tmp_path: Path) -> None:
