@@ -11,8 +11,11 @@ rids); the events are plain data, so the egress holds no protocol test of its ow
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+import msgspec
 
 from sglang_tok import protocol
 from sglang_tok.protocol import Batch, FrameError, Open, Ping
@@ -20,19 +23,19 @@ from sglang_tok.protocol import Batch, FrameError, Open, Ping
 from .control import Routed
 
 
-@dataclass
-class Rows:
+class Rows(msgspec.Struct):
     """A frame's rows to route. `opens` (first rows' options), `fresh` (first rows with
     the default ones), `ends` ((rid, why): requests to end on their shards before the rows)
     and `lost` (rids first seen mid-stream) are what a protocol whose first rows carry a
-    request's start says; `passed(codes, nshards)` cuts what each shard's replies pass on."""
+    request's start says; `passed(codes, nshards)` cuts what each shard's replies pass on.
+    A struct with shared empty defaults: a native BATCH frame builds one per frame."""
 
     batch: Batch
     tag: int = protocol.TAG_BATCH
-    opens: list[Open] = field(default_factory=list)
-    fresh: list[str] = field(default_factory=list)
-    ends: list[tuple[str, str]] = field(default_factory=list)
-    lost: list[str] = field(default_factory=list)
+    opens: Sequence[Open] = ()
+    fresh: Sequence[str] = ()
+    ends: Sequence[tuple[str, str]] = ()
+    lost: Sequence[str] = ()
     passed: Passer | None = None
 
 

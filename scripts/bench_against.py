@@ -6,8 +6,10 @@ runs of `bench_stages.py` (one per checkout) cannot tell a 5% change. Here one w
 process per checkout (each with its own python, importing its own `scripts/bench_stages.py`)
 builds the same traces, and the driver asks them in turn for one trial of each measure,
 alternating which goes first: neighbouring trials see the same noise. The figure is the
-median over cycles of the ratio this checkout / the other. The lean peer's
-`DecodeStream.step` is the same code in both checkouts: its row is the noise floor.
+median over cycles of the ratio this checkout / the other. A worker process is biased as a
+whole (its hash seed, its memory layout: the same code against itself gave 0.98-1.03 from
+one pair of processes), so the cycles are spread over `--pairs` fresh pairs. The lean
+peer's `DecodeStream.step` is the same code in both checkouts: its row is the noise floor.
 
     git worktree add /tmp/before COMMIT && python3 -m venv /tmp/before/.venv \
         && /tmp/before/.venv/bin/pip install -q -e '/tmp/before[scripts]'
@@ -120,6 +122,9 @@ def main() -> int:
     ap.add_argument("--keys", default=",".join(DEFAULT_KEYS),
                     help="TRACE.MEASURE, comma-separated (traces a, b, small; measures "
                     f"{', '.join(MEASURES)})")
+    ap.add_argument("--pairs", type=int, default=5,
+                    help="fresh worker processes this many times (a process's own bias "
+                         "evens out)")
     ap.add_argument("--json", help="write every trial here")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -137,24 +142,30 @@ def main() -> int:
     other_python = a.other_python or os.path.join(a.other, ".venv", "bin", "python")
     if not os.path.exists(other_python):
         ap.error(f"--other-python: no python at {other_python}")
-    procs = {"this": start(sys.executable, here, keys),
-             "other": start(other_python, os.path.abspath(a.other), keys)}
-    trials: dict[str, dict[str, list[float]]] = {w: {k: [] for k in keys} for w in procs}
-    try:
-        for cycle in range(a.cycles):
-            order = ["other", "this"] if cycle % 2 == 0 else ["this", "other"]
-            for key in keys:
-                for side in order:
-                    trials[side][key].append(ask(procs[side], key))
-    finally:
-        for proc in procs.values():
-            if proc.stdin is not None:
-                proc.stdin.close()
-            proc.wait(timeout=60)
+    trials: dict[str, dict[str, list[float]]] = {w: {k: [] for k in keys}
+                                                  for w in ("this", "other")}
+    # a worker process is biased as a whole (its hash seed lays out the router's dicts,
+    # its memory its arrays): the same code against itself gave 0.98-1.03 with one pair,
+    # so the cycles are spread over --pairs fresh pairs of workers
+    pairs = max(1, min(a.pairs, a.cycles))
+    for pair in range(pairs):
+        procs = {"this": start(sys.executable, here, keys),
+                 "other": start(other_python, os.path.abspath(a.other), keys)}
+        try:
+            for cycle in range(pair * a.cycles // pairs, (pair + 1) * a.cycles // pairs):
+                order = ["other", "this"] if cycle % 2 == 0 else ["this", "other"]
+                for key in keys:
+                    for side in order:
+                        trials[side][key].append(ask(procs[side], key))
+        finally:
+            for proc in procs.values():
+                if proc.stdin is not None:
+                    proc.stdin.close()
+                proc.wait(timeout=60)
     if a.json:
         Path(a.json).write_text(json.dumps(trials))
-    print(f"{a.cycles} cycles, one trial per measure per checkout in each, thread CPU time; "
-          f"us per row (small: per frame)")
+    print(f"{a.cycles} cycles over {pairs} pairs of worker processes, one trial per measure "
+          f"per checkout in each, thread CPU time; us per row (small: per frame)")
     report(keys, trials["this"], trials["other"])
     return 0
 
