@@ -241,3 +241,65 @@ def test_sglang_with_the_plugin_leaves_nothing_at_a_stop(
     else:
         assert code in (0, -signal.SIGINT), log.read_text()[-3000:]
     assert dirs == [] and alive == [], log.read_text()[-3000:]
+
+
+def test_a_dead_service_stops_a_server_of_tokenizer_workers(short_tmp: Path) -> None:
+    """With --tokenizer-worker-num 2, SGLang's watchdog SIGQUIT does not stop its server
+    when a detokenizer dies; a kill -9 of the service's supervisor must still stop it
+    (as SGLang means to), leaving nothing, rather than leave its requests hanging."""
+    python = sglang_python()
+    if python is None:
+        pytest.skip("SGLANG_PYTHON names no python importing SGLang 0.5.23 and sglang_tok")
+    # the stand-in scheduler: its rows name their tokenizer worker, as SGLang's do
+    env = {**os.environ, "SGLANG_PLUGINS": "sglang_tok,sglang_tok_standin",
+           "SGLANG_TOK_STANDIN": "step_ms=20", "TMPDIR": str(short_tmp)}
+    env.pop(cores.SETTING, None)
+    log = short_tmp / "server.log"
+    port = _free_port()
+    args = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(short_tmp)),
+            "--device", "cpu", "--port", str(port), "--tokenizer-worker-num", "2",
+            "--skip-server-warmup"]
+    with log.open("wb") as out:
+        server = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
+    try:
+        _wait_up(server, log, short_tmp, 240)
+        launcher = psutil.Process(server.pid)
+        tree = [launcher, *launcher.children(recursive=True)]
+        serve = next(p for p in tree if "sglang-tok: supervisor" in " ".join(p.cmdline()))
+        serve.kill()
+        code = server.wait(60)
+        dirs, alive = settled(tree, short_tmp)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    text = log.read_text(errors="replace")
+    assert "the detokenizer service" in text and "stopping the server" in text, text[-3000:]
+    assert code is not None and dirs == [] and alive == [], text[-3000:]
+
+
+WATCHED = """
+import subprocess, sys, time
+from sglang_tok.integrations.sglang.launcher import ServiceProcess, stop_server_on_exit
+proc = ServiceProcess(subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"]),
+                      sys.argv[1])
+if sys.argv[2] == "stopping":
+    proc.terminate()  # SGLang ending it: an exit then is no failure
+stop_server_on_exit(proc)
+time.sleep(10)
+print("still here")
+"""
+
+
+@pytest.mark.parametrize("case", ["failed", "stopping"])
+def test_the_launcher_stops_itself_when_the_service_fails(tmp_path: Path, case: str) -> None:
+    """The watcher SIGTERMs the launcher when the service ends with an error while nobody
+    stops it, and not when SGLang is the one ending it."""
+    r = subprocess.run([sys.executable, "-c", WATCHED, str(tmp_path / "rt"), case],
+                       capture_output=True, text=True, timeout=60)
+    if case == "failed":
+        assert r.returncode == -signal.SIGTERM, (r.returncode, r.stdout, r.stderr[-2000:])
+        assert "exited with 3; stopping the server" in r.stderr
+    else:
+        assert r.returncode == 0 and "still here" in r.stdout, r.stderr[-2000:]

@@ -20,9 +20,11 @@ import atexit
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +118,7 @@ class ServiceProcess:
         self.popen = popen
         self.runtime_dir = runtime_dir
         self.name = "sglang-tok"
+        self.stopping = False  # SGLang (or the launcher's exit) is ending it
 
     @property
     def pid(self) -> int:
@@ -133,10 +136,12 @@ class ServiceProcess:
 
     def terminate(self) -> None:
         """SIGTERM: the service drains what it accepted, then exits."""
+        self.stopping = True
         if self.popen.poll() is None:
             self.popen.terminate()
 
     def kill(self) -> None:
+        self.stopping = True
         if self.popen.poll() is None:
             self.popen.kill()
 
@@ -150,6 +155,7 @@ class ServiceProcess:
     def stop(self) -> None:
         """At the launcher process's exit (atexit): a service SGLang did not end is drained
         and stopped, and its runtime directory removed, before the launcher is gone."""
+        self.stopping = True
         if self.popen.poll() is None:
             self.terminate()
             self.join(STOP_S)
@@ -178,6 +184,27 @@ def launch(args: list[str]) -> ServiceProcess:
     start_janitor(proc.pid, runtime)
     atexit.register(proc.stop)
     return proc
+
+
+def stop_server_on_exit(proc: ServiceProcess) -> threading.Thread:
+    """With tokenizer workers, SGLang's watchdog SIGQUITs its launcher when a detokenizer
+    dies, and that does not stop SGLang 0.5.23's server: its requests then hang (seen
+    with its own detokenizer too). The service restarts its shards and egress itself; if
+    the service as a whole ends with an error (its supervisor killed, or dead at start-up)
+    while nobody is stopping it, the server is stopped as SGLang means to: a SIGTERM to
+    the launcher, which its HTTP server's supervisor turns into a full shutdown."""
+
+    def watch() -> None:
+        code = proc.popen.wait()
+        if code != 0 and not proc.stopping:
+            log.error("sglang_tok: the detokenizer service (pid %d) exited with %d; "
+                      "stopping the server (SGLang stops when its detokenizer dies)",
+                      proc.pid, code)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="sglang-tok-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 def start_janitor(pid: int, directory: str) -> None:
