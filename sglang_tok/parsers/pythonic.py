@@ -457,9 +457,7 @@ class PythonicReader:
                 return self._finish(body, pos, out)
             self.state = KW
         else:  # more after the string ('a' 'b', 'a' + ...): ast decides at `)`
-            self.scan = PyScan(pos, 1)
-            self.state = REST
-            self.whole = False
+            self._to_ast(pos)
         return pos
 
     def _scanned(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
@@ -480,10 +478,14 @@ class PythonicReader:
         if ok:
             self.state = KW
         else:  # a value that does not convert: ast decides at `)`
-            self.scan = PyScan(pos, 1)
-            self.state = REST
-            self.whole = False
+            self._to_ast(pos)
         return pos
+
+    def _to_ast(self, pos: int) -> None:
+        """REST from `pos`: the scan runs to the call's `)`, and `ast` reads the call whole."""
+        self.scan = PyScan(pos, 1)
+        self.state = REST
+        self.whole = False
 
     def _after(self, body: str, pos: int, ready: int, out: list[Event]) -> int:
         """AFTER a call's `)`: a `,` before the next call (the list's `]` ends the body)."""

@@ -25,7 +25,9 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
@@ -158,6 +160,32 @@ def _wait_up(server: subprocess.Popen[bytes], log: Path, tmp: Path, timeout: flo
     pytest.fail("SGLang did not come up:\n" + log.read_text()[-4000:])
 
 
+class Launched(NamedTuple):
+    server: subprocess.Popen[bytes]
+    runtime: Path  # the service's runtime directory
+    tree: list[psutil.Process]  # the launcher and every process under it, once up
+    serve: psutil.Process  # the service's supervisor
+
+
+@contextmanager
+def launched(args: list[str], env: dict[str, str], log: Path, tmp: Path) -> Iterator[Launched]:
+    """SGLang's launcher up with the plugin's service ready; SIGKILLed whole at the end
+    if the test left it running."""
+    with log.open("wb") as out:
+        server = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
+    try:
+        runtime = _wait_up(server, log, tmp, 240)
+        launcher = psutil.Process(server.pid)
+        tree = [launcher, *launcher.children(recursive=True)]
+        serve = next(p for p in tree if "sglang-tok: supervisor" in " ".join(p.cmdline()))
+        yield Launched(server, runtime, tree, serve)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
 def _post(port: int, path: str, body: dict[str, object]) -> None:
     """A request whose answer does not matter (the server may die answering it)."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
@@ -210,17 +238,11 @@ def test_sglang_with_the_plugin_leaves_nothing_at_a_stop(
     args = [python, str(HERE / "sglang_server.py"), "--model-path", str(model_dir(short_tmp)),
             "--device", "cpu", "--port", str(port),
             "--detokenizer-worker-num", str(workers)]
-    with log.open("wb") as out:
-        server = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)
-    try:
-        runtime = _wait_up(server, log, short_tmp, 240)
-        launcher = psutil.Process(server.pid)
-        tree = [launcher, *launcher.children(recursive=True)]
-        serve = next(p for p in tree if "sglang-tok: supervisor" in " ".join(p.cmdline()))
-        assert runtime.parent == short_tmp
-        placed = _placement(serve)
-        mask = sorted(launcher.cpu_affinity())
+    with launched(args, env, log, short_tmp) as up:
+        server = up.server
+        assert up.runtime.parent == short_tmp
+        placed = _placement(up.serve)
+        mask = sorted(up.tree[0].cpu_affinity())
         if stop == "sigterm":
             server.send_signal(signal.SIGTERM)
         elif stop == "sigint":
@@ -230,11 +252,7 @@ def test_sglang_with_the_plugin_leaves_nothing_at_a_stop(
         elif stop == "crash":
             _post(port, "/generate", {"text": CRASH, "sampling_params": {"max_new_tokens": 1}})
         code = server.wait(60)
-        dirs, alive = settled(tree, short_tmp)
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        dirs, alive = settled(up.tree, short_tmp)
     _check_placement(placed, workers, pin, port, mask)
     if stop == "crash":
         assert code == -signal.SIGKILL, log.read_text()[-3000:]  # SGLang killed itself
@@ -259,21 +277,10 @@ def test_a_dead_service_stops_a_server_of_tokenizer_workers(short_tmp: Path) -> 
     args = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(short_tmp)),
             "--device", "cpu", "--port", str(port), "--tokenizer-worker-num", "2",
             "--skip-server-warmup"]
-    with log.open("wb") as out:
-        server = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)
-    try:
-        _wait_up(server, log, short_tmp, 240)
-        launcher = psutil.Process(server.pid)
-        tree = [launcher, *launcher.children(recursive=True)]
-        serve = next(p for p in tree if "sglang-tok: supervisor" in " ".join(p.cmdline()))
-        serve.kill()
-        code = server.wait(60)
-        dirs, alive = settled(tree, short_tmp)
-    finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+    with launched(args, env, log, short_tmp) as up:
+        up.serve.kill()
+        code = up.server.wait(60)
+        dirs, alive = settled(up.tree, short_tmp)
     text = log.read_text(errors="replace")
     assert "the detokenizer service" in text and "stopping the server" in text, text[-3000:]
     assert code is not None and dirs == [] and alive == [], text[-3000:]

@@ -81,6 +81,12 @@ def workers_of(serving: Any) -> int:
     return int(getattr(serving, "detokenizer_worker_num", 1) or 1)
 
 
+def tokenizer_workers_of(serving: Any) -> int:
+    """SGLang's `--tokenizer-worker-num` (1 by default): above 1, replies go to the worker
+    each request came from."""
+    return int(getattr(serving, "tokenizer_worker_num", 1) or 1)
+
+
 def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset(),
                  cores: list[int] | None = None, record: str = "") -> list[str]:
     """`serve` flags for SGLang's serving settings and its ports: as many shards as SGLang
@@ -98,7 +104,7 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
     if workers_of(serving) == 1:  # SGLang's default: one process decodes, as its own does
         args += ["--inline-shard"]
     args += ["--cores", cpu_list_text(cores)] if cores else ["--no-pin"]
-    tokenizers = int(getattr(serving, "tokenizer_worker_num", 1) or 1)
+    tokenizers = tokenizer_workers_of(serving)
     if tokenizers > 1:
         args += ["--sglang-tokenizer-workers", str(tokenizers)]
     if keep_stop_ids:

@@ -101,7 +101,13 @@ def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
     `(processes, names)` for its watchdog and shutdown."""
     from sglang.srt.runtime_context import get_serving
 
-    from .launcher import launch, service_args, stop_server_on_exit, workers_of
+    from .launcher import (
+        launch,
+        service_args,
+        stop_server_on_exit,
+        tokenizer_workers_of,
+        workers_of,
+    )
 
     serving = get_serving()
     cores = placement(server_args, workers_of(serving))
@@ -109,7 +115,7 @@ def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
                         record=os.environ.get(RECORD_ENV, ""))
     proc = launch(args)
     log.info("sglang_tok: detokenizer is sglang-tok (pid %d): %s", proc.pid, " ".join(args))
-    if int(getattr(serving, "tokenizer_worker_num", 1) or 1) > 1:
+    if tokenizer_workers_of(serving) > 1:
         stop_server_on_exit(proc)  # SGLang's own watchdog does not stop such a server
     from sglang.srt.runtime_context import get_observability
 
