@@ -1,6 +1,6 @@
 """Where a control message goes: the router's part of OPEN, ERROR, ABORT and RESULT.
 
-The egress and the in-process harness (sglang_tok/testing/local_route.py) both route
+The egress and the in-process harness (sglang_tok/harness/local_route.py) both route
 control messages through `route_control`, so a harness-driven table sees exactly what the
 running service would deliver: an ERROR or ABORT of an ended rid is late and goes nowhere,
 an ABORT is split into one per shard.

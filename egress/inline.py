@@ -18,12 +18,12 @@ from collections import deque
 from typing import Any
 
 import zmq
-from sglang_tok.shards.main import Shard
 
 from sglang_tok.config import Config
 from sglang_tok.metrics import Metrics
 from sglang_tok.process import Status
 from sglang_tok.tokenizer import load
+from shards.main import Shard
 
 
 class Notices:

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-from sglang_tok.ring import link
-from sglang_tok.ring.sockets import PushTo, make_socket
 
+from ring import link
+from ring.sockets import PushTo, make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, from_sglang, refusing
 from sglang_tok.integrations.sglang.pickled import preload_sglang
 from sglang_tok.integrations.sglang.reply import Replies
-from sglang_tok.load.tracefile import Recorder
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -55,6 +54,7 @@ from sglang_tok.protocol import (
     Usage,
     terminal,
 )
+from sglang_tok.tracefile import Recorder
 from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
 from .control import Routed, route_control

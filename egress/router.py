@@ -18,8 +18,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from itertools import chain, compress, repeat
 
-from sglang_tok.ring.link import LATE
-
+from ring.link import LATE
 from sglang_tok.protocol import Batch, Delta, Usage, terminal
 
 NEVER = 1 << 62  # the first frame of a rid that is not live

@@ -23,8 +23,8 @@ from typing import Annotated, Any
 import msgspec
 import numpy as np
 from msgspec import Meta, Raw
-from sglang_tok.ring.link import LATE
 
+from ring.link import LATE
 from sglang_tok.integrations.sglang import wire
 from sglang_tok.integrations.sglang.pickled import cut_pickled
 from sglang_tok.integrations.sglang.reply import (

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.ring import link
-from sglang_tok.ring.link import LATE, Family, Sparse
 
+from ring import link
+from ring.link import LATE, Family, Sparse
 from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, Batch, Open
 from sglang_tok.ragged import ragged_index, small_ints, starts_of, u32s
 

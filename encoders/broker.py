@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import zmq
-from sglang_tok.ring.sockets import make_socket
 
+from ring.sockets import make_socket
 from sglang_tok.config import Config, refusing
 from sglang_tok.metrics import Metrics
 from sglang_tok.process import Beat, Status, parent_alive, setup_child

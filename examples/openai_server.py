@@ -11,7 +11,7 @@ the prompt's first 40 characters, "n": 3}`). What is real is everything after th
 the service's detokenization, stop strings, logprob texts, reasoning and tool-call
 parsing, and the kit's client; `GET /debug/requests/{id}` shows what was generated.
 
-Starts the sglang-tok service (through the harness, `sglang_tok.testing.service.Service`), a
+Starts the sglang-tok service (through the harness, `sglang_tok.harness.service.Service`), a
 simulated scheduler that pushes one BATCH per step through the kit's writer
 (`sim_scheduler.py`), and the kit's asyncio client on the service's output. Serves
 `POST /v1/completions` and `POST /v1/chat/completions` (SSE streaming with `data: [DONE]`,
@@ -57,11 +57,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sglang_tok.client import Client, RequestStream
+from sglang_tok.harness.service import Service
+from sglang_tok.kit.client import Client, RequestStream
 from sglang_tok.parsers import REASONING_PARSERS, TOOL_PARSERS, TOOL_STREAMS, pairing_error
 from sglang_tok.process import shards_text
 from sglang_tok.protocol import Delta
-from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 _json = msgspec.json.Encoder().encode

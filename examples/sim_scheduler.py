@@ -2,7 +2,7 @@
 
 It stands where SGLang's scheduler stands. Every step (default 25 ms) it pushes ONE BATCH
 frame holding the next id of every live request, through the kit's writer
-(`sglang_tok.scheduler.Scheduler.step`), as a scheduler's decode loop does. What a request
+(`sglang_tok.kit.scheduler.Scheduler.step`), as a scheduler's decode loop does. What a request
 generates is a deterministic function of its seed: replayed multilingual text, code,
 markdown and emoji, tokenized with the service's own tokenizer, so a client can be checked
 against the full decode of exactly those ids (`Generation.expected_text`).
@@ -18,9 +18,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_tok.load.workload import BUILTIN_TEXTS
-from sglang_tok.scheduler import Scheduler
-from sglang_tok.testing.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
+from sglang_tok.harness.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
+from sglang_tok.harness.workload import BUILTIN_TEXTS
+from sglang_tok.kit.scheduler import Scheduler
 from sglang_tok.tokenizer import TokenizerInfo
 
 TEXTS = [

@@ -9,22 +9,13 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 
+from sglang_tok.security import Curve
+
 LINGER_MS = 5000
-
-
-@dataclass(frozen=True)
-class Curve:
-    """CURVE keys for tcp:// endpoints: this side's key pair and, for servers, the
-    directory of authorised client public keys; for clients, the server's public key."""
-
-    public: bytes
-    secret: bytes
-    server_public: bytes = b""
 
 
 def make_socket(ctx: zmq.Context, kind: int, endpoint: str, *, bind: bool, hwm: int,

@@ -35,8 +35,8 @@ from common import cpu_seconds, median, ratio, workdir, write_json
 from replay import Target, replay, start_baseline, start_service
 from synth import synthesise
 
-from sglang_tok.load.tracefile import read
-from sglang_tok.load.workload import PlanSpec
+from sglang_tok.harness.workload import PlanSpec
+from sglang_tok.tracefile import read
 
 PEER = "peer vllm"
 SYSTEMS = ["sglang-tok x1", "sglang-tok x2", PEER, "peer sglang"]

@@ -46,17 +46,17 @@ from common import (
     ratio_table,
     route_arrays,
 )
-from sglang_tok.shards.decoding.choice import family_for
-from sglang_tok.shards.decoding.slots import Slots
-from sglang_tok.shards.messages import table as table_mod
-from sglang_tok.shards.messages.paths import row_reason
-from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok import protocol
-from sglang_tok.client import decode_frame
-from sglang_tok.load.workload import PlannedRequest, PlanSpec, make_requests, schedule
+from sglang_tok.harness.workload import PlannedRequest, PlanSpec, make_requests, schedule
+from sglang_tok.kit.client import decode_frame
 from sglang_tok.protocol import DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from shards.decoding.choice import family_for
+from shards.decoding.slots import Slots
+from shards.messages import table as table_mod
+from shards.messages.paths import row_reason
+from shards.messages.table import RidTable
 
 
 def load_info(name: str) -> TokenizerInfo:

@@ -117,7 +117,7 @@ def start(name: str, workers: int, endpoint: str, tokenizer: str, work: Path) ->
     else:
         rt = Path(tempfile.mkdtemp(prefix=f"m{workers}-", dir=work))
         ready = rt / "http.port"  # written once every process, encode ones too, is up
-        cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--exit-with-parent",
+        cmd = [sys.executable, "-m", "sglang_tok.serving.cli", "serve", "--exit-with-parent",
                "--shards", "1",
                "--tokenizer", tokenizer, "--runtime-dir", str(rt), "--http", "127.0.0.1:0",
                "--output", f"ipc://{work}/front.ipc", "--log-level", "WARNING",

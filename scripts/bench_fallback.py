@@ -60,18 +60,18 @@ from common import (
     timed,
     workdir,
 )
-from sglang_tok.shards.byte_fallback.rows import decode_rows_fallback, decode_rows_loop
-from sglang_tok.shards.byte_fallback.table import FallbackTable, fallback_table
-from sglang_tok.shards.decoding.slots import Slots
-from sglang_tok.shards.window.decoder import WindowDecoder
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from tokenizers.decoders import DecodeStream
 
+from sglang_tok.harness import zoo
+from sglang_tok.harness.oracles import byte_values, oracle_anchors, to_bytes
 from sglang_tok.protocol import Open
 from sglang_tok.ragged import ragged_index
-from sglang_tok.testing import zoo
-from sglang_tok.testing.oracles import byte_values, oracle_anchors, to_bytes
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from shards.byte_fallback.rows import decode_rows_fallback, decode_rows_loop
+from shards.byte_fallback.table import FallbackTable, fallback_table
+from shards.decoding.slots import Slots
+from shards.window.decoder import WindowDecoder
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -43,14 +43,12 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from common import LOCALES, faker_texts, has_faker, route_arrays
-from sglang_tok.ring import link
-from sglang_tok.shards.decoding.choice import family_for
-from sglang_tok.shards.decoding.interface import RowDecoder
-from sglang_tok.shards.decoding.slots import Slots
-from sglang_tok.shards.messages.table import RidTable
 
+from ring import link
 from sglang_tok.config import Config
-from sglang_tok.load.workload import BUILTIN_TEXTS
+from sglang_tok.harness.workload import BUILTIN_TEXTS
+from sglang_tok.harness.zoo import with_special_tokens
+from sglang_tok.kit.scheduler import encode_step
 from sglang_tok.parsers import (
     FORMATS,
     ParsedDelta,
@@ -70,10 +68,12 @@ from sglang_tok.protocol import (
     encode_output,
     output_sink,
 )
-from sglang_tok.scheduler import encode_step
 from sglang_tok.stops import StopMatcher
-from sglang_tok.testing.zoo import with_special_tokens
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from shards.decoding.choice import family_for
+from shards.decoding.interface import RowDecoder
+from shards.decoding.slots import Slots
+from shards.messages.table import RidTable
 
 CODE = ["def area(r: float) -> float:\n    return 3.14159 * r ** 2  # 🙂\n",
         "for (let i = 0; i < n; i++) { console.log(`值 ${i}`); }",

@@ -54,8 +54,8 @@ from common import cpu_seconds, median, ratio, span, times, tree_pids, write_jso
 from replay import Target, start_service
 from synth import corpus
 
+from sglang_tok.harness.workload import BUILTIN_TEXTS, PlannedRequest, PlanSpec, make_requests
 from sglang_tok.integrations.sglang import wire
-from sglang_tok.load.workload import BUILTIN_TEXTS, PlannedRequest, PlanSpec, make_requests
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 SGL_X1, SGL_X2, TOK_X1, TOK_X2 = "sglang x1", "sglang x2", "sglang-tok x1", "sglang-tok x2"

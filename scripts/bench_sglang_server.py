@@ -45,7 +45,7 @@ from capacity import Stage, capacity, scaled
 from common import markdown, write_json
 from gap_hist import percentile
 
-from sglang_tok.testing.sglang_side import model_dir
+from sglang_tok.harness.sglang_side import model_dir
 from sglang_tok.tokenizer import load_tokenizer
 
 HERE = Path(__file__).resolve().parent

@@ -41,15 +41,15 @@ from typing import Any
 
 from common import batch_rows, best, decodestream_rows, markdown, workdir
 from prometheus_client import REGISTRY
-from sglang_tok.egress.main import Egress
-from sglang_tok.ring import link
-from sglang_tok.shards.main import Shard
 
+from egress.main import Egress
+from ring import link
 from sglang_tok import protocol
 from sglang_tok.config import Config, finalize
-from sglang_tok.load.workload import PlanSpec, make_requests, schedule
+from sglang_tok.harness.workload import PlanSpec, make_requests, schedule
 from sglang_tok.process import Status, service_roles
 from sglang_tok.tokenizer import TokenizerInfo, load
+from shards.main import Shard
 
 CORES = (2, 4, 8, 16, 64)
 # a trace's requests, concurrency, ids per row and share of rows with top-5 logprobs
@@ -273,7 +273,7 @@ def measure_client(msgs: list[bytes], repeat: int, runtime: str, read: bool = Fa
     message), every rid registered, no consumer waiting; per delta. With `read`, each
     stream's consumer work too: every queued delta made into its Delta (a PACKED row's
     text, ids and logprob lists are made when read)."""
-    from sglang_tok.client import Client, _delta
+    from sglang_tok.kit.client import Client, _delta
 
     rids: list[str] = []
     for raw in msgs:

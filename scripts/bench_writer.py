@@ -6,7 +6,7 @@
 Per step: `rows` running requests, `ids-per-row` new ids each (1: plain decode; 2-4:
 speculative), rid strings as a frontend mints them, no finish, per-row counts. Measured:
 
-- kit, array('q') rows: `sglang_tok.scheduler.encode_step` with int64 buffers (joined as
+- kit, array('q') rows: `sglang_tok.kit.scheduler.encode_step` with int64 buffers (joined as
   bytes; a numpy int64 array per row takes the same path);
 - kit, array('i') rows: the same with SGLang's own int32 `output_ids` rows (one C widening);
 - lean msgpack: a hand-written writer of the same bytes as one would write it first
@@ -33,8 +33,8 @@ from typing import Any
 
 import msgspec
 
+from sglang_tok.kit.scheduler import encode_step
 from sglang_tok.protocol import decode_batch
-from sglang_tok.scheduler import encode_step
 
 _enc = msgspec.msgpack.Encoder().encode
 

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psutil
 
 from sglang_tok import protocol
-from sglang_tok.load.workload import BUILTIN_TEXTS
+from sglang_tok.harness.workload import BUILTIN_TEXTS
 
 if TYPE_CHECKING:  # the tokenizer builders import `tokenizers` when called
-    from sglang_tok.ring.link import Arrays
     from tokenizers import Tokenizer
+
+    from ring.link import Arrays
 
 # ------------------------------------------------------------------------------ timing
 Clock = Callable[[], float]
@@ -182,7 +183,7 @@ def llama2_style(vocab_size: int = 4000) -> Tokenizer:
     rare characters and most emoji fall back to bytes."""
     from tokenizers import Tokenizer, models, normalizers, trainers
 
-    from sglang_tok.testing.zoo import sentencepiece_decoder, with_byte_tokens
+    from sglang_tok.harness.zoo import sentencepiece_decoder, with_byte_tokens
     tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
                                            normalizers.Replace(" ", "▁")])
@@ -223,9 +224,8 @@ def decodestream_rows(tok: Tokenizer, frames: Iterable[list[tuple[str, list[int]
 def route_arrays(batches: Iterable[protocol.Batch], rids: Iterable[str] = ()) -> list[Arrays]:
     """The frames as the egress routes them to one shard (ARRAYS messages), `rids` opened
     first; done before any clock starts, since the egress is another process."""
-    from sglang_tok.ring import link
-
-    from sglang_tok.testing.local_route import LocalRoute
+    from ring import link
+    from sglang_tok.harness.local_route import LocalRoute
 
     route = LocalRoute(1)
     for rid in rids:

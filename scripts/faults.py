@@ -26,10 +26,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from sglang_tok.load.workload import PlanSpec, expected, make_requests, schedule
+from sglang_tok.harness.service import Service
+from sglang_tok.harness.workload import PlanSpec, expected, make_requests, schedule
 from sglang_tok.process import shards_text
 from sglang_tok.protocol import EGRESS
-from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import load
 
 
@@ -66,7 +66,7 @@ def settle(svc: Service) -> dict[str, int]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and svc.health()[0] != 200:
         svc.front.poll(0.2)
-    from sglang_tok.client import barrier
+    from sglang_tok.kit.client import barrier
     for _ in range(3):
         if svc.sched is not None and barrier(svc.sched, svc.front, svc.shards, 20):
             break

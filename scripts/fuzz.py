@@ -20,8 +20,8 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_tok.testing.fuzzing import dropped, fuzz_round, tracebacks
-from sglang_tok.testing.service import Service
+from sglang_tok.harness.fuzzing import dropped, fuzz_round, tracebacks
+from sglang_tok.harness.service import Service
 
 
 def main() -> int:

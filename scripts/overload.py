@@ -23,15 +23,9 @@ import time
 import psutil
 
 from sglang_tok import protocol
-from sglang_tok.client import Frontend, Scheduler
-from sglang_tok.load.workload import (
-    PlannedRequest,
-    PlanSpec,
-    make_requests,
-    schedule,
-    verify,
-)
-from sglang_tok.testing.service import Service
+from sglang_tok.harness.service import Service
+from sglang_tok.harness.workload import PlannedRequest, PlanSpec, make_requests, schedule, verify
+from sglang_tok.kit.client import Frontend, Scheduler
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 

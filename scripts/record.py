@@ -16,10 +16,10 @@ import sys
 import time
 
 import zmq
-from sglang_tok.ring.sockets import make_socket
 
-from sglang_tok.load.tracefile import TraceWriter
-from sglang_tok.scheduler import Scheduler
+from ring.sockets import make_socket
+from sglang_tok.kit.scheduler import Scheduler
+from sglang_tok.tracefile import TraceWriter
 
 
 def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepseek-v4",

@@ -34,12 +34,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import percentile, terminate, tree_pids, wait_for_file, workdir, write_json
 
 from sglang_tok import protocol
-from sglang_tok.client import Frontend
-from sglang_tok.load.frame_latency import DeltaMap
-from sglang_tok.load.tracefile import Trace, read, requests
-from sglang_tok.load.workload import verify
-from sglang_tok.testing.service import report_shards, wait_healthy
+from sglang_tok.harness.frame_latency import DeltaMap
+from sglang_tok.harness.service import report_shards, wait_healthy
+from sglang_tok.harness.workload import requests_of_trace as requests
+from sglang_tok.harness.workload import verify
+from sglang_tok.kit.client import Frontend
 from sglang_tok.tokenizer import load
+from sglang_tok.tracefile import Trace, read
 
 
 class Target:
@@ -64,7 +65,7 @@ def start_service(shards: int, tokenizer: str, workdir: Path,
     the service reports on /health (a `--shards` in `extra` wins in `serve`)."""
     rt = Path(tempfile.mkdtemp(prefix=f"svc{shards}-", dir=workdir))
     inp, out = f"ipc://{rt}/input.ipc", f"ipc://{workdir}/front.ipc"
-    cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--exit-with-parent",
+    cmd = [sys.executable, "-m", "sglang_tok.serving.cli", "serve", "--exit-with-parent",
            "--shards", str(shards), "--tokenizer", tokenizer, "--runtime-dir", str(rt),
            "--http", "127.0.0.1:0",
            "--input", inp, "--output", out, "--log-level", "WARNING", *extra]

@@ -47,7 +47,7 @@ class Peer:
     def __init__(self, work: Path, start_method: str) -> None:
         import multiprocessing as mp
 
-        from sglang_tok.testing.sglang_side import model_dir
+        from sglang_tok.harness.sglang_side import model_dir
 
         mp.set_start_method(start_method, force=True)
         self.work = work

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.testing.service import Service
+from sglang_tok.harness.service import Service
+from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.tokenizer import load
 
 

@@ -20,9 +20,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from common import faker_texts, has_faker, span
 
-from sglang_tok.load.tracefile import TraceWriter
-from sglang_tok.load.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule
+from sglang_tok.harness.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule
 from sglang_tok.tokenizer import load
+from sglang_tok.tracefile import TraceWriter
 
 EXTRA = [
     "```python\nimport asyncio\n\nasync def main() -> None:\n    await asyncio.sleep(0.1)\n```\n",

@@ -129,7 +129,7 @@ class Config(msgspec.Struct, frozen=True):
         "seconds over which --restart-limit counts a process's restarts", gt=0)] = 60.0
     record: Annotated[str, _doc(
         "append every input frame, with its arrival time, to this trace file (the project's "
-        "trace format, sglang_tok/load/tracefile.py): a real scheduler's traffic, replayed "
+        "trace format, sglang_tok/tracefile.py): a real scheduler's traffic, replayed "
         "later by scripts/replay.py or, for --protocol sglang, by the SGLang stand-in "
         "scheduler")] = ""
     curve_keys: Annotated[str, _doc(

@@ -17,16 +17,25 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-from .ring.sockets import Curve
-
 SCHEDULERS = "authorized-schedulers"
 SERVICE = "authorized-service"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """CURVE keys for tcp:// endpoints: this side's key pair and, for servers, the
+    directory of authorised client public keys; for clients, the server's public key."""
+
+    public: bytes
+    secret: bytes
+    server_public: bytes = b""
 
 
 def keygen(directory: str) -> list[str]:

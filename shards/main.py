@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import msgspec
 import zmq
-from sglang_tok.ring import link
-from sglang_tok.ring.sockets import PushTo, make_socket
 
+from ring import link
+from ring.sockets import PushTo, make_socket
 from sglang_tok import protocol, security
 from sglang_tok.config import Config, from_sglang
 from sglang_tok.integrations.sglang.pickled import preload_sglang

@@ -38,7 +38,8 @@ def plain_decoders_once() -> Iterator[None]:
     decoder's tables are read-only; a request's state lives in the table's Slots), since a
     property test makes fresh tables for every example."""
     from decoding import cached_decoder
-    from sglang_tok.shards.messages import table
+
+    from shards.messages import table
 
     real = table.decoder_for
     table.decoder_for = cached_decoder  # type: ignore[assignment]

@@ -14,14 +14,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from sglang_tok.shards.decoding.choice import decoder_for, family_for
-from sglang_tok.shards.decoding.interface import RowDecoder
-from sglang_tok.shards.decoding.slots import Slots
-from sglang_tok.shards.messages.table import RidTable
 
+from sglang_tok.harness import zoo
 from sglang_tok.protocol import Open
-from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from shards.decoding.choice import decoder_for, family_for
+from shards.decoding.interface import RowDecoder
+from shards.decoding.slots import Slots
+from shards.messages.table import RidTable
 
 TEXTS = ["héllo wörld 你好世界 🙂👩‍👩‍👧 ", "plain ascii text here. ", "日本語のテキスト",
          "emoji 🏳️‍🌈❤️‍🔥 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"]

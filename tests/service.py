@@ -1,5 +1,5 @@
-"""The tests' name for the harness; it lives in the package (`sglang_tok.testing.service`)."""
+"""The tests' name for the harness; it lives in the package (`sglang_tok.harness.service`)."""
 
-from sglang_tok.testing.service import Service, send_steps
+from sglang_tok.harness.service import Service, send_steps
 
 __all__ = ["Service", "send_steps"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sglang_tok.ring.link import Arrays
 
+from ring.link import Arrays
 from sglang_tok.logprob_rows import FIELDS, RowFamilies
 from sglang_tok.protocol import Sink
 from sglang_tok.tokenizer import TokenizerInfo

@@ -21,9 +21,8 @@ from typing import Any, Literal, cast
 import msgspec
 import numpy as np
 import numpy.typing as npt
-from sglang_tok.ring.link import Arrays
-from sglang_tok.shards.messages.request import Request, make_request, refusal
 
+from ring.link import Arrays
 from sglang_tok.protocol import (
     Abort,
     Delta,
@@ -36,6 +35,7 @@ from sglang_tok.protocol import (
 )
 from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
+from shards.messages.request import Request, make_request, refusal
 
 from ..decoding.choice import decoder_for, family_for
 from ..decoding.interface import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 import zmq
-from sglang_tok.egress.journal import Journal, replay
-from sglang_tok.ring import link
-from sglang_tok.ring.sockets import make_socket
 
+from egress.journal import Journal, replay
+from ring import link
+from ring.sockets import make_socket
 from sglang_tok import protocol
-from sglang_tok.client import Frontend
 from sglang_tok.config import Config
+from sglang_tok.kit.client import Frontend
 from sglang_tok.process import Status, service_roles
 from sglang_tok.ragged import small_ints, u32s
 
@@ -130,8 +130,8 @@ def ctx() -> Iterator[zmq.Context]:
 
 # --------------------------------------------------------------------------- shard
 def _shard_with_bug(cfg: Config, status: Any, method: str, parent: int) -> None:
-    from sglang_tok.shards.main import main
-    from sglang_tok.shards.messages import table
+    from shards.main import main
+    from shards.messages import table
 
     def bug(*_: Any) -> None:
         raise RuntimeError("injected bug")
@@ -177,7 +177,7 @@ def test_a_control_message_that_hits_a_bug_ends_its_rid(tmp_path: Path, ctx: zmq
 
 # --------------------------------------------------------------------------- egress
 def start_egress(cfg: Config) -> Any:
-    from sglang_tok.egress.main import main
+    from egress.main import main
     proc = SPAWN.Process(target=main, args=(cfg, Status(len(service_roles(cfg.shards))),
                                             None, False))
     proc.start()
@@ -278,7 +278,8 @@ def test_a_dead_shards_late_ack_settles_nothing_of_its_replacement(tmp_path: Pat
     sockets, no common order): they must not acknowledge its replacement's endings, nor
     hold the ledger's window open with an output count the replacement will not reach."""
     from prometheus_client import REGISTRY
-    from sglang_tok.egress.main import Egress
+
+    from egress.main import Egress
 
     def fresh_metrics() -> None:
         for c in list(REGISTRY._collector_to_names):
@@ -329,10 +330,9 @@ def test_split_gives_each_shard_its_rows_in_order_and_an_ended_rids_rows_to_none
     """Route codes are slot * nshards + shard (with one shard, the slot): each shard's
     message holds exactly its rows, in frame order, with their slots and ids; the rows of
     a rid that has ended (LATE) reach no shard."""
-    from sglang_tok.egress.router import shard_of
-
-    from sglang_tok.scheduler import encode_step
-    from sglang_tok.testing.local_route import LocalRoute
+    from egress.router import shard_of
+    from sglang_tok.harness.local_route import LocalRoute
+    from sglang_tok.kit.scheduler import encode_step
 
     route = LocalRoute(nshards)
     rids = [f"r{i}" for i in range(14)]

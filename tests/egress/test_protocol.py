@@ -44,7 +44,7 @@ def test_golden_frames_decode_to_their_rows(name: str) -> None:
 
 
 def test_shard_of_is_stable_across_runs() -> None:
-    from sglang_tok.egress.router import shard_of
+    from egress.router import shard_of
     assert [shard_of(r, 4) for r in ("r0", "r1", "req-2#00000000deadbeef")] == [
         __import__("zlib").crc32(r.encode()) % 4 for r in ("r0", "r1", "req-2#00000000deadbeef")]
 

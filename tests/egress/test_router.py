@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_tok.egress.router import ENGINE_BATCH_MESSAGES, TRIM_EVERY, Router, shard_of
-from sglang_tok.ring.link import LATE
-
+from egress.router import ENGINE_BATCH_MESSAGES, TRIM_EVERY, Router, shard_of
+from ring.link import LATE
 from sglang_tok import protocol
 
 

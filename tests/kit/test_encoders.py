@@ -15,13 +15,13 @@ import psutil
 import pytest
 import zmq
 from service import Service
-from sglang_tok.encoders import cores as plan_mod
 from tokenizers import Tokenizer
 
+from encoders import cores as plan_mod
 from sglang_tok.config import Config, ConfigError, finalize
-from sglang_tok.encode_client import AsyncEncodeClient, EncodeClient, EncodeError
+from sglang_tok.harness import zoo
+from sglang_tok.kit.encode_client import AsyncEncodeClient, EncodeClient, EncodeError
 from sglang_tok.process import plan_cores
-from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import load_tokenizer
 
 TEXTS = [*zoo.CORPUS, "", " ", "<|im_start|>user\nhi<|im_end|>", "a" * 3000,
@@ -382,7 +382,7 @@ def test_no_pickle_in_the_encode_service() -> None:
     """As test_security's walk, for encoders/: nothing that reads a socket unpickles."""
     import ast
     root = Path(__file__).resolve().parents[2]
-    for path in [*root.glob("encoders/*.py"), root / "sglang_tok" / "encode_client.py"]:
+    for path in [*root.glob("encoders/*.py"), root / "sglang_tok" / "kit" / "encode_client.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] + [getattr(node, "module", "") or ""]

@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 
 from sglang_tok import protocol
-from sglang_tok.client import (
-    IDLE_TIMEOUT_ERROR,
-    QUEUE_LIMIT_ERROR,
-    Client,
-    RequestOutput,
-    RequestStream,
-)
-from sglang_tok.load.workload import (
+from sglang_tok.harness.service import Service
+from sglang_tok.harness.workload import (
     PlannedRequest,
     PlanSpec,
     expected,
@@ -27,9 +21,15 @@ from sglang_tok.load.workload import (
     schedule,
     verify,
 )
+from sglang_tok.kit.client import (
+    IDLE_TIMEOUT_ERROR,
+    QUEUE_LIMIT_ERROR,
+    Client,
+    RequestOutput,
+    RequestStream,
+)
+from sglang_tok.kit.scheduler import Scheduler
 from sglang_tok.protocol import Delta
-from sglang_tok.scheduler import Scheduler
-from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 
@@ -279,11 +279,10 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     """The client queues a PACKED message's running rows as (message, row) and makes each
     Delta when it is read: what a consumer reads equals the message's Deltas, logprobs,
     finishes and usage included, row for row."""
-    from sglang_tok.shards.decoding.choice import decoder_for
-    from sglang_tok.shards.messages.table import RidTable
-
-    from sglang_tok.load.workload import PlanSpec, make_requests, schedule
-    from sglang_tok.testing.local_route import LocalRoute
+    from sglang_tok.harness.local_route import LocalRoute
+    from sglang_tok.harness.workload import PlanSpec, make_requests, schedule
+    from shards.decoding.choice import decoder_for
+    from shards.messages.table import RidTable
 
     spec = PlanSpec(requests=80, concurrency=30, ids_per_row=(1, 3), min_tokens=2,
                     max_tokens=20, logprob_share=0.3, stop_share=0.1, options_share=0.2,

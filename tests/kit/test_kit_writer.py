@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from sglang_tok.kit.scheduler import encode_step
 from sglang_tok.protocol import decode_batch, encode_batch
-from sglang_tok.scheduler import encode_step
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
@@ -86,7 +86,7 @@ def test_mixed_item_sizes_and_short_columns_are_refused() -> None:
 
 
 def test_int32_rows_widen_the_same_without_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sglang_tok.scheduler as scheduler
+    import sglang_tok.kit.scheduler as scheduler
 
     entry = MANIFEST["spec"]
     want = (GOLDEN / entry["file"]).read_bytes()

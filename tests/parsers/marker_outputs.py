@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import strategies as st
 from parser_outputs import arguments, names, words
 
-from sglang_tok.testing import zoo
+from sglang_tok.harness import zoo
 from sglang_tok.tokenizer import TokenizerInfo
 
 KIMI = ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",

@@ -16,9 +16,9 @@ from decoding import byte_decoding
 from hypothesis import strategies as st
 from strategies import PIECES
 
+from sglang_tok.harness import zoo
+from sglang_tok.harness.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
 from sglang_tok.parsers import ParsedDelta, ParsedStream
-from sglang_tok.testing import zoo
-from sglang_tok.testing.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]"]

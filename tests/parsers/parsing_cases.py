@@ -8,9 +8,9 @@ from typing import Any
 
 from decoding import decoding
 
+from sglang_tok.harness import zoo
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids
 from sglang_tok.protocol import Delta, Open
-from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 DS: TokenizerInfo = load("deepseek-v4")

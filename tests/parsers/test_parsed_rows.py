@@ -18,12 +18,12 @@ import pytest
 from decoding import byte_decoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.messages.request import ParsedRequest, make_request
 from strategies import chunk, chunk_sizes
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.tokenizer import TokenizerInfo
+from shards.messages.request import ParsedRequest, make_request
 
 MODES = ["incremental", "whole"]
 # format -> (tokenizer, reasoning parser, output strategy's module)

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 from parser_cases_load import load_cases
-from sglang_tok.shards.messages.request import make_request, refusal
 
+from sglang_tok.harness import zoo
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream
 from sglang_tok.protocol import Delta, Open
-from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, load
+from shards.messages.request import make_request, refusal
 
 # case file -> the tokenizer its text is encoded with ("deepseek-v4" or a list of specials)
 QWEN_SPECIALS = ("<think>", "</think>", "<tool_call>", "</tool_call>")

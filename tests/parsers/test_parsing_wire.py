@@ -23,13 +23,13 @@ from parsing_cases import (
     ref_channels,
     reference,
 )
-from sglang_tok.shards.messages.request import ParsedRequest, Request, make_request, refusal
 from strategies import chunk, chunk_sizes
 
 from sglang_tok import protocol
+from sglang_tok.harness import zoo
 from sglang_tok.protocol import Delta, Open, ToolCallDelta
-from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, no_tokenizer
+from shards.messages.request import ParsedRequest, Request, make_request, refusal
 
 
 def run(info: TokenizerInfo, opts: Open, rows: list[list[int]],

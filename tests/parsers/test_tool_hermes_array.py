@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.messages.request import make_request
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
 from sglang_tok.protocol import Open
 from sglang_tok.tokenizer import load
+from shards.messages.request import make_request
 
 MODES = ["incremental", "whole"]
 BRIEF = ('<tool_call>[{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {bad}, '

@@ -12,12 +12,12 @@ import tracemalloc
 from typing import Any
 
 import pytest
-from sglang_tok.shards.messages.request import make_request
 
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream, merge
 from sglang_tok.parsers.schema import convert, tool_schemas
 from sglang_tok.protocol import DeltasOut, Open
 from sglang_tok.tokenizer import load
+from shards.messages.request import make_request
 from shards.messages.table import RidTable
 
 

@@ -15,9 +15,9 @@ import psutil
 import pytest
 from service import Service
 
-from sglang_tok import cli
 from sglang_tok.config import Config, ConfigError, finalize, flag
 from sglang_tok.process import cpu_list_text, parse_cpu_list, plan_cores
+from sglang_tok.serving import cli
 
 
 def serve_options() -> dict[str, str]:
@@ -82,7 +82,7 @@ def test_config_built_in_code_gets_the_same_checks() -> None:
 
 
 def test_serve_help_documents_the_exit_codes() -> None:
-    out = subprocess.run([sys.executable, "-m", "sglang_tok.cli", "serve", "--help"],
+    out = subprocess.run([sys.executable, "-m", "sglang_tok.serving.cli", "serve", "--help"],
                          capture_output=True, text=True, timeout=60).stdout
     assert "exit codes:" in out
     assert "3  boot failure" in out and "--boot-timeout" in out
@@ -92,7 +92,7 @@ def test_serve_help_documents_the_exit_codes() -> None:
 def test_boot_deadline_exits_with_the_boot_failure_code(tmp_path: Path) -> None:
     """Every child is later than 50 ms to its first heartbeat: killed, exit code 3."""
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", "1",
+    r = subprocess.run([sys.executable, "-m", "sglang_tok.serving.cli", "serve", "--shards", "1",
                         "--runtime-dir", str(tmp_path / "rt"), "--http", "127.0.0.1:0",
                         "--boot-timeout", "0.05", "--drain-timeout", "1"],
                        capture_output=True, text=True, timeout=120)

@@ -157,7 +157,7 @@ def test_serve_removes_the_runtime_dir_it_was_given_to_remove(tmp_path: Path, st
     rt = Path(tempfile.mkdtemp(prefix="sgt-"))  # short: the ipc paths live in it
     try:
         extra = ["--boot-timeout", "0.05"] if stop == "boot-failure" else []
-        proc = subprocess.Popen([sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", "1",
+        proc = subprocess.Popen([sys.executable, "-m", "sglang_tok.serving.cli", "serve", "--shards", "1",
                                  "--tokenizer", "none", "--no-pin", "--http", "127.0.0.1:0",
                                  "--runtime-dir", str(rt), "--remove-runtime-dir",
                                  "--drain-timeout", "1", *extra],

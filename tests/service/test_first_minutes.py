@@ -23,7 +23,7 @@ import zmq
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
-CLI = [sys.executable, "-m", "sglang_tok.cli"]
+CLI = [sys.executable, "-m", "sglang_tok.serving.cli"]
 
 
 def free_port() -> int:

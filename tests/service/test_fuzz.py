@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from service import Service
 
-from sglang_tok.testing.fuzzing import fuzz_round
+from sglang_tok.harness.fuzzing import fuzz_round
 
 EXAMPLES = int(os.environ.get("SGLANG_TOK_FUZZ_EXAMPLES", "100"))
 

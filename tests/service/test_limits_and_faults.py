@@ -12,7 +12,7 @@ import pytest
 from service import Service
 
 from sglang_tok import protocol
-from sglang_tok.client import Frontend, Scheduler, barrier, ready
+from sglang_tok.kit.client import Frontend, Scheduler, barrier, ready
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")
@@ -129,7 +129,7 @@ def test_double_fault_shard_then_egress_leaves_no_request_waiting(tmp_path: Path
                                                                   gap_s: float) -> None:
     """A shard dies, then the egress, before the shard's error deltas left it: the
     replacement egress finds the dead shard's rids in the journal and fails them."""
-    from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
+    from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
     svc = Service(tmp_path, shards=2).start()
     try:
         spec = PlanSpec(requests=120, concurrency=120, min_tokens=30, max_tokens=30, seed=4)
@@ -234,7 +234,7 @@ def test_a_harness_killed_by_a_timeout_leaves_no_service_running(tmp_path: Path)
 
     code = ("import sys, time\n"
             "from pathlib import Path\n"
-            "from sglang_tok.testing.service import Service\n"
+            "from sglang_tok.harness.service import Service\n"
             "s = Service(Path(sys.argv[1]), shards=1).start()\n"
             "print(s.proc.pid, flush=True)\n"
             "time.sleep(600)\n")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tok.load.tracefile import read, requests
+from sglang_tok.harness.workload import requests_of_trace as requests
+from sglang_tok.tracefile import read
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -41,7 +42,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     assert read(again).frames == t.frames
 
     # record: a scheduler pushes into the recorder as it would into the service
-    from sglang_tok.client import Scheduler
+    from sglang_tok.kit.client import Scheduler
     rec = tmp_path / "rec.trace"
     ep = f"ipc://{tmp_path}/rec.ipc"
     ready = tmp_path / "rec.ready"
@@ -97,7 +98,7 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     ended (later rows give no delta) must not turn request lifetimes into frame latencies:
     mapping a rid's k-th row to its k-th delta gave a p99.9 of whole lifetimes here."""
     from sglang_tok import protocol
-    from sglang_tok.load.workload import expected
+    from sglang_tok.harness.workload import expected
     from sglang_tok.tokenizer import load
 
     trace = tmp_path / "t.trace"
@@ -140,7 +141,7 @@ def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
     """The frame each delta answers, and frames in flight, on hand-made frames and outputs
     (DELTAS and COLUMNS messages)."""
     from sglang_tok import protocol
-    from sglang_tok.load.frame_latency import DeltaMap
+    from sglang_tok.harness.frame_latency import DeltaMap
     from sglang_tok.protocol import Delta, Deltas
 
     def batch(*rows: tuple[str, dict | None]) -> bytes:

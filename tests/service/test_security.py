@@ -14,10 +14,10 @@ from pathlib import Path
 import zmq
 import zmq.auth
 from service import Service
-from sglang_tok.ring.sockets import Curve
 
 from sglang_tok import protocol, security
-from sglang_tok.client import Frontend, Scheduler, barrier
+from sglang_tok.kit.client import Frontend, Scheduler, barrier
+from sglang_tok.security import Curve
 from sglang_tok.tokenizer import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def _rebind(endpoint: str, timeout_s: float = 10.0) -> Frontend:
 
 def test_curve_only_authorised_peers_push_frames_and_read_deltas(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
-    rc = subprocess.run([sys.executable, "-m", "sglang_tok.cli", "keygen", str(keys)],
+    rc = subprocess.run([sys.executable, "-m", "sglang_tok.serving.cli", "keygen", str(keys)],
                         capture_output=True, timeout=60).returncode
     assert rc == 0
     inp, out = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"

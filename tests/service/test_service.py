@@ -13,7 +13,7 @@ import pytest
 from service import Service
 
 from sglang_tok import protocol
-from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 INFO: TokenizerInfo = load("deepseek-v4")
@@ -144,7 +144,7 @@ def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -
 def test_frontend_that_stops_reading_gets_backpressure_not_loss(tmp_path: Path) -> None:
     import zmq
 
-    from sglang_tok.client import Frontend, Scheduler
+    from sglang_tok.kit.client import Frontend, Scheduler
     svc = Service(tmp_path, shards=1, args=["--link-capacity", "2"], ring_capacity=2).start()
     try:
         svc.front.sock.close(linger=0)  # the frontend stops reading (nothing was sent yet)
@@ -233,7 +233,7 @@ def test_health_metrics_and_deep_probe(service: Service) -> None:
     assert code == 200, body
     import subprocess
     import sys
-    rc = subprocess.run([sys.executable, "-m", "sglang_tok.cli", "health", "--deep", "--http",
+    rc = subprocess.run([sys.executable, "-m", "sglang_tok.serving.cli", "health", "--deep", "--http",
                          f"127.0.0.1:{service.port}"], capture_output=True, timeout=30).returncode
     assert rc == 0
     assert service.get("/nope")[0] == 404

@@ -15,7 +15,7 @@ import pytest
 import supervisor_children as kids
 
 from sglang_tok.process import Status
-from sglang_tok.supervisor import Child, ExitCode, Restart, Supervisor, Timeouts
+from sglang_tok.serving.supervisor import Child, ExitCode, Restart, Supervisor, Timeouts
 
 pytestmark = pytest.mark.timeout(90)
 DEFAULT_RESTART = Restart()
@@ -59,7 +59,7 @@ def test_restart_backs_off_and_the_cap_per_window_stops_the_service(
     policy = Restart(limit=3, window=60.0, first=0.3, cap=0.5)
     sup = Supervisor([child(kids.die_young, (status, 0, str(tmp_path), 99), restart=policy)],
                      status, Timeouts())
-    with caplog.at_level(logging.INFO, "sglang_tok.supervisor"):
+    with caplog.at_level(logging.INFO, "sglang_tok.serving.supervisor"):
         code = sup.run()
     assert code == ExitCode.RESTART_LIMIT
     starts, exits = lines(tmp_path, "starts-0"), lines(tmp_path, "exits-0")
@@ -87,7 +87,7 @@ def test_stale_heartbeat_gets_sigabrt_with_a_stack_dump(
     never_again = Restart(limit=0)
     sup = Supervisor([child(kids.wedge, (status, 0, str(tmp_path), False), restart=never_again)],
                      status, Timeouts(heartbeat=0.5))
-    with caplog.at_level(logging.INFO, "sglang_tok.supervisor"):
+    with caplog.at_level(logging.INFO, "sglang_tok.serving.supervisor"):
         assert sup.run() == ExitCode.RESTART_LIMIT
     assert "missed heartbeats" in caplog.text
     assert f"exited with code {-signal.SIGABRT}" in caplog.text
@@ -101,7 +101,7 @@ def test_stale_child_that_ignores_sigabrt_gets_sigkill_after_the_grace(
     sup = Supervisor([child(kids.wedge, (status, 0, str(tmp_path), True),
                             restart=Restart(limit=0))],
                      status, Timeouts(heartbeat=0.5, abort_grace=0.5))
-    with caplog.at_level(logging.INFO, "sglang_tok.supervisor"):
+    with caplog.at_level(logging.INFO, "sglang_tok.serving.supervisor"):
         assert sup.run() == ExitCode.RESTART_LIMIT
     assert f"exited with code {-signal.SIGKILL}" in caplog.text
 
@@ -113,7 +113,7 @@ def test_boot_hang_is_killed_and_stops_the_service_with_the_boot_exit_code(
                       child(kids.hang_at_boot, (status, 1, str(tmp_path)), slot=1)],
                      status, Timeouts(boot=5.0), drain=drain_into(tmp_path))
     t0 = time.monotonic()
-    with caplog.at_level(logging.INFO, "sglang_tok.supervisor"):
+    with caplog.at_level(logging.INFO, "sglang_tok.serving.supervisor"):
         assert sup.run() == ExitCode.BOOT_FAILURE == 3
     assert time.monotonic() - t0 < 30
     assert "kid 1 failed at boot (sent no heartbeat within 5s of its spawn)" in caplog.text
@@ -163,7 +163,7 @@ def test_a_child_refusing_a_flag_at_boot_stops_the_service_with_the_config_code(
                       child(kids.serve, (status, 1, str(tmp_path), False), holds_data=False,
                             slot=1)], status, Timeouts(drain=1.0, stop_grace=1.0))
     t0 = time.monotonic()
-    with caplog.at_level(logging.INFO, "sglang_tok.supervisor"):
+    with caplog.at_level(logging.INFO, "sglang_tok.serving.supervisor"):
         assert sup.run() == ExitCode.CONFIG
     assert "kid 0 refused a flag's value (the error above)" in caplog.text
     assert sup.running[0].proc is None and sup.running[0].spec.role == "kid 0"

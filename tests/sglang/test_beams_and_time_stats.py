@@ -93,8 +93,7 @@ def test_time_stats_and_customized_info_go_with_their_rows(
 def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
     """From an ipc:// input (SGLang's launcher's) each shard's part carries its rows' stats;
     from a tcp:// peer nothing is unpickled: the parts carry nil."""
-    from sglang_tok.egress.sglang_in import SglangReader
-
+    from egress.sglang_in import SglangReader
     from sglang_tok.config import Config, finalize, from_sglang
     from sglang_tok.integrations.sglang.reply import Passed, Replies
 

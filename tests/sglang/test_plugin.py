@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from sglang_cases import GOLDEN, sglang_python
 
+from sglang_tok.harness.service import http_get
 from sglang_tok.integrations.sglang import launcher, plugin
-from sglang_tok.testing.service import http_get
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +34,7 @@ def test_entry_point_names_register() -> None:
 
 
 def test_importing_the_plugin_imports_nothing_of_sglang() -> None:
-    code = ("import sys, sglang_tok.integrations.sglang.plugin, sglang_tok.cli; "
+    code = ("import sys, sglang_tok.integrations.sglang.plugin, sglang_tok.serving.cli; "
             "print(sorted(m for m in sys.modules if m == 'sglang' or m.startswith('sglang.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout

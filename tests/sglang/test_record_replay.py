@@ -9,13 +9,13 @@ from pathlib import Path
 from sglang_cases import GOLDEN, MANIFEST, SglangService, moved_ipcs
 from test_standin_rows import EOS, TOKENIZER, fields, ids_of
 
+from sglang_tok.harness.sglang_side import frames
+from sglang_tok.harness.standin.core import Core, wire_beams
+from sglang_tok.harness.standin.record import recordings
+from sglang_tok.harness.standin.requests import Ask, Sampling
+from sglang_tok.harness.standin.streams import Replayed
 from sglang_tok.integrations.sglang import wire
-from sglang_tok.integrations.sglang.standin.core import Core, wire_beams
-from sglang_tok.integrations.sglang.standin.record import recordings
-from sglang_tok.integrations.sglang.standin.requests import Ask, Sampling
-from sglang_tok.integrations.sglang.standin.streams import Replayed
-from sglang_tok.load.tracefile import read
-from sglang_tok.testing.sglang_side import frames
+from sglang_tok.tracefile import read
 
 
 def golden_streams(case: str) -> dict[str, tuple[list[list[int]], dict | None]]:
@@ -68,7 +68,7 @@ def test_recorded_trace_replays_the_same_streams(tmp_path: Path) -> None:
 
 
 def test_a_restarted_recorder_goes_on_with_the_same_trace(tmp_path: Path) -> None:
-    from sglang_tok.load.tracefile import Recorder
+    from sglang_tok.tracefile import Recorder
 
     path = tmp_path / "t.trace"
     first = Recorder(path, {"protocol": "sglang", "t0": 100.0})

@@ -140,7 +140,7 @@ def test_a_recorded_trace_replays_on_another_server(servers: dict[str, Any]) -> 
         want._read()
         entry = want.seen[out["meta_info"]["id"]]
         assert out["text"] == want.text(entry) and out["output_ids"] == entry["ids"]
-        from sglang_tok.integrations.sglang.standin.record import recordings
+        from sglang_tok.harness.standin.record import recordings
 
         recorded = [[t for chunk in chunks for t in chunk] for chunks, _ in recordings(trace)]
         assert out["output_ids"] in recorded  # one of the recorded server's streams

@@ -20,15 +20,15 @@ import pytest
 from decoding import MIXED, TEXTS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.messages import table as table_mod
-from sglang_tok.shards.messages.paths import row_reason
 
 from sglang_tok import protocol
-from sglang_tok.client import RequestOutput
-from sglang_tok.load.workload import PlannedRequest, schedule, verify
+from sglang_tok.harness.local_route import LocalRoute
+from sglang_tok.harness.workload import PlannedRequest, schedule, verify
+from sglang_tok.kit.client import RequestOutput
 from sglang_tok.protocol import ColumnsOut, Delta, DeltasOut, Open, PackedOut
-from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo
+from shards.messages import table as table_mod
+from shards.messages.paths import row_reason
 
 FORMATS = ("deltas", "columnar", "packed")
 pytestmark = pytest.mark.usefixtures("plain_decoders_once")

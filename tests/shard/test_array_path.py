@@ -17,17 +17,17 @@ import pytest
 from decoding import IMPLEMENTATIONS, decoding, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.decoding.choice import decoder_for
-from sglang_tok.shards.decoding.slots import Slots
-from sglang_tok.shards.messages.paths import row_reason
 
 from sglang_tok import protocol
-from sglang_tok.client import RequestOutput
-from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.harness import zoo
+from sglang_tok.harness.local_route import LocalRoute
+from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.kit.client import RequestOutput
 from sglang_tok.protocol import Delta, DeltasOut, Open
-from sglang_tok.testing import zoo
-from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, describe
+from shards.decoding.choice import decoder_for
+from shards.decoding.slots import Slots
+from shards.messages.paths import row_reason
 
 pytestmark = pytest.mark.usefixtures("plain_decoders_once")
 
@@ -128,7 +128,7 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
     holds it (CPython holds a surrogate's first two bytes, ED A0..BF, for instance)."""
     from codecs import utf_8_decode
 
-    from sglang_tok.shards.byte_fallback.held_bytes import held_tail
+    from shards.byte_fallback.held_bytes import held_tail
 
     tails = [bytes([a]) for a in range(256)]
     tails += [bytes([a, b]) for a in range(0xC0, 0x100) for b in range(0x70, 0xC8)]
@@ -153,7 +153,7 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     on what its shard sent (`ending.SentLog`). Long outputs, prompts that end
     mid-character, and stop strings that begin in earlier rows: the deltas equal those of
     a per-row `Request` fed the same rows."""
-    from sglang_tok.shards.messages.request import Request
+    from shards.messages.request import Request
 
     info = tokenizer(name)
     tok = info.tokenizer

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from service import Service
-from sglang_tok.shards.messages.table import RidTable
 
 from sglang_tok import protocol
-from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.harness.local_route import LocalRoute
+from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import Columns, Delta, Deltas, Usage
-from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, load
+from shards.messages.table import RidTable
 
 pytestmark = pytest.mark.usefixtures("plain_decoders_once")
 

@@ -12,19 +12,19 @@ import pytest
 from decoding import decoding, one_slot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.byte_fallback.decoder import FallbackLoop
-from sglang_tok.shards.byte_level.decoder import ByteLoop
-from sglang_tok.shards.decoding.choice import family_for
-from sglang_tok.shards.decoding.interface import RowDecoder
-from sglang_tok.shards.messages.request import Request
-from sglang_tok.shards.window.decoder import WindowDecoder
 from strategies import chunk, chunk_sizes, text
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
+from sglang_tok.harness import zoo
 from sglang_tok.protocol import Open
-from sglang_tok.testing import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from shards.byte_fallback.decoder import FallbackLoop
+from shards.byte_level.decoder import ByteLoop
+from shards.decoding.choice import family_for
+from shards.decoding.interface import RowDecoder
+from shards.messages.request import Request
+from shards.window.decoder import WindowDecoder
 
 
 def reference(tok: Tokenizer, prompt: list[int], ids: list[int], skip: bool) -> str:
@@ -168,7 +168,7 @@ def test_invalid_bytes_then_more_invalid_bytes_do_not_grow_work() -> None:
 # Llama-2-style tokenizers (Metaspace + ByteFallback) spell rare characters as runs of
 # <0xNN> ids, which `tokenizers` decodes all-or-nothing: the window path holds an open run
 # and must release everything before it, and attribution must be per character.
-from sglang_tok.testing.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
+from sglang_tok.harness.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
 
 FALLBACK = ["metaspace_byte_fallback", "unigram_byte_fallback"]
 RARE = ["🚶\ufe0f", "🚶", "\ufe0f", "\u200d", "👩\u200d👩\u200d👧\u200d👦", "🧑🏾\u200d💻", "🇯🇵",

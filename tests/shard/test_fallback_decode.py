@@ -18,18 +18,13 @@ import numpy as np
 from decoding import decoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.byte_fallback.rows import (
-    decode_rows_fallback,
-    decode_rows_loop,
-    finish,
-    prompt_state,
-)
-from sglang_tok.shards.byte_fallback.table import FallbackTable, fallback_chain, fallback_table
-from sglang_tok.shards.window.decoder import WindowDecoder
 from tokenizers import Tokenizer
 
-from sglang_tok.testing import zoo
+from sglang_tok.harness import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe
+from shards.byte_fallback.rows import decode_rows_fallback, decode_rows_loop, finish, prompt_state
+from shards.byte_fallback.table import FallbackTable, fallback_chain, fallback_table
+from shards.window.decoder import WindowDecoder
 
 NAMES = ["metaspace_bpe", "unigram", "no_strip"]
 

@@ -11,11 +11,11 @@ import json
 from typing import Any
 
 import pytest
-from sglang_tok.shards.messages.request import make_request
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.tokenizer import load
+from shards.messages.request import make_request
 
 D = "｜DSML｜"
 MODES = ["incremental", "whole"]

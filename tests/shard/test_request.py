@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sglang_tok.shards.messages.request import Request
 from strategies import chunk, chunk_sizes, text
 
 from sglang_tok.protocol import Delta, Open
 from sglang_tok.tokenizer import TokenizerInfo, load
+from shards.messages.request import Request
 
 INFO: TokenizerInfo = load("deepseek-v4")
 TOK = INFO.tokenizer

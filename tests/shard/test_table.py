@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 from decoding import IMPLEMENTATIONS, table_on
-from sglang_tok.ring import link
-from sglang_tok.shards.messages.table import RidTable
 
+from ring import link
 from sglang_tok import protocol
+from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.protocol import Abort, ColumnsOut, DeltasOut, Error, Open, Usage
-from sglang_tok.testing.local_route import LocalRoute
 from sglang_tok.tokenizer import TokenizerInfo, load
+from shards.messages.table import RidTable
 
 INFO: TokenizerInfo = load("deepseek-v4")
 TEXT = "Shards decode 多语言 text, emoji 👍🏽 too."
@@ -65,7 +65,7 @@ def test_one_delta_per_row_exact_text_and_usage_on_the_last() -> None:
 
 
 def test_a_shard_gets_only_its_own_rows_of_a_frame() -> None:
-    from sglang_tok.egress.router import shard_of
+    from egress.router import shard_of
     t = RidTable(INFO, 1)
     rows = [{"rid": f"r{k}", "ids": IDS[k:k + 2]} for k in range(8)]
     mine = [r["rid"] for r in rows if shard_of(r["rid"], 2) == 1]

@@ -184,7 +184,7 @@ def launch(args: list[str]) -> ServiceProcess:
     os.chmod(runtime, 0o700)
     # -P: SGLang's working directory is the user's; a checkout of this project there would
     # shadow the installed package with its source folder, which lacks egress/ and shards/
-    cmd = [sys.executable, "-P", "-m", "sglang_tok.cli", "serve", "--runtime-dir", runtime,
+    cmd = [sys.executable, "-P", "-m", "sglang_tok.serving.cli", "serve", "--runtime-dir", runtime,
            "--remove-runtime-dir", *args]
     proc = ServiceProcess(subprocess.Popen(cmd), runtime)
     start_janitor(proc.pid, runtime)

@@ -17,19 +17,13 @@ plugin's settings, `SGLANG_TOK_PIN` (`cores.py`) and `SGLANG_TOK_RECORD` (a trac
 scheduler message), here in SGLang's launcher process: what runs below it gets flags and
 reads no environment.
 
-`register_standin` is a second entry point (`sglang_tok_standin`): with
-`SGLANG_TOK_STANDIN` set, SGLang's launcher starts the stand-in scheduler
-(`standin/main.py`) where it would start its scheduler, through an AROUND hook on
-`Engine._launch_scheduler_processes` that hands SGLang's own launch step our process
-function; without it, the entry point does nothing. It does not need the first: with
-`SGLANG_PLUGINS=sglang_tok_standin` SGLang's own detokenizer serves the stand-in.
+The stand-in scheduler has an entry point of its own (`harness/standin/plugin.py`).
 
 Importing this module imports nothing of SGLang; only `register` and the hooks do.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
@@ -37,16 +31,12 @@ import threading
 import time
 from typing import Any
 
-from .standin.config import ENV as STANDIN_ENV
-from .standin.config import StandinConfig, parse
-
 log = logging.getLogger("sglang_tok.plugin")
 TARGET = "sglang.srt.entrypoints.engine.Engine._launch_detokenizer_subprocesses"
 PICKLE_IPC = "SGLANG_USE_PICKLE_IPC"
 # a trace file: every scheduler message the service receives, recorded for the stand-in
 # scheduler to replay on another machine (standin/record.py)
 RECORD_ENV = "SGLANG_TOK_RECORD"
-SCHEDULER_TARGET = "sglang.srt.entrypoints.engine.Engine._launch_scheduler_processes"
 
 
 def register() -> None:
@@ -55,32 +45,6 @@ def register() -> None:
 
     use_msgpack_ipc()
     HookRegistry.register(TARGET, launch_detokenizer, HookType.REPLACE)
-
-
-def register_standin() -> None:
-    """SGLang's entry point for the stand-in scheduler: inert unless SGLANG_TOK_STANDIN
-    says how it runs (standin/config.py)."""
-    text = os.environ.get(STANDIN_ENV)
-    if not text:
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    cfg = parse(text)
-    HookRegistry.register(SCHEDULER_TARGET, functools.partial(launch_scheduler, cfg),
-                          HookType.AROUND)
-
-
-def launch_scheduler(cfg: StandinConfig, original: Any, cls: Any, server_args: Any,
-                     port_args: Any, run_scheduler_process_func: Any = None,
-                     **kwargs: Any) -> Any:
-    """`Engine._launch_scheduler_processes` with the stand-in as the process function:
-    SGLang's launcher starts it, hands it the pipe, waits for its ready message, and
-    watches it as it would watch its scheduler."""
-    from .standin.main import run_standin
-
-    log.info("sglang_tok: the scheduler is sglang-tok's stand-in (%s)", cfg)
-    return original(cls, server_args, port_args, functools.partial(run_standin, cfg),
-                    **kwargs)
 
 
 def use_msgpack_ipc() -> None:

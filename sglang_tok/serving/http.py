@@ -19,10 +19,10 @@ from typing import Any
 
 import zmq
 
-from . import protocol, security
-from .config import Config, refusing
-from .process import Beat, Status, parent_alive, service_roles, setup_child
-from .ring.sockets import make_socket
+from ring.sockets import make_socket
+from sglang_tok import protocol, security
+from sglang_tok.config import Config, refusing
+from sglang_tok.process import Beat, Status, parent_alive, service_roles, setup_child
 
 log = logging.getLogger("sglang_tok.http")
 MAX_REQUEST_BYTES = 8192

@@ -28,9 +28,10 @@ from typing import Any
 import msgspec
 import zmq
 
-from . import protocol
-from .protocol import FAMILIES, HEADER_FIELDS, REQUIRED_COLUMNS, TRAILING_FIRST
-from .ring.sockets import Curve, make_socket
+from ring.sockets import make_socket
+from sglang_tok import protocol
+from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, REQUIRED_COLUMNS, TRAILING_FIRST
+from sglang_tok.security import Curve
 
 try:  # optional: numpy widens int32 id rows without a Python-level pass
     _np: Any = importlib.import_module("numpy")

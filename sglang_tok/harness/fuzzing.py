@@ -13,9 +13,9 @@ import msgspec
 from hypothesis import strategies as st
 
 from sglang_tok import protocol
-from sglang_tok.load.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.harness.service import Service
+from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocol import FrameError
-from sglang_tok.testing.service import Service
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 TAGS = [protocol.TAG_RESULT, protocol.TAG_BATCH, protocol.TAG_ERROR, protocol.TAG_OPEN,

@@ -274,3 +274,43 @@ def _verify_logprobs(req: PlannedRequest, out: Any, info: TokenizerInfo,
     return problems
 
 
+def requests_of_trace(frames: list[bytes]) -> dict[str, PlannedRequest]:
+    """Rebuild each request of a recorded trace (`tracefile`) from its frames: options, ids,
+    rows, and how it ended."""
+    reqs: dict[str, PlannedRequest] = {}
+
+    def get(rid: str) -> PlannedRequest:
+        r = reqs.get(rid)
+        if r is None:
+            r = reqs[rid] = PlannedRequest(rid, [], [], None)
+        return r
+
+    for frame in frames:
+        tag = frame[0] if frame else -1
+        try:
+            if tag == protocol.TAG_BATCH:
+                b = protocol.decode_batch(frame)
+                ids = b.token_ids()
+                st = b.tokens.row_starts
+                for i, rid in enumerate(b.rids):
+                    r = get(rid)
+                    if r.finish is not None or r.end_by:
+                        continue
+                    r.ids.extend(ids[st[i]:st[i + 1]])
+                    r.chunks.append(ids[st[i]:st[i + 1]])
+                    if b.header.finish_reasons[i] is not None:
+                        r.finish = b.header.finish_reasons[i]
+            else:
+                msg = protocol.decode_control(frame)
+                if isinstance(msg, protocol.Open):
+                    get(msg.rid).opts = msg
+                elif isinstance(msg, protocol.Abort):
+                    for rid in msg.rids:
+                        if get(rid).finish is None:
+                            get(rid).end_by = get(rid).end_by or "abort"
+                elif isinstance(msg, protocol.Error):
+                    if get(msg.rid).finish is None:
+                        get(msg.rid).end_by = get(msg.rid).end_by or "error"
+        except protocol.FrameError:
+            continue
+    return reqs

@@ -30,9 +30,9 @@ from typing import IO, Any
 
 import psutil
 
-from ..client import Frontend, barrier
-from ..load.workload import Step
-from ..scheduler import Scheduler
+from sglang_tok.harness.workload import Step
+from sglang_tok.kit.client import Frontend, barrier
+from sglang_tok.kit.scheduler import Scheduler
 
 
 class Service:
@@ -58,7 +58,8 @@ class Service:
         self.input = f"ipc://{self.runtime}/input.ipc"
         self.output = f"ipc://{self.tmp}/frontend.ipc"
         self.front: Frontend | None = Frontend(self.output) if frontend else None
-        self.cmd = [sys.executable, "-m", "sglang_tok.cli", "serve", "--shards", str(shards),
+        self.cmd = [sys.executable, "-m", "sglang_tok.serving.cli", "serve",
+                    "--shards", str(shards),
                     "--runtime-dir", str(self.runtime), "--http", "127.0.0.1:0",
                     "--input", self.input, "--output", self.output,
                     "--ring-capacity", str(ring_capacity), "--exit-with-parent",

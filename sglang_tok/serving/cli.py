@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from .config import Config, ConfigError, default_shards, flag, validate
-from .tokenizer import DEFAULT_TOKENIZER
+from sglang_tok.config import Config, ConfigError, default_shards, flag, validate
+from sglang_tok.tokenizer import DEFAULT_TOKENIZER
 
 # defaults that depend on the machine rather than on the Config
 _MACHINE_DEFAULTS: dict[str, Callable[[], object]] = {"shards": default_shards}
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     top, serve_parser = parser()
     args = top.parse_args(argv)
     if args.cmd == "keygen":
-        from .security import keygen
+        from sglang_tok.security import keygen
         for path in keygen(args.dir):
             print(path)
         return 0

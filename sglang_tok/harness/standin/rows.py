@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..wire import TOKEN_IDS_FIELDS, WeightVersionSpan
+from sglang_tok.integrations.sglang.wire import TOKEN_IDS_FIELDS, WeightVersionSpan
+
 from .requests import Decode, Request
 
 # SGLang's SGLANG_FORCE_STREAM_INTERVAL default: a non-streaming request's ids go to the

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from egress.control import route_control
+from egress.router import Router
+from egress.split import split_frame
+from ring import link
+from ring.link import LATE
 from sglang_tok import protocol
-from sglang_tok.egress.control import route_control
-from sglang_tok.egress.router import Router
-from sglang_tok.egress.split import split_frame
-from sglang_tok.ring import link
-from sglang_tok.ring.link import LATE
 
 
 class LocalRoute:

@@ -3,7 +3,7 @@ replays.
 
 The plugin records (`SGLANG_TOK_RECORD=PATH`: `sglang-tok serve --record PATH`) every
 message the scheduler sent the detokenizer, as it came, in the project's trace format
-(`sglang_tok.load.tracefile`: each frame with its time). Replayed, each recorded request
+(`sglang_tok.tracefile`: each frame with its time). Replayed, each recorded request
 gives the ids of each of its rows in order and how it ended; the stand-in hands them to
 new requests in the order the recording first saw them.
 """
@@ -15,9 +15,8 @@ from typing import Any
 
 import msgspec
 
-from sglang_tok.load.tracefile import read
-
-from .. import wire
+from sglang_tok.integrations.sglang import wire
+from sglang_tok.tracefile import read
 
 Recording = tuple[list[list[int]], dict[str, Any] | None]
 _ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]])

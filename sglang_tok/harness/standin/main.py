@@ -144,7 +144,7 @@ class Standin:
             from .record import recordings
 
             return Replayed(recordings(self.cfg.trace))
-        from sglang_tok.load.workload import BUILTIN_TEXTS
+        from sglang_tok.harness.workload import BUILTIN_TEXTS
 
         if self.tokenizer is None:
             corpus = [[(7 * i + 11) % self.vocab for i in range(4096)]]
@@ -298,9 +298,8 @@ def _time_stats(metrics: bool) -> Any:
 def _tokenizer(path: str | None, skip: bool) -> Any:
     if skip or not path:
         return None
+    from sglang_tok.integrations.sglang.launcher import tokenizer_of
     from sglang_tok.tokenizer import load_tokenizer
-
-    from ..launcher import tokenizer_of
 
     return load_tokenizer(tokenizer_of(path, False))
 

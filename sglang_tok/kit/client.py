@@ -15,7 +15,7 @@ only the frontend can end them.
 
 `Frontend` is the synchronous variant for scripts and tests: it gathers every delta of
 every rid and checks the protocol's ordering promises as they arrive (one shard per rid,
-per-process `seq` without gaps). `Scheduler` (re-exported from `sglang_tok.scheduler`)
+per-process `seq` without gaps). `Scheduler` (re-exported from `sglang_tok.kit.scheduler`)
 is the other half.
 """
 
@@ -35,10 +35,12 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from . import protocol
-from .logprob_rows import FIELDS, RowFamilies
-from .protocol import EGRESS, Columns, Delta, Deltas, Pong, Restarted
-from .ring.sockets import BoundFile, Curve, make_socket
+from ring.sockets import BoundFile, make_socket
+from sglang_tok import protocol
+from sglang_tok.logprob_rows import FIELDS, RowFamilies
+from sglang_tok.protocol import EGRESS, Columns, Delta, Deltas, Pong, Restarted
+from sglang_tok.security import Curve
+
 from .scheduler import Scheduler
 
 __all__ = ["Client", "ClientStats", "Frontend", "RequestOutput", "RequestStream",

@@ -31,13 +31,20 @@ from types import FrameType
 
 import zmq
 
-from . import endpoints
-from .config import Config, check_binds, discard, finalize, refused
-from .egress.journal import FILENAME as JOURNAL
-from .process import CONFIG_EXIT, Status, plan_cores, run_titled, service_roles, shards_text
-from .ring import link
-from .ring.sockets import make_socket
-from .tokenizer import TokenizerLoadError, load_tokenizer
+from egress.journal import FILENAME as JOURNAL
+from ring import link
+from ring.sockets import make_socket
+from sglang_tok import endpoints
+from sglang_tok.config import Config, check_binds, discard, finalize, refused
+from sglang_tok.process import (
+    CONFIG_EXIT,
+    Status,
+    plan_cores,
+    run_titled,
+    service_roles,
+    shards_text,
+)
+from sglang_tok.tokenizer import TokenizerLoadError, load_tokenizer
 
 log = logging.getLogger("sglang_tok.supervisor")
 TICK_S = 0.2
@@ -319,7 +326,7 @@ class Service:
     """The detokenizer's processes as `Child` specs, and what their lives mean to it."""
 
     def __init__(self, cfg: Config) -> None:
-        from .metrics import Metrics
+        from sglang_tok.metrics import Metrics
         self.cfg = cfg
         self.status = Status(len(service_roles(cfg.shards, cfg.encode_workers)))
         self.metrics = Metrics()
@@ -330,9 +337,10 @@ class Service:
                                    hwm=1000, linger_ms=1000)
 
     def children(self) -> list[Child]:
-        from .egress.main import main as egress_main
+        from egress.main import main as egress_main
+        from shards.main import main as shard_main
+
         from .http import main as http_main
-        from .shards.main import main as shard_main
         cfg, st, me = self.cfg, self.status, os.getpid()
         shard_cores, egress_core, why = plan_cores(cfg.shards, cfg.pin, cfg.pin_cores,
                                                    cfg.inline_shard)
@@ -355,7 +363,7 @@ class Service:
         """The encode service's broker and workers (none while --encode-workers is 0). They
         finish the requests they hold when `status.draining` is set, so they are drained
         like the data holders."""
-        from .encoders import children
+        from encoders import children
         return [Child(role, slot, target, args, holds_data=True, restart=again,
                       on_death=_mark_dead)
                 for role, slot, target, args in children(self.cfg, self.status, os.getpid())]

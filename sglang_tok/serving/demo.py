@@ -13,11 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .config import default_shards
-from .load.workload import PlanSpec, make_requests, schedule, verify
-from .process import shards_text
-from .testing.service import Service
-from .tokenizer import load
+from sglang_tok.config import default_shards
+from sglang_tok.harness.service import Service
+from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.process import shards_text
+from sglang_tok.tokenizer import load
 
 
 def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> int:

@@ -1,0 +1,2 @@
+"""The integration kit: what a scheduler (`scheduler.Scheduler`) and a frontend
+(`client.Client`, `encode_client.EncodeClient`) build on to talk to the service."""
