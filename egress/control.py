@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sglang_tok.protocol import Abort, Error, Open, Result
+from sglang_tok.protocols.interface import Routed
+from sglang_tok.protocols.native.control import Abort, Error, Open, Result
 
 from .router import Ended, Live, Router
-
-Routed = Open | Error | Abort | Result
 
 
 class Route(NamedTuple):

@@ -21,10 +21,8 @@ import zmq
 
 from ring import link
 from ring.sockets import PushTo, make_socket
-from sglang_tok import protocol, security
-from sglang_tok.config import Config, from_sglang, refusing
-from sglang_tok.integrations.sglang.pickled import preload_sglang
-from sglang_tok.integrations.sglang.reply import Replies
+from sglang_tok import security
+from sglang_tok.config import Config, refusing
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -41,29 +39,34 @@ from sglang_tok.process import (
     setup_child,
     shards_text,
 )
-from sglang_tok.protocol import (
-    EGRESS,
+from sglang_tok.protocols.errors import (
     EGRESS_RESTARTED,
     MALFORMED_FRAME,
     SHARD_RESTARTED,
-    Delta,
-    DeltasOut,
     FrameError,
-    Open,
-    Pong,
-    Usage,
-    terminal,
 )
+from sglang_tok.protocols.interface import (
+    LATE,
+    Control,
+    Idle,
+    Passer,
+    PassOn,
+    Probe,
+    Rows,
+)
+from sglang_tok.protocols.native import batch as native_batch
+from sglang_tok.protocols.native import control, tags
+from sglang_tok.protocols.native.control import Open, Pong
+from sglang_tok.protocols.native.deltas import Delta, DeltasOut, Usage, terminal
+from sglang_tok.protocols.native.tags import EGRESS
+from sglang_tok.protocols.registry import protocol_of
 from sglang_tok.tracefile import Recorder
-from sglang_tok.writers import NativeWriter, SglangWriter, Writer
 
 from .control import Routed, route_control
 from .inline import InlineShard
 from .journal import FILENAME as JOURNAL
 from .journal import Journal, replay
-from .readers import Control, Idle, NativeReader, Passer, PassOn, Probe, Reader, Rows
 from .router import Ended, Live, Router, shard_of
-from .sglang_in import SglangReader
 from .split import split_frame
 
 log = logging.getLogger("sglang_tok.egress")
@@ -90,18 +93,6 @@ def _recorder(cfg: Config) -> Recorder:
                                  "description": "recorded by sglang-tok serve --record"})
 
 
-def reader_writer(cfg: Config) -> tuple[Reader, Writer]:
-    """The input protocol's reader and the output protocol's writer, chosen once; with
-    SGLang's they share the tokenizer worker of each live request."""
-    if cfg.protocol == "sglang":
-        if from_sglang(cfg) and (cfg.shards > 1 or cfg.sglang_tokenizer_workers > 1):
-            preload_sglang()  # this process cuts pickled columns per shard and worker
-        replies = Replies(cfg.sglang_tokenizer_workers > 1, from_sglang(cfg))
-        return (SglangReader(cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids, replies,
-                             from_sglang(cfg)), SglangWriter(replies))
-    return NativeReader(cfg.max_rid_length, cfg.max_row_ids), NativeWriter(cfg.output_format)
-
-
 class Egress:
     def __init__(self, cfg: Config, status: Status, restarted: bool = False) -> None:
         self.cfg = cfg
@@ -125,7 +116,7 @@ class Egress:
         self.replayed = replay(path) if restarted else {}
         self.journal = Journal(path, self.replayed)
         self.metrics = Metrics()
-        self.reader, self.writer = reader_writer(cfg)
+        self.reader, self.writer = protocol_of(cfg).egress(cfg)
         if self.replayed:  # where a dead egress's requests' errors go
             self.writer.note_workers(list(self.replayed), list(self.replayed.values()))
         self.inline: InlineShard | None = None
@@ -147,7 +138,7 @@ class Egress:
         self.iteration = LocalHistogram(self.metrics.iteration.labels(cfg.model_name,
                                                                       cfg.engine))
         self.frames = {tag: LocalCounter(self.metrics.frames.labels(name))
-                       for tag, name in protocol.INPUT_TAGS.items()}
+                       for tag, name in tags.INPUT_TAGS.items()}
         self._next_publish = 0.0
         for reason in DROP_REASONS:
             self.metrics.dropped.labels(reason)
@@ -282,7 +273,7 @@ class Egress:
                     self._route_control(msg, fwd, stamp)
             case Probe(nonce=nonce, counted=counted):
                 if counted:
-                    self.frames[protocol.TAG_PING].inc()
+                    self.frames[tags.TAG_PING].inc()
                 self._ping(nonce, link.forward(stamp, frame))
             case PassOn(parts=parts):
                 for to, part in parts:
@@ -336,10 +327,10 @@ class Egress:
         if late:
             self.late.inc(late)
         for k, part, ended in routes:
-            frame = fwd if part is msg else link.forward(stamp, protocol.encode_control(part))
+            frame = fwd if part is msg else link.forward(stamp, control.encode_control(part))
             self._forward(k, frame, ended)
 
-    def _route_batch(self, batch: protocol.Batch, stamp: float, passer: Passer | None = None,
+    def _route_batch(self, batch: native_batch.Batch, stamp: float, passer: Passer | None = None,
                      opens: dict[int, list[Open]] | None = None) -> None:
         router = self.router
         if router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
@@ -355,7 +346,7 @@ class Egress:
             self._fail_suspects()
         if len(batch):
             self.iteration.observe(tokens)
-        late = owner.count(link.LATE)
+        late = owner.count(LATE)
         if late:
             self.late.inc(late)
         new_rows, router.new_rows = router.new_rows, []
@@ -408,7 +399,7 @@ class Egress:
     def _ping(self, nonce: int, fwd: bytes) -> None:
         if nonce >= 0:  # a barrier: every frame before it shows in /metrics
             self._publish()
-        self._send_out(protocol.encode_pong(Pong(nonce, EGRESS)), probe=nonce < 0)
+        self._send_out(control.encode_pong(Pong(nonce, EGRESS)), probe=nonce < 0)
         for k in range(self.n):
             self._forward(k, fwd)
 

@@ -18,8 +18,9 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from itertools import chain, compress, repeat
 
-from ring.link import LATE
-from sglang_tok.protocol import Batch, Delta, Usage, terminal
+from sglang_tok.protocols.interface import LATE
+from sglang_tok.protocols.native.batch import Batch
+from sglang_tok.protocols.native.deltas import Delta, Usage, terminal
 
 NEVER = 1 << 62  # the first frame of a rid that is not live
 # frames of headers kept while some live rid is older; beyond, the oldest is folded into

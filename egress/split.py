@@ -18,8 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ring import link
-from ring.link import LATE, Family, Sparse
-from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, Batch, Open
+from ring.link import Family, Sparse
+from sglang_tok.protocols.interface import LATE
+from sglang_tok.protocols.native.batch import FAMILIES, HEADER_FIELDS, Batch
+from sglang_tok.protocols.native.control import Open
 from sglang_tok.ragged import ragged_index, small_ints, starts_of, u32s
 
 I64 = npt.NDArray[np.int64]

@@ -61,7 +61,7 @@ from sglang_tok.harness.service import Service
 from sglang_tok.kit.client import Client, RequestStream
 from sglang_tok.parsers import REASONING_PARSERS, TOOL_PARSERS, TOOL_STREAMS, pairing_error
 from sglang_tok.process import shards_text
-from sglang_tok.protocol import Delta
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 _json = msgspec.json.Encoder().encode

@@ -32,10 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from sglang_tok.logprob_rows import Family  # (name, rows, lens, poslens, values, ids)
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 
-# the route code of a row no shard decodes (its rid has ended); above every slot code
-LATE = (1 << 32) - 1
 _FORWARD, _ARRAYS, _DROP, _SYNC = b"F", b"A", b"D", b"S"
 START, EXIT = b"G", b"X"
 _STAMP = struct.Struct("<d")

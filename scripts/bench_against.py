@@ -31,6 +31,9 @@ from typing import Any
 # trace: (requests, concurrency, ids per row, share with top-5 logprobs): bench_stages'
 # defaults, written here because the other checkout's bench_stages may name them nowhere
 TRACES = {"a": (2048, 1024, 1, 0.05), "b": (768, 256, 4, 0.0), "small": (400, 16, 1, 0.05)}
+# a BATCH frame's first byte (docs/protocol.md): the worker imports nothing of its checkout
+# but bench_stages, whose modules may live anywhere in either
+BATCH_TAG = 0x02
 MEASURES = ("e1", "e2", "s1d", "s1c", "s1p", "s2", "step")
 TITLES = {"e1": "egress, 1 shard", "e2": "egress, 2 shards", "s1d": "shard, DELTAS out",
           "s1c": "shard, COLUMNS out", "s1p": "shard, PACKED out",
@@ -46,7 +49,6 @@ def worker(tree: str, keys: list[str]) -> None:
     sys.path.insert(0, os.path.join(tree, "scripts"))
     import bench_stages as bs
 
-    from sglang_tok import protocol
     from sglang_tok.tokenizer import load
 
     info = load("deepseek-v4")
@@ -55,7 +57,7 @@ def worker(tree: str, keys: list[str]) -> None:
         for name in dict.fromkeys(k.split(".")[0] for k in keys):
             tr = bs.make_trace(info, "a" if name == "small" else name, *TRACES[name])
             m1, m2 = bs.shard_messages(tr, 1, runtime), bs.shard_messages(tr, 2, runtime)
-            built[name] = (tr, m1, m2, per_frame(bs, protocol, tr, m1, m2)
+            built[name] = (tr, m1, m2, per_frame(bs, tr, m1, m2)
                            if name == "small" else {})
         print("ready", flush=True)
         for line in sys.stdin:
@@ -65,11 +67,10 @@ def worker(tree: str, keys: list[str]) -> None:
             print(json.dumps(seconds * scale.get(measure, 1.0)), flush=True)
 
 
-def per_frame(bs: Any, protocol: Any, tr: Any, m1: list[bytes], m2: list[bytes]
-              ) -> dict[str, float]:
+def per_frame(bs: Any, tr: Any, m1: list[bytes], m2: list[bytes]) -> dict[str, float]:
     """Per measure, what turns its seconds per row into seconds per BATCH frame: the small
     trace's cost is per-call overheads, so it is given per frame."""
-    frames = sum(1 for f in tr.frames if f[0] == protocol.TAG_BATCH)
+    frames = sum(1 for f in tr.frames if f[0] == BATCH_TAG)
     own1, own2 = bs.own_rows(m1)[0] / frames, bs.own_rows(m2)[0] / frames
     return {"e1": tr.rows / frames, "e2": tr.rows / frames, "s1d": own1, "s1c": own1,
             "s1p": own1, "s2": own2, "step": tr.ids / frames}

@@ -47,10 +47,11 @@ from common import (
     route_arrays,
 )
 
-from sglang_tok import protocol
 from sglang_tok.harness.workload import PlannedRequest, PlanSpec, make_requests, schedule
 from sglang_tok.kit.client import decode_frame
-from sglang_tok.protocol import DeltasOut
+from sglang_tok.protocols.native import batch, control, output
+from sglang_tok.protocols.native import packed as native_packed
+from sglang_tok.protocols.native.deltas import DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 from shards.decoding.choice import family_for
 from shards.decoding.slots import Slots
@@ -80,7 +81,7 @@ class Workload:
     plain: list[bytes]
     full: list[bytes]
     order: list[Rows]
-    opens: dict[str, list[protocol.Open]] = field(default_factory=dict)
+    opens: dict[str, list[control.Open]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -98,11 +99,11 @@ def workload(info: TokenizerInfo, tokens: int, concurrency: int) -> Workload:
     w = Workload(info, reqs, plain, full, [batch_rows(b) for b in plain])
     w.opens = {
         # full features: stops, logprob texts and attribution on every request
-        "full": [protocol.Open(r.rid, stop=["<<never>>", "\n\n\n\n"], logprob_text=True,
+        "full": [control.Open(r.rid, stop=["<<never>>", "\n\n\n\n"], logprob_text=True,
                                attribution=True, continuous_usage=True) for r in reqs],
-        "array": [protocol.Open(r.rid, logprob_text=True, continuous_usage=True)
+        "array": [control.Open(r.rid, logprob_text=True, continuous_usage=True)
                   for r in reqs],
-        "attr": [protocol.Open(r.rid, attribution=True) for r in reqs]}
+        "attr": [control.Open(r.rid, attribution=True) for r in reqs]}
     return w
 
 
@@ -124,7 +125,7 @@ def run_stream(w: Workload) -> tuple[float, dict[str, list[str]]]:
             slot = slots.get(rid)
             if slot is None:
                 slot = slots[rid] = len(slots)
-                state.bind_plain(slot, rid, dec.start(protocol.Open(rid)), 0, 0, 0)
+                state.bind_plain(slot, rid, dec.start(control.Open(rid)), 0, 0, 0)
                 got[rid] = []
             parts = got[rid]
             for i in ids:
@@ -138,7 +139,7 @@ def collect(attrs: Attributions, keep: str, deltas: Any) -> None:
             map(tuple, d.attributions or ()))
 
 
-def run_ours(w: Workload, frames: list[bytes], opens: list[protocol.Open] | None,
+def run_ours(w: Workload, frames: list[bytes], opens: list[control.Open] | None,
              attrs: Attributions, packed: bool = False, per_row: bool = False,
              keep: str = "") -> tuple[float, dict[str, list[str]]]:
     """The shard's table alone: the egress's routing is done before the clock starts, as
@@ -147,7 +148,7 @@ def run_ours(w: Workload, frames: list[bytes], opens: list[protocol.Open] | None
     table = RidTable(w.info, 0, max_requests=1 << 20)
     if per_row:
         table_mod.row_reason = _per_row_attribution
-    msgs = route_arrays([protocol.decode_batch(f) for f in frames],
+    msgs = route_arrays([batch.decode_batch(f) for f in frames],
                         [o.rid for o in opens or ()])
     out: Any = DeltasOut()
     texts_by_rid: dict[str, list[str]] = {}
@@ -158,9 +159,9 @@ def run_ours(w: Workload, frames: list[bytes], opens: list[protocol.Open] | None
         table.on_open(o, out)
     for msg in msgs:
         if packed:
-            sink = protocol.PackedOut()
+            sink = native_packed.PackedOut()
             table.on_arrays(msg, sink)
-            encoded.append(protocol.encode_output("packed", 0, 0, sink))
+            encoded.append(output.encode_output("packed", 0, 0, sink))
             continue
         out = DeltasOut()
         table.on_arrays(msg, out)
@@ -253,7 +254,7 @@ def main() -> int:
     return 0 if not any(bad.values()) else 1
 
 
-def _per_row_attribution(opts: protocol.Open | None, info: TokenizerInfo,
+def _per_row_attribution(opts: control.Open | None, info: TokenizerInfo,
                          array_decoder: bool) -> str | None:
     """The path rule with attribution as a per-row reason."""
     why = row_reason(opts, info, array_decoder)

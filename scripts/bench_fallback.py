@@ -65,7 +65,7 @@ from tokenizers.decoders import DecodeStream
 
 from sglang_tok.harness import zoo
 from sglang_tok.harness.oracles import byte_values, oracle_anchors, to_bytes
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 from sglang_tok.ragged import ragged_index
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 from shards.byte_fallback.rows import decode_rows_fallback, decode_rows_loop

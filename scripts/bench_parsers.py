@@ -57,17 +57,11 @@ from sglang_tok.parsers import (
     merge,
 )
 from sglang_tok.process import freeze_heap
-from sglang_tok.protocol import (
-    Batch,
-    Delta,
-    DeltasOut,
-    Open,
-    Packed,
-    decode_batch,
-    decode_output,
-    encode_output,
-    output_sink,
-)
+from sglang_tok.protocols.native.batch import Batch, decode_batch
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta, DeltasOut
+from sglang_tok.protocols.native.output import decode_output, encode_output, output_sink
+from sglang_tok.protocols.native.packed import Packed
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 from shards.decoding.choice import family_for

@@ -55,7 +55,7 @@ from replay import Target, start_service
 from synth import corpus
 
 from sglang_tok.harness.workload import BUILTIN_TEXTS, PlannedRequest, PlanSpec, make_requests
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 SGL_X1, SGL_X2, TOK_X1, TOK_X2 = "sglang x1", "sglang x2", "sglang-tok x1", "sglang-tok x2"

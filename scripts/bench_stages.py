@@ -44,10 +44,10 @@ from prometheus_client import REGISTRY
 
 from egress.main import Egress
 from ring import link
-from sglang_tok import protocol
 from sglang_tok.config import Config, finalize
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule
 from sglang_tok.process import Status, service_roles
+from sglang_tok.protocols.native import columns, control, output, packed, tags
 from sglang_tok.tokenizer import TokenizerInfo, load
 from shards.main import Shard
 
@@ -222,7 +222,7 @@ def measure_decodestream(info: TokenizerInfo, frames: Sequence[bytes], repeat: i
 
 
 def demux_deltas(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
-    decode, get = protocol.decode_output, states.__getitem__
+    decode, get = output.decode_output, states.__getitem__
     for raw in msgs:
         for d in decode(raw).deltas:  # type: ignore[union-attr]
             get(d.rid).append(d)
@@ -230,7 +230,7 @@ def demux_deltas(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
 
 def demux_deltas_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
     """Each delta's text to its rid with `map`: the DELTAS counterpart of demux_columns_c."""
-    decode, get, append = protocol.decode_output, states.__getitem__, list.append
+    decode, get, append = output.decode_output, states.__getitem__, list.append
     rid_of, text_of = attrgetter("rid"), attrgetter("text")
     for raw in msgs:
         deltas = decode(raw).deltas  # type: ignore[union-attr]
@@ -239,10 +239,10 @@ def demux_deltas_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
 
 
 def demux_columns(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
-    decode, get = protocol.decode_output, states.__getitem__
+    decode, get = output.decode_output, states.__getitem__
     for raw in msgs:
         m = decode(raw)
-        assert isinstance(m, protocol.Columns)
+        assert isinstance(m, columns.Columns)
         for row in m.rows():
             get(row[0]).append(row)
 
@@ -250,20 +250,20 @@ def demux_columns(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
 def demux_columns_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
     """Each row's text to its rid with `map` (no Python step per row); ids stay one flat
     column per message, with `id_lens` (what a frontend that streams text needs)."""
-    decode, get, append = protocol.decode_output, states.__getitem__, list.append
+    decode, get, append = output.decode_output, states.__getitem__, list.append
     for raw in msgs:
         m = decode(raw)
-        assert isinstance(m, protocol.Columns)
+        assert isinstance(m, columns.Columns)
         for _ in map(append, map(get, m.rids), m.texts):
             pass
 
 
 def demux_packed_c(msgs: list[bytes], states: dict[str, list[Any]]) -> None:
     """PACKED: one UTF-8 decode per message, texts cut at C speed, each to its rid by map."""
-    decode, get, append = protocol.decode_output, states.__getitem__, list.append
+    decode, get, append = output.decode_output, states.__getitem__, list.append
     for raw in msgs:
         m = decode(raw)
-        assert isinstance(m, protocol.Packed)
+        assert isinstance(m, packed.Packed)
         for _ in map(append, map(get, m.rids), m.texts()):
             pass
 
@@ -277,8 +277,8 @@ def measure_client(msgs: list[bytes], repeat: int, runtime: str, read: bool = Fa
 
     rids: list[str] = []
     for raw in msgs:
-        m = protocol.decode_output(raw)
-        if not isinstance(m, protocol.Pong):
+        m = output.decode_output(raw)
+        if not isinstance(m, control.Pong):
             rids += [d.rid for d in m.deltas]
     client = Client(f"ipc://{runtime}/bench-client.ipc", 1, queue_limit=1 << 30)
 
@@ -305,8 +305,8 @@ def measure_frontend(msgs: list[bytes], fn: Callable[[list[bytes], dict[str, lis
     rids: dict[str, list[Any]] = {}
     rows = 0
     for raw in msgs:
-        m = protocol.decode_output(raw)
-        if isinstance(m, protocol.Pong):
+        m = output.decode_output(raw)
+        if isinstance(m, control.Pong):
             continue
         for d in m.deltas:
             rids[d.rid] = []
@@ -320,8 +320,8 @@ def measure_frontend(msgs: list[bytes], fn: Callable[[list[bytes], dict[str, lis
 
 
 def decode_only(msgs: list[bytes], repeat: int) -> float:
-    rows = sum(len(protocol.decode_output(m).deltas) for m in msgs)  # type: ignore[union-attr]
-    decode = protocol.decode_output
+    rows = sum(len(output.decode_output(m).deltas) for m in msgs)  # type: ignore[union-attr]
+    decode = output.decode_output
 
     def run() -> None:
         for m in msgs:  # each message dropped after decoding, as a frontend would
@@ -452,7 +452,7 @@ def small_frames(a: argparse.Namespace, info: TokenizerInfo, runtime: str) -> in
     """--small-frames: egress, shard and the shard's loop step, microseconds per frame."""
     repeat = a.repeat or 7
     tr = make_trace(info, "a", a.small_requests, a.small_concurrency, 1, 0.05)
-    frames = sum(1 for f in tr.frames if f[0] == protocol.TAG_BATCH)
+    frames = sum(1 for f in tr.frames if f[0] == tags.TAG_BATCH)
     egress = measure_egress(tr, 1, repeat, runtime) * tr.rows / frames
     msgs = shard_messages(tr, 1, runtime)
     shard, _ = measure_shard(info, msgs, a.format, repeat, runtime)

@@ -34,7 +34,7 @@ from typing import Any
 import msgspec
 
 from sglang_tok.kit.scheduler import encode_step
-from sglang_tok.protocol import decode_batch
+from sglang_tok.protocols.native.batch import decode_batch
 
 _enc = msgspec.msgpack.Encoder().encode
 

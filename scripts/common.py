@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
-from sglang_tok import protocol
 from sglang_tok.harness.workload import BUILTIN_TEXTS
+from sglang_tok.protocols.native import batch as native_batch
 
 if TYPE_CHECKING:  # the tokenizer builders import `tokenizers` when called
     from tokenizers import Tokenizer
@@ -197,7 +197,7 @@ def llama2_style(vocab_size: int = 4000) -> Tokenizer:
 # ----------------------------------------------------------------------- lean peer
 def batch_rows(frame: bytes) -> list[tuple[str, list[int]]]:
     """A BATCH frame's rows: (rid, ids) in order."""
-    b = protocol.decode_batch(frame)
+    b = native_batch.decode_batch(frame)
     ids, st = b.token_ids(), b.tokens.row_starts
     return [(rid, ids[st[i]:st[i + 1]]) for i, rid in enumerate(b.rids)]
 
@@ -221,7 +221,7 @@ def decodestream_rows(tok: Tokenizer, frames: Iterable[list[tuple[str, list[int]
                     streams[rid] = ds = DecodeStream(skip_special_tokens=True)
 
 
-def route_arrays(batches: Iterable[protocol.Batch], rids: Iterable[str] = ()) -> list[Arrays]:
+def route_arrays(batches: Iterable[native_batch.Batch], rids: Iterable[str] = ()) -> list[Arrays]:
     """The frames as the egress routes them to one shard (ARRAYS messages), `rids` opened
     first; done before any clock starts, since the egress is another process."""
     from ring import link

@@ -29,7 +29,7 @@ from typing import Any
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import PlanSpec, expected, make_requests, schedule
 from sglang_tok.process import shards_text
-from sglang_tok.protocol import EGRESS
+from sglang_tok.protocols.native.tags import EGRESS
 from sglang_tok.tokenizer import load
 
 

@@ -22,10 +22,10 @@ import time
 
 import psutil
 
-from sglang_tok import protocol
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import PlannedRequest, PlanSpec, make_requests, schedule, verify
 from sglang_tok.kit.client import Frontend, Scheduler
+from sglang_tok.protocols.native import batch, control
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 
@@ -52,7 +52,7 @@ def frames_of(reqs: list[PlannedRequest]) -> tuple[list[bytes], dict[str, tuple[
     span: dict[str, tuple[int, int]] = {}
     for step in schedule(reqs, 1024, 3):
         if step.batch:
-            for rid in protocol.decode_batch(step.batch).rids:
+            for rid in batch.decode_batch(step.batch).rids:
                 span[rid] = (span.get(rid, (len(frames), 0))[0], len(frames))
             frames.append(step.batch)
     return frames, span
@@ -78,7 +78,7 @@ def end_cut_requests(svc: Service, reqs: list[PlannedRequest], span: dict[str, t
     cut = [dataclasses.replace(r, end_by="abort") for r in reqs
            if span[r.rid][0] < sent <= span[r.rid][1]]
     if cut:
-        svc.send(protocol.encode_control(protocol.Abort([r.rid for r in cut])))
+        svc.send(control.encode_control(control.Abort([r.rid for r in cut])))
     return whole, cut
 
 

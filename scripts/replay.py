@@ -33,12 +33,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from common import percentile, terminate, tree_pids, wait_for_file, workdir, write_json
 
-from sglang_tok import protocol
 from sglang_tok.harness.frame_latency import DeltaMap
 from sglang_tok.harness.service import report_shards, wait_healthy
 from sglang_tok.harness.workload import requests_of_trace as requests
 from sglang_tok.harness.workload import verify
 from sglang_tok.kit.client import Frontend
+from sglang_tok.protocols.native import batch, control, output, tags
 from sglang_tok.tokenizer import load
 from sglang_tok.tracefile import Trace, read
 
@@ -152,15 +152,15 @@ def replay(trace: Trace, target: Target, speed: float | None, progress: bool = T
                   f"{(i + 1) / (dmap.sent[i] - t0):,.0f} frames/s", end="", file=sys.stderr)
     fed = len(raw) if window else 0
     nonce = 1 << 40
-    push.send(protocol.encode_control(protocol.Ping(nonce)))
+    push.send(control.encode_control(control.Ping(nonce)))
     want = set(range(-1, target.shards))
     deadline = time.monotonic() + 120
     while want and time.monotonic() < deadline:
         if sock.poll(200):
             t, r = time.monotonic(), sock.recv()
             raw.append((t, r))
-            if r[0] == protocol.TAG_PONG:
-                p = protocol.decode_output(r)
+            if r[0] == tags.TAG_PONG:
+                p = output.decode_output(r)
                 if p.nonce == nonce:  # type: ignore[union-attr]
                     want.discard(p.shard)  # type: ignore[union-attr]
     p1 = probe() if probe is not None else 0.0
@@ -189,12 +189,12 @@ def analyse(trace: Trace, front: Frontend, raw: list[tuple[float, bytes]], dmap:
     last = t0
     for t, r in raw:
         front.take(r)
-        if r[0] != protocol.TAG_PONG:
+        if r[0] != tags.TAG_PONG:
             last = max(last, t)
     rows = tokens = 0
     for frame in trace.frames:
-        if frame and frame[0] == protocol.TAG_BATCH:
-            b = protocol.decode_batch(frame)
+        if frame and frame[0] == tags.TAG_BATCH:
+            b = batch.decode_batch(frame)
             rows += len(b)
             tokens += b.tokens.row_starts[-1]
     lat_t = dmap.frame_latencies(t0)

@@ -12,15 +12,16 @@ import zmq
 
 from ring import link
 from ring.sockets import PushTo, make_socket
-from sglang_tok import protocol, security
-from sglang_tok.config import Config, from_sglang
-from sglang_tok.integrations.sglang.pickled import preload_sglang
-from sglang_tok.integrations.sglang.reply import BeamTexts, Replies
+from sglang_tok import security
+from sglang_tok.config import Config
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
-from sglang_tok.protocol import Abort, DeltasOut, Error, Open, Ping, Pong, Result
-from sglang_tok.tokenizer import TokenizerInfo, load
-from sglang_tok.writers import NativeWriter, SglangWriter, Writer
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import control, output
+from sglang_tok.protocols.native.control import Abort, Error, Open, Ping, Pong, Result
+from sglang_tok.protocols.native.deltas import DeltasOut
+from sglang_tok.protocols.registry import protocol_of
+from sglang_tok.tokenizer import load
 
 from .messages.table import RidTable
 
@@ -45,22 +46,6 @@ def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: 
     log.info("%s loaded tokenizer %s (%s path)", title, cfg.tokenizer,
              "byte-table" if info.byte_table is not None else "window")
     Shard(cfg, status, shard, info, parent_pid, restarted).run()
-
-
-def writer_for(cfg: Config, info: TokenizerInfo) -> Writer:
-    """The output protocol's writer, chosen once."""
-    if cfg.protocol == "sglang":
-        tok = info.tokenizer
-
-        def decode(ids: list[int], skip: bool, spaces: bool) -> str:
-            return tok.decode(ids, skip_special_tokens=skip)
-
-        beams = BeamTexts(decode, cfg.kept_stop_ids)
-        workers = cfg.sglang_tokenizer_workers > 1
-        if workers and from_sglang(cfg):
-            preload_sglang()  # a message's rows are cut per tokenizer worker here
-        return SglangWriter(Replies(workers, from_sglang(cfg), beams))
-    return NativeWriter(cfg.output_format)
 
 
 class Back(Protocol):
@@ -92,7 +77,7 @@ class Shard:
         curve = security.service_client(cfg.curve_keys) if cfg.curve_keys else None
         self.out = make_socket(self.ctx, zmq.PUSH, cfg.output, bind=False, hwm=hwm, curve=curve)
         self.outs = PushTo(self.ctx, self.out, hwm)
-        self.writer = writer_for(cfg, info)
+        self.writer = protocol_of(cfg).shard(cfg, info)
         self.back: Back = back if back is not None else make_socket(
             self.ctx, zmq.PUSH, cfg.ipc("back.ipc"), bind=False, hwm=hwm)
         self.health = make_socket(self.ctx, zmq.PUSH, cfg.ipc("health.ipc"), bind=False,
@@ -195,7 +180,7 @@ class Shard:
         """An egress that does not know our live rids (a new one, or one that thought us
         dead): end them now (`_send` tells it which, as `Ended`), then say Hello."""
         out = DeltasOut()
-        self.table.fail_all(protocol.EGRESS_RESTARTED, out)
+        self.table.fail_all(errors.EGRESS_RESTARTED, out)
         self._send(out)
         self.table.final_usage = []  # a new egress has no endings of ours to settle
         self.started = False
@@ -217,7 +202,7 @@ class Shard:
             table.on_arrays(msg, out)
             extra = msg.passed if msg.passed is not None else msg.sparse.extra
         else:
-            match protocol.decode_control(msg.frame):
+            match control.decode_control(msg.frame):
                 case Open() as ctl:
                     table.on_open(ctl, out)
                 case Error() as ctl:
@@ -236,7 +221,7 @@ class Shard:
 
     def _pong(self, nonce: int) -> None:
         """After every earlier message's deltas; a probe's (nonce < 0) goes to /health."""
-        pong = protocol.encode_pong(Pong(nonce, self.shard))
+        pong = control.encode_pong(Pong(nonce, self.shard))
         if nonce >= 0:
             self.out.send(pong)
             return
@@ -263,14 +248,14 @@ class Shard:
             state = self.table.state
             held = [state.rids[s] for s in msg.slots.tolist() if s < state.capacity]
             return [rid for _, rid, _, _ in msg.sparse.new] + [r for r in held if r]
-        match protocol.decode_control(msg.frame):
+        match control.decode_control(msg.frame):
             case Open(rid=rid) | Error(rid=rid):
                 return [rid]
             case Abort(rids=rids):
                 return rids
         return []
 
-    def _send(self, out: protocol.Sink, extra: Any = b"") -> None:
+    def _send(self, out: output.Sink, extra: Any = b"") -> None:
         if not out:
             return
         for to, msg in self.writer.messages(out, extra, self.shard):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from sglang_tok.harness import zoo
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 from shards.decoding.choice import decoder_for, family_for
 from shards.decoding.interface import RowDecoder

@@ -10,7 +10,8 @@ from typing import Any
 
 import msgspec
 
-from sglang_tok import protocol
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import batch, control, tags
 
 
 class _LeanDelta(msgspec.Struct, gc=False):
@@ -94,8 +95,8 @@ class DeltaMap:
         for i, frame in enumerate(frames):
             tag = frame[0] if frame else -1
             try:
-                if tag == protocol.TAG_BATCH:
-                    b = protocol.decode_batch(frame)
+                if tag == tags.TAG_BATCH:
+                    b = batch.decode_batch(frame)
                     for rid, fin in zip(b.rids, b.header.finish_reasons):
                         if rid in ended:
                             continue
@@ -108,19 +109,19 @@ class DeltaMap:
                             del live[rid]
                             ended.add(rid)
                     continue
-                msg = protocol.decode_control(frame)
-            except protocol.FrameError as exc:
-                for rid in exc.rids if tag == protocol.TAG_BATCH else []:
+                msg = control.decode_control(frame)
+            except errors.FrameError as exc:
+                for rid in exc.rids if tag == tags.TAG_BATCH else []:
                     if rid not in ended:  # its terminal error delta answers this frame
                         self._expect(rid, i)
                         live.pop(rid, None)
                         ended.add(rid)
                 continue
-            if isinstance(msg, protocol.Open):
+            if isinstance(msg, control.Open):
                 if msg.rid not in live:
                     stream[msg.rid] = msg.stream
-            elif isinstance(msg, (protocol.Abort, protocol.Error)):
-                for rid in msg.rids if isinstance(msg, protocol.Abort) else [msg.rid]:
+            elif isinstance(msg, (control.Abort, control.Error)):
+                for rid in msg.rids if isinstance(msg, control.Abort) else [msg.rid]:
                     if rid in live:
                         self.expect.setdefault(rid, []).append(-1)
                         del live[rid]
@@ -138,12 +139,12 @@ class DeltaMap:
 
     def feed(self, t: float, raw: bytes) -> None:
         """Account one output message that arrived at time t (PONGs are ignored)."""
-        if raw[0] == protocol.TAG_DELTAS:
+        if raw[0] == tags.TAG_DELTAS:
             msg = _LEAN.decode(memoryview(raw)[1:])
             shard, n = msg.shard, len(msg.deltas)
             rows: Any = ((d.rid, d.finish) for d in msg.deltas)
-        elif raw[0] in (protocol.TAG_COLUMNS, protocol.TAG_PACKED):
-            dec = _LEAN_COLUMNS if raw[0] == protocol.TAG_COLUMNS else _LEAN_PACKED
+        elif raw[0] in (tags.TAG_COLUMNS, tags.TAG_PACKED):
+            dec = _LEAN_COLUMNS if raw[0] == tags.TAG_COLUMNS else _LEAN_PACKED
             cols = dec.decode(memoryview(raw)[1:])
             shard, n = cols.shard, len(cols.rids)
             ends = dict(cols.finish)

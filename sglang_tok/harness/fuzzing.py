@@ -12,14 +12,14 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from sglang_tok import protocol
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.protocol import FrameError
+from sglang_tok.protocols.errors import FrameError
+from sglang_tok.protocols.native import batch, control, tags
 from sglang_tok.tokenizer import TokenizerInfo, load
 
-TAGS = [protocol.TAG_RESULT, protocol.TAG_BATCH, protocol.TAG_ERROR, protocol.TAG_OPEN,
-        protocol.TAG_ABORT, protocol.TAG_PING]
+TAGS = [tags.TAG_RESULT, tags.TAG_BATCH, tags.TAG_ERROR, tags.TAG_OPEN,
+        tags.TAG_ABORT, tags.TAG_PING]
 
 
 def fuzz_batch(rids: list[str], vocab: int) -> st.SearchStrategy[bytes]:
@@ -39,7 +39,7 @@ def fuzz_batch(rids: list[str], vocab: int) -> st.SearchStrategy[bytes]:
             st.sampled_from([math.nan, -1.0]), st.integers(-2**31, 2**31 - 1)).map(list),
             min_size=1, max_size=3)), max_size=3),
     })
-    return st.lists(row, min_size=1, max_size=5).map(protocol.encode_batch)
+    return st.lists(row, min_size=1, max_size=5).map(batch.encode_batch)
 
 
 def mutate(frame: bytes, data: st.DataObject) -> bytes:
@@ -60,7 +60,7 @@ def mutate(frame: bytes, data: st.DataObject) -> bytes:
     if kind == "retag":
         b[0] = data.draw(st.integers(0, 255))
         return bytes(b)
-    if frame[0] != protocol.TAG_BATCH:
+    if frame[0] != tags.TAG_BATCH:
         return bytes(b[:-1]) if len(b) > 1 else b"\x00"
     hlen = struct.unpack_from("<I", frame, 1)[0]
     cols: list[Any] = msgspec.msgpack.decode(frame[5:5 + hlen])
@@ -108,14 +108,14 @@ def bad_control(data: st.DataObject, rid: str) -> bytes:
 def classify(frame: bytes) -> tuple[str | None, list[str], list[str]]:
     """(drop reason or None, rids a drop fails, rids a valid frame names): our codec's view."""
     try:
-        if frame and frame[0] == protocol.TAG_BATCH:
-            return None, [], protocol.decode_batch(frame, 512, 4096).rids
-        msg = protocol.decode_control(frame)
+        if frame and frame[0] == tags.TAG_BATCH:
+            return None, [], batch.decode_batch(frame, 512, 4096).rids
+        msg = control.decode_control(frame)
     except FrameError as err:
         return err.reason, err.rids, []
-    if isinstance(msg, protocol.Abort):
+    if isinstance(msg, control.Abort):
         return None, [], msg.rids
-    if isinstance(msg, protocol.Ping):
+    if isinstance(msg, control.Ping):
         return None, [], []
     return None, [], [msg.rid]
 

@@ -10,15 +10,16 @@ from egress.control import route_control
 from egress.router import Router
 from egress.split import split_frame
 from ring import link
-from ring.link import LATE
-from sglang_tok import protocol
+from sglang_tok.protocols.interface import LATE
+from sglang_tok.protocols.native import batch as native_batch
+from sglang_tok.protocols.native import control, tags
 
 
 class LocalRoute:
     def __init__(self, nshards: int = 1) -> None:
         self.router = Router(nshards)
 
-    def __call__(self, batch: protocol.Batch, stamp: float = 0.0) -> dict[int, bytes]:
+    def __call__(self, batch: native_batch.Batch, stamp: float = 0.0) -> dict[int, bytes]:
         router = self.router
         codes, _, _ = router.route(batch)
         new_rows, router.new_rows = router.new_rows, []
@@ -40,14 +41,14 @@ class LocalRoute:
     def feed(self, frame: bytes | memoryview, tables: Any, sinks: Any) -> None:
         """One input frame, any tag, through routing to the shards' tables (`tables[k]`,
         output into `sinks[k]`), as the egress and the shards' loops would do it."""
-        if frame[0] == protocol.TAG_BATCH:
-            for k, msg in self(protocol.decode_batch(frame)).items():
+        if frame[0] == tags.TAG_BATCH:
+            for k, msg in self(native_batch.decode_batch(frame)).items():
                 parsed = link.parse(msg)
                 assert isinstance(parsed, link.Arrays)
                 tables[k].on_arrays(parsed, sinks[k])
         else:
-            ctl = protocol.decode_control(frame)
-            if not isinstance(ctl, protocol.Ping):
+            ctl = control.decode_control(frame)
+            if not isinstance(ctl, control.Ping):
                 for k, part, _ in route_control(self.router, ctl)[0]:
                     _deliver(tables[k], part, sinks[k])
         for k in range(self.router.nshards):
@@ -58,11 +59,11 @@ class LocalRoute:
 
 def _deliver(table: Any, msg: Any, sink: Any) -> None:
     match msg:
-        case protocol.Open():
+        case control.Open():
             table.on_open(msg, sink)
-        case protocol.Error():
+        case control.Error():
             table.on_error(msg, sink)
-        case protocol.Abort():
+        case control.Abort():
             table.on_abort(msg, sink)
-        case protocol.Result():
+        case control.Result():
             table.on_result(msg, sink)

@@ -21,7 +21,8 @@ from typing import Any
 import msgspec
 import zmq
 
-from ..integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
+
 from ..tokenizer import resolve_path
 
 Row = dict[str, Any]  # a reply row: every BatchStrOutput field but rids, by name

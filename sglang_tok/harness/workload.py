@@ -13,7 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import protocol
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import batch as native_batch
+from sglang_tok.protocols.native import control, tags
+
 from ..tokenizer import TokenizerInfo
 
 BUILTIN_TEXTS = [
@@ -36,7 +39,7 @@ class PlannedRequest:
     ids: list[int]
     chunks: list[list[int]]
     finish: dict[str, Any] | None  # None: ended by ABORT or ERROR instead
-    opts: protocol.Open | None = None
+    opts: control.Open | None = None
     end_by: str = ""  # "", "abort" or "error"
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -104,7 +107,7 @@ def make_requests(info: TokenizerInfo, spec: PlanSpec, texts: list[str] | None =
                         logprob_text=req.logprobs, attribution=rng.random() < 0.5,
                         no_stop_trim=rng.random() < 0.3)
         if opts:
-            req.opts = protocol.Open(req.rid, **opts)
+            req.opts = control.Open(req.rid, **opts)
         roll = rng.random()
         if roll < spec.abort_share:
             req.end_by, req.finish = "abort", None
@@ -141,15 +144,15 @@ def schedule(reqs: list[PlannedRequest], concurrency: int, rng_seed: int = 0,
             req = waiting.pop()
             starts.append(req.rid)
             if req.opts is not None:
-                opens.append(protocol.encode_control(req.opts))
+                opens.append(control.encode_control(req.opts))
             active.append((req, 0))
         rows, ends, still = [], [], []
         for req, pos in active:
             last = pos == len(req.chunks) - 1 or not req.chunks
             if req.end_by and (last or rng.random() < 0.05):
-                ends.append(protocol.encode_control(
-                    protocol.Abort([req.rid]) if req.end_by == "abort"
-                    else protocol.Error(req.rid, "scheduler failed the request")))
+                ends.append(control.encode_control(
+                    control.Abort([req.rid]) if req.end_by == "abort"
+                    else control.Error(req.rid, "scheduler failed the request")))
                 continue
             chunk = req.chunks[pos] if req.chunks else []
             row: dict[str, Any] = {"rid": req.rid, "ids": chunk,
@@ -164,7 +167,7 @@ def schedule(reqs: list[PlannedRequest], concurrency: int, rng_seed: int = 0,
             if not last:
                 still.append((req, pos + 1))
         active = still
-        batch = protocol.encode_batch(_fill_families(rows)) if rows else None
+        batch = native_batch.encode_batch(_fill_families(rows)) if rows else None
         yield Step(opens, batch, ends, len(rows), sum(len(r["ids"]) for r in rows), starts)
 
 
@@ -178,7 +181,7 @@ def _fill_families(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def expected(req: PlannedRequest, info: TokenizerInfo) -> tuple[str, dict[str, Any] | None]:
     """The protocol's reference text and finish for a request that ran to its end."""
-    opts = req.opts or protocol.DEFAULT_OPEN_FIELDS
+    opts = req.opts or control.DEFAULT_OPEN_FIELDS
     vocab = info.vocab_size
     skip = opts.skip_special_tokens
 
@@ -229,7 +232,7 @@ def verify(req: PlannedRequest, out: Any, info: TokenizerInfo,
     if last.finish != fin:
         problems.append(f"{req.rid}: finish {last.finish} != {fin}")
     stopped_early = fin is not None and fin != req.finish
-    opts = req.opts or protocol.DEFAULT_OPEN_FIELDS
+    opts = req.opts or control.DEFAULT_OPEN_FIELDS
     if not stopped_early:
         if out.ids != req.ids:
             problems.append(f"{req.rid}: ids differ")
@@ -288,8 +291,8 @@ def requests_of_trace(frames: list[bytes]) -> dict[str, PlannedRequest]:
     for frame in frames:
         tag = frame[0] if frame else -1
         try:
-            if tag == protocol.TAG_BATCH:
-                b = protocol.decode_batch(frame)
+            if tag == tags.TAG_BATCH:
+                b = native_batch.decode_batch(frame)
                 ids = b.token_ids()
                 st = b.tokens.row_starts
                 for i, rid in enumerate(b.rids):
@@ -301,16 +304,16 @@ def requests_of_trace(frames: list[bytes]) -> dict[str, PlannedRequest]:
                     if b.header.finish_reasons[i] is not None:
                         r.finish = b.header.finish_reasons[i]
             else:
-                msg = protocol.decode_control(frame)
-                if isinstance(msg, protocol.Open):
+                msg = control.decode_control(frame)
+                if isinstance(msg, control.Open):
                     get(msg.rid).opts = msg
-                elif isinstance(msg, protocol.Abort):
+                elif isinstance(msg, control.Abort):
                     for rid in msg.rids:
                         if get(rid).finish is None:
                             get(rid).end_by = get(rid).end_by or "abort"
-                elif isinstance(msg, protocol.Error):
+                elif isinstance(msg, control.Error):
                     if get(msg.rid).finish is None:
                         get(msg.rid).end_by = get(msg.rid).end_by or "error"
-        except protocol.FrameError:
+        except errors.FrameError:
             continue
     return reqs

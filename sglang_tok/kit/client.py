@@ -36,9 +36,14 @@ import zmq
 import zmq.asyncio
 
 from ring.sockets import BoundFile, make_socket
-from sglang_tok import protocol
 from sglang_tok.logprob_rows import FIELDS, RowFamilies
-from sglang_tok.protocol import EGRESS, Columns, Delta, Deltas, Pong, Restarted
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import columns, output, packed
+from sglang_tok.protocols.native import deltas as native_deltas
+from sglang_tok.protocols.native.columns import Columns
+from sglang_tok.protocols.native.control import Pong, Restarted
+from sglang_tok.protocols.native.deltas import Delta, Deltas
+from sglang_tok.protocols.native.tags import EGRESS
 from sglang_tok.security import Curve
 
 from .scheduler import Scheduler
@@ -61,16 +66,16 @@ def decode_frame(raw: bytes | memoryview, lazy: bool = False
     rows become the same Deltas, PONG (`Q`) and RESTARTED (`R`). With `lazy`, a PACKED
     message comes as `_PackedRows` (its Deltas made per row on demand).
     """
-    msg = protocol.decode_output(raw)
+    msg = output.decode_output(raw)
     if isinstance(msg, Pong | Restarted):
         return msg
     if isinstance(msg, Deltas):
         return msg.shard, msg.seq, msg.deltas
-    if isinstance(msg, protocol.Packed):
+    if isinstance(msg, packed.Packed):
         return msg.shard, msg.seq, _PackedRows(msg) if lazy else msg.deltas
     if isinstance(msg, Columns):
         return msg.shard, msg.seq, msg.deltas
-    raise protocol.FrameError("unknown_kind", f"unknown output message {type(msg).__name__}")
+    raise errors.FrameError("unknown_kind", f"unknown output message {type(msg).__name__}")
 
 
 class _PackedRows:
@@ -81,7 +86,7 @@ class _PackedRows:
     __slots__ = ("msg", "_text", "_chars", "_ids", "_id_ends", "_extras", "_fams",
                  "_carrying")
 
-    def __init__(self, msg: protocol.Packed) -> None:
+    def __init__(self, msg: packed.Packed) -> None:
         self.msg = msg
         self._text: str | None = None
         self._chars: list[int] = []
@@ -140,13 +145,13 @@ class _PackedRows:
         return list(map(self.delta, range(len(self.msg.rids))))
 
 
-def _extras(msg: protocol.Packed) -> dict[int, Delta]:
+def _extras(msg: packed.Packed) -> dict[int, Delta]:
     """The rows of a PACKED message that carry any sparse value (a few per message), as
     Deltas whose text and ids are filled in when read. Logprob families are not read
     here: a row's lists are made when that row is read (`_PackedRows.delta`), by its
     consumer, not by the demultiplexer."""
     marked: dict[int, Delta] = {}
-    for name in protocol.SPARSE_COLUMNS:
+    for name in columns.SPARSE_COLUMNS:
         for r, val in getattr(msg, name):
             d = marked.get(r)
             if d is None:
@@ -261,11 +266,11 @@ class Frontend:
         self.seqs[msg.shard] = 0
         if msg.shard != EGRESS:
             return
-        zero = protocol.Usage(0, 0, 0, 0, 0)
+        zero = native_deltas.Usage(0, 0, 0, 0, 0)
         for req in self.requests.values():
             if not req.finished:
                 self.ended_by_restart += 1
-                self.add(EGRESS, protocol.terminal(req.rid, protocol.EGRESS_RESTARTED, zero))
+                self.add(EGRESS, native_deltas.terminal(req.rid, errors.EGRESS_RESTARTED, zero))
                 req.by_frontend = True
 
     def add(self, shard: int, d: Delta) -> None:
@@ -392,7 +397,8 @@ class RequestStream:
         behind, after it when what came is good (the egress was replaced)."""
         if not keep_queued:
             self._queue.clear()
-        self._queue.append(protocol.terminal(self.rid, error, protocol.Usage(0, 0, 0, 0, 0)))
+        self._queue.append(native_deltas.terminal(self.rid, error,
+                                                  native_deltas.Usage(0, 0, 0, 0, 0)))
         self._mark_done()
         self._wake()
         self._client._abandon(self.rid)
@@ -531,7 +537,7 @@ class Client:
         stats.messages += 1
         try:
             msg = decode_frame(raw, lazy=True)
-        except (ValueError, protocol.FrameError):
+        except (ValueError, errors.FrameError):
             stats.bad_frames += 1
             return
         if isinstance(msg, Pong):
@@ -629,7 +635,7 @@ class Client:
         for s in list(self.streams.values()):
             if not s._done:
                 self.stats.ended_by_restart += 1
-                s._fail(protocol.EGRESS_RESTARTED, keep_queued=True)
+                s._fail(errors.EGRESS_RESTARTED, keep_queued=True)
 
     def _pong(self, p: Pong) -> None:
         entry = self._pongs.get(p.nonce)

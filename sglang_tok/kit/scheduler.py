@@ -29,8 +29,13 @@ import msgspec
 import zmq
 
 from ring.sockets import make_socket
-from sglang_tok import protocol
-from sglang_tok.protocol import FAMILIES, HEADER_FIELDS, REQUIRED_COLUMNS, TRAILING_FIRST
+from sglang_tok.protocols.native import control
+from sglang_tok.protocols.native.batch import (
+    FAMILIES,
+    HEADER_FIELDS,
+    REQUIRED_COLUMNS,
+    TRAILING_FIRST,
+)
 from sglang_tok.security import Curve
 
 try:  # optional: numpy widens int32 id rows without a Python-level pass
@@ -202,22 +207,22 @@ class Scheduler:
         return len(frame)
 
     def open(self, rid: str, **opts: Any) -> None:
-        self.send(protocol.encode_control(protocol.Open(rid, **opts)))
+        self.send(control.encode_control(control.Open(rid, **opts)))
 
     def error(self, rid: str, message: str) -> None:
-        self.send(protocol.encode_control(protocol.Error(rid, message)))
+        self.send(control.encode_control(control.Error(rid, message)))
 
     def abort(self, *rids: str) -> None:
         if rids:
-            self.send(protocol.encode_control(protocol.Abort(list(rids))))
+            self.send(control.encode_control(control.Abort(list(rids))))
 
     def result(self, rid: str, payload: bytes) -> None:
-        self.send(protocol.encode_control(protocol.Result(rid, payload)))
+        self.send(control.encode_control(control.Result(rid, payload)))
 
     def ping(self) -> int:
         """Send a PING; return its nonce (the frontend waits for its PONGs)."""
         nonce = next(_NONCES)
-        self.send(protocol.encode_control(protocol.Ping(nonce)))
+        self.send(control.encode_control(control.Ping(nonce)))
         return nonce
 
     def close(self) -> None:

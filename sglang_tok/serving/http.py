@@ -20,9 +20,10 @@ from typing import Any
 import zmq
 
 from ring.sockets import make_socket
-from sglang_tok import protocol, security
+from sglang_tok import security
 from sglang_tok.config import Config, refusing
 from sglang_tok.process import Beat, Status, parent_alive, service_roles, setup_child
+from sglang_tok.protocols.native import control, output
 
 log = logging.getLogger("sglang_tok.http")
 MAX_REQUEST_BYTES = 8192
@@ -83,7 +84,7 @@ class HttpServer:
                                         linger_ms=0, sndtimeo_ms=int(timeout * 1000),
                                         curve=curve)
             try:
-                self.ring.send(protocol.encode_control(protocol.Ping(nonce)))
+                self.ring.send(control.encode_control(control.Ping(nonce)))
             except zmq.Again:
                 return False, "input ring is full"
             want = set(range(-1, self.cfg.shards))
@@ -92,8 +93,8 @@ class HttpServer:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.pongs.poll(int(left * 1000)):
                     return False, f"no PONG from {sorted(want)} within {timeout}s"
-                pong = protocol.decode_output(self.pongs.recv())
-                if isinstance(pong, protocol.Pong) and pong.nonce == nonce:
+                pong = output.decode_output(self.pongs.recv())
+                if isinstance(pong, control.Pong) and pong.nonce == nonce:
                     want.discard(pong.shard)
             return True, "every process answered"
 

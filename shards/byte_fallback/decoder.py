@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 from sglang_tok.ragged import ragged_index
 
 from ..decoding.attribution import Attributor

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 
 from .attribution import Attributor
 

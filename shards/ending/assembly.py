@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sglang_tok.protocol import Usage
+from sglang_tok.protocols.native.deltas import Usage
 
 from ..decoding.attribution import Attributor
 from ..decoding.interface import Attribution, Decoded, RowDecoder

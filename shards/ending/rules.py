@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocol import Usage
+from sglang_tok.protocols.native.deltas import Usage
 
 from ..decoding.attribution import ZERO_WIDTH
 from ..decoding.interface import Attribution, Carry

@@ -10,7 +10,7 @@ path."""
 
 from __future__ import annotations
 
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
 ARRAY = "array"

@@ -23,16 +23,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ring.link import Arrays
-from sglang_tok.protocol import (
-    Abort,
-    Delta,
-    Error,
-    Open,
-    Result,
-    Sink,
-    Usage,
-    terminal,
-)
+from sglang_tok.protocols.native.control import Abort, Error, Open, Result
+from sglang_tok.protocols.native.deltas import Delta, Usage, terminal
+from sglang_tok.protocols.native.output import Sink
 from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 from shards.messages.request import Request, make_request, refusal

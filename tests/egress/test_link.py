@@ -19,10 +19,13 @@ import zmq
 from egress.journal import Journal, replay
 from ring import link
 from ring.sockets import make_socket
-from sglang_tok import protocol
 from sglang_tok.config import Config
 from sglang_tok.kit.client import Frontend
 from sglang_tok.process import Status, service_roles
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.interface import LATE
+from sglang_tok.protocols.native import batch as native_batch
+from sglang_tok.protocols.native import control, deltas
 from sglang_tok.ragged import small_ints, u32s
 
 SPAWN = mp.get_context("spawn")
@@ -37,7 +40,7 @@ def test_every_link_message_parses_to_its_struct_without_copying_the_frame() -> 
     assert isinstance(got, link.Arrays) and got.stamp == 12.5 and got.sparse == sparse
     assert got.slots.tolist() == [4, 9] and got.ids.tolist() == [1, 2, 3]
     assert got.ids.base is not None  # a view of the message, not a copy
-    frame = protocol.encode_control(protocol.Open("a"))
+    frame = control.encode_control(control.Open("a"))
     msg = link.forward(1.0, frame)
     fwd = link.parse(msg)
     assert isinstance(fwd, link.Frame) and bytes(fwd.frame) == frame and fwd.frame.obj is msg
@@ -140,9 +143,9 @@ def _shard_with_bug(cfg: Config, status: Any, method: str, parent: int) -> None:
 
 
 @pytest.mark.parametrize("method,frame", [
-    ("on_open", protocol.encode_control(protocol.Open("x", stop=["!"]))),
-    ("on_error", protocol.encode_control(protocol.Error("x", "scheduler failed it"))),
-    ("on_abort", protocol.encode_control(protocol.Abort(["x"]))),
+    ("on_open", control.encode_control(control.Open("x", stop=["!"]))),
+    ("on_error", control.encode_control(control.Error("x", "scheduler failed it"))),
+    ("on_abort", control.encode_control(control.Abort(["x"]))),
 ])
 def test_a_control_message_that_hits_a_bug_ends_its_rid(tmp_path: Path, ctx: zmq.Context,
                                                         method: str, frame: bytes) -> None:
@@ -198,7 +201,7 @@ def test_egress_with_a_shard_that_never_connects_still_drains(tmp_path: Path,
     proc = start_egress(cfg)
     try:
         sched = peer.sock(zmq.PUSH, cfg.input, bind=False)
-        sched.send(protocol.encode_batch([{"rid": "r", "ids": [1]}]))
+        sched.send(native_batch.encode_batch([{"rid": "r", "ids": [1]}]))
         time.sleep(0.5)
         drain(peer, 1.0)
         proc.join(10)
@@ -224,7 +227,7 @@ def test_egress_drain_ends_by_the_deadline_in_the_drain_message(tmp_path: Path,
         back.send(link.notice_encoder.encode(link.Hello(0, 4242, token.token)))
         sched = peer.sock(zmq.PUSH, cfg.input, bind=False)
         for n in range(50):  # fills the link and the egress's queue: the shard reads none
-            sched.send(protocol.encode_batch([{"rid": f"r{n}", "ids": [1]}]), zmq.NOBLOCK)
+            sched.send(native_batch.encode_batch([{"rid": f"r{n}", "ids": [1]}]), zmq.NOBLOCK)
         time.sleep(0.5)
         t0 = time.monotonic()
         drain(peer, 1.5)
@@ -246,7 +249,7 @@ def test_egress_gives_up_on_a_frontend_that_reads_nothing(tmp_path: Path,
     try:
         sched = peer.sock(zmq.PUSH, cfg.input, bind=False)
         for n in range(40):
-            sched.send(protocol.encode_control(protocol.Ping(n + 1)))
+            sched.send(control.encode_control(control.Ping(n + 1)))
         time.sleep(0.5)
         drain(peer, 1.0)
         proc.join(40 * 0.5 + 10)
@@ -263,12 +266,12 @@ def test_frontend_drops_and_counts_deltas_after_a_terminal_one(tmp_path: Path,
     """Protocol section 5, rule 7: the first terminal delta ends a rid."""
     front = Frontend(f"ipc://{tmp_path}/f.ipc", ctx)
     try:
-        front.add(-1, protocol.terminal("r", protocol.SHARD_RESTARTED,
-                                        protocol.Usage(0, 0, 0, 0, 0)))
-        front.add(0, protocol.Delta("r", text="stale"))
-        front.add(0, protocol.Delta("r", text="", finish={"type": "length"}))
+        front.add(-1, deltas.terminal("r", errors.SHARD_RESTARTED,
+                                        deltas.Usage(0, 0, 0, 0, 0)))
+        front.add(0, deltas.Delta("r", text="stale"))
+        front.add(0, deltas.Delta("r", text="", finish={"type": "length"}))
         assert front.late == 2 and not front.violations
-        assert front.requests["r"].last.error == protocol.SHARD_RESTARTED
+        assert front.requests["r"].last.error == errors.SHARD_RESTARTED
     finally:
         front.close()
 
@@ -291,11 +294,11 @@ def test_a_dead_shards_late_ack_settles_nothing_of_its_replacement(tmp_path: Pat
     try:
         ledger = eg.router.ledgers[0]
         eg.pids[0], eg.up[0], eg.synced[0] = 111, True, True
-        eg.on_frame(memoryview(protocol.encode_batch([{"rid": "a", "ids": [1, 2],
+        eg.on_frame(memoryview(native_batch.encode_batch([{"rid": "a", "ids": [1, 2],
                                                          "finish": fin}])))
         eg.on_notice(link.ShardDown(0, 111))  # "a" is failed with the shard
         eg.pids[0], eg.up[0], eg.synced[0] = 222, True, True  # its replacement said Hello
-        eg.on_frame(memoryview(protocol.encode_batch([{"rid": "b", "ids": [3, 4],
+        eg.on_frame(memoryview(native_batch.encode_batch([{"rid": "b", "ids": [3, 4],
                                                          "finish": fin}])))
         eg.on_notice(link.Ack(0, 999, 10**6, eg.token, 111, []))  # the dead one's, late
         assert len(ledger.unacked) == 1 and not ledger.acks
@@ -318,7 +321,7 @@ def test_header_columns_read_fast_equal_what_numpy_reads(values: list[int]) -> N
 
 
 def test_route_codes_read_as_uint32_and_refuse_what_does_not_fit() -> None:
-    codes = [0, 255, (1 << 24) * 3 + 2, link.LATE]
+    codes = [0, 255, (1 << 24) * 3 + 2, LATE]
     assert u32s(codes).tolist() == codes
     with pytest.raises(OverflowError):
         u32s([1 << 32])
@@ -337,12 +340,12 @@ def test_split_gives_each_shard_its_rows_in_order_and_an_ended_rids_rows_to_none
     route = LocalRoute(nshards)
     rids = [f"r{i}" for i in range(14)]
 
-    def frame(names: list[str], base: int) -> protocol.Batch:
+    def frame(names: list[str], base: int) -> native_batch.Batch:
         rows = [[base + int(r[1:]), base + 100 + int(r[1:])] if r == "r5" else [base + int(r[1:])]
                 for r in names]
-        return protocol.decode_batch(encode_step(names, rows))
+        return native_batch.decode_batch(encode_step(names, rows))
 
-    def parts(batch: protocol.Batch) -> dict[int, link.Arrays]:
+    def parts(batch: native_batch.Batch) -> dict[int, link.Arrays]:
         out = {}
         for k, raw in route(batch).items():
             msg = link.parse(raw)

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_tok import protocol
-from sglang_tok.protocol import FrameError, decode_batch, encode_batch
+from sglang_tok.protocols.errors import FrameError
+from sglang_tok.protocols.native import control, deltas
+from sglang_tok.protocols.native.batch import decode_batch, encode_batch
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())
@@ -131,23 +132,23 @@ def test_limits_name_themselves() -> None:
 
 
 def test_control_frames_round_trip_and_reject_bad_bodies() -> None:
-    for msg in (protocol.Result("r", b"\x00payload"), protocol.Error("r", "boom"),
-                protocol.Open("r", stop=["a"], prompt_ids=[1, 2], attribution=True),
-                protocol.Abort(["a", "b"]), protocol.Ping(-3)):
-        assert protocol.decode_control(protocol.encode_control(msg)) == msg
+    for msg in (control.Result("r", b"\x00payload"), control.Error("r", "boom"),
+                control.Open("r", stop=["a"], prompt_ids=[1, 2], attribution=True),
+                control.Abort(["a", "b"]), control.Ping(-3)):
+        assert control.decode_control(control.encode_control(msg)) == msg
     with pytest.raises(FrameError) as err:
-        protocol.decode_control(b"\x4f" + msgspec.msgpack.encode({"rid": "q", "stop": 5}))
+        control.decode_control(b"\x4f" + msgspec.msgpack.encode({"rid": "q", "stop": 5}))
     assert err.value.reason == "body" and err.value.rids == ["q"]
     with pytest.raises(FrameError) as err:
-        protocol.decode_control(b"\x41" + msgspec.msgpack.encode({"rids": ["a", 3]}))
+        control.decode_control(b"\x41" + msgspec.msgpack.encode({"rids": ["a", 3]}))
     assert err.value.rids == ["a"]
     with pytest.raises(FrameError) as err:
-        protocol.decode_control(b"\x99")
+        control.decode_control(b"\x99")
     assert err.value.reason == "unknown_tag"
     # unknown OPEN keys are ignored: fields can be appended to the protocol
-    assert protocol.decode_control(b"\x4f" + msgspec.msgpack.encode({"rid": "q", "new": 1})).rid == "q"
+    assert control.decode_control(b"\x4f" + msgspec.msgpack.encode({"rid": "q", "new": 1})).rid == "q"
 
 
 def test_delta_omits_default_keys() -> None:
-    raw = protocol.encode_deltas(protocol.Deltas(0, 0, [protocol.Delta("r")]))
+    raw = deltas.encode_deltas(deltas.Deltas(0, 0, [deltas.Delta("r")]))
     assert msgspec.msgpack.decode(raw[1:]) == {"shard": 0, "seq": 0, "deltas": [{"rid": "r"}]}

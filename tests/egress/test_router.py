@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from egress.router import ENGINE_BATCH_MESSAGES, TRIM_EVERY, Router, shard_of
-from ring.link import LATE
-from sglang_tok import protocol
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.interface import LATE
+from sglang_tok.protocols.native import batch as native_batch
+from sglang_tok.protocols.native import deltas as native_deltas
 
 
 def test_shard_of_is_crc32_of_utf8_modulo_n() -> None:
@@ -20,9 +22,9 @@ def test_shard_of_is_crc32_of_utf8_modulo_n() -> None:
 
 
 def batch(*rows: tuple[str, int, dict[str, Any] | None], prompt: int = 10,
-          cached: int = 4) -> protocol.Batch:
+          cached: int = 4) -> native_batch.Batch:
     """Rows of (rid, number of ids, finish)."""
-    return protocol.decode_batch(protocol.encode_batch([
+    return native_batch.decode_batch(native_batch.encode_batch([
         {"rid": rid, "ids": list(range(k)), "finish": fin, "prompt_tokens": prompt,
          "cached_tokens": cached} for rid, k, fin in rows]))
 
@@ -50,7 +52,7 @@ def test_open_reuses_an_ended_rid_and_counts_only_its_new_rows() -> None:
     r.route(batch(("abc", 4, DONE)))
     assert r.open("abc") == shard_of("abc", 2)
     r.route(batch(("abc", 2, None)))
-    [delta] = r.fail_shard(shard_of("abc", 2), protocol.SHARD_RESTARTED)
+    [delta] = r.fail_shard(shard_of("abc", 2), errors.SHARD_RESTARTED)
     assert delta.usage is not None and delta.usage.completion_tokens == 2
 
 
@@ -72,11 +74,11 @@ def test_fail_shard_fails_live_and_unacked_ended_rids_with_exact_usage() -> None
     r.dispatched(1, fin[1])
     r.route(batch(("req-1", 1, None), ("req-2", 1, None)))
     r.dispatched(1)
-    deltas = {d.rid: d for d in r.fail_shard(1, protocol.SHARD_RESTARTED)}
+    deltas = {d.rid: d for d in r.fail_shard(1, errors.SHARD_RESTARTED)}
     assert set(deltas) == {"req-1", "e0-1000-17"}
-    assert deltas["req-1"].usage == protocol.Usage(10, 6, 16, 4, 0)
-    assert deltas["e0-1000-17"].usage == protocol.Usage(10, 5, 15, 4, 0)
-    assert all(d.error == protocol.SHARD_RESTARTED and d.finish == {"type": "abort"}
+    assert deltas["req-1"].usage == native_deltas.Usage(10, 6, 16, 4, 0)
+    assert deltas["e0-1000-17"].usage == native_deltas.Usage(10, 5, 15, 4, 0)
+    assert all(d.error == errors.SHARD_RESTARTED and d.finish == {"type": "abort"}
                for d in deltas.values())
     assert "req-2" in r.live and r.fail_shard(1, "again") == []
 
@@ -98,13 +100,13 @@ def test_an_acked_ending_is_failed_until_its_delta_cannot_be_queued_any_more() -
     # acknowledged once (for the journal), with the usage the shard counted
     assert r.acked(0, 1, 5, [("req-1", 2, 0)]) == ["req-1"]
     assert r.acked(0, 1, 5 + keep - 1) == []
-    [d] = r.fail_shard(0, protocol.SHARD_RESTARTED)
-    assert d.rid == "req-1" and d.usage == protocol.Usage(10, 2, 12, 4, 0)
+    [d] = r.fail_shard(0, errors.SHARD_RESTARTED)
+    assert d.rid == "req-1" and d.usage == native_deltas.Usage(10, 2, 12, 4, 0)
     _, _, fin = r.route(batch(("req-2", 3, DONE)))
     r.dispatched(0, fin[0])
     r.acked(0, 1, 0)
     r.acked(0, 1, keep)  # `keep` outputs later: its last delta has left the shard
-    assert r.fail_shard(0, protocol.SHARD_RESTARTED) == [] and not r.ending
+    assert r.fail_shard(0, errors.SHARD_RESTARTED) == [] and not r.ending
 
 
 def test_the_usage_an_ack_carries_is_final_and_frees_the_frame_log() -> None:
@@ -116,8 +118,8 @@ def test_the_usage_an_ack_carries_is_final_and_frees_the_frame_log() -> None:
     for _ in range(TRIM_EVERY):  # the log is trimmed every TRIM_EVERY frames
         r.route(batch(("next", 1, None)))
     assert r.log[0][0] == 3  # req-1's frames are gone: its usage no longer needs them
-    [d] = [d for d in r.fail_shard(0, protocol.SHARD_RESTARTED) if d.rid == "req-1"]
-    assert d.usage == protocol.Usage(10, 5, 15, 4, 2)  # the shard's count
+    [d] = [d for d in r.fail_shard(0, errors.SHARD_RESTARTED) if d.rid == "req-1"]
+    assert d.usage == native_deltas.Usage(10, 5, 15, 4, 2)  # the shard's count
 
 
 def test_rids_a_shard_ended_itself_are_failed_while_their_delta_may_be_queued() -> None:
@@ -126,13 +128,13 @@ def test_rids_a_shard_ended_itself_are_failed_while_their_delta_may_be_queued() 
     r.dispatched(0)
     r.self_ended(0, ["req-1"])  # a stop string: the shard sent its last delta
     assert "req-1" not in r.live
-    [d] = r.fail_shard(0, protocol.SHARD_RESTARTED)
+    [d] = r.fail_shard(0, errors.SHARD_RESTARTED)
     assert d.rid == "req-1" and d.usage is not None and d.usage.completion_tokens == 2
     r.route(batch(("req-2", 2, None)))
     r.dispatched(0)
     r.self_ended(0, ["req-2"])
     settled(r, 0, 1)
-    assert r.fail_shard(0, protocol.SHARD_RESTARTED) == []
+    assert r.fail_shard(0, errors.SHARD_RESTARTED) == []
 
 
 def test_frame_log_keeps_only_what_a_failure_may_need_and_folds_beyond_its_bound() -> None:
@@ -144,7 +146,7 @@ def test_frame_log_keeps_only_what_a_failure_may_need_and_folds_beyond_its_bound
     _, _, fin = r.route(batch(("req-2", 1, DONE)))
     r.dispatched(0, fin[0])
     settled(r, 0, 1)
-    [delta] = r.fail_shard(0, protocol.SHARD_RESTARTED)
+    [delta] = r.fail_shard(0, errors.SHARD_RESTARTED)
     assert delta.rid == "req-1" and delta.usage is not None
     assert delta.usage.completion_tokens == 1 + 10 * 2
     _, _, fin = r.route(batch(("req-3", 1, DONE)))
@@ -163,8 +165,8 @@ def test_rows_after_a_rids_last_row_do_not_count_in_its_usage() -> None:
     r.dispatched(0, fin[0])
     owner, _, _ = r.route(batch(("req-1", 5, None)))  # late: the scheduler sent it anyway
     assert owner == [LATE]
-    [delta] = r.fail_shard(0, protocol.SHARD_RESTARTED)
-    assert delta.usage == protocol.Usage(10, 3, 13, 4, 0)
+    [delta] = r.fail_shard(0, errors.SHARD_RESTARTED)
+    assert delta.usage == native_deltas.Usage(10, 3, 13, 4, 0)
 
 
 def test_a_rid_ended_in_a_frame_keeps_its_rows_while_another_rid_is_live() -> None:
@@ -173,6 +175,6 @@ def test_a_rid_ended_in_a_frame_keeps_its_rows_while_another_rid_is_live() -> No
     r.route(batch(("req-2", 1, None), ("req-1", 1, None)))
     _, _, fin = r.route(batch(("req-1", 1, DONE), ("req-2", 1, None)))
     r.dispatched(0, fin[0])
-    deltas = {d.rid: d.usage for d in r.fail_shard(0, protocol.SHARD_RESTARTED)}
-    assert deltas == {"req-1": protocol.Usage(10, 4, 14, 4, 0),
-                      "req-2": protocol.Usage(10, 2, 12, 4, 0)}
+    deltas = {d.rid: d.usage for d in r.fail_shard(0, errors.SHARD_RESTARTED)}
+    assert deltas == {"req-1": native_deltas.Usage(10, 4, 14, 4, 0),
+                      "req-2": native_deltas.Usage(10, 2, 12, 4, 0)}

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from sglang_tok import protocol
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import (
     PlannedRequest,
@@ -29,7 +28,10 @@ from sglang_tok.kit.client import (
     RequestStream,
 )
 from sglang_tok.kit.scheduler import Scheduler
-from sglang_tok.protocol import Delta
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import deltas as native_deltas
+from sglang_tok.protocols.native import output, packed
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 
@@ -223,7 +225,7 @@ def test_the_client_connects_when_it_is_not_the_binding_side(tmp_path: Path) -> 
     """bind=False: something else binds (a proxy); the client connects to it."""
     import zmq
 
-    from sglang_tok.protocol import Deltas, encode_deltas
+    from sglang_tok.protocols.native.deltas import Deltas, encode_deltas
 
     async def main() -> None:
         ep = f"ipc://{tmp_path}/proxy.ipc"
@@ -244,8 +246,8 @@ def test_an_egress_restart_ends_every_stream_in_flight(tmp_path: Path) -> None:
     """Protocol section 5.3, frames as the service sends them: after the egress's
     RESTARTED each open stream gets what already came, then the egress-restarted error;
     a shard's RESTARTED only starts its seq again."""
-    from sglang_tok import protocol
-    from sglang_tok.protocol import Deltas, Restarted, encode_deltas, encode_restarted
+    from sglang_tok.protocols.native.control import Restarted, encode_restarted
+    from sglang_tok.protocols.native.deltas import Deltas, encode_deltas
 
     abandoned: list[str] = []
 
@@ -263,9 +265,9 @@ def test_an_egress_restart_ends_every_stream_in_flight(tmp_path: Path) -> None:
             client.dispatch(encode_deltas(Deltas(1, 0, [Delta("silent", text="stale")])))
             got = await consume(said)
             assert [d.text for d in got] == ["hi", " there", ""]
-            assert got[-1].error == protocol.EGRESS_RESTARTED
+            assert got[-1].error == errors.EGRESS_RESTARTED
             quiet = await consume(silent)
-            assert len(quiet) == 1 and quiet[0].error == protocol.EGRESS_RESTARTED
+            assert len(quiet) == 1 and quiet[0].error == errors.EGRESS_RESTARTED
             assert [d.text for d in await consume(done)] == ["ok"]
             assert client.stats.ended_by_restart == 2 and client.stats.restarts == 2
             assert client.stats.late == 1 and sorted(abandoned) == ["said", "silent"]
@@ -294,12 +296,12 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     expected: dict[str, list[Delta]] = {}
     for step in schedule(reqs, spec.concurrency, spec.seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
-            sink = protocol.output_sink("packed")
+            sink = output.output_sink("packed")
             route.feed(f, [table], [sink])
             if len(sink):
-                raw = protocol.encode_output("packed", 0, client.stats.messages, sink)
-                msg = protocol.decode_output(raw)
-                assert isinstance(msg, protocol.Packed)
+                raw = output.encode_output("packed", 0, client.stats.messages, sink)
+                msg = output.decode_output(raw)
+                assert isinstance(msg, packed.Packed)
                 for d in msg.deltas:
                     expected.setdefault(d.rid, []).append(d)
                 client.dispatch(raw)
@@ -319,9 +321,9 @@ def test_a_last_row_on_the_fast_route_closes_its_stream_to_later_rows(tmp_path: 
     seq = iter(range(100))
 
     def send(*deltas: Delta) -> None:
-        client.dispatch(protocol.encode_output("packed", 0, next(seq), list(deltas)))
+        client.dispatch(output.encode_output("packed", 0, next(seq), list(deltas)))
 
-    usage = protocol.Usage(3, 2, 5, 0, 0)
+    usage = native_deltas.Usage(3, 2, 5, 0, 0)
     send(Delta("a", "x", [1]), Delta("b", "y", [2]))
     send(Delta("a", "z", [3], finish={"type": "length"}, usage=usage), Delta("b", "w", [4]))
     send(Delta("a", "late", [5]), Delta("b", "v", [6]))  # the end of `a` is not read yet

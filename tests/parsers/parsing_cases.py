@@ -10,7 +10,8 @@ from decoding import decoding
 
 from sglang_tok.harness import zoo
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids
-from sglang_tok.protocol import Delta, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 DS: TokenizerInfo = load("deepseek-v4")

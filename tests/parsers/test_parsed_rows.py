@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
-from sglang_tok.protocol import Delta, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo
 from shards.messages.request import ParsedRequest, make_request
 

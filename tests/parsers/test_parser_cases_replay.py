@@ -30,7 +30,8 @@ from parser_cases_load import load_cases
 
 from sglang_tok.harness import zoo
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream
-from sglang_tok.protocol import Delta, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 from shards.messages.request import make_request, refusal
 

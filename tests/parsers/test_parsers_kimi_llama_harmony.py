@@ -31,7 +31,8 @@ from sglang_tok.parsers import (
     merge,
     skip_table,
 )
-from sglang_tok.protocol import DeltasOut, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import DeltasOut
 from shards.messages.table import RidTable
 
 MODES = ["incremental", "whole"]

@@ -24,7 +24,8 @@ from parsing_cases import (
 from service import Service
 from strategies import chunk
 
-from sglang_tok.protocol import Delta, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo
 
 PARSED = {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4"}

@@ -25,9 +25,11 @@ from parsing_cases import (
 )
 from strategies import chunk, chunk_sizes
 
-from sglang_tok import protocol
 from sglang_tok.harness import zoo
-from sglang_tok.protocol import Delta, Open, ToolCallDelta
+from sglang_tok.protocols.native import columns, control, output
+from sglang_tok.protocols.native import deltas as native_deltas
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta, ToolCallDelta
 from sglang_tok.tokenizer import TokenizerInfo, no_tokenizer
 from shards.messages.request import ParsedRequest, Request, make_request, refusal
 
@@ -187,8 +189,8 @@ def test_delta_without_parser_fields_keeps_its_bytes() -> None:
     """
     assert len(Delta.__struct_fields__) <= 15
     d = Delta("rid-1", "héllo", [1, 2], finish={"type": "stop", "matched": 2},
-              usage=protocol.Usage(1, 2, 3, 0, 0))
-    raw = protocol.encode_deltas(protocol.Deltas(0, 7, [d, Delta("r2", "x", [3])]))
+              usage=native_deltas.Usage(1, 2, 3, 0, 0))
+    raw = native_deltas.encode_deltas(native_deltas.Deltas(0, 7, [d, Delta("r2", "x", [3])]))
     assert raw.hex() == (
         "4483a5736861726400a373657107a664656c7461739285a3726964a57269642d31a474657874a668c3a9"
         "6c6c6fa3696473920102a666696e69736882a474797065a473746f70a76d61746368656402a575736167"
@@ -203,23 +205,23 @@ def test_parser_fields_round_trip_in_deltas_and_columns() -> None:
               Delta("a", "", [4], tool_calls=calls,
                     finish={"type": "stop", "matched": 4, "tool_calls": True}),
               Delta("c", "y", [], reasoning="")]
-    back = protocol.decode_output(protocol.encode_deltas(protocol.Deltas(1, 2, deltas)))
-    assert isinstance(back, protocol.Deltas) and back.deltas == deltas
+    back = output.decode_output(native_deltas.encode_deltas(native_deltas.Deltas(1, 2, deltas)))
+    assert isinstance(back, native_deltas.Deltas) and back.deltas == deltas
     for fmt in ("columnar", "deltas"):
-        raw = protocol.encode_output(fmt, 1, 2, deltas)
-        msg = protocol.decode_output(raw)
-        assert isinstance(msg, (protocol.Columns, protocol.Deltas))
+        raw = output.encode_output(fmt, 1, 2, deltas)
+        msg = output.decode_output(raw)
+        assert isinstance(msg, (columns.Columns, native_deltas.Deltas))
         assert msg.deltas == deltas
-    cols = protocol.columns_of(1, 2, deltas)
+    cols = columns.columns_of(1, 2, deltas)
     assert cols.reasoning == [(0, "think 🙂")]
     assert cols.tool_calls == [(2, calls)]
     # without parser fields the COLUMNS bytes end where they did (no trailing columns)
-    plain = protocol.encode_columns(protocol.columns_of(0, 0, [Delta("a", "x", [1])]))
+    plain = columns.encode_columns(columns.columns_of(0, 0, [Delta("a", "x", [1])]))
     assert msgspec.msgpack.decode(plain[1:]) == [0, 0, ["a"], ["x"], [1], [1]]
 
 
 def test_open_fields_default_and_decode() -> None:
-    o = protocol.decode_control(b"\x4f" + msgspec.msgpack.encode(
+    o = control.decode_control(b"\x4f" + msgspec.msgpack.encode(
         {"rid": "r", "reasoning_parser": "qwen3", "reasoning_started": True,
          "tool_parser": "hermes", "min_tokens": 5, "future": 1}))
     assert isinstance(o, Open)
@@ -229,7 +231,7 @@ def test_open_fields_default_and_decode() -> None:
     assert (d.reasoning_parser, d.reasoning_started, d.tool_parser, d.min_tokens) == (
         "", None, "", 0)  # reasoning_started absent: the parser's default
     for said in (False, True):  # a frame that says it keeps its meaning
-        o = protocol.decode_control(b"\x4f" + msgspec.msgpack.encode(
+        o = control.decode_control(b"\x4f" + msgspec.msgpack.encode(
             {"rid": "r", "reasoning_parser": "deepseek-r1", "reasoning_started": said}))
         assert isinstance(o, Open) and o.reasoning_started is said
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import load
 from shards.messages.request import make_request
 

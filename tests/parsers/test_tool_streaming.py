@@ -15,7 +15,8 @@ import pytest
 
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream, merge
 from sglang_tok.parsers.schema import convert, tool_schemas
-from sglang_tok.protocol import DeltasOut, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import DeltasOut
 from sglang_tok.tokenizer import load
 from shards.messages.request import make_request
 from shards.messages.table import RidTable

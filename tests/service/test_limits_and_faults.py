@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from service import Service
 
-from sglang_tok import protocol
 from sglang_tok.kit.client import Frontend, Scheduler, barrier, ready
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import batch, control
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")
@@ -30,12 +31,12 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 def test_rid_and_row_limits_drop_the_frame_and_name_the_limit(small: Service) -> None:
-    small.send(protocol.encode_batch([{"rid": "ok-a", "ids": IDS[:1]}, {"rid": "r" * 40, "ids": IDS[:1]}]))
-    small.send(protocol.encode_batch([{"rid": "ok-b", "ids": IDS[:1] * 9}]))
+    small.send(batch.encode_batch([{"rid": "ok-a", "ids": IDS[:1]}, {"rid": "r" * 40, "ids": IDS[:1]}]))
+    small.send(batch.encode_batch([{"rid": "ok-b", "ids": IDS[:1] * 9}]))
     small.barrier()
     front = small.front.requests
-    assert front["ok-a"].last.error == protocol.MALFORMED_FRAME
-    assert front["ok-b"].last.error == protocol.MALFORMED_FRAME
+    assert front["ok-a"].last.error == errors.MALFORMED_FRAME
+    assert front["ok-b"].last.error == errors.MALFORMED_FRAME
     m = small.metrics()
     assert m['sglang_tok_frames_dropped_total{reason="limit_rid_length"}'] == 1
     assert m['sglang_tok_frames_dropped_total{reason="limit_row_ids"}'] == 1
@@ -53,11 +54,11 @@ def test_stop_limits_end_the_request_with_a_message_naming_them(small: Service) 
 
 def test_max_requests_refuses_new_rids_and_evicts_nobody(small: Service) -> None:
     for n in range(3):
-        small.send(protocol.encode_batch([{"rid": f"cap-{n}", "ids": IDS[:1]}]))
-    small.send(protocol.encode_batch([{"rid": "cap-x", "ids": IDS[:1]}]))
+        small.send(batch.encode_batch([{"rid": f"cap-{n}", "ids": IDS[:1]}]))
+    small.send(batch.encode_batch([{"rid": "cap-x", "ids": IDS[:1]}]))
     small.barrier()
     assert "--max-requests 3" in (small.front.requests["cap-x"].last.error or "")
-    small.send(protocol.encode_batch([{"rid": f"cap-{n}", "ids": IDS[1:], "finish": FIN}
+    small.send(batch.encode_batch([{"rid": f"cap-{n}", "ids": IDS[1:], "finish": FIN}
                                       for n in range(3)]))
     small.barrier()
     for n in range(3):  # the live ones were never evicted
@@ -68,13 +69,13 @@ def test_max_requests_refuses_new_rids_and_evicts_nobody(small: Service) -> None
 
 def test_oversized_frame_is_never_buffered_and_the_ring_goes_on(small: Service) -> None:
     """libzmq enforces --max-frame-bytes while reading: it drops the sender's connection."""
-    big = protocol.encode_batch([{"rid": "huge", "ids": [1] * 20000}])
+    big = batch.encode_batch([{"rid": "huge", "ids": [1] * 20000}])
     assert len(big) > 65536
     s = Scheduler(small.input)
     s.send(big)
     time.sleep(0.3)
     s.close()
-    small.send(protocol.encode_batch([{"rid": "after", "ids": IDS, "finish": FIN}]))
+    small.send(batch.encode_batch([{"rid": "after", "ids": IDS, "finish": FIN}]))
     small.barrier()
     assert "huge" not in small.front.requests
     assert small.front.requests["after"].text == "limits hold"
@@ -84,11 +85,11 @@ def test_oversized_frame_is_never_buffered_and_the_ring_goes_on(small: Service) 
 def test_scheduler_that_reconnects_and_frontend_that_restarts(small: Service) -> None:
     # a PING orders only the frames of its own connection: each scheduler pings for itself
     s1 = Scheduler(small.input)
-    s1.send(protocol.encode_batch([{"rid": "rc", "ids": IDS[:1]}]))
+    s1.send(batch.encode_batch([{"rid": "rc", "ids": IDS[:1]}]))
     assert barrier(s1, small.front, 1)
     s1.close()
     s2 = Scheduler(small.input)  # a new connection: the same ring, the same request
-    s2.send(protocol.encode_batch([{"rid": "rc", "ids": IDS[1:], "finish": FIN}]))
+    s2.send(batch.encode_batch([{"rid": "rc", "ids": IDS[1:], "finish": FIN}]))
     assert barrier(s2, small.front, 1)
     s2.close()
     assert small.front.requests["rc"].text == "limits hold"
@@ -98,7 +99,7 @@ def test_scheduler_that_reconnects_and_frontend_that_restarts(small: Service) ->
     # what was in flight into the closing socket is the old frontend's loss; once the
     # service has reconnected (a PONG from each process), nothing more is lost
     assert ready(small.sched, small.front, 1)  # type: ignore[arg-type]
-    small.send(protocol.encode_batch([{"rid": "fr", "ids": IDS, "finish": FIN}]))
+    small.send(batch.encode_batch([{"rid": "fr", "ids": IDS, "finish": FIN}]))
     small.barrier()
     assert small.front.requests["fr"].text == "limits hold"
 
@@ -171,22 +172,22 @@ def test_requests_whose_every_frame_died_unread_in_the_egress_end(tmp_path: Path
         rids = ["unseen-a", "unseen-b", "unseen-c"]
         for rid in rids:
             svc.front.register(rid)
-            svc.send(protocol.encode_batch([{"rid": rid, "ids": IDS, "finish": FIN}]))
+            svc.send(batch.encode_batch([{"rid": rid, "ids": IDS, "finish": FIN}]))
         time.sleep(0.3)
         os.kill(egress, signal.SIGKILL)
         svc.wait_back(0, egress)
         svc.barrier()
         for rid in rids:
             out = svc.front.requests[rid]
-            assert out.finished and out.last.error == protocol.EGRESS_RESTARTED, rid
+            assert out.finished and out.last.error == errors.EGRESS_RESTARTED, rid
             # the service never saw it: nothing but the frontend's rule could end it
             assert out.by_frontend and out.late_finish is None and out.service_end is None
         assert [m.shard for m in svc.front.restarts] == [-1]
         assert svc.front.ended_by_restart == len(rids) and not svc.front.violations
         # registered after the notice: served as usual (OPENed, so not quarantined)
         svc.front.register("after")
-        svc.send(protocol.encode_control(protocol.Open("after")))
-        svc.send(protocol.encode_batch([{"rid": "after", "ids": IDS, "finish": FIN}]))
+        svc.send(control.encode_control(control.Open("after")))
+        svc.send(batch.encode_batch([{"rid": "after", "ids": IDS, "finish": FIN}]))
         svc.barrier()
         after = svc.front.requests["after"]
         assert after.finished and after.text == "limits hold" and not after.by_frontend
@@ -208,7 +209,7 @@ def test_a_shard_killed_before_its_queued_deltas_left_it_ends_those_requests(
         rids = [f"queued-{n}" for n in range(100)]
         for rid in rids:
             front.register(rid)
-            svc.send(protocol.encode_batch([{"rid": rid, "ids": ids, "finish": FIN}]))
+            svc.send(batch.encode_batch([{"rid": rid, "ids": ids, "finish": FIN}]))
         time.sleep(1.5)  # every frame processed and acknowledged; deltas wait in the shard
         victim = svc.kill(1)
         svc.wait_back(1, victim)
@@ -216,7 +217,7 @@ def test_a_shard_killed_before_its_queued_deltas_left_it_ends_those_requests(
         lost = [rid for rid in rids if not front.requests[rid].finished]
         assert not lost, (len(lost), svc.logs()[-3000:])
         failed = [rid for rid in rids if front.requests[rid].last.error]
-        assert failed and all(front.requests[r].last.error == protocol.SHARD_RESTARTED
+        assert failed and all(front.requests[r].last.error == errors.SHARD_RESTARTED
                               for r in failed)
         assert not front.violations, front.violations[:5]
     finally:

@@ -97,8 +97,9 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     """`stream: false` requests (one delta at the end) and requests a service stop string
     ended (later rows give no delta) must not turn request lifetimes into frame latencies:
     mapping a rid's k-th row to its k-th delta gave a p99.9 of whole lifetimes here."""
-    from sglang_tok import protocol
     from sglang_tok.harness.workload import expected
+    from sglang_tok.protocols.native import batch as native_batch
+    from sglang_tok.protocols.native import tags
     from sglang_tok.tokenizer import load
 
     trace = tmp_path / "t.trace"
@@ -111,8 +112,8 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     first: dict[str, float] = {}
     last: dict[str, float] = {}
     for when, frame in zip(t.times, t.frames):
-        if frame[0] == protocol.TAG_BATCH:
-            for rid in protocol.decode_batch(frame).rids:
+        if frame[0] == tags.TAG_BATCH:
+            for rid in native_batch.decode_batch(frame).rids:
                 first.setdefault(rid, when)
                 last[rid] = when
     quiet = [last[r.rid] - first[r.rid] for r in reqs.values()
@@ -140,27 +141,29 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
 def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
     """The frame each delta answers, and frames in flight, on hand-made frames and outputs
     (DELTAS and COLUMNS messages)."""
-    from sglang_tok import protocol
     from sglang_tok.harness.frame_latency import DeltaMap
-    from sglang_tok.protocol import Delta, Deltas
+    from sglang_tok.protocols.native import batch as native_batch
+    from sglang_tok.protocols.native import columns, control
+    from sglang_tok.protocols.native import deltas as native_deltas
+    from sglang_tok.protocols.native.deltas import Delta, Deltas
 
     def batch(*rows: tuple[str, dict | None]) -> bytes:
-        return protocol.encode_batch([{"rid": r, "ids": [100], "finish": f} for r, f in rows])
+        return native_batch.encode_batch([{"rid": r, "ids": [100], "finish": f} for r, f in rows])
 
     end = {"type": "length", "length": 3}
     frames = [
-        protocol.encode_control(protocol.Open("quiet", stream=False)),  # 0
+        control.encode_control(control.Open("quiet", stream=False)),  # 0
         batch(("s", None), ("quiet", None), ("stop", None), ("ab", None)),  # 1
         batch(("s", None), ("quiet", None), ("stop", None)),  # 2: "stop" ends here
-        protocol.encode_control(protocol.Abort(["ab"])),  # 3
+        control.encode_control(control.Abort(["ab"])),  # 3
         batch(("s", end), ("quiet", end), ("stop", None)),  # 4: "stop" row gives nothing
     ]
     m = DeltaMap(frames)
     assert m.pending == [0, 3, 2, 0, 3]
 
     def out(t: float, *deltas: Delta, columnar: bool = False) -> None:
-        m.feed(t, protocol.encode_columns(protocol.columns_of(0, 0, list(deltas))) if columnar
-               else protocol.encode_deltas(Deltas(0, 0, list(deltas))))
+        m.feed(t, columns.encode_columns(columns.columns_of(0, 0, list(deltas))) if columnar
+               else native_deltas.encode_deltas(Deltas(0, 0, list(deltas))))
 
     for i, when in enumerate((0.9, 1.0, 1.1, 1.2, 5.0)):
         m.mark_sent(i, when)

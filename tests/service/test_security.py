@@ -15,8 +15,9 @@ import zmq
 import zmq.auth
 from service import Service
 
-from sglang_tok import protocol, security
+from sglang_tok import security
 from sglang_tok.kit.client import Frontend, Scheduler, barrier
+from sglang_tok.protocols.native import batch
 from sglang_tok.security import Curve
 from sglang_tok.tokenizer import load
 
@@ -65,12 +66,12 @@ def test_curve_only_authorised_peers_push_frames_and_read_deltas(tmp_path: Path)
         ipub, isec = zmq.auth.load_certificate(sec)
         intruder = Scheduler(inp, curve=Curve(ipub, isec or b"",
                                               security.service_server(str(keys)).public))
-        intruder.send(protocol.encode_batch([{"rid": "evil", "ids": ids, "finish": fin}]))
+        intruder.send(batch.encode_batch([{"rid": "evil", "ids": ids, "finish": fin}]))
         # a plain-text scheduler: rejected too
         plain = Scheduler(inp)
-        plain.send(protocol.encode_batch([{"rid": "plain", "ids": ids, "finish": fin}]))
+        plain.send(batch.encode_batch([{"rid": "plain", "ids": ids, "finish": fin}]))
         good = Scheduler(inp, curve=security.scheduler_client(str(keys)))
-        good.send(protocol.encode_batch([{"rid": "good", "ids": ids, "finish": fin}]))
+        good.send(batch.encode_batch([{"rid": "good", "ids": ids, "finish": fin}]))
         assert barrier(good, svc.front, 1, 30)
         assert svc.front.requests["good"].text == "secret text"
         assert "evil" not in svc.front.requests and "plain" not in svc.front.requests
@@ -78,7 +79,7 @@ def test_curve_only_authorised_peers_push_frames_and_read_deltas(tmp_path: Path)
         # a frontend without the frontend key cannot read deltas: nothing reaches it
         svc.front.close()
         thief = _rebind(out)
-        good.send(protocol.encode_batch([{"rid": "good2", "ids": ids, "finish": fin}]))
+        good.send(batch.encode_batch([{"rid": "good2", "ids": ids, "finish": fin}]))
         assert not thief.poll(1.5)
         thief.close()
         for s in (intruder, plain, good):
@@ -105,7 +106,7 @@ def test_http_binds_loopback_by_default() -> None:
 
 # SGLang's own pickled columns, cut per row, from SGLang's own process tree only
 # (`config.from_sglang`: an ipc:// input; test_beams_and_time_stats has both sides)
-PICKLED = ROOT / "sglang_tok" / "integrations" / "sglang" / "pickled.py"
+PICKLED = ROOT / "sglang_tok" / "protocols" / "sglang" / "pickled.py"
 UNPICKLERS = {"pickle", "_pickle", "cPickle", "cloudpickle", "dill", "marshal", "shelve"}
 
 

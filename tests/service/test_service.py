@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from service import Service
 
-from sglang_tok import protocol
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import batch
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 INFO: TokenizerInfo = load("deepseek-v4")
@@ -68,7 +69,7 @@ def test_logprobs_and_texts_reach_the_frontend(service: Service) -> None:
     row = {"rid": "lp", "ids": ids, "finish": {"type": "length", "length": len(ids)},
            "output_logprobs": [[-0.5, t] for t in ids],
            "output_top": [[[-0.5, t], [-1.5, 7]] for t in ids]}
-    service.send(protocol.encode_batch([row]))
+    service.send(batch.encode_batch([row]))
     service.barrier()
     d = service.front.requests["lp"].last
     assert d.text == "Hello 世界"
@@ -80,13 +81,13 @@ def test_logprobs_and_texts_reach_the_frontend(service: Service) -> None:
 
 def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) -> None:
     ids = INFO.tokenizer.encode("good text").ids
-    good = protocol.encode_batch([{"rid": "good", "ids": ids[:1]}, {"rid": "victim", "ids": ids[:1]}])
+    good = batch.encode_batch([{"rid": "good", "ids": ids[:1]}, {"rid": "victim", "ids": ids[:1]}])
     service.send(good)
-    bad = bytearray(protocol.encode_batch([{"rid": "victim", "ids": ids[1:2]},
+    bad = bytearray(batch.encode_batch([{"rid": "victim", "ids": ids[1:2]},
                                            {"rid": "bystander", "ids": ids[1:2]}]))
     service.send(bytes(bad[:-3]))  # data buffer too short
     service.send(b"\x7fjunk")  # unknown tag
-    service.send(protocol.encode_batch([{"rid": "good", "ids": ids[1:],
+    service.send(batch.encode_batch([{"rid": "good", "ids": ids[1:],
                                          "finish": {"type": "length", "length": 9}},
                                         {"rid": "victim", "ids": ids[1:]}]))
     service.barrier()
@@ -94,7 +95,7 @@ def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) ->
     assert front["good"].text == "good text" and front["good"].last.finish["type"] == "length"
     for rid in ("victim", "bystander"):
         last = front[rid].last
-        assert last.error == protocol.MALFORMED_FRAME and last.finish == {"type": "abort"}
+        assert last.error == errors.MALFORMED_FRAME and last.finish == {"type": "abort"}
     # the victim's later row is ignored: nothing after its terminal delta
     assert not service.front.violations
     assert front["victim"].text == INFO.tokenizer.decode(ids[:1])
@@ -127,7 +128,7 @@ def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -
     failed = ok = 0
     for r in reqs:
         out = service.front.requests[r.rid]
-        if out.last.error == protocol.SHARD_RESTARTED:
+        if out.last.error == errors.SHARD_RESTARTED:
             assert out.shard in (0, -1)
             failed += 1
         else:
@@ -213,7 +214,7 @@ def test_health_metrics_and_deep_probe(service: Service) -> None:
     ]
     before = service.metrics()
     for rows in frames:
-        service.send(protocol.encode_batch(rows))
+        service.send(batch.encode_batch(rows))
     service.barrier()
     after = service.metrics()
 
@@ -246,17 +247,17 @@ def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service)
     service.barrier()
     for r in reqs:
         out = service.front.requests[r.rid]
-        assert out.finished and out.last.error == protocol.EGRESS_RESTARTED, r.rid
+        assert out.finished and out.last.error == errors.EGRESS_RESTARTED, r.rid
         end = out.service_end  # the service's own, not only the frontend's (section 5.3)
-        assert end is not None and end.error == protocol.EGRESS_RESTARTED, r.rid
+        assert end is not None and end.error == errors.EGRESS_RESTARTED, r.rid
     # late rows of those requests are ignored; a rid first seen right after the restart
     # may have lost its first rows with the old egress: it fails instead of going on
     for step in steps[10:12]:
         service.send(step.batch)  # type: ignore[arg-type]
     ids = INFO.tokenizer.encode("fresh").ids
-    service.send(protocol.encode_batch([{"rid": "grace-new", "ids": ids}]))
+    service.send(batch.encode_batch([{"rid": "grace-new", "ids": ids}]))
     service.barrier()
-    assert service.front.requests["grace-new"].last.error == protocol.EGRESS_RESTARTED
+    assert service.front.requests["grace-new"].last.error == errors.EGRESS_RESTARTED
     assert not service.front.violations, service.front.violations[:5]
     time.sleep(3.2)  # past --restart-grace: new requests are served exactly
     reqs2 = run_plan(service, PlanSpec(requests=50, concurrency=50, seed=17))
@@ -287,7 +288,7 @@ def test_shard_killed_while_the_frontend_lags_ends_each_rid_once(service: Servic
     assert not service.front.violations, service.front.violations[:5]
     outs = [service.front.requests[r.rid] for r in reqs]
     assert all(o.finished for o in outs)
-    failed = [o for o in outs if o.last.error == protocol.SHARD_RESTARTED]
+    failed = [o for o in outs if o.last.error == errors.SHARD_RESTARTED]
     assert failed and service.front.late - late < 200, (len(failed), service.front.late)
 
 

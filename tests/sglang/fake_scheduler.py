@@ -50,7 +50,7 @@ def run_fake_scheduler(server_args: Any, port_args: Any, gpu_id: int, tp_rank: i
 
 
 def _reply(rid: str, prompt: list[int]) -> bytes:
-    from sglang_tok.integrations.sglang import wire
+    from sglang_tok.protocols.sglang import wire
 
     ids = (prompt * REPLY_IDS)[:REPLY_IDS] or [0] * REPLY_IDS
     return wire.encode_token_ids({

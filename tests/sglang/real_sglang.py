@@ -104,7 +104,7 @@ def faults(proc: Any, push: Any, pull: Any, io_struct: Any) -> dict[str, Any]:
     'alive'."""
     import psutil
 
-    from sglang_tok.integrations.sglang import wire
+    from sglang_tok.protocols.sglang import wire
 
     text_ids = [30602, 14, 2058, 3, 671, 4787, 13336, 38744, 32009, 1060, 270, 33101, 6397]
     children = psutil.Process(proc.pid).children()

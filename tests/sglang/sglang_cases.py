@@ -22,7 +22,7 @@ import msgspec
 from service import Service
 
 from sglang_tok.harness.sglang_side import TokenizerSide, frames, rows_by_rid
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "sglang"
 MANIFEST: dict[str, Any] = json.loads((GOLDEN / "manifest.json").read_text())

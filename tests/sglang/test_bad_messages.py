@@ -12,8 +12,8 @@ import msgspec
 import pytest
 from sglang_cases import MANIFEST, SglangService, token_ids_message
 
-from sglang_tok.integrations.sglang import wire
-from sglang_tok.protocol import MALFORMED_FRAME
+from sglang_tok.protocols.errors import MALFORMED_FRAME
+from sglang_tok.protocols.sglang import wire
 
 
 def _fields(msg: bytes) -> list[msgspec.Raw]:

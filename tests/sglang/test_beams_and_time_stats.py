@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from sglang_cases import SglangService, token_ids_message
 
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")
@@ -93,9 +93,9 @@ def test_time_stats_and_customized_info_go_with_their_rows(
 def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
     """From an ipc:// input (SGLang's launcher's) each shard's part carries its rows' stats;
     from a tcp:// peer nothing is unpickled: the parts carry nil."""
-    from egress.sglang_in import SglangReader
     from sglang_tok.config import Config, finalize, from_sglang
-    from sglang_tok.integrations.sglang.reply import Passed, Replies
+    from sglang_tok.protocols.sglang.reader import SglangReader
+    from sglang_tok.protocols.sglang.reply import Passed, Replies
 
     rows = [{"rid": f"p-{k}", "ids": [14], "completion": 1} for k in range(12)]
     stats = [{"row": k} for k in range(12)]

@@ -14,7 +14,7 @@ from sglang_tok.harness.standin.core import Core, wire_beams
 from sglang_tok.harness.standin.record import recordings
 from sglang_tok.harness.standin.requests import Ask, Sampling
 from sglang_tok.harness.standin.streams import Replayed
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 from sglang_tok.tracefile import read
 
 

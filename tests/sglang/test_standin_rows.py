@@ -26,7 +26,7 @@ from sglang_tok.harness.sglang_side import frames
 from sglang_tok.harness.standin.core import Core, wire_beams
 from sglang_tok.harness.standin.requests import Ask, Sampling
 from sglang_tok.harness.standin.streams import ChunkLogprobs, Stream
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 from sglang_tok.tokenizer import load_tokenizer
 
 _plain = msgspec.msgpack.Decoder(ext_hook=lambda code, data: (code, bytes(data)))

@@ -13,7 +13,7 @@ import pytest
 from sglang_cases import CASES, GOLDEN, MANIFEST
 
 from sglang_tok.harness.sglang_side import frames, reply_rows
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 
 
 def test_field_lists_are_sglangs() -> None:
@@ -85,8 +85,8 @@ def test_array_length_reads_headers_only() -> None:
 def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
     """SGLang keeps its tool parser's one-token call closer when it stops a request: the
     shard is handed a finish without `matched` for such an id, and for a list of ids."""
-    from egress.sglang_in import SglangReader
-    from sglang_tok.integrations.sglang.reply import Replies
+    from sglang_tok.protocols.sglang.reader import SglangReader
+    from sglang_tok.protocols.sglang.reply import Replies
 
     reader = SglangReader(512, 4096, frozenset({200012}), Replies())
     assert reader._for_shard({"type": "stop", "matched": 200012}) == {"type": "stop"}

@@ -21,11 +21,14 @@ from decoding import MIXED, TEXTS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_tok import protocol
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.harness.workload import PlannedRequest, schedule, verify
 from sglang_tok.kit.client import RequestOutput
-from sglang_tok.protocol import ColumnsOut, Delta, DeltasOut, Open, PackedOut
+from sglang_tok.protocols.native import batch
+from sglang_tok.protocols.native.columns import ColumnsOut
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta, DeltasOut
+from sglang_tok.protocols.native.packed import PackedOut
 from sglang_tok.tokenizer import TokenizerInfo
 from shards.messages import table as table_mod
 from shards.messages.paths import row_reason
@@ -197,7 +200,7 @@ def test_attribution_rows_stay_on_the_array_path_with_carried_ids() -> None:
         got = DeltasOut()
         for k, ids in enumerate(rows):
             fin = {"type": "stop", "matched": x} if k == len(rows) - 1 else None
-            route.feed(protocol.encode_batch([{"rid": "r", "ids": ids, "finish": fin}]),
+            route.feed(batch.encode_batch([{"rid": "r", "ids": ids, "finish": fin}]),
                        [table], [got])
         assert table.paths == {"array": 1}
         assert [(d.text, d.attributions) for d in got] == [

@@ -18,12 +18,13 @@ from decoding import IMPLEMENTATIONS, decoding, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sglang_tok import protocol
 from sglang_tok.harness import zoo
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.kit.client import RequestOutput
-from sglang_tok.protocol import Delta, DeltasOut, Open
+from sglang_tok.protocols.native import batch
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta, DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe
 from shards.decoding.choice import decoder_for
 from shards.decoding.slots import Slots
@@ -173,7 +174,7 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     for k in range(0, len(ids), 3):
         last = k + 3 >= len(ids)
         row = {"rid": "r", "ids": ids[k:k + 3], "finish": fin if last else None}
-        route.feed(protocol.encode_batch([row]), [table], [got])
+        route.feed(batch.encode_batch([row]), [table], [got])
         d = ref.row(ids[k:k + 3], fin if last else None, 0, 0, 0)
         if d is not None:
             want.append(d)
@@ -192,7 +193,7 @@ def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row(pa
                     for b in (b"\xe5\xa7", b"\xc2", b"\xa1"))
     table = table_on(info, path)
     got = DeltasOut()
-    LocalRoute(1).feed(protocol.encode_batch([{"rid": "a", "ids": [e5a7, c2]},
+    LocalRoute(1).feed(batch.encode_batch([{"rid": "a", "ids": [e5a7, c2]},
                                               {"rid": "b", "ids": [a1]}]), [table], [got])
     refs = [decoding(info)[0], decoding(info)[0]]
     assert [d.text for d in got] == [refs[0]([e5a7, c2]), refs[1]([a1])] \

@@ -11,10 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from service import Service
 
-from sglang_tok import protocol
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.protocol import Columns, Delta, Deltas, Usage
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import columns, output, packed
+from sglang_tok.protocols.native import deltas as native_deltas
+from sglang_tok.protocols.native import tags as native_tags
+from sglang_tok.protocols.native.columns import Columns
+from sglang_tok.protocols.native.deltas import Delta, Deltas, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
 from shards.messages.table import RidTable
 
@@ -46,32 +50,32 @@ deltas_st = st.builds(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(deltas_st, max_size=12), st.integers(-1, 3), st.integers(0, 1 << 33))
 def test_columns_round_trip_to_the_same_deltas(deltas: list[Delta], shard: int, seq: int) -> None:
-    frame = protocol.encode_output("columnar", shard, seq, deltas)
-    assert frame[0] == protocol.TAG_COLUMNS
-    msg = protocol.decode_output(frame)
+    frame = output.encode_output("columnar", shard, seq, deltas)
+    assert frame[0] == native_tags.TAG_COLUMNS
+    msg = output.decode_output(frame)
     assert isinstance(msg, Columns)
     assert (msg.shard, msg.seq, len(msg)) == (shard, seq, len(deltas))
     assert msg.deltas == deltas
     assert list(msg.rows()) == [(d.rid, d.text, d.ids) for d in deltas]
     assert msg.last_rows() == [r for r, d in enumerate(deltas) if d.finish is not None]
     # DELTAS stays the default, byte for byte what it was
-    assert protocol.encode_output("deltas", shard, seq, deltas) == \
-        protocol.encode_deltas(Deltas(shard, seq, deltas))
+    assert output.encode_output("deltas", shard, seq, deltas) == \
+        native_deltas.encode_deltas(Deltas(shard, seq, deltas))
 
 
 def test_layout_is_an_array_that_stops_after_the_last_non_empty_column() -> None:
     plain = [Delta("a", "x", [5]), Delta("b", "", [6, 7])]
-    raw = msgspec.msgpack.decode(protocol.encode_output("columnar", 1, 9, plain)[1:])
+    raw = msgspec.msgpack.decode(output.encode_output("columnar", 1, 9, plain)[1:])
     assert raw == [1, 9, ["a", "b"], ["x", ""], [1, 2], [5, 6, 7]]
     ended = plain + [Delta("c", "!", [], finish={"type": "abort"}, error="boom")]
-    raw = msgspec.msgpack.decode(protocol.encode_output("columnar", 0, 0, ended)[1:])
+    raw = msgspec.msgpack.decode(output.encode_output("columnar", 0, 0, ended)[1:])
     assert raw[6:] == [[[2, {"type": "abort"}]], [], [[2, "boom"]]]
-    assert protocol.SPARSE_COLUMNS[:4] == ("finish", "usage", "error", "result")
-    ones = protocol.decode_output(protocol.encode_output("columnar", 0, 0, plain[:1] * 3))
+    assert columns.SPARSE_COLUMNS[:4] == ("finish", "usage", "error", "result")
+    ones = output.decode_output(output.encode_output("columnar", 0, 0, plain[:1] * 3))
     assert isinstance(ones, Columns)
     assert list(ones.rows()) == [("a", "x", [5])] * 3  # the one-id-per-row path
-    with pytest.raises(protocol.FrameError):
-        protocol.decode_output(b"\x42\x90")
+    with pytest.raises(errors.FrameError):
+        output.decode_output(b"\x42\x90")
 
 
 def by_rid(deltas: list[Delta]) -> dict[str, list[Delta]]:
@@ -98,19 +102,19 @@ def test_shard_columns_hold_exactly_the_deltas_of_the_deltas_path(
         frames = [*step.opens, *([step.batch] if step.batch else []), *step.ends]
         for f in frames:
             for k, (route, fmt) in enumerate(zip(routes, formats)):
-                sinks = [protocol.output_sink(fmt) for _ in range(nshards)]
+                sinks = [output.output_sink(fmt) for _ in range(nshards)]
                 route.feed(f, tables[k], sinks)
                 for sink in sinks:
-                    msg = protocol.decode_output(protocol.encode_output(fmt, 1, 0, sink))
-                    assert isinstance(msg, (Deltas, Columns, protocol.Packed)[k])
+                    msg = output.decode_output(output.encode_output(fmt, 1, 0, sink))
+                    assert isinstance(msg, (Deltas, Columns, packed.Packed)[k])
                     got[k] += msg.deltas
     assert len(got[0]) > 300
     assert by_rid(got[1]) == by_rid(got[0])
     assert by_rid(got[2]) == by_rid(got[0])
 
 
-@pytest.mark.parametrize("fmt,tag", [("columnar", protocol.TAG_COLUMNS),
-                                     ("packed", protocol.TAG_PACKED)])
+@pytest.mark.parametrize("fmt,tag", [("columnar", native_tags.TAG_COLUMNS),
+                                     ("packed", native_tags.TAG_PACKED)])
 def test_service_with_columnar_output_is_exact(tmp_path: Path, fmt: str, tag: int) -> None:
     svc = Service(tmp_path, shards=2, args=["--output-format", fmt]).start()
     tags: set[int] = set()
@@ -134,6 +138,6 @@ def test_service_with_columnar_output_is_exact(tmp_path: Path, fmt: str, tag: in
         problems = [p for r in reqs for p in verify(r, svc.front.requests.get(r.rid), INFO)]
         assert not problems, problems[:10]
         assert not svc.front.violations, svc.front.violations[:10]
-        assert tags == {tag, protocol.TAG_PONG}
+        assert tags == {tag, native_tags.TAG_PONG}
     finally:
         svc.stop()

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 from sglang_tok.harness import zoo
-from sglang_tok.protocol import Open
+from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 from shards.byte_fallback.decoder import FallbackLoop
 from shards.byte_level.decoder import ByteLoop

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
-from sglang_tok.protocol import Delta, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import load
 from shards.messages.request import make_request
 

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes, text
 
-from sglang_tok.protocol import Delta, Open
+from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 from shards.messages.request import Request
 

@@ -8,9 +8,12 @@ import pytest
 from decoding import IMPLEMENTATIONS, table_on
 
 from ring import link
-from sglang_tok import protocol
 from sglang_tok.harness.local_route import LocalRoute
-from sglang_tok.protocol import Abort, ColumnsOut, DeltasOut, Error, Open, Usage
+from sglang_tok.protocols import errors
+from sglang_tok.protocols.native import batch, columns, output, packed
+from sglang_tok.protocols.native.columns import ColumnsOut
+from sglang_tok.protocols.native.control import Abort, Error, Open
+from sglang_tok.protocols.native.deltas import DeltasOut, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
 from shards.messages.table import RidTable
 
@@ -19,8 +22,8 @@ TEXT = "Shards decode 多语言 text, emoji 👍🏽 too."
 IDS = INFO.tokenizer.encode(TEXT, add_special_tokens=False).ids
 
 
-def frame(rows: list[dict[str, Any]]) -> protocol.Batch:
-    return protocol.decode_batch(protocol.encode_batch(rows))
+def frame(rows: list[dict[str, Any]]) -> batch.Batch:
+    return batch.decode_batch(batch.encode_batch(rows))
 
 
 _ROUTES: dict[RidTable, LocalRoute] = {}  # keeps its tables alive: no id is reused
@@ -121,14 +124,14 @@ def test_error_abort_and_drop_end_rids_with_their_held_text_flushed() -> None:
     out = DeltasOut()
     t.on_error(Error("e", "boom"), out)
     t.on_abort(Abort(["a", "never-seen"]), out)
-    t.on_drop(["d"], protocol.MALFORMED_FRAME, out)
+    t.on_drop(["d"], errors.MALFORMED_FRAME, out)
     for rid in ("e", "a", "d"):
         route_of(t).end(rid)
     by_rid = {d.rid: d for d in out}
     assert by_rid["e"].error == "boom" and by_rid["e"].text == "\ufffd"
     assert by_rid["a"].finish == {"type": "abort"} and by_rid["a"].error is None
     assert by_rid["never-seen"].usage == Usage(0, 0, 0, 0, 0)
-    assert by_rid["d"].error == protocol.MALFORMED_FRAME
+    assert by_rid["d"].error == errors.MALFORMED_FRAME
     assert t.live == {}
 
 
@@ -146,8 +149,8 @@ def test_logprobs_only_on_the_rows_that_carry_them_in_both_sinks() -> None:
     assert plain[0].logprobs is None
     assert plain[1].logprobs == [(-0.5, IDS[0]), (-1.0, IDS[1])]  # lists once on the wire
     cols = feed(RidTable(INFO, 0), rows, ColumnsOut())
-    msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
-    assert isinstance(msg, protocol.Columns)
+    msg = output.decode_output(output.encode_output("columnar", 0, 0, cols))
+    assert isinstance(msg, columns.Columns)
     assert msg.logprobs == [(1, [[-0.5, IDS[0]], [-1.0, IDS[1]]])]
     assert [d.text for d in msg.deltas] == [d.text for d in plain]
 
@@ -160,8 +163,8 @@ def test_columns_keep_each_rids_order() -> None:
                     {"rid": "y", "ids": IDS[:1], "finish": {"type": "length", "length": 1}},
                     {"rid": "x", "ids": IDS[1:2], "finish": {"type": "length", "length": 2}},
                     {"rid": "z", "ids": IDS[:1]}], ColumnsOut())
-    msg = protocol.decode_output(protocol.encode_output("columnar", 0, 0, cols))
-    assert isinstance(msg, protocol.Columns)
+    msg = output.decode_output(output.encode_output("columnar", 0, 0, cols))
+    assert isinstance(msg, columns.Columns)
     assert msg.rids == ["x", "y", "x", "z"]
     assert [r for r, _ in msg.finish] == [1, 2]
     assert "".join(t for r, t in zip(msg.rids, msg.texts) if r == "x") == \
@@ -187,9 +190,9 @@ def test_rows_without_ids_in_small_and_large_messages() -> None:
     for implementation in IMPLEMENTATIONS:
         t = table_on(INFO, implementation)
         out = feed(t, [{"rid": "a", "ids": IDS[:1]}, {"rid": "b", "ids": []}],
-                   protocol.output_sink("packed"))
+                   output.output_sink("packed"))
         out = feed(t, [{"rid": "a", "ids": []}, {"rid": "b", "ids": IDS[:2]}], out)
-        msg = protocol.decode_output(protocol.encode_output("packed", 0, 0, out))
+        msg = output.decode_output(output.encode_output("packed", 0, 0, out))
         assert [(d.rid, d.ids) for d in msg.deltas] == [("a", IDS[:1]), ("b", []), ("a", []),
                                                         ("b", IDS[:2])]
 
@@ -203,7 +206,7 @@ def test_last_rows_on_the_array_path_in_every_output_format(implementation: str)
     assert INFO.byte_table is not None
     cut = [INFO.byte_table.index(bytes([0xF0]))]  # a 4-byte character's first byte
     stop = IDS[-1]
-    for make in (DeltasOut, ColumnsOut, protocol.PackedOut):
+    for make in (DeltasOut, ColumnsOut, packed.PackedOut):
         t = table_on(INFO, implementation)
         for k in range(3):
             t.on_open(Open(f"u{k}", continuous_usage=True), DeltasOut())
@@ -217,9 +220,9 @@ def test_last_rows_on_the_array_path_in_every_output_format(implementation: str)
                  "finish": {"type": "length", "length": 4}}]
         out = feed(t, last, make())
         if isinstance(out, ColumnsOut):
-            encoded = protocol.encode_output("columnar", 0, 0, out)
-            msg = protocol.decode_output(encoded)
-            assert isinstance(msg, (protocol.Columns, protocol.Packed))
+            encoded = output.encode_output("columnar", 0, 0, out)
+            msg = output.decode_output(encoded)
+            assert isinstance(msg, (columns.Columns, packed.Packed))
             deltas = {d.rid: d for d in msg.deltas}
             rows = [r for r, _ in msg.usage]
             assert rows == sorted(set(rows)) and len(rows) == 3  # once each, in row order

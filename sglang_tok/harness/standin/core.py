@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 
 from .requests import Ask, Decode, Finish, Request, finish_abort, finish_stop
 from .rows import Logprobs, StepRows

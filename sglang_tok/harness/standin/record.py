@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from sglang_tok.integrations.sglang import wire
+from sglang_tok.protocols.sglang import wire
 from sglang_tok.tracefile import read
 
 Recording = tuple[list[list[int]], dict[str, Any] | None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglang_tok.integrations.sglang.wire import TOKEN_IDS_FIELDS, WeightVersionSpan
+from sglang_tok.protocols.sglang.wire import TOKEN_IDS_FIELDS, WeightVersionSpan
 
 from .requests import Decode, Request
 

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from . import wire
+from sglang_tok.protocols.sglang import wire
 
 log = logging.getLogger("sglang_tok.sglang")
 _encoder = msgspec.msgpack.Encoder()

@@ -24,10 +24,16 @@ import msgspec
 import numpy as np
 from msgspec import Meta, Raw
 
-from ring.link import LATE
-from sglang_tok.integrations.sglang import wire
-from sglang_tok.integrations.sglang.pickled import cut_pickled
-from sglang_tok.integrations.sglang.reply import (
+from sglang_tok.finish import FINISH_TYPES
+from sglang_tok.protocols import interface
+from sglang_tok.protocols.errors import FrameError
+from sglang_tok.protocols.interface import LATE, Event, Idle, PassOn, Probe
+from sglang_tok.protocols.native.batch import Batch, BatchHeader
+from sglang_tok.protocols.native.control import Open, Ping, decode_control
+from sglang_tok.protocols.native.tags import TAG_PING
+from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.pickled import cut_pickled
+from sglang_tok.protocols.sglang.reply import (
     Passed,
     Replies,
     beam_flags,
@@ -35,19 +41,6 @@ from sglang_tok.integrations.sglang.reply import (
     cut,
     encode_passed,
 )
-from sglang_tok.protocol import (
-    FINISH_TYPES,
-    TAG_PING,
-    Batch,
-    BatchHeader,
-    FrameError,
-    Open,
-    Ping,
-    decode_control,
-)
-
-from . import readers
-from .readers import Event, Idle, PassOn, Probe
 
 _B64_FIELDS = frozenset(("routed_experts", "indexer_topk"))
 _ENDPOINTS = ("ipc://", "tcp://")
@@ -189,7 +182,7 @@ class SglangReader:
             if len(fields) < 2 or fields[1] == wire.NIL or fields[1] == _EMPTY:
                 return Idle("sglang_idle")  # an idle batch: nothing to decode or answer
             step = self.step(fields, where)
-            return readers.Rows(step.batch, opens=step.opens, fresh=step.fresh,
+            return interface.Rows(step.batch, opens=step.opens, fresh=step.fresh,
                                 ends=step.refused, lost=step.lost, passed=step.passed)
         match self.decode(frame):
             case wire.Embeddings(http_worker_ipcs=ipcs):

@@ -17,9 +17,10 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
-from sglang_tok.protocol import ColumnsOut, Delta
+from sglang_tok.protocols.native.columns import ColumnsOut
+from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.sglang import wire
 
-from . import wire
 from .pickled import cut_pickled
 
 log = logging.getLogger("sglang_tok.sglang")

@@ -1,0 +1,120 @@
+"""The one interface every protocol gives the service: a `Reader` the egress turns each input
+frame into an `Event` with, and a `Writer` the shards and the egress send their output with.
+Each protocol's pair is chosen once per process from `Config` (`registry.protocol_of`), so
+no process holds a protocol test of its own.
+
+A reader validates a frame whole (raising `FrameError`: the egress drops it and tells its
+rids); the events are plain data the egress routes the same way whatever the protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from sglang_tok.protocols.native.batch import Batch
+from sglang_tok.protocols.native.control import Abort, Error, Open, Result
+from sglang_tok.protocols.native.output import Sink
+from sglang_tok.protocols.native.tags import TAG_BATCH
+
+# the route code of a row no shard decodes (its rid has ended); above every slot code. A
+# route code is slot * nshards + shard: with one shard, the slot itself
+LATE = (1 << 32) - 1
+Routed = Open | Error | Abort | Result  # the control frames the egress routes to shards
+Message = tuple[str | None, bytes]  # (endpoint, None: --output; the message)
+
+
+class Passer(Protocol):
+    def __call__(self, codes: list[int], nshards: int, inline: bool = False
+                 ) -> dict[int, Any]:
+        """Each shard's part, packed (or, `inline`, the one shard's as an object)."""
+        ...
+
+
+class Rows(msgspec.Struct):
+    """A frame's rows to route. `opens` (first rows' options), `fresh` (first rows with
+    the default ones), `ends` ((rid, why): requests to end on their shards before the rows)
+    and `lost` (rids first seen mid-stream) are what a protocol whose first rows carry a
+    request's start says; `passed(codes, nshards)` cuts what each shard's replies pass on.
+    A struct with shared empty defaults: a native BATCH frame builds one per frame."""
+
+    batch: Batch
+    tag: int = TAG_BATCH
+    opens: Sequence[Open] = ()
+    fresh: Sequence[str] = ()
+    ends: Sequence[tuple[str, str]] = ()
+    lost: Sequence[str] = ()
+    passed: Passer | None = None
+
+
+@dataclass
+class Control:
+    """OPEN, ERROR, ABORT or RESULT: routed to its shards, the frame forwarded as it came."""
+
+    msg: Routed
+    frame: memoryview
+    tag: int
+
+
+@dataclass
+class Probe:
+    """A PING: a barrier (nonce >= 0) or a health probe (nonce < 0), through every shard.
+    `counted`: it is one of the protocol's frames (the frames metric counts it)."""
+
+    nonce: int
+    frame: memoryview
+    counted: bool = True
+
+
+@dataclass
+class PassOn:
+    """Messages that go to the frontend as they came, each to its endpoint (None: --output)."""
+
+    parts: list[Message]
+
+
+@dataclass
+class Idle:
+    """A frame with nothing to decode or answer (SGLang's idle batch, its GC and logging
+    requests, whose effect the reader applied)."""
+
+    what: str
+
+
+Event = Rows | Control | Probe | PassOn | Idle
+
+
+class Reader(Protocol):
+    def read(self, frame: memoryview, where: dict[str, int]) -> Event:
+        """The frame's event (`where`: the router's route code of each live rid); raise
+        FrameError to drop it whole."""
+        ...
+
+
+class Writer(Protocol):
+    sent: int  # messages sent so far (the ledger of endings counts them)
+
+    def sink(self) -> Sink:
+        """An empty sink for one input message's deltas."""
+        ...
+
+    def messages(self, out: Sink, extra: Any, source: int) -> list[Message]:
+        """The output messages for a sink's deltas; `extra`: what the input message's
+        replies pass on (SGLang: packed, or the object from an egress in-process),
+        `source`: the sender (a shard, or EGRESS)."""
+        ...
+
+    def restarted(self, source: int, pid: int) -> list[Message]:
+        """What a restarted sender says first."""
+        ...
+
+    def note_workers(self, rids: Sequence[str], workers: Sequence[str | None]) -> None:
+        """Where these rids' rows go (a request's tokenizer worker), when known."""
+        ...
+
+    def workers_of(self, rids: Sequence[str]) -> list[str | None]:
+        """The tokenizer worker of each rid, where the writer knows one ([]: none kept)."""
+        ...

@@ -1,0 +1,37 @@
+"""The native protocol's writer: DELTAS, COLUMNS or PACKED messages to `--output`
+(docs/protocol.md section 5), numbered per sender."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sglang_tok.protocols.interface import Message
+from sglang_tok.protocols.native.control import Restarted, encode_restarted
+from sglang_tok.protocols.native.output import Sink, encode_output, output_sink
+
+
+class NativeWriter:
+    """DELTAS / COLUMNS / PACKED (`--output-format`), to --output."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.sent = 0
+
+    def sink(self) -> Sink:
+        return output_sink(self.fmt)
+
+    def messages(self, out: Sink, extra: Any, source: int) -> list[Message]:
+        msg = encode_output(self.fmt, source, self.sent, out)
+        self.sent += 1
+        return [(None, msg)]
+
+    def restarted(self, source: int, pid: int) -> list[Message]:
+        """Its numbering starts again from 0 (protocol section 5.3)."""
+        return [(None, encode_restarted(Restarted(source, pid)))]
+
+    def note_workers(self, rids: Sequence[str], workers: Sequence[str | None]) -> None:
+        pass
+
+    def workers_of(self, rids: Sequence[str]) -> list[str | None]:
+        return []

@@ -1,0 +1,50 @@
+"""The SGLang protocol's writer: `BatchStrOutput` replies (docs/protocol.md section 11), to
+`--output` or to each row's tokenizer worker; the scheduler's fields a reply passes on come
+beside the rows (`extra`), and the service's own last rows are written by `reply.Replies`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sglang_tok.protocols.interface import Message
+from sglang_tok.protocols.native.columns import ColumnsOut
+from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.native.output import Sink
+from sglang_tok.protocols.sglang.reply import Replies
+
+
+class SglangWriter:
+    """A message's decoded rows with what the scheduler passed on, or the service's own
+    last rows."""
+
+    def __init__(self, replies: Replies) -> None:
+        self.replies = replies
+        self.sent = 0
+
+    def sink(self) -> Sink:
+        return ColumnsOut()  # the replies take the decoders' texts as they are
+
+    def messages(self, out: Sink, extra: Any, source: int) -> list[Message]:
+        if extra:
+            assert isinstance(out, ColumnsOut)
+            replies = self.replies.rows(out, extra)
+        else:
+            deltas: list[Delta] = out.build(source, self.sent).deltas \
+                if isinstance(out, ColumnsOut) else out  # type: ignore[assignment]
+            replies = self.replies.last_rows(deltas)
+        self.sent += len(replies)
+        return replies
+
+    def restarted(self, source: int, pid: int) -> list[Message]:
+        return []  # the TokenizerManager tracks no sender
+
+    def note_workers(self, rids: Sequence[str], workers: Sequence[str | None]) -> None:
+        ipc_of = self.replies.ipc_of
+        for rid, ipc in zip(rids, workers):
+            if ipc is not None:
+                ipc_of[rid] = ipc
+
+    def workers_of(self, rids: Sequence[str]) -> list[str | None]:
+        ipc_of = self.replies.ipc_of
+        return [ipc_of.get(rid) for rid in rids] if ipc_of else []
