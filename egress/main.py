@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import zmq
 
 from ring import link
 from ring.sockets import PushTo, make_socket
 from sglang_tok import security
-from sglang_tok.config import Config, refusing
+from sglang_tok.config import Config, layout_of, refusing
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -88,9 +89,12 @@ def main(cfg: Config, status: Status, core: int | None, restarted: bool = False)
 
 
 def _recorder(cfg: Config) -> Recorder:
-    return Recorder(cfg.record, {"protocol": cfg.protocol, "tokenizer": cfg.tokenizer,
-                                 "created": time.time(), "t0": time.time(),
-                                 "description": "recorded by sglang-tok serve --record"})
+    meta: dict[str, Any] = {"protocol": cfg.protocol, "tokenizer": cfg.tokenizer,
+                            "created": time.time(), "t0": time.time(),
+                            "description": "recorded by sglang-tok serve --record"}
+    if cfg.protocol == "sglang":  # the recording release's fields, to replay by name
+        meta["sglang_layout"] = msgspec.to_builtins(layout_of(cfg))
+    return Recorder(cfg.record, meta)
 
 
 class Egress:

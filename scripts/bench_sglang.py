@@ -310,8 +310,9 @@ def start(system: str, work: Path, peer: Peer | None) -> System:
 
 
 # --------------------------------------------------------------------------------- runs
-class Reply(msgspec.Struct, tag=wire.STR_OUTPUT, array_like=True, gc=False):
-    """The BatchStrOutput fields the bench reads; the rest is left undecoded."""
+class Reply(msgspec.Struct, tag="BatchStrOutput", array_like=True, gc=False):
+    """The BatchStrOutput fields the bench reads, the first four of SGLang 0.5.15 on (its
+    messages are 0.5.23's); the rest is left undecoded."""
 
     rids: list[str]
     http_worker_ipcs: msgspec.Raw

@@ -10,6 +10,7 @@ code reads environment variables.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -25,6 +26,8 @@ from msgspec import Meta
 
 from . import endpoints
 from .process import cpu_list_text, parse_cpu_list, shards_text, usable_cores
+from .protocols.sglang import layout as sglang_layout
+from .protocols.sglang.layout import Layout
 from .tokenizer import DEFAULT_TOKENIZER
 
 log = logging.getLogger("sglang_tok.config")
@@ -51,6 +54,16 @@ class Config(msgspec.Struct, frozen=True):
         "with --protocol sglang: SGLang's --tokenizer-worker-num; above 1, every reply goes to "
         "its row's worker, and a last row whose worker is unknown is logged, not sent to "
         "--output (SGLang's router there takes only rows that name one)", ge=1)] = 1
+    sglang_layout: Annotated[str, _doc(
+        "with --protocol sglang: the SGLang release whose messages the service reads, by field "
+        "name: a layout file (the plugin writes the running SGLang's, read from its own "
+        "classes) or a release this project was tested against (0.5.12 ... 0.5.23); default: "
+        "the newest tested")] = ""
+    sglang_own_tree: Annotated[bool, _doc(
+        "with --protocol sglang: --input is SGLang's own single-node process tree even over "
+        "tcp:// (SGLang's launcher puts the detokenizer on tcp://127.0.0.1 with DP attention), "
+        "so SGLang's pickles in it may be unpickled; the plugin sets it only for an endpoint "
+        "SGLang's own launcher made on this host, never for one other hosts can reach")] = False
     keep_stop_ids: Annotated[str, _doc(
         "with --protocol sglang: comma-separated stop token ids left in the text when they "
         "stop a request (SGLang keeps its tool parser's one-token call closers)",
@@ -179,9 +192,29 @@ class Config(msgspec.Struct, frozen=True):
 
 def from_sglang(cfg: Config) -> bool:
     """The input is SGLang's own process tree (an ipc:// socket on this host, as SGLang's
-    launcher makes): its pickled columns may be unpickled, as SGLang itself does; from a
-    tcp:// peer they never are."""
-    return cfg.protocol == "sglang" and cfg.input.startswith("ipc://")
+    launcher makes, or the loopback tcp:// one it makes for DP attention, which the plugin
+    vouches for): its pickles may be unpickled, as SGLang itself does; from any other peer
+    they never are."""
+    return cfg.protocol == "sglang" and (cfg.input.startswith("ipc://") or cfg.sglang_own_tree)
+
+
+@functools.cache
+def _layout(value: str) -> Layout:
+    if not value:
+        return sglang_layout.builtin()
+    if value in sglang_layout.known_releases():
+        return sglang_layout.known(value)
+    try:
+        return sglang_layout.read(value)
+    except OSError as exc:
+        raise ConfigError(f"{exc.strerror}: {value}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"not a layout file: {value} ({exc})") from None
+
+
+def layout_of(cfg: Config) -> Layout:
+    """The SGLang release's layout the service reads (--sglang-layout), loaded once."""
+    return _layout(cfg.sglang_layout)
 
 
 def flag(field: str) -> str:
@@ -237,6 +270,8 @@ def _check_syntax(cfg: Config) -> None:
         if value in seen:
             raise refused(name, f"the same endpoint as {flag(seen[value])}", value)
         seen[value] = name
+    if cfg.protocol == "sglang":
+        _check_sglang(cfg)
     if cfg.inline_shard and cfg.shards != 1:
         raise refused("inline_shard", "needs --shards 1", cfg.inline_shard)
     if cfg.encode and not cfg.encode_workers:
@@ -250,6 +285,26 @@ def _check_syntax(cfg: Config) -> None:
             if not Path(cfg.curve_keys, name).exists():
                 raise refused("curve_keys", f"missing {name}; make the directory with "
                               "`sglang-tok keygen DIR`", cfg.curve_keys)
+
+
+def _check_sglang(cfg: Config) -> None:
+    """The layout is one the service serves; pickles only from SGLang's own process tree."""
+    try:
+        layout = layout_of(cfg)
+    except ConfigError as exc:
+        raise refused("sglang_layout", str(exc), cfg.sglang_layout) from None
+    why = layout.refusal()
+    if why is not None:
+        raise refused("sglang_layout", why, cfg.sglang_layout)
+    if cfg.sglang_own_tree and cfg.input and not cfg.input.startswith(
+            ("ipc://", "tcp://127.0.0.1:", "tcp://localhost:", "tcp://[::1]:")):
+        raise refused("sglang_own_tree", "SGLang's own process tree binds ipc:// or a "
+                      "loopback tcp:// endpoint; another host's messages are never unpickled",
+                      cfg.input)
+    if layout.ipc == "pickle" and cfg.input and not from_sglang(cfg):
+        raise refused("input", f"SGLang {layout.release} sends pickled messages, which the "
+                      "service reads only from SGLang's own process tree (an ipc:// input, or "
+                      "--sglang-own-tree)", cfg.input)
 
 
 def _check_cores(cfg: Config) -> None:
@@ -279,7 +334,10 @@ def _make_runtime(cfg: Config, made: list[Path]) -> str:
         made.append(Path(runtime))
     else:
         runtime = cfg.runtime_dir
-        if cfg.remove_runtime_dir and Path(runtime).is_dir() and any(Path(runtime).iterdir()):
+        # what a launcher wrote there for this service alone (its --sglang-layout) is its own
+        own = {Path(cfg.sglang_layout)} if cfg.sglang_layout else set()
+        if cfg.remove_runtime_dir and Path(runtime).is_dir() \
+                and any(p not in own for p in Path(runtime).iterdir()):
             raise refused("remove_runtime_dir", "--runtime-dir is not empty; the service "
                           "removes only a directory that holds nothing but its own files",
                           runtime)

@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import zmq
 
-from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import Layout, builtin
 
 from ..tokenizer import resolve_path
 
@@ -67,22 +67,23 @@ def model_dir(work: str | Path, tokenizer: str = "deepseek-v4") -> Path:
 _decoder = msgspec.msgpack.Decoder(ext_hook=lambda code, data: (code, bytes(data)))
 
 
-def reply_rows(msg: bytes) -> list[tuple[str, Row]]:
-    """(rid, row) of every row of one BatchStrOutput."""
+def reply_rows(msg: bytes, layout: Layout | None = None) -> list[tuple[str, Row]]:
+    """(rid, row) of every row of one BatchStrOutput of a release (default: the newest)."""
     fields = _decoder.decode(msg)
-    if not isinstance(fields, list) or fields[:1] != [wire.STR_OUTPUT]:
-        raise ValueError(f"not a {wire.STR_OUTPUT}: {str(fields)[:80]}")
-    cols = dict(zip(wire.STR_FIELDS, fields[1:]))
+    if not isinstance(fields, list) or fields[:1] != ["BatchStrOutput"]:
+        raise ValueError(f"not a BatchStrOutput: {str(fields)[:80]}")
+    cols = dict(zip((layout or builtin()).str_output, fields[1:]))
     rids = cols.pop("rids")
     n = len(rids)
     return [(rid, {k: v[i] if isinstance(v, list) and len(v) == n else v
                    for k, v in cols.items()}) for i, rid in enumerate(rids)]
 
 
-def rows_by_rid(messages: Iterable[bytes]) -> dict[str, list[Row]]:
+def rows_by_rid(messages: Iterable[bytes], layout: Layout | None = None
+                ) -> dict[str, list[Row]]:
     out: dict[str, list[Row]] = {}
     for msg in messages:
-        for rid, row in reply_rows(msg):
+        for rid, row in reply_rows(msg, layout):
             out.setdefault(rid, []).append(row)
     return out
 
@@ -90,7 +91,9 @@ def rows_by_rid(messages: Iterable[bytes]) -> dict[str, list[Row]]:
 class TokenizerSide:
     """The TokenizerManager's PULL socket (and its workers'), with every row read so far."""
 
-    def __init__(self, endpoint: str, workers: Iterable[str] = ()) -> None:
+    def __init__(self, endpoint: str, workers: Iterable[str] = (),
+                 layout: Layout | None = None) -> None:
+        self.layout = layout  # the release whose replies these are (None: the newest)
         self.ctx = zmq.Context()
         self.sockets: dict[str | None, zmq.Socket] = {}
         self.poller = zmq.Poller()
@@ -119,7 +122,7 @@ class TokenizerSide:
                 self.messages += 1
                 if self.keep_raw:
                     self.raw.append(msg)
-                for rid, row in reply_rows(msg):
+                for rid, row in reply_rows(msg, self.layout):
                     self.rows.setdefault(rid, []).append(row)
                     self.where.setdefault(rid, []).append(where)
                     got += 1

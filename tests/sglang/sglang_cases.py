@@ -23,6 +23,7 @@ from service import Service
 
 from sglang_tok.harness.sglang_side import TokenizerSide, frames, rows_by_rid
 from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import Layout
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "sglang"
 MANIFEST: dict[str, Any] = json.loads((GOLDEN / "manifest.json").read_text())
@@ -55,11 +56,12 @@ def worker_ipcs() -> list[str]:
 class SglangService:
     """The service with `--protocol sglang` and the TokenizerManager's side bound."""
 
-    def __init__(self, tmp: Path, shards: int, args: list[str] | None = None) -> None:
+    def __init__(self, tmp: Path, shards: int, args: list[str] | None = None,
+                 layout: Layout | None = None) -> None:
         self.where = {ipc: f"ipc://{tmp}/worker-{k}.ipc" for k, ipc in enumerate(worker_ipcs())}
         self.svc = Service(tmp, shards=shards, args=["--protocol", "sglang", *(args or [])],
                            frontend=False)
-        self.side = TokenizerSide(self.svc.output, self.where.values())
+        self.side = TokenizerSide(self.svc.output, self.where.values(), layout)
 
     def __enter__(self) -> SglangService:
         self.svc.start()

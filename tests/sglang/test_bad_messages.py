@@ -14,6 +14,7 @@ from sglang_cases import MANIFEST, SglangService, token_ids_message
 
 from sglang_tok.protocols.errors import MALFORMED_FRAME
 from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import builtin
 
 
 def _fields(msg: bytes) -> list[msgspec.Raw]:
@@ -35,19 +36,19 @@ BAD: dict[str, tuple[str, bytes, list[str]]] = {
     "wrong tag": ("unknown_tag", _with_field(_good("bad-tag"), 0, "BatchFooOutput"),
                   ["bad-tag"]),
     "too many fields": ("columns", msgspec.msgpack.encode(
-        [*_fields(_good("bad-count")), *[None] * wire.MAX_FIELDS]), ["bad-count"]),
+        [*_fields(_good("bad-count")), *[None] * len(builtin().token_ids)]), ["bad-count"]),
     "a map, not an array": ("header", msgspec.msgpack.encode({"rids": ["x"]}), []),
     "garbage": ("header", b"\xc1\xff garbage \x00", []),
     "pickle IPC": ("header", pickle.dumps({"rids": ["p"]}), []),
     "short column": ("columns", _with_field(
         token_ids_message([{"rid": "bad-len-0", "ids": [14]}, {"rid": "bad-len-1", "ids": [14]}]),
-        1 + wire.TOKEN_IDS_FIELDS.index("read_offsets"), [0]), ["bad-len-0", "bad-len-1"]),
-    "wrong type": ("header", _with_field(_good("bad-type"), 1 + wire.TOKEN_IDS_FIELDS.index(
+        1 + builtin().token_ids.index("read_offsets"), [0]), ["bad-len-0", "bad-len-1"]),
+    "wrong type": ("header", _with_field(_good("bad-type"), 1 + builtin().token_ids.index(
         "completion_tokens"), ["one"]), ["bad-type"]),
-    "ids not integers": ("header", _with_field(_good("bad-ids"), 1 + wire.TOKEN_IDS_FIELDS.index(
+    "ids not integers": ("header", _with_field(_good("bad-ids"), 1 + builtin().token_ids.index(
         "decode_ids"), [msgspec.msgpack.Ext(1, b"\x00\x00\x00\x02\xa1d" + b"\x00" * 8)]),
         ["bad-ids"]),
-    "unknown finish": ("finish", _with_field(_good("bad-fin"), 1 + wire.TOKEN_IDS_FIELDS.index(
+    "unknown finish": ("finish", _with_field(_good("bad-fin"), 1 + builtin().token_ids.index(
         "finished_reasons"), [{"type": "exploded"}]), ["bad-fin"]),
 }
 
@@ -108,8 +109,8 @@ def test_idle_batch_and_control_messages_are_taken(sglang_service: SglangService
     before = settled.get(drops("header"), 0.0) + settled.get(drops("unknown_tag"), 0.0)
     s.side.clear()
     s.send(wire.encode_token_ids({"rids": []}))
-    s.send(msgspec.msgpack.encode([wire.FREEZE_GC, None, None, [700, 10, 10]]))
-    s.send(msgspec.msgpack.encode([wire.CONFIGURE_LOGGING, None, None, None, None, None, "info"]))
+    s.send(msgspec.msgpack.encode(["FreezeGCReq", None, None, [700, 10, 10]]))
+    s.send(msgspec.msgpack.encode(["ConfigureLoggingReq", None, None, None, None, None, "info"]))
     s.send(_good("after-controls"))
     s.send(token_ids_message([{"rid": "after-controls", "ids": [2058], "completion": 3,
                                "finish": {"type": "length", "length": 3}}]))

@@ -13,6 +13,8 @@ import msgspec
 from sglang_cases import SglangService, token_ids_message
 
 from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import builtin
+from sglang_tok.protocols.sglang.plan import Plan
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")
@@ -102,9 +104,10 @@ def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
     msg = token_ids_message(rows, time_stats=_pickled(stats))
     fields = msgspec.msgpack.decode(msg, type=list[msgspec.Raw])
     codes = [k % 2 for k in range(12)]  # rows alternate between shards 0 and 1
-    at = wire.PASSED_FIELDS.index("time_stats")
+    plan = Plan(builtin())
+    at = plan.passed.index("time_stats")
     for per_row in (True, False):
-        step = SglangReader(512, 4096, frozenset(), Replies(), per_row).step(fields, {})
+        step = SglangReader(plan, 512, 4096, frozenset(), Replies(plan), per_row).step(fields, {})
         parts = step.passed(codes, 2)
         for k, part in parts.items():
             got = msgspec.msgpack.decode(msgspec.msgpack.decode(part, type=Passed).columns[at])

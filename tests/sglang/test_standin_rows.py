@@ -27,6 +27,7 @@ from sglang_tok.harness.standin.core import Core, wire_beams
 from sglang_tok.harness.standin.requests import Ask, Sampling
 from sglang_tok.harness.standin.streams import ChunkLogprobs, Stream
 from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import builtin
 from sglang_tok.tokenizer import load_tokenizer
 
 _plain = msgspec.msgpack.Decoder(ext_hook=lambda code, data: (code, bytes(data)))
@@ -39,8 +40,8 @@ EOS = frozenset([MANIFEST["eos"]])
 
 def fields(msg: bytes) -> dict[str, Any]:
     decoded = _plain.decode(msg)
-    assert decoded[0] == wire.TOKEN_IDS
-    return dict(zip(wire.TOKEN_IDS_FIELDS, decoded[1:]))
+    assert decoded[0] == "BatchTokenIDOutput"
+    return dict(zip(builtin().token_ids, decoded[1:]))
 
 
 def by_row(msg: dict[str, Any], name: str) -> Any:
@@ -158,7 +159,7 @@ def test_standin_messages_are_the_golden_ones(case: str) -> None:
         assert cols is not None, f"message {k}: the stand-in sent no rows"
         got = fields(wire.encode_token_ids(cols))
         assert sorted(got["rids"]) == sorted(want["rids"]), f"message {k}"
-        for name in wire.TOKEN_IDS_FIELDS:
+        for name in builtin().token_ids:
             if name not in BY_CONSTRUCTION and name != "rids":
                 assert by_row(got, name) == by_row(want, name), f"message {k}, {name}"
         assert got["spec_verify_ct"] == [] and all(got[n] == [] for n in SPEC)

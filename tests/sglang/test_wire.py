@@ -14,21 +14,23 @@ from sglang_cases import CASES, GOLDEN, MANIFEST
 
 from sglang_tok.harness.sglang_side import frames, reply_rows
 from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import builtin
+from sglang_tok.protocols.sglang.plan import Plan
 
 
-def test_field_lists_are_sglangs() -> None:
-    assert wire.TOKEN_IDS_FIELDS == tuple(MANIFEST["fields"]["BatchTokenIDOutput"])
-    assert wire.STR_FIELDS == tuple(MANIFEST["fields"]["BatchStrOutput"])
+def test_the_builtin_layout_is_the_golden_messages_release() -> None:
+    layout = builtin()
+    assert layout.release == MANIFEST["sglang"]
+    assert layout.token_ids == tuple(MANIFEST["fields"]["BatchTokenIDOutput"])
+    assert layout.str_output == tuple(MANIFEST["fields"]["BatchStrOutput"])
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden_messages_round_trip_byte_for_byte(case: str) -> None:
     for msg in frames(GOLDEN / f"{case}.in.bin"):
-        decoded = wire.inbound_decoder.decode(msg)
-        assert isinstance(decoded, wire.TokenIds)
-        again = wire.encode_message(wire.TOKEN_IDS,
-                                    [getattr(decoded, f) for f in wire.TOKEN_IDS_FIELDS])
-        assert again == msg
+        fields = wire.fields_decoder.decode(msg)
+        assert fields[0] == wire.TOKEN_IDS_TAG and len(fields) == 1 + len(builtin().token_ids)
+        assert wire.encode_message("BatchTokenIDOutput", fields[1:]) == msg
     for msg in frames(GOLDEN / f"{case}.out.bin"):
         assert reply_rows(msg)  # SGLang's replies read as the service's do
 
@@ -88,7 +90,8 @@ def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
     from sglang_tok.protocols.sglang.reader import SglangReader
     from sglang_tok.protocols.sglang.reply import Replies
 
-    reader = SglangReader(512, 4096, frozenset({200012}), Replies())
+    plan = Plan(builtin())
+    reader = SglangReader(plan, 512, 4096, frozenset({200012}), Replies(plan))
     assert reader._for_shard({"type": "stop", "matched": 200012}) == {"type": "stop"}
     assert reader._for_shard({"type": "stop", "matched": 1}) == {"type": "stop", "matched": 1}
     assert reader._for_shard({"type": "stop", "matched": [1, 2]}) == {"type": "stop"}

@@ -16,10 +16,13 @@ from typing import Any
 import msgspec
 
 from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import Layout, builtin
 from sglang_tok.tracefile import read
 
 Recording = tuple[list[list[int]], dict[str, Any] | None]
 _ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]])
+_rids = msgspec.msgpack.Decoder(list[str] | None)
+_fins = msgspec.msgpack.Decoder(list[dict[str, Any] | None] | None)
 
 
 def recordings(path: str | Path) -> list[Recording]:
@@ -28,19 +31,26 @@ def recordings(path: str | Path) -> list[Recording]:
     proto = trace.meta.get("protocol", "sglang")
     if proto != "sglang":
         raise ValueError(f"{path}: a {proto} trace, not SGLang scheduler messages")
+    layout = trace.meta.get("sglang_layout")
+    names = (msgspec.convert(layout, Layout) if layout else builtin()).token_ids
+    at = {name: i + 1 for i, name in enumerate(names)}
     chunks: dict[str, list[list[int]]] = {}
     ends: dict[str, dict[str, Any] | None] = {}
     for frame in trace.frames:
         try:
-            msg = wire.inbound_decoder.decode(frame)
+            fields = wire.fields_decoder.decode(frame)
+            if fields[0] != wire.TOKEN_IDS_TAG or len(fields) != len(names) + 1:
+                continue  # another message, or one the service dropped too
+            rids = _rids.decode(fields[at["rids"]])
+            if not rids:
+                continue
+            output_ids = fields[at["output_ids"]]
+            rows = _ids_rows.decode(output_ids) if wire.array_length(output_ids) > 0 \
+                else [[] for _ in rids]
+            fins = _fins.decode(fields[at["finished_reasons"]]) or [None] * len(rids)
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue  # a message the service dropped too
-        if not isinstance(msg, wire.TokenIds) or not msg.rids:
-            continue
-        rows = _ids_rows.decode(msg.output_ids) if wire.array_length(msg.output_ids) > 0 \
-            else [[] for _ in msg.rids]
-        fins = msg.finished_reasons or [None] * len(msg.rids)
-        for rid, row, fin in zip(msg.rids, rows, fins):
+        for rid, row, fin in zip(rids, rows, fins):
             if rid in ends and ends[rid] is not None:
                 continue  # a rid used again: the recording keeps its first life
             ids = memoryview(wire.int64_bytes(row)).cast("q").tolist()

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglang_tok.protocols.sglang.wire import TOKEN_IDS_FIELDS, WeightVersionSpan
+from sglang_tok.protocols.sglang.layout import builtin
+from sglang_tok.protocols.sglang.wire import WeightVersionSpan
 
 from .requests import Decode, Request
 
@@ -179,6 +180,6 @@ class StepRows:
                      "spec_num_block_accept_tokens", "spec_num_cap_tokens",
                      "spec_correct_drafts_histogram", "spec_cap_lens_histogram"):
             c[name] = []
-        for name in TOKEN_IDS_FIELDS:  # SGLang's struct has no defaults: every field
+        for name in builtin().token_ids:  # SGLang's struct has no defaults: every field
             c.setdefault(name, None)
         return c

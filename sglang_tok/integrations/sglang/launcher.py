@@ -29,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from ...process import cpu_list_text
+from ...protocols.sglang.layout import Layout
+from ...protocols.sglang.layout import write as write_layout
 
 log = logging.getLogger("sglang_tok.plugin")
 TOKENIZER_FILE = "tokenizer.json"
+LAYOUT_FILE = "sglang-layout.json"
 JANITOR = "sglang_tok.integrations.sglang.janitor"
 STOP_S = 10.0  # at the launcher's exit, a service still running drains (5 s) and stops
 
@@ -76,6 +79,35 @@ MAX_ROW_IDS = 1 << 22
 MAX_RID_LENGTH = 1 << 16
 
 
+def settings(server_args: Any) -> tuple[Any, Any]:
+    """SGLang's resolved serving and observability settings: `runtime_context`'s views where
+    the release has them (about 0.5.19 on), else `server_args` itself, which holds the same
+    names in every release."""
+    try:
+        from sglang.srt.runtime_context import get_observability, get_serving
+    except ImportError:
+        return server_args, server_args
+    try:
+        return get_serving(), get_observability()
+    except Exception:  # nothing published in this process: the arguments themselves
+        return server_args, server_args
+
+
+LOOPBACK = ("tcp://127.0.0.1:", "tcp://localhost:", "tcp://[::1]:")
+
+
+def own_tree(endpoint: str, serving: Any) -> bool:
+    """The detokenizer endpoint SGLang's own launcher made for this server on this host: an
+    ipc:// path, or the loopback tcp:// port its single-node launcher derives for DP
+    attention (`PortArgs.init_new`: nnodes 1, no dist_init_addr). Across nodes the endpoint
+    takes other hosts' schedulers: their pickles are never unpickled (docs/sglang.md)."""
+    if endpoint.startswith("ipc://"):
+        return True
+    single = int(getattr(serving, "nnodes", 1) or 1) == 1 \
+        and not getattr(serving, "dist_init_addr", None)
+    return single and endpoint.startswith(LOOPBACK)
+
+
 def workers_of(serving: Any) -> int:
     """SGLang's `--detokenizer-worker-num` (1 by default, as SGLang's own): the shards."""
     return int(getattr(serving, "detokenizer_worker_num", 1) or 1)
@@ -88,7 +120,8 @@ def tokenizer_workers_of(serving: Any) -> int:
 
 
 def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = frozenset(),
-                 cores: list[int] | None = None, record: str = "") -> list[str]:
+                 cores: list[int] | None = None, record: str = "", own_tree: bool = False
+                 ) -> list[str]:
     """`serve` flags for SGLang's serving settings and its ports: as many shards as SGLang
     has detokenizer workers (never the service's own default, which sizes itself by the
     host; one shard lives inside the egress's process, as SGLang's one detokenizer
@@ -111,6 +144,8 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
         args += ["--keep-stop-ids", ",".join(map(str, sorted(keep_stop_ids)))]
     if record:
         args += ["--record", record]
+    if own_tree and not port_args.detokenizer_ipc_name.startswith("ipc://"):
+        args += ["--sglang-own-tree"]
     return args
 
 
@@ -178,10 +213,15 @@ class ServiceProcess:
             return None
 
 
-def launch(args: list[str]) -> ServiceProcess:
-    """`sglang-tok serve ARGS` in a runtime directory of its own, which goes when it does."""
+def launch(args: list[str], layout: Layout | None = None) -> ServiceProcess:
+    """`sglang-tok serve ARGS` in a runtime directory of its own, which goes when it does;
+    with the running SGLang's `layout`, written there for the service to read."""
     runtime = tempfile.mkdtemp(prefix="sglang-tok-")
     os.chmod(runtime, 0o700)
+    if layout is not None:
+        path = os.path.join(runtime, LAYOUT_FILE)
+        write_layout(layout, path)
+        args = [*args, "--sglang-layout", path]
     # -P: SGLang's working directory is the user's; a checkout of this project there would
     # shadow the installed package with its source folder, which lacks egress/ and shards/
     cmd = [sys.executable, "-P", "-m", "sglang_tok.serving.cli", "serve", "--runtime-dir", runtime,

@@ -39,12 +39,17 @@ PICKLE_IPC = "SGLANG_USE_PICKLE_IPC"
 RECORD_ENV = "SGLANG_TOK_RECORD"
 
 
+# set to 1: a release the service does not serve runs SGLang's own detokenizer, said in one
+# line, instead of stopping at start
+FALLBACK_ENV = "SGLANG_TOK_FALLBACK"
+
+
 def register() -> None:
     """SGLang's entry point: msgpack IPC everywhere, and the launcher hook."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     use_msgpack_ipc()
-    HookRegistry.register(TARGET, launch_detokenizer, HookType.REPLACE)
+    HookRegistry.register(TARGET, launch_detokenizer, HookType.AROUND)
 
 
 def use_msgpack_ipc() -> None:
@@ -58,32 +63,50 @@ def use_msgpack_ipc() -> None:
         io_struct._USE_PICKLE_IPC = False  # type: ignore[attr-defined]
 
 
-def launch_detokenizer(cls: Any, server_args: Any, port_args: Any,
-                       run_detokenizer_process_func: Any = None) -> tuple[list[Any], list[str]]:
+def launch_detokenizer(original: Any, cls: Any, server_args: Any, port_args: Any,
+                       run_detokenizer_process_func: Any = None, **kwargs: Any
+                       ) -> tuple[list[Any], list[str]]:
     """`Engine._launch_detokenizer_subprocesses`, by sglang-tok: the service bound where
-    the scheduler pushes, replying where the TokenizerManager pulls; SGLang's
-    `(processes, names)` for its watchdog and shutdown."""
-    from sglang.srt.runtime_context import get_serving
-
+    the scheduler pushes, replying where the TokenizerManager pulls, reading the running
+    release's messages by field name; SGLang's `(processes, names)` for its watchdog and
+    shutdown. A release it does not serve stops the server at start in one line, or, with
+    SGLANG_TOK_FALLBACK=1, is served by SGLang's own detokenizer (`original`)."""
+    from ...protocols.sglang.layout import describe, read_running
     from .launcher import (
         launch,
+        own_tree,
         service_args,
+        settings,
         stop_server_on_exit,
         tokenizer_workers_of,
         workers_of,
     )
 
-    serving = get_serving()
+    layout = read_running()
+    serving, observability = settings(server_args)
+    trusted = own_tree(port_args.detokenizer_ipc_name, serving)
+    why = layout.refusal()
+    if why is None and layout.ipc == "pickle" and not trusted:
+        why = (f"sglang-tok does not serve SGLang {layout.release} here: it sends pickled "
+               f"messages, and {port_args.detokenizer_ipc_name} is not SGLang's own "
+               "single-node process tree")
+    if why is not None:
+        if os.environ.get(FALLBACK_ENV, "").lower() in ("1", "true", "yes"):
+            log.warning("sglang_tok: %s; SGLang's own detokenizer serves this server "
+                        "(%s=1)", why, FALLBACK_ENV)
+            return original(cls, server_args, port_args, run_detokenizer_process_func,
+                            **kwargs)  # type: ignore[no-any-return]
+        raise SystemExit(f"sglang_tok: {why}. Set {FALLBACK_ENV}=1 to run SGLang's own "
+                         "detokenizer instead, or uninstall sglang-tok.")
     cores = placement(server_args, workers_of(serving))
     args = service_args(serving, port_args, kept_stop_ids(serving), cores,
-                        record=os.environ.get(RECORD_ENV, ""))
-    proc = launch(args)
-    log.info("sglang_tok: detokenizer is sglang-tok (pid %d): %s", proc.pid, " ".join(args))
+                        record=os.environ.get(RECORD_ENV, ""), own_tree=trusted)
+    proc = launch(args, layout)
+    log.info("sglang_tok: detokenizer is sglang-tok (pid %d) for %s: %s", proc.pid,
+             describe(layout), " ".join(args))
     if tokenizer_workers_of(serving) > 1:
         stop_server_on_exit(proc)  # SGLang's own watchdog does not stop such a server
-    from sglang.srt.runtime_context import get_observability
-
-    if get_observability().enable_metrics:
+    if getattr(observability, "enable_metrics", False):
         report_cpu(proc.pid)
     return [proc], ["detokenizer"]
 

@@ -95,8 +95,8 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
                         f"no default {served}")
             source = how.partition("=")[2]
             if how.startswith("?") or (source and source not in self.token_ids):
-                return (f"{head}: its detokenizer fills BatchStrOutput.{name} as `{how[1:] or how}`, "
-                        f"which sglang-tok does not know {served}")
+                return (f"{head}: its detokenizer fills BatchStrOutput.{name} as "
+                        f"`{how.lstrip('?')}`, which sglang-tok does not know {served}")
         return None
 
     def to_json(self) -> bytes:

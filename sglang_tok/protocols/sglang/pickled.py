@@ -1,18 +1,26 @@
-"""SGLang's pickled columns (`time_stats`, `customized_info`: `["PickleWrapper", bytes]`),
-cut per row where a message's rows go to several shards or tokenizer workers, as SGLang's
-own per-worker split does (`_extract_field_by_indices`: unwrap, take the rows, wrap).
+"""Pickles from SGLang, in the one module of the service that unpickles, and only what
+SGLang's own scheduler sent in SGLang's own process tree (callers pass `per_row` or build
+a pickle-IPC reader only where `config.from_sglang` says so: an ipc:// input as SGLang's
+launcher makes it, or the tcp:// one its single-node launcher makes for DP attention);
+from any other peer nothing is unpickled. SGLang itself unpickles every message it receives.
 
-The one place in the service that unpickles, and only what SGLang's own scheduler sent in
-SGLang's own process tree: callers pass `per_row` from `config.from_sglang` (the input an
-ipc:// socket, as SGLang's launcher makes it); from a tcp:// peer nothing is unpickled and
-a part carries these columns as nil. SGLang itself unpickles every message it receives.
+- SGLang's pickled columns (`time_stats`, `customized_info`: `["PickleWrapper", bytes]`),
+  cut per row where a message's rows go to several shards or tokenizer workers, as SGLang's
+  own per-worker split does (`_extract_field_by_indices`: unwrap, take the rows, wrap);
+  from another peer a part carries these columns as nil.
+- Releases 0.5.12-0.5.14 send every message pickled (`send_pyobj`): `from_pickle` turns one
+  into the msgpack form the reader reads (the same fields by name, each `array` an ext, a
+  tensor an ext, the time stats and any other object a `PickleWrapper`), and
+  `PickleReplies` turns a reply back into that release's own message, pickled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import threading
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +28,7 @@ import msgspec
 from msgspec import Raw
 
 from sglang_tok.protocols.sglang import wire
+from sglang_tok.protocols.sglang.layout import Layout
 
 log = logging.getLogger("sglang_tok.sglang")
 _encoder = msgspec.msgpack.Encoder()
@@ -64,7 +73,7 @@ def preload_sglang() -> threading.Thread:
 
 
 def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[Raw]],
-                pickled: frozenset[int]) -> None:
+                pickled: frozenset[int], names: Sequence[str]) -> None:
     """The pickled columns (`time_stats`, a list per row; `customized_info`, per key a list
     per row) cut per part as SGLang's own scheduler would have wrapped each part's rows:
     unpickled once, each part's rows pickled again. Only for a message from SGLang's own
@@ -82,7 +91,7 @@ def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[R
             if not _unpickle_failed:
                 _unpickle_failed = True
                 log.warning("a pickled column (%s) will not unpickle here; it goes as nil",
-                            wire.PASSED_FIELDS[i], exc_info=True)
+                            names[i], exc_info=True)
             continue
         for part, rows in zip(out, parts):
             if isinstance(whole, dict):
@@ -91,4 +100,99 @@ def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[R
                 sub = [whole[r] for r in rows]
             part[i] = Raw(_encoder.encode(PickleWrapper(pickle.dumps(sub))))
 
+
+# --------------------------------------------------------------------------- pickle IPC
+def from_pickle(frame: bytes | memoryview, layout: Layout) -> bytes:
+    """A pickled SGLang message (0.5.12-0.5.14) in the msgpack form of its release's fields
+    (`Layout`): [class name, every field in order]. SGLang's own process tree only."""
+    obj = pickle.loads(frame)
+    name = type(obj).__name__
+    if name == "BatchTokenIDOutput":
+        names: Sequence[str] = layout.token_ids
+    elif name == "BatchEmbeddingOutput":
+        names = layout.embedding
+    elif dataclasses.is_dataclass(obj):
+        names = [f.name for f in dataclasses.fields(obj)]
+    else:
+        raise ValueError(f"a pickled {name}, not one of SGLang's messages")
+    wrapped = frozenset(layout.pickled)
+    return _encoder.encode([name, *(_field(getattr(obj, f, None), f in wrapped)
+                                    for f in names)])
+
+
+def _field(value: Any, wrap: bool) -> Any:
+    if value is None:
+        return None
+    if not wrap:
+        try:
+            return Raw(_plain.encode(value))
+        except TypeError:  # an object msgpack does not carry: as SGLang 0.5.15 on wraps it
+            pass
+    return PickleWrapper(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+
+
+def _as_ext(obj: Any) -> Any:
+    """What SGLang's msgpack encoder makes of an array, a tensor, a numpy array."""
+    if isinstance(obj, array):
+        return wire.array_ext(obj, obj.typecode)
+    if hasattr(obj, "numpy") and hasattr(obj, "shape"):  # a torch tensor
+        host = obj.detach().cpu()
+        meta = [list(host.shape), str(host.dtype).removeprefix("torch."), "cpu"]
+        return wire.buffer_ext(wire.EXT_TORCH, meta, host.numpy().tobytes())
+    if hasattr(obj, "__array_interface__") and hasattr(obj, "dtype"):  # numpy
+        return wire.buffer_ext(wire.EXT_NUMPY, [list(obj.shape), obj.dtype.str], obj.tobytes())
+    raise TypeError(type(obj).__name__)
+
+
+_plain = msgspec.msgpack.Encoder(enc_hook=_as_ext)
+
+
+def _from_ext(code: int, data: memoryview) -> Any:
+    meta, raw = wire.buffer_payload(data)
+    if code == wire.EXT_ARRAY:
+        out = array(meta)
+        out.frombytes(raw)
+        return out
+    import numpy as np
+
+    if code == wire.EXT_NUMPY:
+        return np.frombuffer(bytes(raw), meta[1]).reshape(meta[0])
+    if code == wire.EXT_TORCH:
+        import torch
+
+        dtype = getattr(torch, meta[1])
+        if not len(raw):
+            return torch.empty(meta[0], dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(meta[0])
+    raise ValueError(f"msgpack ext {code}")
+
+
+_objects = msgspec.msgpack.Decoder(ext_hook=_from_ext)
+
+
+class PickleReplies:
+    """Replies as a pickle-IPC release's TokenizerManager reads them: its own message class
+    of each reply's name (SGLang's `io_struct`, imported here at start), pickled."""
+
+    def __init__(self, layout: Layout) -> None:
+        from sglang.srt.managers import io_struct
+
+        self.io = io_struct
+        self.names = {"BatchStrOutput": layout.str_output,
+                      "BatchEmbeddingOutput": layout.embedding}
+
+    def __call__(self, msg: bytes) -> bytes:
+        fields = _objects.decode(msg)
+        name, values = fields[0], fields[1:]
+        cls = getattr(self.io, name)
+        names = self.names.get(name) or [f.name for f in dataclasses.fields(cls)]
+        kwargs = {f: _unwrapped(v) for f, v in zip(names, values)}
+        return pickle.dumps(cls(**kwargs), pickle.HIGHEST_PROTOCOL)
+
+
+def _unwrapped(value: Any) -> Any:
+    if isinstance(value, list) and len(value) == 2 and value[0] == "PickleWrapper" \
+            and isinstance(value[1], bytes):
+        return pickle.loads(value[1])
+    return value
 

@@ -7,6 +7,10 @@ comes from a request's first row here: its prompt context (the ids before
 `read_offsets[i]`) and its flags. What SGLang's detokenizer passes through to the
 TokenizerManager is cut per shard as raw msgpack (`reply.Passed`), never decoded.
 
+Where each column sits is the running release's (`plan.Plan`, by field name from its
+`Layout`): a message whose field count is not that release's is dropped whole, never read
+with another release's order.
+
 A row is its request's first when its `completion_tokens` (the request's output ids so far)
 are exactly the ids it carries: SGLang's scheduler counts them that way on every row. So an
 ended rid whose row is a first row is a new request under a reused rid (a client may send a
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -32,17 +37,18 @@ from sglang_tok.protocols.native.batch import Batch, BatchHeader
 from sglang_tok.protocols.native.control import Open, Ping, decode_control
 from sglang_tok.protocols.native.tags import TAG_PING
 from sglang_tok.protocols.sglang import wire
-from sglang_tok.protocols.sglang.pickled import cut_pickled
+from sglang_tok.protocols.sglang.pickled import cut_pickled, from_pickle
+from sglang_tok.protocols.sglang.plan import CONFIGURE_LOGGING, EMBEDDING, FREEZE_GC, Plan
 from sglang_tok.protocols.sglang.reply import (
     Passed,
     Replies,
+    Reply,
     beam_flags,
     by_worker,
     cut,
     encode_passed,
 )
 
-_B64_FIELDS = frozenset(("routed_experts", "indexer_topk"))
 _ENDPOINTS = ("ipc://", "tcp://")
 _EMPTY = Raw(b"\x90")  # [] in msgpack
 NonNeg = Annotated[int, Meta(ge=0)]
@@ -51,7 +57,7 @@ NonNeg = Annotated[int, Meta(ge=0)]
 _READ: dict[str, msgspec.msgpack.Decoder[Any]] = {
     name: msgspec.msgpack.Decoder(kind) for name, kind in (
         ("rids", list[str] | None), ("http_worker_ipcs", list[str | None] | None),
-        ("finished_reasons", list[wire.Finish | None] | None),
+        ("finished_reasons", list[dict[str, Any] | None] | None),
         ("decoded_texts", list[str] | None),
         ("decode_ids", list[msgspec.msgpack.Ext] | None),  # SGLang's: one array ext per row
         ("read_offsets", list[NonNeg] | None),
@@ -60,30 +66,28 @@ _READ: dict[str, msgspec.msgpack.Decoder[Any]] = {
         ("no_stop_trim", list[bool] | None), ("prompt_tokens", list[NonNeg] | None),
         ("reasoning_tokens", list[NonNeg] | None), ("completion_tokens", list[NonNeg] | None),
         ("cached_tokens", list[NonNeg] | None))}
-# the fields after the read ones that are a column per row (or nil, or [] for every row)
-_OTHER_COLUMNS = tuple((name, wire.TOKEN_IDS_AT[name]) for name in wire.TOKEN_IDS_FIELDS[14:]
-                       if name not in wire.PICKLED_FIELDS)
-_PASSED_AT = [wire.TOKEN_IDS_AT[name] for name in wire.PASSED_FIELDS]
-_PICKLED = frozenset(wire.PASSED_FIELDS.index(name) for name in wire.PICKLED_FIELDS)
-_BEAMS = wire.PASSED_FIELDS.index("beam_search_output")
+_ipcs_decoder = msgspec.msgpack.Decoder(list[str | None] | None)
+_level_decoder = msgspec.msgpack.Decoder(str | None)
+_tag_decoder = msgspec.msgpack.Decoder(str)
 
 
 class Step:
     """One scheduler message as the egress routes it."""
 
-    __slots__ = ("batch", "rids", "ipcs", "columns", "opens", "fresh", "lost", "refused",
-                 "per_row", "flags")
+    __slots__ = ("plan", "batch", "rids", "ipcs", "columns", "opens", "fresh", "lost",
+                 "refused", "per_row", "flags")
 
-    def __init__(self, batch: Batch, cols: Columns, columns: list[Raw], firsts: FirstRows,
-                 per_row: bool) -> None:
+    def __init__(self, plan: Plan, batch: Batch, cols: Columns, columns: list[Raw],
+                 firsts: FirstRows, per_row: bool) -> None:
+        self.plan = plan
         self.batch = batch
         self.rids = cols.rids
         self.ipcs = cols.ipcs
         # rows with beam search output: the shard decodes their sequences with each row's
         # options, which only the first row of a request told it otherwise
         self.flags = beam_flags(cols.skip, cols.spaces, cols.no_stop_trim) \
-            if columns[_BEAMS] != wire.NIL else []
-        self.columns = columns  # the passed-through fields, in wire.PASSED_FIELDS order
+            if plan.beams >= 0 and columns[plan.beams] != wire.NIL else []
+        self.columns = columns  # the passed-through fields, in the plan's `passed` order
         self.opens = firsts.opens
         self.fresh = firsts.fresh
         self.lost = firsts.lost
@@ -106,9 +110,10 @@ class Step:
         if len(owners) == 1 and live.all():  # one shard's whole message: nothing to cut
             return {owners[0]: encode_passed(rids, ipcs, self.columns, flags)}
         parts = [np.flatnonzero(live & (shard == k)).tolist() for k in owners]
-        cols = cut(self.columns, len(rids), parts, _PICKLED)
+        pickled = self.plan.pickled_passed
+        cols = cut(self.columns, len(rids), parts, pickled)
         if self.per_row:
-            cut_pickled(self.columns, parts, cols, _PICKLED)
+            cut_pickled(self.columns, parts, cols, pickled, self.plan.passed)
         return {k: encode_passed([rids[i] for i in rows],
                                  None if ipcs is None else [ipcs[i] for i in rows], part,
                                  [flags[i] for i in rows] if flags else [])
@@ -161,8 +166,15 @@ class SglangReader:
     customized info) may be unpickled to cut them per shard; from a tcp:// peer they are
     never unpickled (a part of a message then carries them as nil)."""
 
-    def __init__(self, max_rid_length: int, max_row_ids: int, keep_stop_ids: frozenset[int],
-                 replies: Replies, per_row: bool = False) -> None:
+    def __init__(self, plan: Plan, max_rid_length: int, max_row_ids: int,
+                 keep_stop_ids: frozenset[int], replies: Replies, per_row: bool = False,
+                 out: Callable[[list[Reply]], list[Reply]] | None = None) -> None:
+        self.plan = plan
+        # what a message passed on as it came becomes for the TokenizerManager (pickled
+        # again, for a pickle-IPC release)
+        self.out = out or (lambda parts: parts)
+        # a release that sends pickles (0.5.12-0.5.14): only from SGLang's own process tree
+        self.pickle_ipc = plan.layout.ipc == "pickle"
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
         self.keep = keep_stop_ids
@@ -177,24 +189,46 @@ class SglangReader:
             if isinstance(ping, Ping) and ping.nonce < 0:
                 return Probe(ping.nonce, frame, counted=False)
             return Idle("ping")
+        if self.pickle_ipc:
+            frame = memoryview(from_pickle(frame, self.plan.layout))
         fields = self._fields(frame)
+        plan = self.plan
         if fields[0] == wire.TOKEN_IDS_TAG:
-            if len(fields) < 2 or fields[1] == wire.NIL or fields[1] == _EMPTY:
+            if len(fields) - 1 != plan.count:
+                raise FrameError("columns", f"{len(fields) - 1} fields, where SGLang "
+                                 f"{plan.layout.release}'s BatchTokenIDOutput has {plan.count}: "
+                                 "a message of another SGLang release than the one the service "
+                                 "was started for", self._readable_rids(fields))
+            rids = fields[plan.at["rids"]]
+            if rids == wire.NIL or rids == _EMPTY:
                 return Idle("sglang_idle")  # an idle batch: nothing to decode or answer
             step = self.step(fields, where)
             return interface.Rows(step.batch, opens=step.opens, fresh=step.fresh,
-                                ends=step.refused, lost=step.lost, passed=step.passed)
-        match self.decode(frame):
-            case wire.Embeddings(http_worker_ipcs=ipcs):
-                return PassOn(by_worker(bytes(frame), ipcs))
-            case wire.FreezeGC():
+                                  ends=step.refused, lost=step.lost, passed=step.passed)
+        return self._other(fields, frame)
+
+    def _other(self, fields: list[Raw], frame: memoryview) -> Event:
+        """A message other than a BatchTokenIDOutput, by its tag; its fields read by name."""
+        plan = self.plan
+        try:
+            tag = _tag_decoder.decode(fields[0])
+            if tag == EMBEDDING:
+                ipcs = _ipcs_decoder.decode(fields[plan.embedding_ipcs]) \
+                    if 0 < plan.embedding_ipcs < len(fields) else None
+                return PassOn(self.out(by_worker(bytes(frame), ipcs, plan.embedding_whole)))
+            if tag == FREEZE_GC:
                 gc.freeze()
                 return Idle("freeze_gc")
-            case wire.ConfigureLogging(log_level=level):
+            if tag == CONFIGURE_LOGGING:
+                level = _level_decoder.decode(fields[plan.log_level_at]) \
+                    if 0 < plan.log_level_at < len(fields) else None
                 if level:
                     logging.getLogger().setLevel(level.upper())
                 return Idle("configure_logging")
-        return Idle("sglang_idle")  # a TokenIds the typed decoder reads: rows were checked
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise FrameError("header", str(exc)[:200], self._readable_rids(fields)) from None
+        raise FrameError("unknown_tag", "an SGLang message the detokenizer does not take: "
+                         f"{bytes(fields[0])[:40]!r}", self._readable_rids(fields))
 
     def _fields(self, frame: memoryview) -> list[Raw]:
         count = wire.array_length(frame)
@@ -202,21 +236,21 @@ class SglangReader:
             raise FrameError("header", "not a msgpack array: not an SGLang IPC message "
                              "(pickle IPC? start SGLang with SGLANG_USE_PICKLE_IPC=0, as "
                              "the sglang_tok plugin does)")
-        if count > 1 + wire.MAX_FIELDS:
-            raise FrameError("columns", f"{count - 1} fields, more than {wire.TOKEN_IDS}'s "
-                             f"{wire.MAX_FIELDS}", _readable_rids(frame))
         try:
             return wire.fields_decoder.decode(frame)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-            raise FrameError("header", str(exc)[:200], _readable_rids(frame)) from None
+            raise FrameError("header", str(exc)[:200]) from None
 
-    def decode(self, frame: memoryview) -> wire.Inbound:
-        """A message other than a BatchTokenIDOutput, typed."""
+    def _readable_rids(self, fields: list[Raw]) -> list[str]:
+        """The rids of a message that failed validation, when its rids field still reads."""
+        at = self.plan.at["rids"]
         try:
-            return wire.inbound_decoder.decode(frame)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-            reason = "unknown_tag" if "$[0]" in str(exc) else "header"
-            raise FrameError(reason, str(exc)[:200], _readable_rids(frame)) from None
+            rids = msgspec.msgpack.decode(fields[at]) if at < len(fields) else []
+        except (msgspec.DecodeError, ValueError, RecursionError):
+            return []
+        if not isinstance(rids, list):
+            return []
+        return [r for r in rids if isinstance(r, str) and r]
 
     def step(self, fields: list[Raw], where: dict[str, int]) -> Step:
         """The message as a Batch, validated whole; raise FrameError."""
@@ -247,12 +281,12 @@ class SglangReader:
         ipcs = r.ipcs
         if ipcs is not None and ipcs.count(None) != n:
             self._track_workers(r, ipcs, unrouted)
-        return Step(batch, r, self._passed_columns(r.fields), firsts, self.per_row)
+        return Step(self.plan, batch, r, self._passed_columns(r.fields), firsts, self.per_row)
 
     def _columns(self, fields: list[Raw]) -> Columns:
         """The read columns, typed, each one entry per row; the others one entry per row
         or absent; or FrameError naming the message's rids."""
-        at = wire.TOKEN_IDS_AT
+        at = self.plan.at
         have = len(fields)
         got: dict[str, Any] = {}
         rids: list[str] = []
@@ -269,7 +303,7 @@ class SglangReader:
             if name == "rids":
                 rids = got[name] or []
         n = len(rids)
-        for name in wire.ROW_FIELDS:
+        for name in _ROW_FIELDS:
             col = got[name]
             if col is None or len(col) != n:
                 raise FrameError("columns", f"{name} has {'nil' if col is None else len(col)} "
@@ -277,7 +311,7 @@ class SglangReader:
         at_out = at["output_ids"]
         if at_out >= have or wire.array_length(fields[at_out]) != n:
             raise FrameError("columns", f"output_ids is not a list of {n} arrays", rids)
-        self._other_columns(fields, n, rids)
+        self._other_columns(fields, n, rids, self.plan.other_columns)
         cols = Columns(fields, got)
         if cols.ipcs is not None and cols.ipcs.count(None) != n:
             _check_ipcs(cols.ipcs, n, rids)
@@ -289,10 +323,11 @@ class SglangReader:
         return cols
 
     @staticmethod
-    def _other_columns(fields: list[Raw], n: int, rids: list[str]) -> None:
+    def _other_columns(fields: list[Raw], n: int, rids: list[str],
+                       others: tuple[tuple[str, int], ...]) -> None:
         """Every other column is nil, [] (absent for every row) or one entry per row."""
         have, nil = len(fields), wire.NIL
-        for name, i in _OTHER_COLUMNS:
+        for name, i in others:
             if i >= have or fields[i] == nil:
                 continue
             got = wire.array_length(fields[i])
@@ -301,14 +336,13 @@ class SglangReader:
             if got > 0 and got != n:
                 raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
 
-    @staticmethod
-    def _passed_columns(fields: list[Raw]) -> list[Raw]:
+    def _passed_columns(self, fields: list[Raw]) -> list[Raw]:
         """The fields a reply passes on, as they came (the per-row tensors in base64, as
         SGLang's detokenizer sends them)."""
-        have, nil = len(fields), wire.NIL
-        cols = [fields[i] if i < have else nil for i in _PASSED_AT]
-        for k, name in enumerate(wire.PASSED_FIELDS):
-            if name in _B64_FIELDS and cols[k] != nil:
+        nil = wire.NIL
+        cols = [fields[i] for i in self.plan.passed_at]
+        for k in self.plan.b64:
+            if cols[k] != nil:
                 cols[k] = wire.b64_tensors(cols[k])
         return cols
 
@@ -338,7 +372,7 @@ class SglangReader:
         refused = {rid for rid, _ in firsts.refused}
         starts = np.cumsum(counts) - counts if unrouted else counts
         cut: list[tuple[int, int]] = []
-        beams = _beam_rows(r.fields)
+        beams = _beam_rows(r.fields, self.plan.beams_at)
         for i in unrouted:
             rid, at = r.rids[i], r.read_offsets[i]
             if rid in refused:
@@ -394,14 +428,17 @@ class SglangReader:
                     ipc_of.pop(r.rids[i], None)
 
 
-def _beam_rows(fields: list[Raw]) -> frozenset[int]:
+def _beam_rows(fields: list[Raw], at: int) -> frozenset[int]:
     """The rows that carry beam search output (none, in a message without the column)."""
-    at = wire.TOKEN_IDS_AT["beam_search_output"]
-    if at >= len(fields) or fields[at] == wire.NIL:
+    if not at or at >= len(fields) or fields[at] == wire.NIL:
         return frozenset()
     return frozenset(i for i, b in enumerate(wire.rows_of(fields[at])) if b != wire.NIL)
 
 
+# per-row columns every BatchTokenIDOutput row has
+_ROW_FIELDS = ("finished_reasons", "decoded_texts", "decode_ids", "read_offsets",
+               "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+               "prompt_tokens", "reasoning_tokens", "completion_tokens", "cached_tokens")
 _ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]] | None)
 
 
@@ -422,15 +459,3 @@ def _check_ipcs(ipcs: list[str | None], n: int, rids: list[str]) -> None:
     if bad:
         raise FrameError("columns", f"http_worker_ipcs entry {bad[0]!r:.80} is not an ipc:// "
                          "or tcp:// endpoint", rids)
-
-
-def _readable_rids(frame: bytes | memoryview) -> list[str]:
-    """The rids of a message that failed validation, when its second field still reads."""
-    try:
-        fields = wire.rows_of(Raw(bytes(frame)))
-        rids = msgspec.msgpack.decode(fields[1]) if len(fields) > 1 else []
-    except (msgspec.DecodeError, ValueError, RecursionError):
-        return []
-    if not isinstance(rids, list):
-        return []
-    return [r for r in rids if isinstance(r, str) and r]

@@ -6,6 +6,7 @@ through, already cut to that shard's rows (`Passed`): this module only puts the 
 texts among them. With tokenizer workers (`http_worker_ipcs` set), rows are grouped by
 their worker's endpoint, one reply per worker, as SGLang's detokenizer sends them.
 Every cut of a message into parts (per shard, per worker) is `cut`, one rule for all.
+Where each reply field comes from is the running release's (`plan.Plan.reply`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.protocols.sglang import wire
 
 from .pickled import cut_pickled
+from .plan import STR_OUTPUT, Plan, encode_message
 
 log = logging.getLogger("sglang_tok.sglang")
 # an abort the TokenizerManager turns into an error response (5xx: it may be retried)
@@ -31,7 +33,7 @@ Reply = tuple[str | None, bytes]  # (tokenizer worker endpoint, or None: --outpu
 
 class Passed(msgspec.Struct, array_like=True, gc=False):
     """One shard's rows of a scheduler message: the columns SGLang passes through, in
-    `wire.PASSED_FIELDS` order, each a per-row list (or nil) of this shard's rows; `rids`
+    the plan's `passed` order, each a per-row list (or nil) of this shard's rows; `rids`
     and `ipcs` are two of them, decoded once by the egress. `flags`: when a row carries
     beam search output, each row's decoding options (`beam_flags`), which its sequences'
     texts are decoded with."""
@@ -60,34 +62,47 @@ class BeamTexts:
         self.decode = decode
         self.keep = keep
 
-    def fill(self, raw: Raw, flags: Sequence[int]) -> Raw:
-        rows = _beams_decoder.decode(raw)
-        for beams, f in zip(rows, flags):
-            if beams is None:
+    def fill(self, raw: Raw, flags: Sequence[int], sequences_at: int) -> Raw:
+        """Each row's `BeamSearchOutput` (its fields at the release's positions; the
+        sequences, msgpack maps, keep every key they came with) with the texts filled in."""
+        rows = wire.rows_of(raw)
+        out: list[Raw] = []
+        for row, f in zip(rows, flags):
+            if row == wire.NIL or not sequences_at:
+                out.append(row)
                 continue
-            for seq in beams.sequences:
-                ids = seq.tokens
-                fin = seq.finish_reason
+            fields = wire.rows_of(row)
+            seqs = _sequences.decode(fields[sequences_at])
+            for seq in seqs:
+                ids = seq.get("tokens") or []
+                fin = seq.get("finish_reason")
                 matched = fin.get("matched") if isinstance(fin, dict) else None
                 if type(matched) is int and ids and not f & NO_TRIM \
                         and ids[-1] not in self.keep:
                     ids = ids[:-1]
-                seq.text = self.decode(ids, bool(f & SKIP), bool(f & SPACES))
-        return Raw(_encoder.encode(rows))
+                _set_text(seq, self.decode(ids, bool(f & SKIP), bool(f & SPACES)))
+            fields[sequences_at] = Raw(_encoder.encode(seqs))
+            out.append(Raw(_encoder.encode(fields)))
+        return Raw(_encoder.encode(out))
 
 
-_beams_decoder = msgspec.msgpack.Decoder(list[wire.BeamOutput | None])
+_sequences = msgspec.msgpack.Decoder(list[dict[str, Any]])
+# SGLang's BeamSearchSequence declares text after these (msgspec writes a struct's keys in
+# declaration order): a sequence written without its text gets it back in that place
+_BEFORE_TEXT = ("tokens", "cum_logprob", "finish_reason")
+
+
+def _set_text(seq: dict[str, Any], text: str) -> None:
+    if "text" in seq:
+        seq["text"] = text
+        return
+    rest = {k: seq.pop(k) for k in list(seq) if k not in _BEFORE_TEXT}
+    seq["text"] = text
+    seq.update(rest)
 
 
 _passed_decoder = msgspec.msgpack.Decoder(Passed)
 _encoder = msgspec.msgpack.Encoder()
-_OUT_AT = {name: i for i, name in enumerate(wire.STR_FIELDS)}
-_PASSED_AT = [(_OUT_AT[name], i) for i, name in enumerate(wire.PASSED_FIELDS)]
-_TEXTS_AT = _OUT_AT["output_strs"]
-_BEAMS_AT = wire.PASSED_FIELDS.index("beam_search_output")
-# columns that are one pickle of every row (`time_stats`, `customized_info`), not a list
-PICKLED_AT = frozenset(i for i, name in enumerate(wire.PASSED_FIELDS)
-                       if name in wire.PICKLED_FIELDS)
 
 
 def encode_passed(rids: list[str], ipcs: list[str | None] | None,
@@ -100,7 +115,7 @@ def _as_raw(value: Any) -> Raw:
 
 
 def cut(columns: Sequence[Any], n: int, parts: list[list[int]],
-        whole: frozenset[int] = PICKLED_AT) -> list[list[Raw]]:
+        whole: frozenset[int]) -> list[list[Raw]]:
     """Each part's rows of every column (a column is read once for all parts): a list of n
     entries is cut to the part's rows; nil and `[]` (absent for every row) go as they are;
     a column in `whole` (a pickle of every row, which the service never unpickles), or one
@@ -128,10 +143,6 @@ def abort_finish(message: str) -> dict[str, Any]:
             "err_type": None}
 
 
-def _message(columns: list[Any]) -> bytes:
-    return wire.encode_message(wire.STR_OUTPUT, columns)
-
-
 def _groups(keys: Sequence[Any]) -> dict[Any, list[int]]:
     out: dict[Any, list[int]] = {}
     for i, key in enumerate(keys):
@@ -147,10 +158,11 @@ class Replies:
     row of the service's whose worker is unknown is logged and dropped instead.
     """
 
-    __slots__ = ("ipc_of", "workers", "unroutable", "per_row", "beams")
+    __slots__ = ("plan", "ipc_of", "workers", "unroutable", "per_row", "beams")
 
-    def __init__(self, workers: bool = False, per_row: bool = False,
+    def __init__(self, plan: Plan, workers: bool = False, per_row: bool = False,
                  beams: BeamTexts | None = None) -> None:
+        self.plan = plan
         self.workers = workers
         # the tokenizer worker of each live request that has one (failures find it here)
         self.ipc_of: dict[str, str] = {}
@@ -170,9 +182,10 @@ class Replies:
         errors = out.sparse.get("error")
         if passed.ipcs is not None and passed.ipcs.count(None) != len(passed.ipcs):
             self._remember(passed, {out.rids[r] for r, _ in out.sparse.get("finish", ())})
-        if passed.flags and self.beams is not None:
-            at = _BEAMS_AT
-            passed.columns[at] = self.beams.fill(passed.columns[at], passed.flags)
+        at = self.plan.beams
+        if passed.flags and self.beams is not None and at >= 0:
+            passed.columns[at] = self.beams.fill(passed.columns[at], passed.flags,
+                                                 self.plan.sequences_at)
         if out.rids == passed.rids and not errors:  # a delta per row, in row order
             return self._split(passed, out.texts)
         return self._matched(out, passed, {out.rids[r] for r, _ in errors or ()})
@@ -221,9 +234,10 @@ class Replies:
                                               self._cut(passed.columns, len(texts), parts))]
 
     def _cut(self, columns: list[Raw], n: int, parts: list[list[int]]) -> list[list[Raw]]:
-        out = cut(columns, n, parts)
+        pickled = self.plan.pickled_passed
+        out = cut(columns, n, parts, pickled)
         if self.per_row:
-            cut_pickled(columns, parts, out, PICKLED_AT)
+            cut_pickled(columns, parts, out, pickled, self.plan.passed)
         return out
 
     def _remember(self, passed: Passed, ended: set[str]) -> None:
@@ -236,13 +250,8 @@ class Replies:
         for rid in ended:
             ipc_of.pop(rid, None)
 
-    @staticmethod
-    def _build(columns: list[Raw], texts: list[str]) -> bytes:
-        fields: list[Any] = [None] * len(wire.STR_FIELDS)
-        for at, i in _PASSED_AT:
-            fields[at] = columns[i]
-        fields[_TEXTS_AT] = texts
-        return _message(fields)
+    def _build(self, columns: list[Raw], texts: list[str]) -> bytes:
+        return encode_message(STR_OUTPUT, self.plan.reply(columns, texts))
 
     # ------------------------------------------------------------------ own last rows
     def last_rows(self, deltas: Sequence[Delta]) -> list[Reply]:
@@ -258,43 +267,38 @@ class Replies:
             log.warning("no tokenizer worker known for %d ended requests (e.g. %r): their "
                         "last rows are not sent (SGLang's router takes no row without one)",
                         len(lost), lost[0].rid)
-        return [(ipc, _own_rows(ds, ipc)) for ipc, ds in groups.items()]
+        return [(ipc, self._own_rows(ds, ipc)) for ipc, ds in groups.items()]
+
+    def _own_rows(self, deltas: list[Delta], ipc: str | None) -> bytes:
+        n = len(deltas)
+        usage = [d.usage for d in deltas]
+
+        def counts(get: Callable[[Any], int]) -> list[int]:
+            return [get(u) if u is not None else 0 for u in usage]
+
+        return encode_message(STR_OUTPUT, self.plan.own_reply({
+            "rids": [d.rid for d in deltas],
+            "http_worker_ipcs": None if ipc is None else [ipc] * n,
+            "finished_reasons": [(abort_finish(d.error) if d.error is not None else d.finish)
+                                 if d.finish else None for d in deltas],
+            "output_strs": [d.text for d in deltas],
+            "output_ids": [wire.array_ext(d.ids) for d in deltas],
+            "prompt_tokens": counts(lambda u: u.prompt_tokens),
+            "completion_tokens": counts(lambda u: u.completion_tokens),
+            "reasoning_tokens": counts(lambda u: u.reasoning_tokens),
+            "cached_tokens": counts(lambda u: u.cached_tokens),
+            "retraction_counts": [0] * n}))
 
 
-def _own_rows(deltas: list[Delta], ipc: str | None) -> bytes:
-    n = len(deltas)
-    fields: list[Any] = [None] * len(wire.STR_FIELDS)
-    usage = [d.usage for d in deltas]
-
-    def counts(get: Callable[[Any], int]) -> list[int]:
-        return [get(u) if u is not None else 0 for u in usage]
-
-    fields[_OUT_AT["rids"]] = [d.rid for d in deltas]
-    fields[_OUT_AT["http_worker_ipcs"]] = None if ipc is None else [ipc] * n
-    fields[_OUT_AT["finished_reasons"]] = [
-        (abort_finish(d.error) if d.error is not None else d.finish) if d.finish else None
-        for d in deltas]
-    fields[_TEXTS_AT] = [d.text for d in deltas]
-    fields[_OUT_AT["output_ids"]] = [wire.array_ext(d.ids) for d in deltas]
-    fields[_OUT_AT["prompt_tokens"]] = counts(lambda u: u.prompt_tokens)
-    fields[_OUT_AT["completion_tokens"]] = counts(lambda u: u.completion_tokens)
-    fields[_OUT_AT["reasoning_tokens"]] = counts(lambda u: u.reasoning_tokens)
-    fields[_OUT_AT["cached_tokens"]] = counts(lambda u: u.cached_tokens)
-    fields[_OUT_AT["retraction_counts"]] = [0] * n
-    return _message(fields)
-
-
-_EMBEDDING_WHOLE = frozenset(i for i, name in enumerate(wire.EMBEDDING_FIELDS)
-                             if name in wire.PICKLED_FIELDS)
-
-
-def by_worker(msg: bytes, ipcs: list[str | None] | None) -> list[Reply]:
+def by_worker(msg: bytes, ipcs: list[str | None] | None, whole: frozenset[int]
+              ) -> list[Reply]:
     """A message passed on as it came (`BatchEmbeddingOutput`), to each row's tokenizer
-    worker: whole when its rows name one, else cut per worker (`cut`)."""
+    worker: whole when its rows name one, else cut per worker (`cut`; `whole`: its
+    fields that are one pickle of every row)."""
     if not ipcs or len(set(ipcs)) == 1:
         return [(ipcs[0] if ipcs else None, msg)]
     fields = wire.rows_of(Raw(msg))
     groups = _groups(ipcs)
     parts = list(groups.values())
-    columns = cut(fields[1:], len(ipcs), parts, _EMBEDDING_WHOLE)
+    columns = cut(fields[1:], len(ipcs), parts, whole)
     return [(ipc, _encoder.encode([fields[0], *cols])) for ipc, cols in zip(groups, columns)]

@@ -1,16 +1,13 @@
-"""SGLang 0.5.23's scheduler -> detokenizer -> TokenizerManager messages, in their msgpack
-IPC form, read and written without importing SGLang.
+"""SGLang's scheduler -> detokenizer -> TokenizerManager messages in their msgpack IPC form,
+read and written without importing SGLang; which field sits where is the running release's
+(`layout.py`, `plan.py`), never this module's.
 
 A message is a msgpack array: the struct's class name, then its fields in declaration
-order (msgspec's `tag=True, array_like=True`); trailing fields at their default may be
-left off (SGLang's encoder writes them all, and its decoder requires those without a
-default). `array.array` values are msgpack ext type 1 (a big-endian u32 length of a
-msgpack metadata value, the typecode, then the raw bytes); ext 2 is a torch tensor and
-ext 3 a numpy array, with metadata `[shape, dtype(, device)]`.
-
-The structs below type only what the service reads (rids, finish reasons, the decode ids
-and per-row flags, the counts the router keeps); every other field is a `msgspec.Raw`
-that goes back out byte for byte, so passing a field through costs no decode.
+order (msgspec's `tag=True, array_like=True`); SGLang's encoder writes every field.
+`array.array` values are msgpack ext type 1 (a big-endian u32 length of a msgpack metadata
+value, the typecode, then the raw bytes); ext 2 is a torch tensor and ext 3 a numpy array,
+with metadata `[shape, dtype(, device)]`. The service decodes only the columns it reads;
+every other field is a `msgspec.Raw` that goes back out byte for byte.
 """
 
 from __future__ import annotations
@@ -26,6 +23,8 @@ import numpy as np
 from msgspec import Raw
 from msgspec.msgpack import Ext
 
+from .layout import Layout, builtin
+
 EXT_ARRAY, EXT_TORCH, EXT_NUMPY = 1, 2, 3
 NIL = Raw(b"\xc0")
 _META = struct.Struct(">I")
@@ -33,78 +32,18 @@ _META = struct.Struct(">I")
 _Q_PREFIX = b"\x00\x00\x00\x02\xa1q"
 _Q_AT = len(_Q_PREFIX)
 
-TOKEN_IDS = "BatchTokenIDOutput"
-STR_OUTPUT = "BatchStrOutput"
-EMBEDDING = "BatchEmbeddingOutput"
-FREEZE_GC = "FreezeGCReq"
-CONFIGURE_LOGGING = "ConfigureLoggingReq"
-
-Finish = dict[str, Any]
-
-
-class TokenIds(msgspec.Struct, tag=TOKEN_IDS, array_like=True, gc=False):
-    """`BatchTokenIDOutput`: one scheduler step, a row per request."""
-
-    # nil where SGLang's types allow it (an idle batch); a batch with rows needs them all
-    rids: list[str] | None = None
-    http_worker_ipcs: list[str | None] | None = None
-    finished_reasons: list[Finish | None] | None = None
-    decoded_texts: list[str] | None = None
-    # a request's first row holds up to 5 prompt ids before read_offsets[i] (context)
-    decode_ids: list[Ext | list[int]] | None = None
-    read_offsets: list[int] | None = None
-    output_ids: Raw = NIL
-    skip_special_tokens: list[bool] | None = None
-    spaces_between_special_tokens: list[bool] | None = None
-    no_stop_trim: list[bool] | None = None
-    prompt_tokens: list[int] | None = None
-    reasoning_tokens: list[int] | None = None
-    completion_tokens: list[int] | None = None
-    cached_tokens: list[int] | None = None
-    input_token_logprobs_val: Raw = NIL
-    input_token_logprobs_idx: Raw = NIL
-    output_token_logprobs_val: Raw = NIL
-    output_token_logprobs_idx: Raw = NIL
-    input_top_logprobs_val: Raw = NIL
-    input_top_logprobs_idx: Raw = NIL
-    output_top_logprobs_val: Raw = NIL
-    output_top_logprobs_idx: Raw = NIL
-    input_token_ids_logprobs_val: Raw = NIL
-    input_token_ids_logprobs_idx: Raw = NIL
-    output_token_ids_logprobs_val: Raw = NIL
-    output_token_ids_logprobs_idx: Raw = NIL
-    output_token_entropy_val: Raw = NIL
-    output_token_sampling_mask: Raw = NIL
-    output_hidden_states: Raw = NIL
-    routed_experts: Raw = NIL
-    indexer_topk: Raw = NIL
-    placeholder_tokens_idx: Raw = NIL
-    placeholder_tokens_val: Raw = NIL
-    retraction_counts: Raw = NIL
-    beam_search_output: Raw = NIL
-    weight_versions: Raw = NIL
-    token_steps: Raw = NIL
-    customized_info: Raw = NIL
-    cached_tokens_details: Raw = NIL
-    dp_ranks: Raw = NIL
-    time_stats: Raw = NIL
-    image_tokens: Raw = NIL
-    audio_tokens: Raw = NIL
-    video_tokens: Raw = NIL
-    spec_verify_ct: Raw = NIL
-    spec_num_correct_drafts: Raw = NIL
-    spec_num_block_accept_tokens: Raw = NIL
-    spec_num_cap_tokens: Raw = NIL
-    spec_correct_drafts_histogram: Raw = NIL
-    spec_cap_lens_histogram: Raw = NIL
-    input_top_logprobs_val_flat: Raw = NIL
-    input_top_logprobs_idx_flat: Raw = NIL
-    input_top_logprobs_flat_null_prefix: Raw = NIL
+# a message's fields, each still raw: the service reads a few columns of a message and
+# passes the rest on byte for byte, so it decodes only those (by the release's plan)
+fields_decoder = msgspec.msgpack.Decoder(list[Raw])
+TOKEN_IDS_TAG = Raw(msgspec.msgpack.encode("BatchTokenIDOutput"))
+encoder = msgspec.msgpack.Encoder()
+_raw_rows = msgspec.msgpack.Decoder(list[Raw])
+_ext_rows = msgspec.msgpack.Decoder(list[Ext | None])
 
 
 class BeamSequence(msgspec.Struct, omit_defaults=True):
-    """SGLang's `BeamSearchSequence`: one returned beam (a map on the wire; `text` is the
-    detokenizer's to fill)."""
+    """SGLang's `BeamSearchSequence` (a map on the wire), to build messages where SGLang is
+    not (tests, tools); the service reads sequences by key."""
 
     tokens: list[int]
     cum_logprob: float = 0.0
@@ -114,8 +53,7 @@ class BeamSequence(msgspec.Struct, omit_defaults=True):
 
 
 class BeamOutput(msgspec.Struct, tag="BeamSearchOutput", array_like=True, kw_only=True):
-    """SGLang's `BeamSearchOutput`: a finished beam group's sequences, best first, in its
-    leader's row of `beam_search_output`."""
+    """SGLang 0.5.23's `BeamSearchOutput`, to build messages where SGLang is not."""
 
     rids: list[str] | None = None
     http_worker_ipcs: list[str | None] | None = None
@@ -128,63 +66,6 @@ class WeightVersionSpan(msgspec.Struct, array_like=True, kw_only=True):
     version: str
     start: int
     end: int
-
-
-class Embeddings(msgspec.Struct, tag=EMBEDDING, array_like=True, gc=False):
-    """`BatchEmbeddingOutput`: no text; passed on to the TokenizerManager as it came."""
-
-    rids: list[str] | None = None
-    http_worker_ipcs: list[str | None] | None = None
-
-
-class FreezeGC(msgspec.Struct, tag=FREEZE_GC, array_like=True, gc=False):
-    rid: str | None = None
-    http_worker_ipc: str | None = None
-    gc_threshold: list[int] | None = None
-
-
-class ConfigureLogging(msgspec.Struct, tag=CONFIGURE_LOGGING, array_like=True, gc=False):
-    rid: str | None = None
-    http_worker_ipc: str | None = None
-    log_requests: bool | None = None
-    log_requests_level: int | None = None
-    log_requests_format: str | None = None
-    log_level: str | None = None
-
-
-Inbound = TokenIds | Embeddings | FreezeGC | ConfigureLogging
-TOKEN_IDS_FIELDS: tuple[str, ...] = TokenIds.__struct_fields__
-# BatchStrOutput's fields in declaration order (SGLang 0.5.23)
-STR_FIELDS: tuple[str, ...] = (
-    "rids", "http_worker_ipcs", "finished_reasons", "output_strs", "output_ids",
-    "prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens",
-    *TOKEN_IDS_FIELDS[14:29], "routed_experts", "indexer_topk", "placeholder_tokens_idx",
-    "placeholder_tokens_val", *TOKEN_IDS_FIELDS[33:])
-# what a reply carries that is not the scheduler's field passed on: the texts, and the
-# placeholders SGLang's detokenizer always sends as None
-OWN_FIELDS = frozenset(("output_strs", "placeholder_tokens_idx", "placeholder_tokens_val"))
-PASSED_FIELDS: tuple[str, ...] = tuple(f for f in STR_FIELDS if f not in OWN_FIELDS)
-EMBEDDING_FIELDS = ("rids", "http_worker_ipcs", "finished_reasons", "embeddings",
-                    "prompt_tokens", "cached_tokens", "placeholder_tokens_idx",
-                    "placeholder_tokens_val", "retraction_counts", "cached_tokens_details",
-                    "time_stats", "pooled_hidden_states")
-# fields that are not per row: a pickle SGLang wraps as ["PickleWrapper", bytes]
-PICKLED_FIELDS = frozenset(("customized_info", "time_stats"))
-# per-row columns every BatchTokenIDOutput row has
-ROW_FIELDS = ("finished_reasons", "decoded_texts", "decode_ids", "read_offsets",
-              "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-              "prompt_tokens", "reasoning_tokens", "completion_tokens", "cached_tokens")
-MAX_FIELDS = len(TOKEN_IDS_FIELDS)
-
-inbound_decoder = msgspec.msgpack.Decoder(Inbound)
-# a message's fields, each still raw: where the service reads a few columns of a message
-# and passes the rest on byte for byte, it decodes only those (`TOKEN_IDS_AT`)
-fields_decoder = msgspec.msgpack.Decoder(list[Raw])
-TOKEN_IDS_TAG = Raw(msgspec.msgpack.encode(TOKEN_IDS))
-TOKEN_IDS_AT = {name: i + 1 for i, name in enumerate(TOKEN_IDS_FIELDS)}  # 0 is the tag
-encoder = msgspec.msgpack.Encoder()
-_raw_rows = msgspec.msgpack.Decoder(list[Raw])
-_ext_rows = msgspec.msgpack.Decoder(list[Ext | None])
 
 
 def array_length(raw: Raw | bytes | memoryview) -> int:
@@ -209,6 +90,12 @@ def array_ext(ids: Any, typecode: str = "q") -> Ext:
     meta = msgspec.msgpack.encode(typecode)
     raw = array(typecode, ids).tobytes() if not isinstance(ids, array) else ids.tobytes()
     return Ext(EXT_ARRAY, _META.pack(len(meta)) + meta + raw)
+
+
+def buffer_ext(code: int, meta: Any, raw: bytes) -> Ext:
+    """A buffer ext (types 1-3) as SGLang's encoder writes it: metadata, then raw bytes."""
+    head = msgspec.msgpack.encode(meta)
+    return Ext(code, _META.pack(len(head)) + head + raw)
 
 
 def buffer_payload(data: bytes | memoryview) -> tuple[Any, memoryview]:
@@ -317,13 +204,14 @@ def encode_message(tag: str, fields: list[Any]) -> bytes:
     return encoder.encode([tag, *fields])
 
 
-def encode_token_ids(rows: dict[str, list[Any]]) -> bytes:
-    """A BatchTokenIDOutput from columns by field name (tests, benchmarks and tools build
-    scheduler messages with it); a missing column is nil, ids lists become `array` exts."""
+def encode_token_ids(rows: dict[str, list[Any]], layout: Layout | None = None) -> bytes:
+    """A BatchTokenIDOutput of a release (default: the newest tested) from columns by field
+    name (tests, benchmarks and tools build scheduler messages with it); a missing column is
+    nil, ids lists become `array` exts."""
     fields: list[Any] = []
-    for name in TOKEN_IDS_FIELDS:
+    for name in (layout or builtin()).token_ids:
         val = rows.get(name)
         if name in ("decode_ids", "output_ids") and val is not None:
             val = [v if isinstance(v, Ext) else array_ext(v) for v in val]
         fields.append(val)
-    return encode_message(TOKEN_IDS, fields)
+    return encode_message("BatchTokenIDOutput", fields)

@@ -4,7 +4,7 @@ beside the rows (`extra`), and the service's own last rows are written by `reply
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sglang_tok.protocols.interface import Message
@@ -18,9 +18,19 @@ class SglangWriter:
     """A message's decoded rows with what the scheduler passed on, or the service's own
     last rows."""
 
-    def __init__(self, replies: Replies) -> None:
+    def __init__(self, replies: Replies, pickled: Callable[[bytes], bytes] | None = None
+                 ) -> None:
         self.replies = replies
         self.sent = 0
+        # a pickle-IPC release (0.5.12-0.5.14): each message as its own class, pickled
+        self.pickled = pickled
+
+    def out(self, messages: list[Message]) -> list[Message]:
+        """Messages as the release's TokenizerManager reads them."""
+        pickled = self.pickled
+        if pickled is None:
+            return messages
+        return [(where, pickled(msg)) for where, msg in messages]
 
     def sink(self) -> Sink:
         return ColumnsOut()  # the replies take the decoders' texts as they are
@@ -34,7 +44,7 @@ class SglangWriter:
                 if isinstance(out, ColumnsOut) else out  # type: ignore[assignment]
             replies = self.replies.last_rows(deltas)
         self.sent += len(replies)
-        return replies
+        return self.out(replies)
 
     def restarted(self, source: int, pid: int) -> list[Message]:
         return []  # the TokenizerManager tracks no sender

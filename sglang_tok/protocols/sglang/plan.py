@@ -1,0 +1,103 @@
+"""Where each field sits, for one SGLang release: the reader's and the writer's plans, built
+by field name from its `Layout` once per process, so that reading and writing a message
+costs index lookups and nothing more.
+
+The egress hands each shard the scheduler's fields a reply passes on (`Passed.columns`), in
+the order of `passed` (the fields SGLang's detokenizer carries into its `BatchStrOutput`,
+in the reply's order); egress and shards build the same plan from the same layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import Raw
+
+from . import layout as layouts
+from .layout import DEFAULT, NIL, TEXTS, Layout
+
+TOKEN_IDS = "BatchTokenIDOutput"
+STR_OUTPUT = "BatchStrOutput"
+EMBEDDING = "BatchEmbeddingOutput"
+FREEZE_GC = "FreezeGCReq"
+CONFIGURE_LOGGING = "ConfigureLoggingReq"
+_encoder = msgspec.msgpack.Encoder()
+
+
+class Plan:
+    """One layout's positions. A message's fields list holds the tag at 0, so the scheduler's
+    field `name` is `fields[at[name]]`."""
+
+    def __init__(self, layout: Layout) -> None:
+        why = layout.refusal()
+        if why is not None:
+            raise ValueError(why)
+        self.layout = layout
+        self.count = len(layout.token_ids)  # fields of a BatchTokenIDOutput after its tag
+        self.at = {name: i + 1 for i, name in enumerate(layout.token_ids)}
+        self.pickled = frozenset(layout.pickled)
+        # every column but the read and the pickled ones: nil, [] or one entry per row
+        self.other_columns = tuple((name, self.at[name]) for name in layout.token_ids
+                                   if name not in layouts.READ and name not in self.pickled)
+        # the reply: per BatchStrOutput field, where its value comes from
+        sources = [how.partition("=")[2] for how in layout.carry]
+        self.passed = tuple(dict.fromkeys(s for s in sources if s))
+        self.passed_at = [self.at[name] for name in self.passed]
+        self.b64 = frozenset(k for k, name in enumerate(self.passed)
+                             if any(how == "b64=" + name for how in layout.carry))
+        self.pickled_passed = frozenset(k for k, name in enumerate(self.passed)
+                                        if name in self.pickled)
+        self.beams = self.passed.index("beam_search_output") \
+            if "beam_search_output" in self.passed else -1
+        self.beams_at = self.at.get("beam_search_output", 0)
+        passed_k = {name: k for k, name in enumerate(self.passed)}
+        # (reply position, source) : a passed column's index, or a fixed value
+        self.out_count = len(layout.str_output)
+        self.out_at = {name: i for i, name in enumerate(layout.str_output)}
+        self.texts_at = self.out_at["output_strs"]
+        self.from_passed: list[tuple[int, int]] = []
+        fixed: list[Any] = [None] * self.out_count
+        for i, (name, how) in enumerate(zip(layout.str_output, layout.carry)):
+            source = how.partition("=")[2]
+            if source:
+                self.from_passed.append((i, passed_k[source]))
+            elif how == DEFAULT:
+                fixed[i] = Raw(_encoder.encode(layout.defaults[name]))
+            elif how not in (TEXTS, NIL):  # refusal() let nothing else through
+                raise ValueError(f"BatchStrOutput.{name}: {how}")
+        self.fixed = fixed  # the reply's fields before the texts and passed columns go in
+        self.embedding_count = len(layout.embedding)
+        self.embedding_whole = frozenset(i for i, name in enumerate(layout.embedding)
+                                         if name in self.pickled)
+        self.embedding_ipcs = layout.embedding.index("http_worker_ipcs") + 1 \
+            if "http_worker_ipcs" in layout.embedding else 0
+        logging_fields = layout.configure_logging
+        self.log_level_at = logging_fields.index("log_level") + 1 \
+            if "log_level" in logging_fields else 0
+        self.sequences_at = layout.beam_output.index("sequences") + 1 \
+            if "sequences" in layout.beam_output else 0
+
+    def reply(self, columns: list[Raw], texts: list[str]) -> list[Any]:
+        """A BatchStrOutput's fields: the texts, each passed column where the release's
+        detokenizer puts it, the rest None or the class default."""
+        fields = self.fixed.copy()
+        for at, k in self.from_passed:
+            fields[at] = columns[k]
+        fields[self.texts_at] = texts
+        return fields
+
+    def own_reply(self, values: dict[str, Any]) -> list[Any]:
+        """A BatchStrOutput of the service's own rows, from its fields by name (the others
+        None or the class default, as the release's detokenizer leaves them)."""
+        fields = self.fixed.copy()
+        for name, value in values.items():
+            at = self.out_at.get(name)
+            if at is not None:
+                fields[at] = value
+        return fields
+
+
+def encode_message(tag: str, fields: list[Any]) -> bytes:
+    """[tag, *fields], as SGLang's own encoder writes a message (every field, in order)."""
+    return _encoder.encode([tag, *fields])
