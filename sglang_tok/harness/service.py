@@ -48,7 +48,7 @@ class Service:
 
     def __init__(self, tmp: Path | None = None, shards: int = 2, args: list[str] | None = None,
                  ring_capacity: int = 1000, tokenizer: str | None = None,
-                 frontend: bool = True) -> None:
+                 frontend: bool = True, env: dict[str, str] | None = None) -> None:
         self.own_tmp = tmp is None
         self.tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-")) if tmp is None else Path(tmp)
         self.runtime = self.tmp / "rt"
@@ -64,6 +64,7 @@ class Service:
                     "--input", self.input, "--output", self.output,
                     "--ring-capacity", str(ring_capacity), "--exit-with-parent",
                     *(["--tokenizer", tokenizer] if tokenizer else []), *(args or [])]
+        self.env = {**os.environ, **env} if env else None  # added to the service's environment
         self.proc: subprocess.Popen[bytes] | None = None
         self.sched: Scheduler | None = None
         self.log: IO[bytes] | None = None
@@ -78,7 +79,7 @@ class Service:
         """Start and wait until healthy; on failure, stop what started, then raise."""
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=self.log,
-                                     start_new_session=True)
+                                     start_new_session=True, env=self.env)
         try:
             self.wait_ready(timeout)
         except BaseException:

@@ -23,6 +23,8 @@ from sglang_cases import GOLDEN, sglang_python
 
 from sglang_tok.harness.service import http_get
 from sglang_tok.integrations.sglang import launcher, plugin
+from sglang_tok.protocols.sglang.layout import known
+from sglang_tok.protocols.sglang.layout import read as read_layout
 
 HERE = Path(__file__).resolve().parent
 
@@ -83,6 +85,33 @@ def test_service_args_from_sglangs_settings(tmp_path: Path) -> None:
     assert none[none.index("--tokenizer") + 1] == "none"
 
 
+def test_sglangs_own_process_tree_is_its_ipc_or_its_single_node_loopback_port() -> None:
+    """Pickles are unpickled only from SGLang's own tree: ipc://, or the loopback tcp://
+    endpoint SGLang's single-node launcher derives for DP attention; never a multi-node
+    endpoint other hosts' schedulers reach."""
+    one = types.SimpleNamespace(nnodes=1, dist_init_addr=None)
+    assert launcher.own_tree("ipc:///tmp/x", one)
+    assert launcher.own_tree("tcp://127.0.0.1:30235", one)
+    assert not launcher.own_tree("tcp://10.0.0.5:30235", one)
+    two = types.SimpleNamespace(nnodes=2, dist_init_addr="10.0.0.5:5000")
+    assert not launcher.own_tree("tcp://127.0.0.1:30235", two)
+    named = types.SimpleNamespace(nnodes=1, dist_init_addr="127.0.0.1:5000")
+    assert not launcher.own_tree("tcp://127.0.0.1:5001", named)
+    ports = types.SimpleNamespace(detokenizer_ipc_name="tcp://127.0.0.1:30235",
+                                  tokenizer_ipc_name="tcp://127.0.0.1:30234")
+    serving = types.SimpleNamespace(tokenizer_path=None, skip_tokenizer_init=True)
+    assert "--sglang-own-tree" in launcher.service_args(serving, ports, own_tree=True)
+    assert "--sglang-own-tree" not in launcher.service_args(serving, ports)
+
+
+def test_settings_are_read_where_each_release_keeps_them() -> None:
+    """Without SGLang's `runtime_context` (before about 0.5.19), its ServerArgs hold the
+    settings the plugin reads."""
+    args = types.SimpleNamespace(tokenizer_path="x", enable_metrics=True)
+    serving, observability = launcher.settings(args)
+    assert serving.tokenizer_path == "x" and observability.enable_metrics
+
+
 def test_a_tokenizer_without_tokenizer_json_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(launcher.TokenizerNotFound, match="tokenizer.json"):
         launcher.tokenizer_of(str(tmp_path), False)
@@ -96,7 +125,7 @@ def test_launched_service_is_what_sglangs_watchdog_and_shutdown_expect(tmp_path:
                                   tokenizer_ipc_name=f"ipc://{tmp_path}/tok.ipc")
     args = launcher.service_args(_serving(tmp_path, tokenizer_path=None,
                                           skip_tokenizer_init=True), ports)
-    proc = launcher.launch([*args, "--shards", "1"])
+    proc = launcher.launch([*args, "--shards", "1"], known("0.5.20"))
     try:
         deadline = time.monotonic() + 60
         while proc.http_port() is None and time.monotonic() < deadline:
@@ -110,6 +139,8 @@ def test_launched_service_is_what_sglangs_watchdog_and_shutdown_expect(tmp_path:
         assert proc.is_alive() and proc.exitcode is None and proc.pid > 0
         runtime = Path(proc.runtime_dir)
         assert runtime.is_dir()
+        # the running SGLang's layout, written for the service, which reads it
+        assert known("0.5.20") == read_layout(str(runtime / launcher.LAYOUT_FILE))
     finally:
         proc.terminate()
         proc.join(30)
