@@ -456,9 +456,10 @@ def main() -> None:
         "pickle_protocol": rel.protocol,
         "arrays": arrays,
         "made_with": {
-            "command": f"SGLANG_USE_PICKLE_IPC=0 SGLANG_PLUGINS=none "
-                       f"PYTHONPATH=<release site> python scripts/sglang/release_goldens.py "
-                       f"{args.out} --rids {args.rids}",
+            "command": "SGLANG_USE_PICKLE_IPC=0 SGLANG_PLUGINS=none PYTHONPATH=<the "
+                       "release's site-packages> python scripts/sglang/release_goldens.py "
+                       f"tests/golden/sglang/releases --rids {args.rids} (one release at a "
+                       "time; tests/golden/sglang/README.md)",
             "python": sys.version.split()[0], "sglang": rel.version,
             "transformers": transformers.__version__, "tokenizers": tokenizers.__version__,
             "msgspec": msgspec.__version__,
