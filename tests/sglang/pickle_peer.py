@@ -5,6 +5,7 @@ PYTHONPATH holding a package `sglang` whose `io_struct` has that release's messa
 
     python pickle_peer.py encode IN_MSGPACK_FRAMES OUT_PICKLE_FRAMES   (0.5.23 -> this release)
     python pickle_peer.py decode REPLY_FRAMES                          (prints JSON rows)
+    python pickle_peer.py rows REPLY_FRAMES           (every field of every row, by name)
 """
 
 from __future__ import annotations
@@ -75,6 +76,34 @@ def decode(src: Path) -> None:
     print(json.dumps(rows))
 
 
+def plain(value: Any) -> Any:
+    """A field's value as JSON carries it (arrays as lists, bytes as hex, objects as their
+    fields), to compare two releases' messages field by field."""
+    if isinstance(value, array):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "__dict__"):
+        return {"__class__": type(value).__name__, **plain(vars(value))}
+    return value
+
+
+def rows(src: Path) -> None:
+    """Every row of every reply: each per-row field's entry, the others as they are."""
+    out = []
+    for blob in frames(src):
+        fields = plain(vars(pickle.loads(blob)))
+        n = len(fields["rids"])
+        for i, rid in enumerate(fields["rids"]):
+            out.append({"rid": rid, **{k: v[i] if isinstance(v, list) and len(v) == n else v
+                                       for k, v in fields.items() if k != "rids"}})
+    print(json.dumps(out))
+
+
 def fake_release(root: Path, layout: dict[str, Any]) -> Path:
     """A package `sglang` whose io_struct has the layout's message classes as dataclasses
     (every field None by default), for the service and this peer to import."""
@@ -93,7 +122,8 @@ def fake_release(root: Path, layout: dict[str, Any]) -> Path:
         cls("BatchStrOutput", layout["str_output"]) + \
         cls("BatchEmbeddingOutput", layout["embedding"]) + \
         cls("ConfigureLoggingReq", layout["configure_logging"]) + \
-        cls("FreezeGCReq", ["rid", "http_worker_ipc", "gc_threshold"])
+        cls("FreezeGCReq", ["rid", "http_worker_ipc", "gc_threshold"]) + \
+        cls("GetLoadsReqOutput", [])  # 0.5.12-0.5.13's `load`: restored by its state
     (pkg / "srt" / "managers" / "io_struct.py").write_text(src)
     return root
 
@@ -101,5 +131,7 @@ def fake_release(root: Path, layout: dict[str, Any]) -> Path:
 if __name__ == "__main__":
     if sys.argv[1] == "encode":
         encode(Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4]))
+    elif sys.argv[1] == "rows":
+        rows(Path(sys.argv[2]))
     else:
         decode(Path(sys.argv[2]))

@@ -76,6 +76,10 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
     beam_output: tuple[str, ...] = ()  # BeamSearchOutput (empty: no beam search)
     # where the carry was read: SGLang's detokenizer source, or the name rule alone
     read_from: str = "source"
+    # how an `array` (decode_ids, output_ids) travels: msgpack ext type 1 (0.5.19 on, and
+    # the form the service reads a pickle-IPC release's into), or SGLang 0.5.15-0.5.18's
+    # `[typecode, bytes]` pair (their msgpack encoder's hook)
+    arrays: str = "ext"
 
     def refusal(self) -> str | None:
         """Why this release cannot be served, in one line; None when it can."""
@@ -83,6 +87,8 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
         served = f"(served: {RANGE}, by field name)"
         if self.ipc not in ("msgpack", "pickle"):
             return f"{head}: its IPC is {self.ipc!r} {served}"
+        if self.arrays not in ("ext", "pair"):
+            return f"{head}: it sends arrays as {self.arrays} {served}"
         missing = [f for f in READ if f not in self.token_ids]
         if missing:
             return (f"{head}: its BatchTokenIDOutput has no {', '.join(missing)} {served}")
@@ -159,12 +165,26 @@ def read_running() -> Layout:
                 if how == DEFAULT and has_default(str_cls, name)}
     pickled = tuple(f for f in token_ids if _is_pickled(token_cls, f, ipc))
     beam = getattr(io, "BeamSearchOutput", None)
+    arrays = _array_form(io) if ipc == "msgpack" else "ext"
     return Layout(release=release, ipc=ipc, token_ids=token_ids, str_output=str_output,
                   carry=carry, defaults=defaults, pickled=pickled,
                   embedding=field_names(io.BatchEmbeddingOutput),
                   configure_logging=field_names(io.ConfigureLoggingReq),
                   beam_output=field_names(beam) if beam is not None else (),
-                  read_from=read_from)
+                  read_from=read_from, arrays=arrays)
+
+
+def _array_form(io: Any) -> str:
+    """How the running release's own msgpack encoder writes an `array.array`."""
+    from array import array
+
+    encoder = getattr(io, "_msgpack_encoder", None)
+    if encoder is None:
+        return "unknown"
+    head = encoder.encode(array("q", [1]))[0]
+    if head in (0xC7, 0xC8, 0xC9) or 0xD4 <= head <= 0xD8:  # an ext
+        return "ext"
+    return "pair" if head == 0x92 else f"msgpack type 0x{head:02x}"
 
 
 def field_names(cls: type) -> tuple[str, ...]:

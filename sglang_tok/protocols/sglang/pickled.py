@@ -123,7 +123,7 @@ def from_pickle(frame: bytes | memoryview, layout: Layout) -> bytes:
 def _field(value: Any, wrap: bool) -> Any:
     if value is None:
         return None
-    if not wrap:
+    if not wrap and not hasattr(value, "__dict__"):  # an object is pickled whole
         try:
             return Raw(_plain.encode(value))
         except TypeError:  # an object msgpack does not carry: as SGLang 0.5.15 on wraps it

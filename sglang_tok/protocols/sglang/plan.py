@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Raw
 
 from . import layout as layouts
+from . import wire
 from .layout import DEFAULT, NIL, TEXTS, Layout
 
 TOKEN_IDS = "BatchTokenIDOutput"
@@ -77,6 +78,8 @@ class Plan:
             if "log_level" in logging_fields else 0
         self.sequences_at = layout.beam_output.index("sequences") + 1 \
             if "sequences" in layout.beam_output else 0
+
+        self.array = wire.array_pair if layout.arrays == "pair" else wire.array_ext
 
     def reply(self, columns: list[Raw], texts: list[str]) -> list[Any]:
         """A BatchStrOutput's fields: the texts, each passed column where the release's

@@ -175,6 +175,8 @@ class SglangReader:
         self.out = out or (lambda parts: parts)
         # a release that sends pickles (0.5.12-0.5.14): only from SGLang's own process tree
         self.pickle_ipc = plan.layout.ipc == "pickle"
+        # SGLang 0.5.15-0.5.18 send an `array` as a [typecode, bytes] pair, not an ext
+        self.pairs = plan.layout.arrays == "pair"
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
         self.keep = keep_stop_ids
@@ -262,7 +264,8 @@ class SglangReader:
 
     def _step(self, r: Columns, where: dict[str, int]) -> Step:
         rids, n = r.rids, len(r.rids)
-        flat, counts = wire.ids_column(r.decode_ids)
+        flat, counts = wire.ids_of_pairs(r.decode_ids) if self.pairs \
+            else wire.ids_column(r.decode_ids)
         owner = list(map(where.get, rids))
         firsts = FirstRows()
         self._refuse(r, counts, owner, firsts)
@@ -292,10 +295,12 @@ class SglangReader:
         rids: list[str] = []
         for name, decoder in _READ.items():
             i = at[name]
+            if name == "decode_ids" and self.pairs:
+                decoder = _pairs_decoder
             try:
                 got[name] = decoder.decode(fields[i]) if i < have else None
             except msgspec.ValidationError as exc:
-                if name != "decode_ids":
+                if name != "decode_ids" or self.pairs:
                     raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
                 got[name] = _any_ids(fields[i], rids)
             except msgspec.DecodeError as exc:
@@ -328,8 +333,8 @@ class SglangReader:
         """Every other column is nil, [] (absent for every row) or one entry per row."""
         have, nil = len(fields), wire.NIL
         for name, i in others:
-            if i >= have or fields[i] == nil:
-                continue
+            if i >= have or fields[i] == nil or wire.is_wrapped(fields[i]):
+                continue  # absent, or one pickle of the whole message's value
             got = wire.array_length(fields[i])
             if got == -2:
                 raise FrameError("columns", f"{name} is not a list", rids)
@@ -343,7 +348,7 @@ class SglangReader:
         cols = [fields[i] for i in self.plan.passed_at]
         for k in self.plan.b64:
             if cols[k] != nil:
-                cols[k] = wire.b64_tensors(cols[k])
+                cols[k] = wire.b64_tensors(cols[k], self.pairs)
         return cols
 
     def _refuse(self, r: Columns, counts: list[int], owner: list[int | None],
@@ -439,6 +444,7 @@ def _beam_rows(fields: list[Raw], at: int) -> frozenset[int]:
 _ROW_FIELDS = ("finished_reasons", "decoded_texts", "decode_ids", "read_offsets",
                "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
                "prompt_tokens", "reasoning_tokens", "completion_tokens", "cached_tokens")
+_pairs_decoder = msgspec.msgpack.Decoder(list[tuple[str, bytes]] | None)
 _ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]] | None)
 
 

@@ -126,7 +126,7 @@ def cut(columns: Sequence[Any], n: int, parts: list[list[int]],
         value = wire.NIL
         if isinstance(col, list):  # a column the egress decoded (validated: n entries)
             cells = col if i not in whole and len(col) == n else None
-        elif col is not None and i not in whole:
+        elif col is not None and i not in whole and not wire.is_wrapped(col):
             count = wire.array_length(col)
             if count == n and n:
                 cells = wire.rows_of(col)
@@ -282,7 +282,7 @@ class Replies:
             "finished_reasons": [(abort_finish(d.error) if d.error is not None else d.finish)
                                  if d.finish else None for d in deltas],
             "output_strs": [d.text for d in deltas],
-            "output_ids": [wire.array_ext(d.ids) for d in deltas],
+            "output_ids": [self.plan.array(d.ids) for d in deltas],
             "prompt_tokens": counts(lambda u: u.prompt_tokens),
             "completion_tokens": counts(lambda u: u.completion_tokens),
             "reasoning_tokens": counts(lambda u: u.reasoning_tokens),

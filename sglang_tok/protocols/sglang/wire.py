@@ -110,9 +110,11 @@ def buffer_payload(data: bytes | memoryview) -> tuple[Any, memoryview]:
     return msgspec.msgpack.decode(mv[_META.size:at]), mv[at:]
 
 
-def int64_bytes(value: Ext | list[int]) -> bytes:
+def int64_bytes(value: Ext | list[int] | tuple[str, bytes]) -> bytes:
     """One row's ids as little-endian int64 bytes: an `array` ext of any integer typecode,
-    a numpy array ext, or a plain list."""
+    a numpy array ext, SGLang 0.5.15-0.5.18's `[typecode, bytes]` pair, or a plain list."""
+    if isinstance(value, tuple):
+        return _pair_bytes(*value)
     if isinstance(value, list):
         return array("q", value).tobytes()
     data: bytes = value.data  # type: ignore[assignment]  # bytes when msgspec decodes it
@@ -130,6 +132,38 @@ def int64_bytes(value: Ext | list[int]) -> bytes:
         if dtype.kind in "iu":
             return np.frombuffer(raw, dtype).astype("<i8").tobytes()
     raise ValueError(f"decode_ids entry is ext {value.code} {meta!r:.40}, not integer ids")
+
+
+def _pair_bytes(typecode: str, raw: bytes) -> bytes:
+    if typecode == "q":
+        if len(raw) & 7:
+            raise ValueError(f"an int64 array of {len(raw)} bytes")
+        return raw
+    if len(typecode) != 1 or typecode not in "bBhHiIlLqQ":
+        raise ValueError(f"decode_ids entry is an array of {typecode!r:.8}, not integer ids")
+    size = array(typecode).itemsize
+    if len(raw) % size:
+        raise ValueError(f"an array of {typecode!r} of {len(raw)} bytes")
+    signed = "i" if typecode.islower() else "u"
+    return np.frombuffer(raw, f"<{signed}{size}").astype("<i8").tobytes()
+
+
+def ids_of_pairs(values: list[tuple[str, bytes]]) -> tuple[np.ndarray, list[int]]:
+    """`ids_column` for SGLang 0.5.15-0.5.18, which send each row's `array("q")` as a
+    `[typecode, bytes]` pair: one join where every row is int64, else row by row."""
+    if all(code == "q" for code, _ in values):
+        raws = [raw for _, raw in values]
+        lens = list(map(len, raws))
+        if any(n & 7 for n in lens):
+            raise ValueError("an int64 array whose bytes are not a whole number of ids")
+        return np.frombuffer(b"".join(raws), "<i8"), [n >> 3 for n in lens]
+    rows = [_pair_bytes(code, raw) for code, raw in values]
+    return np.frombuffer(b"".join(rows), "<i8"), [len(b) >> 3 for b in rows]
+
+
+def array_pair(ids: Any) -> list[Any]:
+    """An `array("q")` as SGLang 0.5.15-0.5.18's encoder writes it: [typecode, bytes]."""
+    return ["q", array("q", ids).tobytes()]
 
 
 _Q_HEAD = np.frombuffer(_Q_PREFIX, np.uint8)
@@ -178,12 +212,17 @@ def _ids_by_row(values: list[Any]) -> tuple[np.ndarray, list[int]]:
     return np.frombuffer(b"".join(rows), "<i8"), [len(b) >> 3 for b in rows]
 
 
-def b64_tensors(raw: Raw) -> Raw:
-    """Per-row tensors (ext 2 or 3) as the base64 of their raw bytes, as SGLang's
-    detokenizer sends `routed_experts` and `indexer_topk` on; nil stays nil."""
+def b64_tensors(raw: Raw, pairs: bool = False) -> Raw:
+    """Per-row tensors (ext 2 or 3; with `pairs`, SGLang 0.5.15-0.5.18's `[shape, dtype,
+    bytes]`) as the base64 of their raw bytes, as SGLang's detokenizer sends
+    `routed_experts` and `indexer_topk` on; nil stays nil."""
     if array_length(raw) < 0:
         return raw
     out: list[str | None] = []
+    if pairs:
+        for row in _tensor_rows.decode(raw):
+            out.append(None if row is None else base64.b64encode(row[2]).decode("ascii"))
+        return Raw(encoder.encode(out))
     for item in _ext_rows.decode(raw):
         if item is None:
             out.append(None)
@@ -191,6 +230,18 @@ def b64_tensors(raw: Raw) -> Raw:
         _, data = buffer_payload(item.data)  # type: ignore[arg-type]
         out.append(base64.b64encode(data).decode("ascii"))
     return Raw(encoder.encode(out))
+
+
+_tensor_rows = msgspec.msgpack.Decoder(list[tuple[Any, str, bytes] | None])
+
+
+# how SGLang's `PickleWrapper(data)` starts on the wire: one pickle of a whole field
+_WRAPPER_HEAD = b"\x92\xadPickleWrapper"
+
+
+def is_wrapped(raw: Raw | bytes) -> bool:
+    """A field that is one pickle of the whole message's value, not an entry per row."""
+    return memoryview(raw)[:len(_WRAPPER_HEAD)] == _WRAPPER_HEAD
 
 
 def rows_of(raw: Raw) -> list[Raw]:
@@ -207,11 +258,13 @@ def encode_message(tag: str, fields: list[Any]) -> bytes:
 def encode_token_ids(rows: dict[str, list[Any]], layout: Layout | None = None) -> bytes:
     """A BatchTokenIDOutput of a release (default: the newest tested) from columns by field
     name (tests, benchmarks and tools build scheduler messages with it); a missing column is
-    nil, ids lists become `array` exts."""
+    nil, ids lists become `array`s as the release writes them."""
+    layout = layout or builtin()
+    as_array = array_pair if layout.arrays == "pair" else array_ext
     fields: list[Any] = []
-    for name in (layout or builtin()).token_ids:
+    for name in layout.token_ids:
         val = rows.get(name)
         if name in ("decode_ids", "output_ids") and val is not None:
-            val = [v if isinstance(v, Ext) else array_ext(v) for v in val]
+            val = [v if isinstance(v, Ext) else as_array(v) for v in val]
         fields.append(val)
     return encode_message("BatchTokenIDOutput", fields)
