@@ -18,8 +18,8 @@ from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, keep_table
 
 from ..decoding.attribution import Attributor
-from ..decoding.interface import Decoded, PlainRows, SlotStart, row_in_vocab
-from ..decoding.slots import ATTR, SEL, Slots
+from ..decoding.interface import Decoded, PlainRows, row_in_vocab
+from ..decoding.slots import ATTR, SEL, Slots, SlotStart
 from .attribution import decode_attributed, push_attributed
 from .codec import flush_held, prompt_state, push
 from .lookup import IdTexts, decode_mapped

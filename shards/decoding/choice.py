@@ -20,8 +20,8 @@ from ..byte_fallback.table import fallback_table
 from ..byte_level.decoder import ByteLookup, ByteLoop
 from ..window.decoder import WindowDecoder
 from .attribution import Attributor
-from .interface import Decoded, PlainRows, RowDecoder, SlotStart
-from .slots import Slots
+from .interface import Decoded, PlainRows, RowDecoder
+from .slots import Slots, SlotStart
 
 I64 = npt.NDArray[np.int64]
 

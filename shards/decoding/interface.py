@@ -16,7 +16,7 @@ runs one suite over its two HTTP implementations."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -24,9 +24,7 @@ import numpy.typing as npt
 from sglang_tok.protocols.native.control import Open
 
 from .attribution import Attributor
-
-if TYPE_CHECKING:
-    from .slots import Slots
+from .slots import Slots, SlotStart
 
 I64 = npt.NDArray[np.int64]
 Attribution = tuple[int, int, int]  # [token_id, kind, byte offset in the row's text]
@@ -53,20 +51,6 @@ def row_in_vocab(ids: list[int], vocab: int) -> list[int]:
 
 
 # ------------------------------------------------------------------ what a decoder takes
-class SlotStart(NamedTuple):
-    """A slot's decoder state after its request's prompt: pending bytes (an incomplete
-    character, or an open byte run), characters to pass over (what decode(P) showed of
-    them), whether the text has begun (a leading-space strip is spent), which of the
-    family's id tables the request decodes with, and a state that is not numbers (the
-    window family's window; None for the others)."""
-
-    pending: bytes
-    skip: int
-    started: bool
-    sel: int
-    window: Any = None
-
-
 class PlainRows(NamedTuple):
     """A message's plain rows as a decoder takes them: their message rows, slots and the
     slots' numbers (`Slots.meta`, read before), ids (in [0, vocab], stop tokens blanked) and

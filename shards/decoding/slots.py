@@ -12,11 +12,9 @@ never changes decoder, and nothing is handed over when one ends by an ERROR or A
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-
-from .interface import SlotStart
 
 if TYPE_CHECKING:  # a slot holds a request; the request module uses the shard's rules
     from ..messages.request import Request
@@ -35,6 +33,20 @@ COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "si
 (KIND, SEL, PEND, SKIP, STARTED, COMPLETION, SINCE, PROMPT, CACHED,
  LP_TEXT, CONT_USAGE, ATTR) = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
+
+
+class SlotStart(NamedTuple):
+    """A slot's decoder state after its request's prompt: pending bytes (an incomplete
+    character, or an open byte run), characters to pass over (what decode(P) showed of
+    them), whether the text has begun (a leading-space strip is spent), which of the
+    family's id tables the request decodes with, and a state that is not numbers (the
+    window family's window; None for the others)."""
+
+    pending: bytes
+    skip: int
+    started: bool
+    sel: int
+    window: Any = None
 
 
 class SlotMarks:

@@ -33,7 +33,7 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "logprob_text"
     if opts.attribution and info.byte_table is None:
         # byte fallback: a byte run's ids are anchored per character when the run ends
-        # (shards/byte_fallback/attribution.py), which the array decoder does not track
+        # (shards/decoding/runs.py), which the array decoder does not track
         return "attribution"
     if opts.reasoning_parser or opts.tool_parser:
         return "parser"

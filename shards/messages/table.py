@@ -31,8 +31,8 @@ from sglang_tok.tokenizer import TokenizerInfo
 from shards.messages.request import Request, make_request, refusal
 
 from ..decoding.choice import decoder_for, family_for
-from ..decoding.interface import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
-from ..decoding.slots import KIND, PLAIN, Slots
+from ..decoding.interface import Decoded, PlainRows, RowDecoder, in_vocab
+from ..decoding.slots import KIND, PLAIN, Slots, SlotStart
 from ..ending.assembly import LastRow, end_rows
 from ..ending.rules import Ends, blank_stop_tokens, ends_of, stop_string
 from ..ending.sent import SentLog
