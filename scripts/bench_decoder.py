@@ -53,7 +53,7 @@ from sglang_tok.protocols.native import batch, control, output
 from sglang_tok.protocols.native import packed as native_packed
 from sglang_tok.protocols.native.deltas import DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from shards.decoding.choice import family_for
+from shards.decoders import decoders_for
 from shards.decoding.slots import Slots
 from shards.messages import table as table_mod
 from shards.messages.paths import row_reason
@@ -116,7 +116,7 @@ def run_decodestream(w: Workload) -> float:
 def run_stream(w: Workload) -> tuple[float, dict[str, list[str]]]:
     slots: dict[str, int] = {}
     got: dict[str, list[str]] = {}
-    dec = family_for(w.info)
+    dec = decoders_for(w.info).per_row
     state = Slots(len(w.reqs))
     t0 = time.perf_counter()
     push = dec.push

@@ -9,10 +9,11 @@ shards/byte_level/decoder.py), SentencePiece byte fallback (Llama-2, Mistral: ru
 <0xNN> ids decide their text as a whole, shards/byte_fallback/decoder.py) and every other
 decoder chain (WordPiece: a bounded window of ids through `tokenizers`' own decode,
 shards/window/decoder.py). Each family has one reference implementation and at most one
-vectorised one of `decode`; the per-row methods are the reference's.
-shards/decoding/choice.py picks one per tokenizer, once, as vLLM's detokenizer picks a
-backend; tests hand the table the one they check and run one suite over each, as uvicorn
-runs one suite over its two HTTP implementations."""
+vectorised one of `decode`; the per-row methods are the reference's. The families know
+only this floor (shards/decoding/), never each other; shards/decoders.py, a floor above
+them, picks one per tokenizer, once, as vLLM's detokenizer picks a backend, and its shard's
+table takes what it picks; tests hand the table the one they check and run one suite over
+each, as uvicorn runs one suite over its two HTTP implementations."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Which path a request's rows take in its shard, decided once, at its first row.
 
-The array path (shards/decoding/choice.py) decodes a message's plain rows together, from
+The array path (shards/decoders.py) decodes a message's plain rows together, from
 per-slot arrays; it knows text, ids, usage, logprob values and their texts, and (for
 byte-level BPE, whose ids' byte lengths give the anchors: shards/byte_level/attribution.py)
 attribution, nothing else. Everything else needs per-request Python state and takes the

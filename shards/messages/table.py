@@ -3,20 +3,21 @@
 Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids are
 bound, its rows planned once (`Plan`: plain rows, the last rows that end with them, per-row
 rows, late rows), the plain ones decoded by the tokenizer family's decoder
-(shards/decoding/choice.py, injected: tests choose the implementation), the last ones ended
-by shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
-request that needs more than the array path knows keeps a `Request` and takes the per-row
-path; shards/messages/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT,
-DROP) name rids, so rids map to slots too. Requests are never evicted to make room (SGLang
-issue #2812): past `max_requests` a new rid is refused with a terminal error, and ended
-rids are remembered (bounded) so that late rows are ignored instead of reopening."""
+(shards/decoders.py, or injected: tests choose the implementation), the last ones ended by
+shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
+request that needs more than the array path knows keeps a `Request`, which the table hands
+the per-row decoder, and takes the per-row path; shards/messages/paths.py decides which,
+once. Control messages (OPEN, ERROR, ABORT, DROP) name rids, so rids map to slots too.
+Requests are never evicted to make room (SGLang issue #2812): past `max_requests` a new rid
+is refused with a terminal error, and ended rids are remembered (bounded) so that late rows
+are ignored instead of reopening."""
 
 from __future__ import annotations
 
 from collections import Counter
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -30,8 +31,8 @@ from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 from shards.messages.request import Request, make_request, refusal
 
-from ..decoding.choice import decoder_for, family_for
-from ..decoding.interface import Decoded, PlainRows, RowDecoder, in_vocab
+from ..decoders import Decoders, decoders_for
+from ..decoding.interface import Decoded, PlainRows, in_vocab
 from ..decoding.slots import KIND, PLAIN, Slots, SlotStart
 from ..ending.assembly import LastRow, end_rows
 from ..ending.rules import Ends, blank_stop_tokens, ends_of, stop_string
@@ -66,9 +67,9 @@ class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
-                 decoder: RowDecoder | Literal[False] | None = None) -> None:
-        """`decoder`: how plain rows are decoded (shards/decoding/choice.py); None for the
-        tokenizer family's default, False for none (every request takes the per-row path)."""
+                 decoders: Decoders | None = None) -> None:
+        """`decoders`: how plain rows and per-row requests are decoded (None: the
+        tokenizer's own, `decoders_for`)."""
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
@@ -77,10 +78,10 @@ class RidTable:
         self.max_stop_len = max_stop_len
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
-        self.decoder = decoder_for(info) if decoder is None else decoder or None
-        # the per-row path's decoder: the array path's, so that a request keeps one, or
-        # (without one: WordPiece, no text) the tokenizer family's
-        self.rows = self.decoder or family_for(info)
+        # the array path's decoder (None: every request per row), and the per-row path's:
+        # the array path's, so that a request keeps one, or (without one: WordPiece, no
+        # text) the tokenizer family's
+        self.decoder, self.rows = decoders_for(info) if decoders is None else decoders
         self._fresh = self.decoder.start(_DEFAULT_OPEN) if self.decoder is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet

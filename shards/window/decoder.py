@@ -16,7 +16,7 @@ non-byte id (or the end) closes it; everything before it is released at once. Su
 attributed by the byte-run rule (shards/decoding/runs.py).
 
 There is one implementation, the reference; its tokenizers take the per-row path only
-(`decoders.decoder_for` gives them no array decoder).
+(shards/decoders.py gives them no array decoder).
 """
 
 from __future__ import annotations

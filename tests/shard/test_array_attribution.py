@@ -34,7 +34,6 @@ from shards.messages import table as table_mod
 from shards.messages.paths import row_reason
 
 FORMATS = ("deltas", "columnar", "packed")
-pytestmark = pytest.mark.usefixtures("plain_decoders_once")
 
 
 def _per_row_rule(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> str | None:
