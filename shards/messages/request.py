@@ -96,7 +96,7 @@ class Request:
     def take_slot(self, slot: int) -> None:
         """Bind the request's decoder state, after its prompt, to `slot` of its state."""
         self.slot = slot
-        self.state.bind_row(slot, self, self.decoder.start(self.opts, self.keep))
+        self.state.bind_row(slot, self.rid, self.decoder.start(self.opts, self.keep))
         if self.opts.attribution:
             self.attr = self.decoder.attributor(self.state, slot)
 

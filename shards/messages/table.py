@@ -5,12 +5,13 @@ bound, its rows planned once (`Plan`: plain rows, the last rows that end with th
 rows, late rows), the plain ones decoded by the tokenizer family's decoder
 (shards/decoders.py, or injected: tests choose the implementation), the last ones ended by
 shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
-request that needs more than the array path knows keeps a `Request`, which the table hands
-the per-row decoder, and takes the per-row path; shards/messages/paths.py decides which,
-once. Control messages (OPEN, ERROR, ABORT, DROP) name rids, so rids map to slots too.
-Requests are never evicted to make room (SGLang issue #2812): past `max_requests` a new rid
-is refused with a terminal error, and ended rids are remembered (bounded) so that late rows
-are ignored instead of reopening."""
+request that needs more than the array path knows takes the per-row path: the table keeps
+its `Request` by slot, beside the slots' arrays (shards/decoding/slots.py), and hands it the
+per-row decoder; shards/messages/paths.py decides which path, once. Control messages (OPEN,
+ERROR, ABORT, DROP) name rids, so rids map to slots too. Requests are never evicted to make
+room (SGLang issue #2812): past `max_requests` a new rid is refused with a terminal error,
+and ended rids are remembered (bounded) so that late rows are ignored instead of
+reopening."""
 
 from __future__ import annotations
 
@@ -78,6 +79,8 @@ class RidTable:
         self.max_stop_len = max_stop_len
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
+        # the per-row requests, by slot (the slots' arrays hold numbers)
+        self.requests: dict[int, Request] = {}
         # the array path's decoder (None: every request per row), and the per-row path's:
         # the array path's, so that a request keeps one, or (without one: WordPiece, no
         # text) the tokenizer family's
@@ -119,6 +122,7 @@ class RidTable:
         if slot is not None:
             self.state.free(slot)
             self.opts.pop(slot, None)
+            self.requests.pop(slot, None)
         self._mark_ended(rid)
         self.counters.finished += 1
         if by_service:
@@ -157,6 +161,7 @@ class RidTable:
             req = opened.req
             req.prompt_tokens, req.cached_tokens = prompt, cached
             req.take_slot(slot)
+            self.requests[slot] = req
             return
         assert opened.start is not None
         self.state.bind_plain(slot, rid, opened.start, since, prompt, cached,
@@ -325,13 +330,13 @@ class RidTable:
         mapped = in_vocab(msg.ids, self.info.vocab_size)  # the ids as the decoder takes them
         safe_ids = None if mapped is msg.ids else mapped.tolist()
         st = list(range(plan.n + 1)) if plan.id_starts is None else plan.id_starts.tolist()
-        objs = self.state.objs
+        request = self.requests.get
         carrying = fams.get().carrying.tolist() if fams.families else None
         ends, slots = plan.ends, plan.slots.tolist()
         ran = 0
         for row in plan.per_row:
             slot = slots[row]
-            req = objs[slot]
+            req = request(slot)
             if req is None:
                 continue  # ended earlier in this message (a stop string), or never bound
             end = ends.get(row)
@@ -384,7 +389,7 @@ class RidTable:
         slot = self.by_rid.get(rid)
         opened = self.opened.get(rid)
         if slot is not None:
-            req = self.state.objs[slot]
+            req = self.requests.get(slot)
             if req is None:  # a plain request: the end rules on its slot, as its last row
                 return self._end_plain(slot, rid, error, out)
         elif opened is not None:
@@ -434,6 +439,7 @@ class RidTable:
             self._end(rid, message, out)
             self.self_ended.append(rid)
         self.state = Slots()
+        self.requests.clear()
         self.sent = SentLog()
         self.opts.clear()
 
