@@ -10,10 +10,16 @@ path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
 ARRAY = "array"
+# the rule a shard's table asks (`row_reason`, unless a test or a benchmark gives another):
+# (the OPEN or None, the tokenizer, whether the shard has an array decoder) -> the reason
+PathRule = Callable[[Open | None, TokenizerInfo, bool], str | None]
+
 
 def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> str | None:
     """None for the array path, else why the request needs the per-row path.

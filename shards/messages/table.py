@@ -7,11 +7,11 @@ rows, late rows), the plain ones decoded by the tokenizer family's decoder
 shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
 request that needs more than the array path knows takes the per-row path: the table keeps
 its `Request` by slot, beside the slots' arrays (shards/decoding/slots.py), and hands it the
-per-row decoder; shards/messages/paths.py decides which path, once. Control messages (OPEN,
-ERROR, ABORT, DROP) name rids, so rids map to slots too. Requests are never evicted to make
-room (SGLang issue #2812): past `max_requests` a new rid is refused with a terminal error,
-and ended rids are remembered (bounded) so that late rows are ignored instead of
-reopening."""
+per-row decoder; shards/messages/paths.py decides which path, once (its rule injected too).
+Control messages (OPEN, ERROR, ABORT, DROP) name rids, so rids map to slots too. Requests
+are never evicted to make room (SGLang issue #2812): past `max_requests` a new rid is
+refused with a terminal error, and ended rids are remembered (bounded) so that late rows
+are ignored instead of reopening."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from ..decoding.slots import KIND, PLAIN, Slots, SlotStart
 from ..ending.assembly import LastRow, end_rows
 from ..ending.rules import Ends, blank_stop_tokens, ends_of, stop_string
 from ..ending.sent import SentLog
-from .paths import ARRAY, row_reason
+from .paths import ARRAY, PathRule, row_reason
 from .plan import Plan, gather, per_row_rows, record, split_ends
 from .rows_out import Families, attributions, continuous_usage, logprob_texts, write_rows
 
@@ -68,9 +68,10 @@ class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
-                 decoders: Decoders | None = None) -> None:
+                 decoders: Decoders | None = None, path_rule: PathRule = row_reason) -> None:
         """`decoders`: how plain rows and per-row requests are decoded (None: the
-        tokenizer's own, `decoders_for`)."""
+        tokenizer's own, `decoders_for`); `path_rule`: which path a request takes
+        (shards/messages/paths.py)."""
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
@@ -85,6 +86,7 @@ class RidTable:
         # the array path's, so that a request keeps one, or (without one: WordPiece, no
         # text) the tokenizer family's
         self.decoder, self.rows = decoders_for(info) if decoders is None else decoders
+        self.path_rule = path_rule
         self._fresh = self.decoder.start(_DEFAULT_OPEN) if self.decoder is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
@@ -171,7 +173,7 @@ class RidTable:
             self.opts[slot] = opened.opts
 
     def _prepare(self, rid: str, opts: Open | None) -> _Opened:
-        reason = row_reason(opts, self.info, self.decoder is not None)
+        reason = self.path_rule(opts, self.info, self.decoder is not None)
         if reason is not None:
             return _Opened(opts or _DEFAULT_OPEN, reason,
                            make_request(rid, self.info, opts, self.rows, self.state, None), None)
