@@ -53,9 +53,8 @@ from sglang_tok.protocols.native import batch, control, output
 from sglang_tok.protocols.native import packed as native_packed
 from sglang_tok.protocols.native.deltas import DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from shards.decoding.choice import family_for
+from shards.decoders import decoders_for
 from shards.decoding.slots import Slots
-from shards.messages import table as table_mod
 from shards.messages.paths import row_reason
 from shards.messages.table import RidTable
 
@@ -116,7 +115,7 @@ def run_decodestream(w: Workload) -> float:
 def run_stream(w: Workload) -> tuple[float, dict[str, list[str]]]:
     slots: dict[str, int] = {}
     got: dict[str, list[str]] = {}
-    dec = family_for(w.info)
+    dec = decoders_for(w.info).per_row
     state = Slots(len(w.reqs))
     t0 = time.perf_counter()
     push = dec.push
@@ -145,9 +144,8 @@ def run_ours(w: Workload, frames: list[bytes], opens: list[control.Open] | None,
     """The shard's table alone: the egress's routing is done before the clock starts, as
     it runs in another process. `per_row`: attribution on the per-row path; `keep`: record
     attributions as `mode`."""
-    table = RidTable(w.info, 0, max_requests=1 << 20)
-    if per_row:
-        table_mod.row_reason = _per_row_attribution
+    table = RidTable(w.info, 0, max_requests=1 << 20,
+                     path_rule=_per_row_attribution if per_row else row_reason)
     msgs = route_arrays([batch.decode_batch(f) for f in frames],
                         [o.rid for o in opens or ()])
     out: Any = DeltasOut()
@@ -170,7 +168,6 @@ def run_ours(w: Workload, frames: list[bytes], opens: list[control.Open] | None,
         if keep:
             kept.append(out)
     dt = time.perf_counter() - t0
-    table_mod.row_reason = row_reason
     if keep:  # after the clock
         collect(attrs, keep, chain.from_iterable(kept))
     for raw in encoded:  # after the clock: the frontend's work

@@ -64,7 +64,7 @@ from sglang_tok.protocols.native.output import decode_output, encode_output, out
 from sglang_tok.protocols.native.packed import Packed
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from shards.decoding.choice import family_for
+from shards.decoders import Decoders, decoders_for
 from shards.decoding.interface import RowDecoder
 from shards.decoding.slots import Slots
 from shards.messages.table import RidTable
@@ -282,6 +282,7 @@ def output(rng: random.Random, texts: list[str], write: Writer,
 class Trace(NamedTuple):
     fmt: str
     info: TokenizerInfo
+    dec: RowDecoder  # the shard's decoder for its tokenizer, built with the trace
     reqs: list[list[int]]  # per request, its ids
     order: list[tuple[int, list[int]]]  # (request, row ids), interleaved as a scheduler would
     calls: int  # written
@@ -316,8 +317,8 @@ def trace(fmt: str, n: int, concurrency: int, max_row: int, seed: int,
                 still.append(nxt)
                 nxt += 1
         live = still
-    return Trace(fmt, info, reqs, order, sum(c for _, c, _ in outs), sum(map(len, reqs)),
-                 call_ids, {})
+    return Trace(fmt, info, decoders_for(info).per_row, reqs, order,
+                 sum(c for _, c, _ in outs), sum(map(len, reqs)), call_ids, {})
 
 
 class Bench(NamedTuple):
@@ -360,7 +361,7 @@ def run(tr: Trace, config: dict[str, Any] | None,
         keep = marker_token_ids(info, make_parsed_stream(**config).markers)
     left = [len(ids) for ids in reqs]
     t0 = time.process_time()
-    dec, state = family_for(info), Slots(n)  # the shard's decoder, a slot per request
+    dec, state = tr.dec, Slots(n)  # the shard's decoder, a slot per request
     start = dec.start(Open("r"), keep)
     for r in range(n):
         state.bind_plain(r, "r", start, 0, 0, 0)
@@ -437,7 +438,8 @@ def plainless_table(info: TokenizerInfo, size: int) -> RidTable:
     """A RidTable without an array decoder, as for a tokenizer the array path cannot decode:
     a request without options then runs the same per-row machinery (Request.row) a parsed
     one does."""
-    table = RidTable(info, 0, max_requests=size, ended_memory=size, decoder=False)
+    table = RidTable(info, 0, max_requests=size, ended_memory=size,
+                     decoders=Decoders(None, decoders_for(info).per_row))
     assert table.decoder is None and table._fresh is None
     return table
 
@@ -649,7 +651,7 @@ def latency_mode(info: TokenizerInfo) -> int:
         name_end = text.index("write") + len("write")
         for mode in ("incremental", "whole"):
             p = make_parsed_stream(**config, tool_stream=mode, tools=WRITE_TOOL)
-            dec, state = family_for(info), Slots(1)  # a request's decoding, markers kept
+            dec, state = decoders_for(info).per_row, Slots(1)  # a request's decoding, markers kept
             state.bind_plain(0, "r", dec.start(Open("r"), marker_token_ids(info, p.markers)),
                              0, 0, 0)
             seen, args, at = "", "", {}

@@ -1,9 +1,6 @@
 import os
 import sys
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -30,20 +27,3 @@ def _load_builtins_once() -> None:
 
 
 _load_builtins_once()
-
-
-@pytest.fixture(scope="module")
-def plain_decoders_once() -> Iterator[None]:
-    """Every RidTable of a module made with its default decoder shares it, built once (a
-    decoder's tables are read-only; a request's state lives in the table's Slots), since a
-    property test makes fresh tables for every example."""
-    from decoding import cached_decoder
-
-    from shards.messages import table
-
-    real = table.decoder_for
-    table.decoder_for = cached_decoder  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        table.decoder_for = real

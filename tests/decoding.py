@@ -1,9 +1,11 @@
 """The array path's decoder implementations, for tests that run one suite over each.
 
 Each tokenizer family has a reference loop and a vectorised implementation
-(shards/decoding/choice.py); a test injects the one it checks into its `RidTable`. The
+(shards/decoders.py); a test injects the one it checks into its `RidTable`. The
 vectorised one is forced onto every message it can take (`min_rows` 1); "mixed" loops
-below 3 rows and is vectorised from 3, so that one request's rows meet both.
+below 3 rows and is vectorised from 3, so that one request's rows meet both. A tokenizer's
+decoders are built once per test session and implementation (`cached_decoders`), and
+injected into every table and request that a test makes here.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 from sglang_tok.harness import zoo
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
-from shards.decoding.choice import decoder_for, family_for
+from shards.decoders import Decoders, decoders_for
 from shards.decoding.interface import RowDecoder
 from shards.decoding.slots import Slots
 from shards.messages.table import RidTable
@@ -42,24 +44,29 @@ IMPLEMENTATIONS: dict[str, tuple[bool, int | None]] = {
     "reference": (False, None), "vectorised": (True, 1)}
 MIXED = {**IMPLEMENTATIONS, "mixed": (True, 3)}
 
-_made: dict[tuple[int, bool, int | None], tuple[TokenizerInfo, RowDecoder | None]] = {}
+_made: dict[tuple[int, bool, int | None], tuple[TokenizerInfo, Decoders]] = {}
 
 
-def cached_decoder(info: TokenizerInfo, vectorised: bool = True,
-                   min_rows: int | None = None) -> RowDecoder | None:
-    """`decoder_for`, built once per tokenizer and implementation (a decoder's tables are
-    read-only: the requests' state lives in each table's Slots)."""
+def cached_decoders(info: TokenizerInfo, vectorised: bool = True,
+                    min_rows: int | None = None) -> Decoders:
+    """`decoders_for`, built once per tokenizer and implementation (a decoder's tables are
+    read-only: the requests' state lives in each table's Slots), since a property test
+    makes fresh tables for every example."""
     key = (id(info), vectorised, min_rows)
     if key not in _made:
-        _made[key] = (info, decoder_for(info, vectorised, min_rows))  # info keeps its id
+        _made[key] = (info, decoders_for(info, vectorised, min_rows))  # info keeps its id
     return _made[key][1]
 
 
 def table_on(info: TokenizerInfo, implementation: str, shard: int = 0, **kw: Any) -> RidTable:
     """A shard's table whose plain rows take this implementation (`MIXED`'s names)."""
     vectorised, min_rows = MIXED[implementation]
-    return RidTable(info, shard, decoder=cached_decoder(info, vectorised, min_rows) or False,
-                    **kw)
+    return RidTable(info, shard, decoders=cached_decoders(info, vectorised, min_rows), **kw)
+
+
+def default_table(info: TokenizerInfo, shard: int = 0, **kw: Any) -> RidTable:
+    """A shard's table with the tokenizer's own decoders (`decoders_for`'s defaults)."""
+    return RidTable(info, shard, decoders=cached_decoders(info), **kw)
 
 
 Push = Callable[[list[int]], str]
@@ -70,7 +77,7 @@ def decoding(info: TokenizerInfo, skip: bool = True, prompt: Iterable[int] = (),
              ) -> tuple[Push, Callable[[], str]]:
     """One request's rows through a shard's decoder (the tokenizer family's unless given),
     on a one-slot state: (push a row's ids -> its text, flush -> what the slot still holds)."""
-    dec = decoder or family_for(info)
+    dec = decoder or cached_decoders(info).per_row
     state = one_slot(dec, skip, prompt, keep)
 
     def push(ids: list[int]) -> str:

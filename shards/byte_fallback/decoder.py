@@ -5,8 +5,8 @@ run (any length: the arrays widen), `skip` counts the characters of a prompt's r
 pass over, and `started` says whether the request's text has begun (the decoder's
 leading-space strip is then spent). One codec step advances them (`rows.step`).
 `FallbackLoop` is the reference: a message's rows one at a time (`decode_rows_loop`), and a
-per-row request's rows as they come, attributed by the run rule
-(shards/byte_fallback/attribution.py) when the request asks; `FallbackArrays` the
+per-row request's rows as they come, attributed by the byte-run rule
+(shards/decoding/runs.py, through `FallbackRun`) when the request asks; `FallbackArrays` the
 vectorised implementation (`decode_rows_fallback`) for messages of `min_rows` rows or more.
 Both take a message that names a slot twice one row at a time, in order."""
 
@@ -19,9 +19,9 @@ from sglang_tok.protocols.native.control import Open
 from sglang_tok.ragged import ragged_index
 
 from ..decoding.attribution import Attributor
-from ..decoding.interface import Decoded, PlainRows, SlotStart, row_in_vocab
-from ..decoding.slots import PEND, SEL, SKIP, STARTED, Slots
-from .attribution import FallbackRun, RunAttributor
+from ..decoding.interface import Decoded, PlainRows, row_in_vocab
+from ..decoding.runs import BYTE_ID, DROPPED, OUTSIDE, TEXT_ID, RunAttributor
+from ..decoding.slots import PEND, SEL, SKIP, STARTED, Slots, SlotStart
 from .rows import (
     FallbackDecoded,
     decode_rows_fallback,
@@ -30,7 +30,7 @@ from .rows import (
     prompt_state,
     step,
 )
-from .table import FallbackTable, with_kept
+from .table import BYTE, TEXT, FallbackTable, with_kept
 
 I64 = npt.NDArray[np.int64]
 
@@ -143,3 +143,38 @@ class FallbackArrays(FallbackLoop):
                 skip: I64) -> FallbackDecoded:
         call = decode_rows_fallback if len(table_sel) >= self.min_rows else decode_rows_loop
         return call(tab, ids, id_starts, table_sel, run_bytes, run_len, started, skip)
+
+
+class FallbackRun:
+    """A slot of a byte-fallback tokenizer, as the byte-run rule sees it (`runs.RunOps`)."""
+
+    __slots__ = ("dec", "state", "slot")
+
+    def __init__(self, dec: FallbackLoop, state: Slots, slot: int) -> None:
+        self.dec, self.state, self.slot = dec, state, slot
+
+    def kind(self, tid: int) -> int:
+        dec = self.dec
+        if not 0 <= tid < dec.vocab:
+            return OUTSIDE
+        kind = dec.tab.kinds[int(self.state.table_sel[self.slot]) * dec.tab.stride + tid]
+        return TEXT_ID if kind == TEXT else BYTE_ID if kind == BYTE else DROPPED
+
+    def byte(self, tid: int) -> None:
+        self.dec.push(self.state, self.slot, [tid])
+
+    def text(self, tid: int) -> str:
+        return self.dec.push(self.state, self.slot, [tid])
+
+    def run(self, nb: int) -> bytes:
+        return self.state.held(self.slot)[-nb:]
+
+    def start_text(self) -> str | None:
+        state, slot = self.state, self.slot
+        if state.started[slot]:
+            return None
+        return finish(self.dec.tab, state.held(slot), False, 0)
+
+    def flush(self) -> str:
+        _, extra = self.dec.flush(self.state, [0], np.array([self.slot], np.int64))
+        return extra[0] if extra else ""

@@ -11,6 +11,8 @@ request, to the loop."""
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 import numpy.typing as npt
 
@@ -18,8 +20,8 @@ from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, keep_table
 
 from ..decoding.attribution import Attributor
-from ..decoding.interface import Decoded, PlainRows, SlotStart, row_in_vocab
-from ..decoding.slots import ATTR, SEL, Slots
+from ..decoding.interface import Decoded, PlainRows, row_in_vocab
+from ..decoding.slots import ATTR, SEL, Slots, SlotStart
 from .attribution import decode_attributed, push_attributed
 from .codec import flush_held, prompt_state, push
 from .lookup import IdTexts, decode_mapped
@@ -59,10 +61,18 @@ class ByteLoop:
         # per id table (a slot's `table_sel`): specials kept, specials skipped, then one
         # per parser marker set kept visible while skipping (`start`'s `keep`)
         self.tables = [info.byte_table, info.byte_table_skip]
-        self.strs = list(whole_char_texts(info.byte_table, info.byte_table_skip))
         # per table: the ids attribution makes zero-width (the skipped specials)
         self.drops: list[frozenset[int]] = [frozenset(), info.special_ids]
         self._kept: dict[frozenset[int], int] = {}
+
+    @cached_property
+    def strs(self) -> list[list[str | None]]:
+        """Per id table, each id's text when its bytes are whole characters
+        (`whole_char_texts`): made when first asked, by `decode` or by the vectorised
+        implementation when it is built, so that a decoder that only pushes (a request's
+        own, built alone) costs nothing to build."""
+        kept, skipped = whole_char_texts(self.tables[0], self.tables[1])
+        return [kept, skipped, *(whole_char_texts(t)[0] for t in self.tables[2:])]
 
     def start(self, opts: Open, keep: frozenset[int] = frozenset()) -> SlotStart:
         sel = self._table(keep) if keep and opts.skip_special_tokens else \
@@ -77,7 +87,8 @@ class ByteLoop:
             sel = self._kept[keep] = len(self.tables)
             table = keep_table(self.info, keep)
             self.tables.append(table)
-            self.strs.append(whole_char_texts(table)[0])
+            if "strs" in self.__dict__:  # made already: the new table's too
+                self.strs.append(whole_char_texts(table)[0])
             self.drops.append(self.info.special_ids - keep)
         return sel
 

@@ -3,14 +3,15 @@
 Every pushed id gets exactly one attribution, in push order. An id whose text appears is
 "visible" at the start of that new text; ids pending (partial UTF-8) are anchored there too
 once the text comes. Ids of a byte-fallback run are anchored per character when the run
-ends (`run_ended`, with the offsets the run rule gives:
-shards/byte_fallback/attribution.py). A skipped special id is zero-width at the current
-text length; ids still pending at the end are zero-width at the end. Anchors are character
-positions in the request's decoded text, turned into UTF-8 byte offsets local to the delta
-that releases them. Where each id is anchored is its tokenizer family's rule, beside its
-decoder (shards/byte_level/attribution.py for byte-level BPE,
-shards/byte_fallback/attribution.py for byte runs); this queue is what a per-row request
-keeps of them between rows (service stop strings may hold text back, or cut it).
+ends (`run_ended`, with the offsets the run rule gives: shards/decoding/runs.py). A
+skipped special id is zero-width at the current text length; ids still pending at the end
+are zero-width at the end. Anchors are character positions in the request's decoded text,
+turned into UTF-8 byte offsets local to the delta that releases them. Where each id is
+anchored is its tokenizer family's rule, beside its decoder
+(shards/byte_level/attribution.py for byte-level BPE), or the byte-run rule two families
+share (shards/decoding/runs.py: byte fallback, and the window family's byte runs); this
+queue is what a per-row request keeps of them between rows (service stop strings may hold
+text back, or cut it).
 """
 
 from __future__ import annotations

@@ -9,14 +9,15 @@ shards/byte_level/decoder.py), SentencePiece byte fallback (Llama-2, Mistral: ru
 <0xNN> ids decide their text as a whole, shards/byte_fallback/decoder.py) and every other
 decoder chain (WordPiece: a bounded window of ids through `tokenizers`' own decode,
 shards/window/decoder.py). Each family has one reference implementation and at most one
-vectorised one of `decode`; the per-row methods are the reference's.
-shards/decoding/choice.py picks one per tokenizer, once, as vLLM's detokenizer picks a
-backend; tests hand the table the one they check and run one suite over each, as uvicorn
-runs one suite over its two HTTP implementations."""
+vectorised one of `decode`; the per-row methods are the reference's. The families know
+only this floor (shards/decoding/), never each other; shards/decoders.py, a floor above
+them, picks one per tokenizer, once, as vLLM's detokenizer picks a backend, and its shard's
+table takes what it picks; tests hand the table the one they check and run one suite over
+each, as uvicorn runs one suite over its two HTTP implementations."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -24,9 +25,7 @@ import numpy.typing as npt
 from sglang_tok.protocols.native.control import Open
 
 from .attribution import Attributor
-
-if TYPE_CHECKING:
-    from .slots import Slots
+from .slots import Slots, SlotStart
 
 I64 = npt.NDArray[np.int64]
 Attribution = tuple[int, int, int]  # [token_id, kind, byte offset in the row's text]
@@ -53,20 +52,6 @@ def row_in_vocab(ids: list[int], vocab: int) -> list[int]:
 
 
 # ------------------------------------------------------------------ what a decoder takes
-class SlotStart(NamedTuple):
-    """A slot's decoder state after its request's prompt: pending bytes (an incomplete
-    character, or an open byte run), characters to pass over (what decode(P) showed of
-    them), whether the text has begun (a leading-space strip is spent), which of the
-    family's id tables the request decodes with, and a state that is not numbers (the
-    window family's window; None for the others)."""
-
-    pending: bytes
-    skip: int
-    started: bool
-    sel: int
-    window: Any = None
-
-
 class PlainRows(NamedTuple):
     """A message's plain rows as a decoder takes them: their message rows, slots and the
     slots' numbers (`Slots.meta`, read before), ids (in [0, vocab], stop tokens blanked) and

@@ -5,21 +5,18 @@ so a shard's rows arrive as slot numbers and a request's decoder state is one en
 array below, whichever path its rows take: no dict lookup, no object, no string per row. A
 plain request's rows are decoded together with the other plain rows of a message (the array
 path); a request that needs more (stop strings, parsers, `stream: false`, attribution on a
-byte-fallback tokenizer, a window-path tokenizer) also keeps a `Request` object in
-`objs[slot]` for its per-row rules (shards/messages/paths.py decides, once, at its first
-row), and its decoder reads and writes the same arrays one row at a time. So a request
-never changes decoder, and nothing is handed over when one ends by an ERROR or ABORT."""
+byte-fallback tokenizer, a window-path tokenizer) takes a ROW slot, and its shard's table
+keeps a `Request` object beside these arrays, by slot, for its per-row rules
+(shards/messages/paths.py decides, once, at its first row), as vLLM's model runner keeps its
+requests beside its `InputBatch`; its decoder reads and writes the same arrays one row at a
+time. So a request never changes decoder, and nothing is handed over when one ends by an
+ERROR or ABORT."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
-
-from .interface import SlotStart
-
-if TYPE_CHECKING:  # a slot holds a request; the request module uses the shard's rules
-    from ..messages.request import Request
 
 FREE, PLAIN, ROW = 0, 1, 2
 # a slot's numbers: its path (FREE, PLAIN, ROW), its id table (0 specials kept, 1 skipped,
@@ -35,6 +32,20 @@ COLUMNS = ("kind", "table_sel", "pend_len", "skip", "started", "completion", "si
 (KIND, SEL, PEND, SKIP, STARTED, COMPLETION, SINCE, PROMPT, CACHED,
  LP_TEXT, CONT_USAGE, ATTR) = range(len(COLUMNS))
 PENDING = 4  # an incomplete UTF-8 character is at most 3 bytes; one spare keeps rows aligned
+
+
+class SlotStart(NamedTuple):
+    """A slot's decoder state after its request's prompt: pending bytes (an incomplete
+    character, or an open byte run), characters to pass over (what decode(P) showed of
+    them), whether the text has begun (a leading-space strip is spent), which of the
+    family's id tables the request decodes with, and a state that is not numbers (the
+    window family's window; None for the others)."""
+
+    pending: bytes
+    skip: int
+    started: bool
+    sel: int
+    window: Any = None
 
 
 class SlotMarks:
@@ -76,7 +87,6 @@ class Slots:
         # the same rids as an object array: a message's rows take theirs in one gather
         # (a list is the faster of the two for one slot, this for hundreds)
         self.rid_col = np.empty(0, object)
-        self.objs: list[Request | None] = []
         # the window family's windows (shards/window/decoder.py), by slot: its state is not numbers
         self.windows: dict[int, Any] = {}
         self.marks = SlotMarks()
@@ -107,7 +117,6 @@ class Slots:
         col = np.empty(cap, object)
         col[:self.capacity] = self.rid_col
         self.rid_col = col
-        self.objs += [None] * (cap - self.capacity)
         self.capacity = cap
 
     def widen(self, width: int) -> None:
@@ -138,18 +147,17 @@ class Slots:
         self._usage_flag(slot, continuous_usage)
         self._attr_flag(slot, attribution)
         self.rids[slot] = self.rid_col[slot] = rid
-        self.objs[slot] = None
 
-    def bind_row(self, slot: int, req: Request, start: SlotStart) -> None:
-        """A per-row request takes the slot, its decoder's state after the prompt `start`."""
+    def bind_row(self, slot: int, rid: str, start: SlotStart) -> None:
+        """A per-row request takes the slot, its decoder's state after the prompt `start`
+        (its `Request` is kept by the table, by slot)."""
         self.grow(slot + 1)
         self._start(slot, start)
         self.meta[slot, :COMPLETION + 1] = (ROW, start.sel, len(start.pending), start.skip,
                                             start.started, 0)
         self._usage_flag(slot, False)
         self._attr_flag(slot, False)
-        self.rids[slot] = self.rid_col[slot] = req.rid
-        self.objs[slot] = req
+        self.rids[slot] = self.rid_col[slot] = rid
 
     def _start(self, slot: int, start: SlotStart) -> None:
         pend = start.pending
@@ -166,7 +174,6 @@ class Slots:
         self._usage_flag(slot, False)
         self._attr_flag(slot, False)
         self.rids[slot] = self.rid_col[slot] = None
-        self.objs[slot] = None
         if self.windows:
             self.windows.pop(slot, None)
 

@@ -10,7 +10,7 @@ its backends only decode.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -18,10 +18,8 @@ from sglang_tok.protocols.native.deltas import Usage
 
 from ..decoding.attribution import Attributor
 from ..decoding.interface import Attribution, Decoded, RowDecoder
+from ..decoding.slots import Slots
 from .rules import cut_attributions, cut_matched, finish_row, stop_string, usage
-
-if TYPE_CHECKING:  # the slots hold requests: no import cycle at run time
-    from ..decoding.slots import Slots
 
 # a per-row request's own rules between the flush and the cut (service stop strings, a
 # parser): (the row's text, what the flush added) -> (the text, the finish they set or None)

@@ -1,6 +1,6 @@
 """Which path a request's rows take in its shard, decided once, at its first row.
 
-The array path (shards/decoding/choice.py) decodes a message's plain rows together, from
+The array path (shards/decoders.py) decodes a message's plain rows together, from
 per-slot arrays; it knows text, ids, usage, logprob values and their texts, and (for
 byte-level BPE, whose ids' byte lengths give the anchors: shards/byte_level/attribution.py)
 attribution, nothing else. Everything else needs per-request Python state and takes the
@@ -10,10 +10,16 @@ path."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
 ARRAY = "array"
+# the rule a shard's table asks (`row_reason`, unless a test or a benchmark gives another):
+# (the OPEN or None, the tokenizer, whether the shard has an array decoder) -> the reason
+PathRule = Callable[[Open | None, TokenizerInfo, bool], str | None]
+
 
 def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> str | None:
     """None for the array path, else why the request needs the per-row path.
@@ -33,7 +39,7 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "logprob_text"
     if opts.attribution and info.byte_table is None:
         # byte fallback: a byte run's ids are anchored per character when the run ends
-        # (shards/byte_fallback/attribution.py), which the array decoder does not track
+        # (shards/decoding/runs.py), which the array decoder does not track
         return "attribution"
     if opts.reasoning_parser or opts.tool_parser:
         return "parser"

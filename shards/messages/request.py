@@ -34,8 +34,8 @@ from sglang_tok.protocols.native.deltas import Delta, Usage
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
+from ..decoders import decoders_for
 from ..decoding.attribution import Attributor
-from ..decoding.choice import family_for
 from ..decoding.interface import Decoded, RowDecoder
 from ..decoding.slots import Slots
 from ..ending.assembly import Between, LastRow, end_rows
@@ -65,8 +65,10 @@ class Request:
     def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None,
                  decoder: RowDecoder | None = None, state: Slots | None = None,
                  slot: int | None = 0) -> None:
-        """`decoder` and `state`: the shard's (else the tokenizer's family and a one-slot
-        state of its own); `slot`: where it decodes (None: not yet, `take_slot` later)."""
+        """`decoder` and `state`: the shard's, which its table hands it (else its
+        tokenizer's reference decoder, whose per-row methods are every implementation's,
+        and a one-slot state of its own); `slot`: where it decodes (None: not yet,
+        `take_slot` later)."""
         opts = opts or DEFAULT_OPEN_FIELDS
         self.rid = rid
         self.opts = opts
@@ -85,7 +87,8 @@ class Request:
 
     def _decoder(self, decoder: RowDecoder | None, state: Slots | None,
                  keep: frozenset[int]) -> None:
-        self.decoder = decoder if decoder is not None else family_for(self.info)
+        self.decoder = decoder if decoder is not None else \
+            decoders_for(self.info, vectorised=False).per_row
         self.state = state if state is not None else Slots(1)
         self.keep = keep  # specials a parser must see although the request skips specials
         self.slot = -1
@@ -93,7 +96,7 @@ class Request:
     def take_slot(self, slot: int) -> None:
         """Bind the request's decoder state, after its prompt, to `slot` of its state."""
         self.slot = slot
-        self.state.bind_row(slot, self, self.decoder.start(self.opts, self.keep))
+        self.state.bind_row(slot, self.rid, self.decoder.start(self.opts, self.keep))
         if self.opts.attribution:
             self.attr = self.decoder.attributor(self.state, slot)
 

@@ -3,20 +3,22 @@
 Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids are
 bound, its rows planned once (`Plan`: plain rows, the last rows that end with them, per-row
 rows, late rows), the plain ones decoded by the tokenizer family's decoder
-(shards/decoding/choice.py, injected: tests choose the implementation), the last ones ended
-by shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
-request that needs more than the array path knows keeps a `Request` and takes the per-row
-path; shards/messages/paths.py decides which, once. Control messages (OPEN, ERROR, ABORT,
-DROP) name rids, so rids map to slots too. Requests are never evicted to make room (SGLang
-issue #2812): past `max_requests` a new rid is refused with a terminal error, and ended
-rids are remembered (bounded) so that late rows are ignored instead of reopening."""
+(shards/decoders.py, or injected: tests choose the implementation), the last ones ended by
+shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
+request that needs more than the array path knows takes the per-row path: the table keeps
+its `Request` by slot, beside the slots' arrays (shards/decoding/slots.py), and hands it the
+per-row decoder; shards/messages/paths.py decides which path, once (its rule injected too).
+Control messages (OPEN, ERROR, ABORT, DROP) name rids, so rids map to slots too. Requests
+are never evicted to make room (SGLang issue #2812): past `max_requests` a new rid is
+refused with a terminal error, and ended rids are remembered (bounded) so that late rows
+are ignored instead of reopening."""
 
 from __future__ import annotations
 
 from collections import Counter
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -30,13 +32,13 @@ from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 from shards.messages.request import Request, make_request, refusal
 
-from ..decoding.choice import decoder_for, family_for
-from ..decoding.interface import Decoded, PlainRows, RowDecoder, SlotStart, in_vocab
-from ..decoding.slots import KIND, PLAIN, Slots
+from ..decoders import Decoders, decoders_for
+from ..decoding.interface import Decoded, PlainRows, in_vocab
+from ..decoding.slots import KIND, PLAIN, Slots, SlotStart
 from ..ending.assembly import LastRow, end_rows
 from ..ending.rules import Ends, blank_stop_tokens, ends_of, stop_string
 from ..ending.sent import SentLog
-from .paths import ARRAY, row_reason
+from .paths import ARRAY, PathRule, row_reason
 from .plan import Plan, gather, per_row_rows, record, split_ends
 from .rows_out import Families, attributions, continuous_usage, logprob_texts, write_rows
 
@@ -66,9 +68,10 @@ class RidTable:
     def __init__(self, info: TokenizerInfo, shard: int, max_requests: int = 65536,
                  ended_memory: int = 65536, max_stops: int = 64,
                  max_stop_len: int = 1024, max_tools_bytes: int = 1 << 20,
-                 decoder: RowDecoder | Literal[False] | None = None) -> None:
-        """`decoder`: how plain rows are decoded (shards/decoding/choice.py); None for the
-        tokenizer family's default, False for none (every request takes the per-row path)."""
+                 decoders: Decoders | None = None, path_rule: PathRule = row_reason) -> None:
+        """`decoders`: how plain rows and per-row requests are decoded (None: the
+        tokenizer's own, `decoders_for`); `path_rule`: which path a request takes
+        (shards/messages/paths.py)."""
         self.info = info
         self.shard = shard
         self.max_requests = max_requests
@@ -77,10 +80,13 @@ class RidTable:
         self.max_stop_len = max_stop_len
         self.max_tools_bytes = max_tools_bytes
         self.state = Slots()
-        self.decoder = decoder_for(info) if decoder is None else decoder or None
-        # the per-row path's decoder: the array path's, so that a request keeps one, or
-        # (without one: WordPiece, no text) the tokenizer family's
-        self.rows = self.decoder or family_for(info)
+        # the per-row requests, by slot (the slots' arrays hold numbers)
+        self.requests: dict[int, Request] = {}
+        # the array path's decoder (None: every request per row), and the per-row path's:
+        # the array path's, so that a request keeps one, or (without one: WordPiece, no
+        # text) the tokenizer family's
+        self.decoder, self.rows = decoders_for(info) if decoders is None else decoders
+        self.path_rule = path_rule
         self._fresh = self.decoder.start(_DEFAULT_OPEN) if self.decoder is not None else None
         self.by_rid: dict[str, int] = {}  # rids with a slot
         self.opened: dict[str, _Opened] = {}  # OPENed, no row yet
@@ -118,6 +124,7 @@ class RidTable:
         if slot is not None:
             self.state.free(slot)
             self.opts.pop(slot, None)
+            self.requests.pop(slot, None)
         self._mark_ended(rid)
         self.counters.finished += 1
         if by_service:
@@ -156,6 +163,7 @@ class RidTable:
             req = opened.req
             req.prompt_tokens, req.cached_tokens = prompt, cached
             req.take_slot(slot)
+            self.requests[slot] = req
             return
         assert opened.start is not None
         self.state.bind_plain(slot, rid, opened.start, since, prompt, cached,
@@ -165,7 +173,7 @@ class RidTable:
             self.opts[slot] = opened.opts
 
     def _prepare(self, rid: str, opts: Open | None) -> _Opened:
-        reason = row_reason(opts, self.info, self.decoder is not None)
+        reason = self.path_rule(opts, self.info, self.decoder is not None)
         if reason is not None:
             return _Opened(opts or _DEFAULT_OPEN, reason,
                            make_request(rid, self.info, opts, self.rows, self.state, None), None)
@@ -324,13 +332,13 @@ class RidTable:
         mapped = in_vocab(msg.ids, self.info.vocab_size)  # the ids as the decoder takes them
         safe_ids = None if mapped is msg.ids else mapped.tolist()
         st = list(range(plan.n + 1)) if plan.id_starts is None else plan.id_starts.tolist()
-        objs = self.state.objs
+        request = self.requests.get
         carrying = fams.get().carrying.tolist() if fams.families else None
         ends, slots = plan.ends, plan.slots.tolist()
         ran = 0
         for row in plan.per_row:
             slot = slots[row]
-            req = objs[slot]
+            req = request(slot)
             if req is None:
                 continue  # ended earlier in this message (a stop string), or never bound
             end = ends.get(row)
@@ -383,7 +391,7 @@ class RidTable:
         slot = self.by_rid.get(rid)
         opened = self.opened.get(rid)
         if slot is not None:
-            req = self.state.objs[slot]
+            req = self.requests.get(slot)
             if req is None:  # a plain request: the end rules on its slot, as its last row
                 return self._end_plain(slot, rid, error, out)
         elif opened is not None:
@@ -433,6 +441,7 @@ class RidTable:
             self._end(rid, message, out)
             self.self_ended.append(rid)
         self.state = Slots()
+        self.requests.clear()
         self.sent = SentLog()
         self.opts.clear()
 

@@ -13,10 +13,10 @@ Held text: `tokenizers`' ByteFallback decoder turns a run of <0xNN> ids into tex
 whole (valid UTF-8, or one U+FFFD per byte), so a character completed inside a run can
 still become U+FFFD if the run ends mid-character. An open run is therefore held until a
 non-byte id (or the end) closes it; everything before it is released at once. Such runs are
-attributed by the byte-fallback rule (shards/byte_fallback/attribution.py).
+attributed by the byte-run rule (shards/decoding/runs.py).
 
 There is one implementation, the reference; its tokenizers take the per-row path only
-(`decoders.decoder_for` gives them no array decoder).
+(shards/decoders.py gives them no array decoder).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import numpy.typing as npt
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
-from ..byte_fallback.attribution import BYTE_ID, DROPPED, OUTSIDE, TEXT_ID, RunAttributor
 from ..decoding.attribution import Attributor
-from ..decoding.interface import Decoded, PlainRows, SlotStart
-from ..decoding.slots import Slots
+from ..decoding.interface import Decoded, PlainRows
+from ..decoding.runs import BYTE_ID, DROPPED, OUTSIDE, TEXT_ID, RunAttributor
+from ..decoding.slots import Slots, SlotStart
 
 I64 = npt.NDArray[np.int64]
 # a window keeps at least CONTEXT ids behind the emission point and slides once it reaches

@@ -283,14 +283,14 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     finishes and usage included, row for row."""
     from sglang_tok.harness.local_route import LocalRoute
     from sglang_tok.harness.workload import PlanSpec, make_requests, schedule
-    from shards.decoding.choice import decoder_for
+    from shards.decoders import decoders_for
     from shards.messages.table import RidTable
 
     spec = PlanSpec(requests=80, concurrency=30, ids_per_row=(1, 3), min_tokens=2,
                     max_tokens=20, logprob_share=0.3, stop_share=0.1, options_share=0.2,
                     abort_share=0.05, seed=4)
     reqs = make_requests(info, spec)
-    route, table = LocalRoute(1), RidTable(info, 0, decoder=decoder_for(info, min_rows=1))
+    route, table = LocalRoute(1), RidTable(info, 0, decoders=decoders_for(info, min_rows=1))
     client = Client(f"ipc://{tmp_path}/c.ipc", 1, queue_limit=1 << 20)
     streams = {r.rid: client.stream(r.rid) for r in reqs}
     expected: dict[str, list[Delta]] = {}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pytest
 from decoding import MIXED, TEXTS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,11 +29,9 @@ from sglang_tok.protocols.native.control import Open
 from sglang_tok.protocols.native.deltas import Delta, DeltasOut
 from sglang_tok.protocols.native.packed import PackedOut
 from sglang_tok.tokenizer import TokenizerInfo
-from shards.messages import table as table_mod
-from shards.messages.paths import row_reason
+from shards.messages.paths import PathRule, row_reason
 
 FORMATS = ("deltas", "columnar", "packed")
-pytestmark = pytest.mark.usefixtures("plain_decoders_once")
 
 
 def _per_row_rule(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> str | None:
@@ -51,10 +48,10 @@ PATHS = MIXED
 
 
 def _run(info: TokenizerInfo, reqs: list[PlannedRequest], concurrency: int, seed: int,
-         nshards: int, path: str, fmt: str
+         nshards: int, path: str, fmt: str, rule: PathRule = row_reason
          ) -> tuple[dict[str, list[Delta]], dict[str, int]]:
     route = LocalRoute(nshards)
-    tables = [table_on(info, path, k) for k in range(nshards)]
+    tables = [table_on(info, path, k, path_rule=rule) for k in range(nshards)]
     outs: dict[str, list[Delta]] = {}
     for step in schedule(reqs, concurrency, seed):
         for f in [*step.opens, *([step.batch] if step.batch else []), *step.ends]:
@@ -162,9 +159,7 @@ def test_array_path_attributions_equal_the_per_row_paths(
     info = tokenizer(name)
     reqs = data.draw(plans(info))
     got, paths = _run(info, reqs, concurrency, seed, nshards, path, fmt)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(table_mod, "row_reason", _per_row_rule)
-        want, ref_paths = _run(info, reqs, concurrency, seed, nshards, path, "deltas")
+    want, ref_paths = _run(info, reqs, concurrency, seed, nshards, path, "deltas", _per_row_rule)
     # every request that got a row took the array path here; there, the attributing ones
     # took the per-row path
     bound = sum(paths.values())

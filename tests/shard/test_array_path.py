@@ -2,7 +2,7 @@
 
 Every way a shard decodes the same rows must agree with a per-row request's decoding (the
 reference, one row at a time): each tokenizer family's reference loop and its vectorised
-implementation (shards/decoding/choice.py; the id lookup for byte-level BPE, whole arrays for
+implementation (shards/decoders.py; the id lookup for byte-level BPE, whole arrays for
 byte fallback); and every request's text must equal the full `tokenizer.decode` (section
 5, rule 2).
 The service-level property drives the shard's table through the egress's own routing
@@ -26,14 +26,9 @@ from sglang_tok.protocols.native import batch
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.protocols.native.deltas import Delta, DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe
-from shards.decoding.choice import decoder_for
+from shards.decoders import decoders_for
 from shards.decoding.slots import Slots
 from shards.messages.paths import row_reason
-
-pytestmark = pytest.mark.usefixtures("plain_decoders_once")
-
-
-
 
 # the ways a shard decodes a message of plain rows: each family's reference loop, and its
 # vectorised implementation forced on every message it takes (tests/decoding.py)
@@ -119,9 +114,9 @@ def test_the_path_is_decided_once_with_a_reason() -> None:
         "attribution"
     assert row_reason(None, info, False) == "tokenizer"
     # which tokenizers have an array decoder: byte-level BPE and SentencePiece byte fallback
-    assert decoder_for(describe(zoo.wordpiece(), "wp")) is None
-    assert decoder_for(describe(zoo.metaspace_byte_fallback_bpe(), "sp")) is not None
-    assert decoder_for(info) is not None
+    assert decoders_for(describe(zoo.wordpiece(), "wp")).array is None
+    assert decoders_for(describe(zoo.metaspace_byte_fallback_bpe(), "sp")).array is not None
+    assert decoders_for(info).array is not None
 
 
 def test_held_tails_are_what_the_incremental_codec_holds() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from decoding import default_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from service import Service
@@ -20,9 +21,6 @@ from sglang_tok.protocols.native import tags as native_tags
 from sglang_tok.protocols.native.columns import Columns
 from sglang_tok.protocols.native.deltas import Delta, Deltas, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
-from shards.messages.table import RidTable
-
-pytestmark = pytest.mark.usefixtures("plain_decoders_once")
 
 INFO: TokenizerInfo = load("deepseek-v4")
 
@@ -96,7 +94,7 @@ def test_shard_columns_hold_exactly_the_deltas_of_the_deltas_path(
     nshards = 2 if shared else 1
     formats = ("deltas", "columnar", "packed")
     routes = [LocalRoute(nshards) for _ in formats]
-    tables = [[RidTable(INFO, k) for k in range(nshards)] for _ in routes]
+    tables = [[default_table(INFO, k) for k in range(nshards)] for _ in routes]
     got: list[list[Delta]] = [[] for _ in formats]
     for step in schedule(make_requests(INFO, spec), spec.concurrency, spec.seed):
         frames = [*step.opens, *([step.batch] if step.batch else []), *step.ends]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from decoding import decoding, one_slot
+from decoding import cached_decoders, decoding, one_slot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes, text
@@ -21,7 +21,7 @@ from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
 from shards.byte_fallback.decoder import FallbackLoop
 from shards.byte_level.decoder import ByteLoop
-from shards.decoding.choice import family_for
+from shards.decoders import decoders_for
 from shards.decoding.interface import RowDecoder
 from shards.messages.request import Request
 from shards.window.decoder import WindowDecoder
@@ -73,7 +73,7 @@ def window_for(name: str) -> WindowDecoder:
 
 def decoder_of(name: str, which: str) -> RowDecoder:
     """The tokenizer's own family ("family") or the window family ("window")."""
-    return family_for(info_for(name)) if which == "family" else window_for(name)
+    return cached_decoders(info_for(name)).per_row if which == "family" else window_for(name)
 
 
 def mixed_ids(info: TokenizerInfo, data: st.DataObject, body: str) -> list[int]:
@@ -127,9 +127,9 @@ def test_random_ids_match_full_decode(name: str, which: str, data: st.DataObject
 
 
 def test_deepseek_uses_byte_table_and_generic_families_do_not() -> None:
-    assert isinstance(family_for(info_for("deepseek-v4")), ByteLoop)
-    assert isinstance(family_for(info_for("wordpiece")), WindowDecoder)
-    assert isinstance(family_for(info_for("metaspace_byte_fallback")), FallbackLoop)
+    assert isinstance(decoders_for(info_for("deepseek-v4")).per_row, ByteLoop)
+    assert isinstance(decoders_for(info_for("wordpiece")).per_row, WindowDecoder)
+    assert isinstance(decoders_for(info_for("metaspace_byte_fallback")).per_row, FallbackLoop)
 
 
 def test_prompt_ending_mid_character_is_never_emitted() -> None:

@@ -1,4 +1,4 @@
-"""SentencePiece byte fallback's attribution: one rule, for runs that decode as a whole.
+"""The byte-run rule of attribution: runs of byte ids that decode as a whole.
 
 `tokenizers`' ByteFallback decoder turns a run of <0xNN> ids into text only as a whole
 (valid UTF-8, or one U+FFFD per byte), so an id inside an open run cannot be placed when it
@@ -6,25 +6,17 @@ is pushed. The rule: each byte id is anchored at the start of the character its 
 belongs to (or of its own U+FFFD if the run is not valid UTF-8), the id that ends the run
 at the start of its own text, all released with the run; a skipped special inside an open
 run is zero-width where the run's text ends; an id outside the vocabulary is visible where
-text next comes (every pushed id gets one entry, in push order: `Attributor`). The
-byte-fallback family's decoder (shards/byte_fallback/decoder.py) attributes its per-row
-requests by it through `FallbackRun`, and the window family (shards/window/decoder.py) the
-byte runs of any chain that has them, through its own `RunOps`: the few facts the rule asks
+text next comes (every pushed id gets one entry, in push order: `Attributor`). Two families
+attribute by it: SentencePiece byte fallback (shards/byte_fallback/decoder.py, its
+`FallbackRun`) and the window family (shards/window/decoder.py, its `_WindowRun`), the byte
+runs of any chain that has them; each through its own `RunOps`: the few facts the rule asks
 of a decoder's slot."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-import numpy as np
-
-from ..decoding.attribution import VISIBLE, ZERO_WIDTH, Attributor
-from ..decoding.slots import Slots
-from .rows import finish
-from .table import BYTE, TEXT
-
-if TYPE_CHECKING:  # the decoder takes its rule from here
-    from .decoder import FallbackLoop
+from .attribution import VISIBLE, ZERO_WIDTH, Attributor
 
 # what an id is to the rule (`RunOps.kind`)
 TEXT_ID, BYTE_ID, DROPPED, OUTSIDE = 0, 1, 2, 3
@@ -174,39 +166,3 @@ def run_offsets(full: str, done: list[int], run_text: str, marks: list[int]) -> 
     # the decoder stripped leading characters of the run (text start): count from its end
     size = len(run_text)
     return [min(size, max(0, done[m] - shift)) for m in marks]
-
-
-class FallbackRun:
-    """A slot of a byte-fallback tokenizer (shards/byte_fallback/decoder.py), as the rule
-    sees it."""
-
-    __slots__ = ("dec", "state", "slot")
-
-    def __init__(self, dec: FallbackLoop, state: Slots, slot: int) -> None:
-        self.dec, self.state, self.slot = dec, state, slot
-
-    def kind(self, tid: int) -> int:
-        dec = self.dec
-        if not 0 <= tid < dec.vocab:
-            return OUTSIDE
-        kind = dec.tab.kinds[int(self.state.table_sel[self.slot]) * dec.tab.stride + tid]
-        return TEXT_ID if kind == TEXT else BYTE_ID if kind == BYTE else DROPPED
-
-    def byte(self, tid: int) -> None:
-        self.dec.push(self.state, self.slot, [tid])
-
-    def text(self, tid: int) -> str:
-        return self.dec.push(self.state, self.slot, [tid])
-
-    def run(self, nb: int) -> bytes:
-        return self.state.held(self.slot)[-nb:]
-
-    def start_text(self) -> str | None:
-        state, slot = self.state, self.slot
-        if state.started[slot]:
-            return None
-        return finish(self.dec.tab, state.held(slot), False, 0)
-
-    def flush(self) -> str:
-        _, extra = self.dec.flush(self.state, [0], np.array([self.slot], np.int64))
-        return extra[0] if extra else ""
