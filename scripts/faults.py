@@ -66,7 +66,7 @@ def settle(svc: Service) -> dict[str, int]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and svc.health()[0] != 200:
         svc.front.poll(0.2)
-    from sglang_tok.kit.client import barrier
+    from sglang_tok.harness.frontend import barrier
     for _ in range(3):
         if svc.sched is not None and barrier(svc.sched, svc.front, svc.shards, 20):
             break

@@ -22,9 +22,10 @@ import time
 
 import psutil
 
+from sglang_tok.harness.frontend import Frontend
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import PlannedRequest, PlanSpec, make_requests, schedule, verify
-from sglang_tok.kit.client import Frontend, Scheduler
+from sglang_tok.kit.client import Scheduler
 from sglang_tok.protocols.native import batch, control
 from sglang_tok.tokenizer import TokenizerInfo, load
 

@@ -34,10 +34,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import percentile, terminate, tree_pids, wait_for_file, workdir, write_json
 
 from sglang_tok.harness.frame_latency import DeltaMap
+from sglang_tok.harness.frontend import Frontend
 from sglang_tok.harness.service import report_shards, wait_healthy
 from sglang_tok.harness.workload import requests_of_trace as requests
 from sglang_tok.harness.workload import verify
-from sglang_tok.kit.client import Frontend
 from sglang_tok.protocols.native import batch, control, output, tags
 from sglang_tok.tokenizer import load
 from sglang_tok.tracefile import Trace, read

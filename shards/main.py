@@ -18,8 +18,9 @@ from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.native import control, output
-from sglang_tok.protocols.native.control import Abort, Error, Open, Ping, Pong, Result
+from sglang_tok.protocols.native.control import Ping, Pong
 from sglang_tok.protocols.native.deltas import DeltasOut
+from sglang_tok.protocols.native.dispatch import ControlDispatcher, rids_of, table_handlers
 from sglang_tok.protocols.registry import protocol_of
 from sglang_tok.tokenizer import load
 
@@ -69,6 +70,11 @@ class Shard:
         self.table = RidTable(info, shard, cfg.max_requests, cfg.ended_memory,
                               max_stops=cfg.max_stops, max_stop_len=cfg.max_stop_length,
                               max_tools_bytes=cfg.max_tools_bytes)
+        # OPEN, ERROR, ABORT, RESULT: each to its table handler (a PING is ours: `on_frame`).
+        # No handler of ours in it: a shard holding its own bound method would be a cycle,
+        # and a shard dropped unclosed would be left to the cyclic GC, where zmq's Context
+        # finalizer hangs on sockets the GC has not closed yet
+        self.control = ControlDispatcher(table_handlers(self.table))
         self.own_ctx = ctx is None
         self.ctx = zmq.Context(io_threads=1) if ctx is None else ctx
         hwm = cfg.link_capacity
@@ -202,19 +208,12 @@ class Shard:
             table.on_arrays(msg, out)
             extra = msg.passed if msg.passed is not None else msg.sparse.extra
         else:
-            match control.decode_control(msg.frame):
-                case Open() as ctl:
-                    table.on_open(ctl, out)
-                case Error() as ctl:
-                    table.on_error(ctl, out)
-                case Abort() as ctl:
-                    table.on_abort(ctl, out)
-                case Result() as ctl:
-                    table.on_result(ctl, out)
-                case Ping(nonce=nonce):
-                    if nonce >= 0:  # a barrier: what came before it shows in /metrics
-                        self._publish()
-                    return self._pong(nonce)
+            ctl = control.decode_control(msg.frame)
+            if isinstance(ctl, Ping):  # no request's: answered here, no deltas, no decode time
+                if ctl.nonce >= 0:  # a barrier: what came before it shows in /metrics
+                    self._publish()
+                return self._pong(ctl.nonce)
+            self.control(ctl, out)
         self._send(out, extra)
         self.m_decode.observe(time.perf_counter() - t0)
         self.m_latency.observe(time.monotonic() - msg.stamp)
@@ -248,12 +247,7 @@ class Shard:
             state = self.table.state
             held = [state.rids[s] for s in msg.slots.tolist() if s < state.capacity]
             return [rid for _, rid, _, _ in msg.sparse.new] + [r for r in held if r]
-        match control.decode_control(msg.frame):
-            case Open(rid=rid) | Error(rid=rid):
-                return [rid]
-            case Abort(rids=rids):
-                return rids
-        return []
+        return rids_of(control.decode_control(msg.frame))
 
     def _send(self, out: output.Sink, extra: Any = b"") -> None:
         if not out:

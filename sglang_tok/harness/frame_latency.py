@@ -12,6 +12,7 @@ import msgspec
 
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.native import batch, control, tags
+from sglang_tok.protocols.native.dispatch import rids_of
 
 
 class _LeanDelta(msgspec.Struct, gc=False):
@@ -121,7 +122,7 @@ class DeltaMap:
                 if msg.rid not in live:
                     stream[msg.rid] = msg.stream
             elif isinstance(msg, (control.Abort, control.Error)):
-                for rid in msg.rids if isinstance(msg, control.Abort) else [msg.rid]:
+                for rid in rids_of(msg):
                     if rid in live:
                         self.expect.setdefault(rid, []).append(-1)
                         del live[rid]

@@ -1,6 +1,8 @@
 """The egress's routing without its process, for tests and benchmarks that drive shard
 tables in-process: the same Router, the same split of BATCH frames, the same control
-routing (egress/control.py), so a table sees what the running service would deliver."""
+routing (egress/control.py) and the shard's own control dispatch
+(sglang_tok/protocols/native/dispatch.py), so a table sees what the running service would
+deliver."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from ring import link
 from sglang_tok.protocols.interface import LATE
 from sglang_tok.protocols.native import batch as native_batch
 from sglang_tok.protocols.native import control, tags
+from sglang_tok.protocols.native.dispatch import ControlDispatcher, table_handlers
 
 
 class LocalRoute:
@@ -50,20 +53,9 @@ class LocalRoute:
             ctl = control.decode_control(frame)
             if not isinstance(ctl, control.Ping):
                 for k, part, _ in route_control(self.router, ctl)[0]:
-                    _deliver(tables[k], part, sinks[k])
+                    ControlDispatcher(table_handlers(tables[k]))(part, sinks[k])
         for k in range(self.router.nshards):
             if k < len(tables) and tables[k].self_ended:
                 self.router.self_ended(k, tables[k].self_ended)
                 tables[k].self_ended = []
 
-
-def _deliver(table: Any, msg: Any, sink: Any) -> None:
-    match msg:
-        case control.Open():
-            table.on_open(msg, sink)
-        case control.Error():
-            table.on_error(msg, sink)
-        case control.Abort():
-            table.on_abort(msg, sink)
-        case control.Result():
-            table.on_result(msg, sink)

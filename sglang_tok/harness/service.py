@@ -30,8 +30,8 @@ from typing import IO, Any
 
 import psutil
 
+from sglang_tok.harness.frontend import Frontend, barrier
 from sglang_tok.harness.workload import Step
-from sglang_tok.kit.client import Frontend, barrier
 from sglang_tok.kit.scheduler import Scheduler
 
 

@@ -1,163 +1,58 @@
 """The frontend side of the integration kit: receive deltas, one stream per request.
 
 `Client` is the asyncio client (zmq.asyncio; runs on uvloop): it binds (or connects) the
-output endpoint, decodes every output frame, and hands each request's deltas to that
-request's async iterator, which ends with the request's first terminal delta (protocol
-section 5: a later delta for that rid is dropped and counted until the rid is registered
-again). One slow consumer cannot stall the others: past `queue_limit` undelivered deltas
-its request is ended with an error delta (and `on_abandon` is called, so the caller can
-send ABORT). No request waits forever: past `idle_timeout` seconds without a delta, the
-same. `barrier()` is the PING/PONG barrier; `ready()` waits until every service process's
-output reaches this socket (a frontend bound again where another closed). When the egress
-is replaced (RESTARTED, protocol section 5.3), every request in flight ends with the
-egress-restarted error: rows of some of them may have died with the old egress unseen, so
-only the frontend can end them.
+output endpoint, decodes every output frame (`frames.decode_frame`), and hands each
+request's deltas to that request's async iterator, which ends with the request's first
+terminal delta (protocol section 5: a later delta for that rid is dropped and counted until
+the rid is registered again). One slow consumer cannot stall the others: past `queue_limit`
+undelivered deltas its request is ended with an error delta (and `on_abandon` is called, so
+the caller can send ABORT). No request waits forever: past `idle_timeout` seconds without a
+delta, the same. `barrier()` is the PING/PONG barrier; `ready()` waits until every service
+process's output reaches this socket (a frontend bound again where another closed). When
+the egress is replaced (RESTARTED, protocol section 5.3), every request in flight ends with
+the egress-restarted error: rows of some of them may have died with the old egress unseen,
+so only the frontend can end them.
 
-`Frontend` is the synchronous variant for scripts and tests: it gathers every delta of
-every rid and checks the protocol's ordering promises as they arrive (one shard per rid,
-per-process `seq` without gaps). `Scheduler` (re-exported from `sglang_tok.kit.scheduler`)
-is the other half.
+`Scheduler` (re-exported from `sglang_tok.kit.scheduler`) is the other half. The
+synchronous `Frontend` that tests and scripts use is the harness's
+(`sglang_tok.harness.frontend`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import filterfalse, repeat
 from operator import attrgetter
 from typing import Any
 
 import msgspec
-import numpy as np
 import zmq
 import zmq.asyncio
 
 from ring.sockets import BoundFile, make_socket
-from sglang_tok.logprob_rows import FIELDS, RowFamilies
 from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import columns, output, packed
 from sglang_tok.protocols.native import deltas as native_deltas
-from sglang_tok.protocols.native.columns import Columns
 from sglang_tok.protocols.native.control import Pong, Restarted
-from sglang_tok.protocols.native.deltas import Delta, Deltas
+from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.protocols.native.tags import EGRESS
 from sglang_tok.security import Curve
 
+from .frames import PackedRows, decode_frame
 from .scheduler import Scheduler
 
-__all__ = ["Client", "ClientStats", "Frontend", "RequestOutput", "RequestStream",
-           "Scheduler", "barrier", "decode_frame"]
+__all__ = ["Client", "ClientStats", "RequestStream", "Scheduler", "decode_frame"]
 
 QUEUE_LIMIT_ERROR = "frontend queue limit exceeded"
 IDLE_TIMEOUT_ERROR = "frontend idle timeout"
 ENDED_MEMORY = 65536  # ended rids remembered, as the shards do (--ended-memory)
-NO_SHARD = -2  # a registered request no process has answered yet
-
-
-def decode_frame(raw: bytes | memoryview, lazy: bool = False
-                 ) -> tuple[int, int, Any] | Pong | Restarted:
-    """One output frame as (process, seq, deltas), or a PONG, or a RESTARTED notice.
-
-    The one place that knows the output frame kinds: DELTAS (`D`), the columnar COLUMNS
-    (`C`, `--output-format columnar`) and PACKED (`K`, `--output-format packed`), whose
-    rows become the same Deltas, PONG (`Q`) and RESTARTED (`R`). With `lazy`, a PACKED
-    message comes as `_PackedRows` (its Deltas made per row on demand).
-    """
-    msg = output.decode_output(raw)
-    if isinstance(msg, Pong | Restarted):
-        return msg
-    if isinstance(msg, Deltas):
-        return msg.shard, msg.seq, msg.deltas
-    if isinstance(msg, packed.Packed):
-        return msg.shard, msg.seq, _PackedRows(msg) if lazy else msg.deltas
-    if isinstance(msg, Columns):
-        return msg.shard, msg.seq, msg.deltas
-    raise errors.FrameError("unknown_kind", f"unknown output message {type(msg).__name__}")
-
-
-class _PackedRows:
-    """A PACKED message whose rows are made into Deltas one at a time, when a consumer
-    reads them: the text is decoded and the offsets summed once per message, on first use,
-    and each row costs only its own slices."""
-
-    __slots__ = ("msg", "_text", "_chars", "_ids", "_id_ends", "_extras", "_fams",
-                 "_carrying")
-
-    def __init__(self, msg: packed.Packed) -> None:
-        self.msg = msg
-        self._text: str | None = None
-        self._chars: list[int] = []
-        self._ids: Any = None
-        self._id_ends: list[int] | None = None
-        self._extras: dict[int, Delta] = {}
-        self._fams: RowFamilies | None = None  # logprobs as numbers, read per row on demand
-        self._carrying: list[bool] | None = None  # per row: carries logprobs
-
-    def _prepare(self) -> str:
-        msg = self.msg
-        self._text = msg.text.decode("utf-8")
-        self._chars = [0, *np.cumsum(np.frombuffer(msg.text_lens, "<u4")).tolist()]
-        self._ids = np.frombuffer(msg.ids, "<i8")
-        if msg.id_lens:
-            self._id_ends = [0, *np.cumsum(np.frombuffer(msg.id_lens, "<u4")).tolist()]
-        self._extras = _extras(msg)
-        return self._text
-
-    def delta(self, r: int) -> Delta:
-        text = self._text if self._text is not None else self._prepare()
-        chars, ends = self._chars, self._id_ends
-        ids = self._ids[r:r + 1] if ends is None else self._ids[ends[r]:ends[r + 1]]
-        d = self._extras.get(r)
-        if d is None:
-            d = Delta(self.msg.rids[r], text[chars[r]:chars[r + 1]], ids.tolist())
-        else:
-            d.text, d.ids = text[chars[r]:chars[r + 1]], ids.tolist()
-        if self.msg.families and self._carries(r):
-            fams = self._fams
-            if fams is None:
-                fams = self._fams = RowFamilies(self.msg.families, len(self.msg.rids),
-                                                lists=True)
-            if fams.carrying[r]:
-                for field_name in FIELDS.values():
-                    val = fams.row(field_name, r)
-                    if val is not None:
-                        setattr(d, field_name, val)
-        return d
-
-    def _carries(self, r: int) -> bool:
-        """Whether row r carries logprob values: read once per message from the families'
-        lengths as they came (the rows listed, or every row's length), not per row."""
-        carrying = self._carrying
-        if carrying is None:
-            marks = np.zeros(len(self.msg.rids), bool)
-            for _, rows, lens, *_ in self.msg.families:
-                if rows:
-                    marks[np.frombuffer(rows, "<u4")] = True
-                elif lens:
-                    marks |= np.frombuffer(lens, "<u4") > 0
-            carrying = self._carrying = marks.tolist()
-        return carrying[r]
-
-    def deltas(self) -> list[Delta]:
-        return list(map(self.delta, range(len(self.msg.rids))))
-
-
-def _extras(msg: packed.Packed) -> dict[int, Delta]:
-    """The rows of a PACKED message that carry any sparse value (a few per message), as
-    Deltas whose text and ids are filled in when read. Logprob families are not read
-    here: a row's lists are made when that row is read (`_PackedRows.delta`), by its
-    consumer, not by the demultiplexer."""
-    marked: dict[int, Delta] = {}
-    for name in columns.SPARSE_COLUMNS:
-        for r, val in getattr(msg, name):
-            d = marked.get(r)
-            if d is None:
-                d = marked[r] = Delta(msg.rids[r])
-            setattr(d, name, val)
-    return marked
+_RID = attrgetter("rid")
+_FINISH = attrgetter("finish")
+_QUEUE = attrgetter("_queue")
+_consume = deque[Any](maxlen=0).extend  # runs an iterator to its end at C speed
+_WAITER = attrgetter("_waiter")
 
 
 class _Row(msgspec.Struct, array_like=True, gc=False):
@@ -172,174 +67,6 @@ def _delta(item: Delta | _Row) -> Delta:
     if isinstance(item, _Row):
         return item.rows.delta(item.r)
     return item
-
-
-@dataclass
-class RequestOutput:
-    rid: str
-    shard: int
-    deltas: list[Delta] = field(default_factory=list)
-    finished: bool = False
-    by_frontend: bool = False  # its terminal delta is the frontend's (an egress RESTARTED)
-    late_finish: Delta | None = None  # the first terminal delta that came after that
-
-    @property
-    def text(self) -> str:
-        return "".join(d.text for d in self.deltas)
-
-    @property
-    def ids(self) -> list[int]:
-        return [i for d in self.deltas for i in d.ids]
-
-    @property
-    def last(self) -> Delta:
-        return self.deltas[-1]
-
-    @property
-    def service_end(self) -> Delta | None:
-        """The service's own terminal delta, also when the frontend had ended the request
-        first (tests check what the service does apart from the frontend's rule)."""
-        if self.by_frontend:
-            return self.late_finish
-        return self.deltas[-1] if self.finished else None
-
-
-class Frontend:
-    """Synchronous: binds the output PULL, keeps every delta of every rid (tests, scripts).
-
-    `register(rid)` a request before its first frame is sent, so that an egress restart
-    can end it even if the service never saw it (protocol section 5.3).
-    """
-
-    def __init__(self, endpoint: str, ctx: zmq.Context | None = None, hwm: int = 100000,
-                 curve: Curve | None = None, bind: bool = True) -> None:
-        self.ctx = ctx or zmq.Context.instance()
-        self.sock = make_socket(self.ctx, zmq.PULL, endpoint, bind=bind, hwm=hwm, linger_ms=0,
-                                curve=curve)
-        self._file = BoundFile(endpoint if bind else "")
-        self.requests: dict[str, RequestOutput] = {}
-        self.pongs: list[Pong] = []
-        self.seqs: dict[int, int] = {}
-        self.violations: list[str] = []
-        self.late = 0  # deltas after a rid's last one: dropped (protocol section 5)
-        self.late_terminal = 0  # of them, second terminal deltas (section 5, rule 7)
-        self.messages = 0
-        self.restarts: list[Restarted] = []
-        self.ended_by_restart = 0  # requests this frontend ended on the egress's RESTARTED
-
-    def poll(self, timeout_s: float) -> bool:
-        """Take every message that arrives within timeout; True if any came."""
-        got = False
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if not self.sock.poll(max(0, int(left * 1000)) if not got else 0):
-                return got
-            self.take(self.sock.recv())
-            got = True
-
-    def take(self, raw: bytes) -> None:
-        msg = decode_frame(raw)
-        self.messages += 1
-        if isinstance(msg, Pong):
-            self.pongs.append(msg)
-            return
-        if isinstance(msg, Restarted):
-            return self.restarted(msg)
-        shard, seq, deltas = msg
-        want = self.seqs.get(shard, 0)
-        if seq != want:
-            self.violations.append(f"process {shard}: seq {seq}, expected {want}")
-        self.seqs[shard] = seq + 1
-        for d in deltas:
-            self.add(shard, d)
-
-    def register(self, rid: str) -> RequestOutput:
-        """A request about to be sent (again, for a reused rid): it is now in flight."""
-        req = self.requests[rid] = RequestOutput(rid, NO_SHARD)
-        return req
-
-    def restarted(self, msg: Restarted) -> None:
-        """A replaced process counts its `seq` from 0; a replaced egress ends every
-        request in flight, including those whose every row died unseen in the old one."""
-        self.restarts.append(msg)
-        self.seqs[msg.shard] = 0
-        if msg.shard != EGRESS:
-            return
-        zero = native_deltas.Usage(0, 0, 0, 0, 0)
-        for req in self.requests.values():
-            if not req.finished:
-                self.ended_by_restart += 1
-                self.add(EGRESS, native_deltas.terminal(req.rid, errors.EGRESS_RESTARTED, zero))
-                req.by_frontend = True
-
-    def add(self, shard: int, d: Delta) -> None:
-        req = self.requests.get(d.rid)
-        if req is None:
-            req = self.requests[d.rid] = RequestOutput(d.rid, shard)
-        elif req.shard == NO_SHARD:
-            req.shard = shard
-        elif req.finished:
-            self.late += 1
-            if d.finish is not None:
-                self.late_terminal += 1
-                if req.late_finish is None:
-                    req.late_finish = d
-            return
-        elif -1 not in (shard, req.shard) and shard != req.shard:
-            self.violations.append(f"{d.rid}: deltas from shards {req.shard} and {shard}")
-        req.deltas.append(d)
-        if d.finish is not None:
-            req.finished = True
-
-    def wait_pongs(self, nonce: int, processes: set[int], timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            got = {p.shard for p in self.pongs if p.nonce == nonce}
-            if processes <= got:
-                self.pongs = [p for p in self.pongs if p.nonce != nonce]
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self.poll(min(left, 0.2))
-
-    def close(self) -> None:
-        self.sock.close(linger=0)
-        self._file.remove()
-
-
-def barrier(sched: Scheduler, front: Frontend, shards: int, timeout_s: float = 30.0) -> bool:
-    """Wait until every delta of every frame sent so far has arrived (protocol PING)."""
-    nonce = sched.ping()
-    return front.wait_pongs(nonce, set(range(-1, shards)), timeout_s)
-
-
-def ready(sched: Scheduler, front: Frontend, shards: int, timeout_s: float = 30.0,
-          every_s: float = 0.1) -> bool:
-    """`Client.ready` for `Frontend`: PING until some PONG has come from every process."""
-    want = set(range(-1, shards))
-    nonces: set[int] = set()
-    now = time.monotonic()
-    deadline, next_ping = now + timeout_s, now
-    while True:
-        if time.monotonic() >= next_ping:
-            nonces.add(sched.ping())
-            next_ping = time.monotonic() + every_s
-        front.poll(max(0.0, min(next_ping, deadline) - time.monotonic()))
-        if want <= {p.shard for p in front.pongs if p.nonce in nonces}:
-            front.pongs = [p for p in front.pongs if p.nonce not in nonces]
-            return True
-        if time.monotonic() >= deadline:
-            return False
-
-
-# --------------------------------------------------------------------------- asyncio
-_RID = attrgetter("rid")
-_FINISH = attrgetter("finish")
-_QUEUE = attrgetter("_queue")
-_consume = deque[Any](maxlen=0).extend  # runs an iterator to its end at C speed
-_WAITER = attrgetter("_waiter")
 
 
 @dataclass
@@ -364,7 +91,7 @@ class RequestStream:
     def __init__(self, rid: str, client: Client) -> None:
         self.rid = rid
         self._client = client
-        # Deltas, or (message, row) of a PACKED message not yet read (see `_PackedRows`)
+        # Deltas, or (message, row) of a PACKED message not yet read (see `PackedRows`)
         self._queue: deque[Delta | _Row] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._done = False  # the terminal delta is queued: nothing more is accepted
@@ -550,7 +277,7 @@ class Client:
         if self._seqs.get(shard, seq) != seq:
             stats.seq_gaps += 1
         self._seqs[shard] = seq + 1
-        if isinstance(deltas, _PackedRows):
+        if isinstance(deltas, PackedRows):
             stats.deltas += len(deltas.msg.rids)
             for d in self._deliver_packed(deltas):
                 self._deliver(d)
@@ -582,7 +309,7 @@ class Client:
         for s in filter(_WAITER, streams):
             s._wake()
 
-    def _deliver_packed(self, rows: _PackedRows) -> list[Delta]:
+    def _deliver_packed(self, rows: PackedRows) -> list[Delta]:
         """A PACKED message: every row goes to its queue as (message, row), made into a
         Delta only when read (`_delta`), so demultiplexing builds nothing per row; a last
         row's stream is then marked done. Returns the Deltas left for `_deliver` (as

@@ -23,7 +23,7 @@ _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
 
 def _serve_epilog() -> str:
-    from .supervisor import ExitCode
+    from .arbiter import ExitCode
     codes = {
         ExitCode.OK: "stopped by SIGTERM or SIGINT, after the drain",
         ExitCode.RESTART_LIMIT: "a process died more than --restart-limit times within "
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.requests, args.concurrency, args.shards or None, args.tokenizer)
     if args.cmd == "health":
         return health(args.http, args.deep, args.timeout)
-    from .supervisor import ExitCode, serve
+    from .arbiter import ExitCode
+    from .service import serve
     try:
         return serve(config_from(args))
     except ConfigError as exc:  # nothing was started, nothing is left on disk

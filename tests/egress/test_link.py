@@ -20,7 +20,7 @@ from egress.journal import Journal, replay
 from ring import link
 from ring.sockets import make_socket
 from sglang_tok.config import Config
-from sglang_tok.kit.client import Frontend
+from sglang_tok.harness.frontend import Frontend
 from sglang_tok.process import Status, service_roles
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.interface import LATE

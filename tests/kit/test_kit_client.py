@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sglang_tok.harness.frontend import RequestOutput
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import (
     PlannedRequest,
@@ -24,7 +25,6 @@ from sglang_tok.kit.client import (
     IDLE_TIMEOUT_ERROR,
     QUEUE_LIMIT_ERROR,
     Client,
-    RequestOutput,
     RequestStream,
 )
 from sglang_tok.kit.scheduler import Scheduler

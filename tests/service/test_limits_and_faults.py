@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from service import Service
 
-from sglang_tok.kit.client import Frontend, Scheduler, barrier, ready
+from sglang_tok.harness.frontend import Frontend, barrier, ready
+from sglang_tok.kit.client import Scheduler
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.native import batch, control
 from sglang_tok.tokenizer import load

@@ -16,7 +16,8 @@ import zmq.auth
 from service import Service
 
 from sglang_tok import security
-from sglang_tok.kit.client import Frontend, Scheduler, barrier
+from sglang_tok.harness.frontend import Frontend, barrier
+from sglang_tok.kit.client import Scheduler
 from sglang_tok.protocols.native import batch
 from sglang_tok.security import Curve
 from sglang_tok.tokenizer import load

@@ -145,7 +145,8 @@ def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -
 def test_frontend_that_stops_reading_gets_backpressure_not_loss(tmp_path: Path) -> None:
     import zmq
 
-    from sglang_tok.kit.client import Frontend, Scheduler
+    from sglang_tok.harness.frontend import Frontend
+    from sglang_tok.kit.client import Scheduler
     svc = Service(tmp_path, shards=1, args=["--link-capacity", "2"], ring_capacity=2).start()
     try:
         svc.front.sock.close(linger=0)  # the frontend stops reading (nothing was sent yet)

@@ -15,7 +15,7 @@ import pytest
 import supervisor_children as kids
 
 from sglang_tok.process import Status
-from sglang_tok.serving.supervisor import Child, ExitCode, Restart, Supervisor, Timeouts
+from sglang_tok.serving.arbiter import Child, ExitCode, Restart, Supervisor, Timeouts
 
 pytestmark = pytest.mark.timeout(90)
 DEFAULT_RESTART = Restart()
@@ -170,3 +170,17 @@ def test_a_child_refusing_a_flag_at_boot_stops_the_service_with_the_config_code(
     other = sup.running[1].proc
     assert other is not None and not other.is_alive()
     assert time.monotonic() - t0 < 30
+
+
+def test_the_arbiter_knows_nothing_of_the_service() -> None:
+    """The generic layer imports no process folder: which children the service has is
+    sglang_tok/serving/service.py's to say."""
+    import subprocess
+    import sys
+    probe = ("import sys, sglang_tok.serving.arbiter; "
+             "print(sorted({m.split('.')[0] for m in sys.modules} "
+             "& {'ring', 'egress', 'shards', 'encoders', 'zmq'}))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"

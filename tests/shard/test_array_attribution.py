@@ -20,9 +20,9 @@ from decoding import MIXED, TEXTS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_tok.harness.frontend import RequestOutput
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.harness.workload import PlannedRequest, schedule, verify
-from sglang_tok.kit.client import RequestOutput
 from sglang_tok.protocols.native import batch
 from sglang_tok.protocols.native.columns import ColumnsOut
 from sglang_tok.protocols.native.control import Open

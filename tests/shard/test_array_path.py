@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_tok.harness import zoo
+from sglang_tok.harness.frontend import RequestOutput
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.kit.client import RequestOutput
 from sglang_tok.protocols.native import batch
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.protocols.native.deltas import Delta, DeltasOut
