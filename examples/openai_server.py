@@ -57,6 +57,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sglang_tok.finish import Abort, Length
 from sglang_tok.harness.service import Service
 from sglang_tok.kit.client import Client, RequestStream
 from sglang_tok.parsers import REASONING_PARSERS, TOOL_PARSERS, TOOL_STREAMS, pairing_error
@@ -95,14 +96,13 @@ def openai_usage(u: Any) -> dict[str, int]:
 
 
 def finish_reason(d: Delta, saw_tool_calls: bool) -> str:
-    fin = d.finish or {}
-    kind = fin.get("type")
-    if kind == "length":
+    fin = d.finish
+    if isinstance(fin, Length):
         return "length"
-    if kind == "abort":
+    if isinstance(fin, Abort):
         return "abort"
     # the service marks a request that ended with tool calls (protocol section 8)
-    return "tool_calls" if saw_tool_calls or fin.get("tool_calls") else "stop"
+    return "tool_calls" if saw_tool_calls or (fin is not None and fin.tool_calls) else "stop"
 
 
 def chat_delta(d: Delta, rid: str) -> dict[str, Any]:
@@ -531,7 +531,8 @@ class App:
         if rec is None:
             return JSONResponse({"error": "unknown id"}, status_code=404)
         gen: Generation = rec["gen"]
-        return JSONResponse({"state": rec["state"], "finish": rec["finish"], "ids": gen.ids,
+        return JSONResponse({"state": rec["state"], "finish": msgspec.to_builtins(rec["finish"]),
+                             "ids": gen.ids,
                              "scheduler_finish": gen.finish,
                              "text": gen.expected_text(self.info)})
 

@@ -31,6 +31,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from sglang_tok.finish import Finish
 from sglang_tok.logprob_rows import Family  # (name, rows, lens, poslens, values, ids)
 from sglang_tok.protocols.native.control import Open
 
@@ -57,7 +58,7 @@ class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     # (row, rid, prompt_tokens, cached_tokens): the rid's first row; its slot is new
     new: list[tuple[int, str, int, int]] = []
     # (row, finish, prompt_tokens, cached_tokens, reasoning_tokens): the rid's last row
-    ends: list[tuple[int, dict[str, Any], int, int, int]] = []
+    ends: list[tuple[int, Finish, int, int, int]] = []
     reasoning: bytes = b""  # u32 reasoning_tokens per row, when some row's is nonzero
     families: list[Family] = []
     # --protocol sglang: the scheduler's fields a reply passes on, cut to these rows

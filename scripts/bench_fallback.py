@@ -63,6 +63,7 @@ from common import (
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from tokenizers.decoders import DecodeStream
 
+from sglang_tok.finish import Length
 from sglang_tok.harness import zoo
 from sglang_tok.harness.oracles import byte_values, oracle_anchors, to_bytes
 from sglang_tok.protocols.native.control import Open
@@ -253,7 +254,7 @@ RUN_EXTRAS = ["🚶\ufe0f", "👩\u200d👩\u200d👧\u200d👦", "🏳\ufe0f\u2
               "鱻", "ᚠᛇᚻ", "𓀀𓁐", "ꦗꦮ", "ⵜⴰⵎⴰⵣⵉⵖⵜ", "ᏣᎳᎩ", "ሰላም", "ᠮᠣᠩᠭᠣᠯ", "\n", "情 ",
               "。\n\n"]
 STOPS = ["<|stop|>", "。\n\n\n", "STOP!!"]
-LENGTH = {"type": "length", "length": 1}
+LENGTH = Length(1)
 
 
 def eval_texts(n: int, seed: int = 7) -> list[str]:

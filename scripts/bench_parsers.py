@@ -485,7 +485,7 @@ def table_check(tr: Trace, b: Bench, per: dict[str, list[Delta]]) -> int:
     for r, want in enumerate(references(tr, b.config)):
         ds = per.get(f"r{r}", [])
         got = merge([ParsedDelta(d.text, d.reasoning, d.tool_calls) for d in ds])
-        ended = bool(ds and (ds[-1].finish or {}).get("tool_calls"))
+        ended = bool(ds and ds[-1].finish is not None and ds[-1].finish.tool_calls)
         if not ds or ds[-1].finish is None or (
                 got.text, got.reasoning, got.tool_calls, ended) != (
                 want.text, want.reasoning, want.tool_calls, want.ended_with_tool_calls):

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_tok.finish import Abort, Finish, Length, Stop, stop_token
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.native import batch as native_batch
 from sglang_tok.protocols.native import control, tags
@@ -38,7 +39,7 @@ class PlannedRequest:
     rid: str
     ids: list[int]
     chunks: list[list[int]]
-    finish: dict[str, Any] | None  # None: ended by ABORT or ERROR instead
+    finish: Finish | None  # None: ended by ABORT or ERROR instead
     opts: control.Open | None = None
     end_by: str = ""  # "", "abort" or "error"
     prompt_tokens: int = 0
@@ -89,7 +90,7 @@ def make_requests(info: TokenizerInfo, spec: PlanSpec, texts: list[str] | None =
             chunks.append(ids[i:i + k])
             i += k
         req = PlannedRequest(f"{prefix}-{spec.seed}-{n}", ids, chunks,
-                             {"type": "length", "length": len(ids)},
+                             Length(len(ids)),
                              prompt_tokens=rng.randint(1, 2000), engine=n % spec.engines)
         req.cached_tokens = rng.randint(0, req.prompt_tokens)
         req.logprobs = rng.random() < spec.logprob_share
@@ -115,7 +116,7 @@ def make_requests(info: TokenizerInfo, spec: PlanSpec, texts: list[str] | None =
             req.end_by, req.finish = "error", None
         elif roll < 0.5 and ids:
             # a scheduler stop: the last id is the matched stop token
-            req.finish = {"type": "stop", "matched": ids[-1]}
+            req.finish = Stop(ids[-1])
         out.append(req)
     return out
 
@@ -179,7 +180,7 @@ def _fill_families(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def expected(req: PlannedRequest, info: TokenizerInfo) -> tuple[str, dict[str, Any] | None]:
+def expected(req: PlannedRequest, info: TokenizerInfo) -> tuple[str, Finish | None]:
     """The protocol's reference text and finish for a request that ran to its end."""
     opts = req.opts or control.DEFAULT_OPEN_FIELDS
     vocab = info.vocab_size
@@ -190,10 +191,8 @@ def expected(req: PlannedRequest, info: TokenizerInfo) -> tuple[str, dict[str, A
 
     ids = req.ids
     fin = req.finish
-    if fin is not None and fin.get("type") == "stop" and not opts.no_stop_trim and ids:
-        m = fin.get("matched")
-        if (isinstance(m, int) and m == ids[-1]) or (isinstance(m, list) and ids[-1] in m):
-            ids = ids[:-1]
+    if not opts.no_stop_trim and ids and stop_token(fin, ids[-1]):
+        ids = ids[:-1]
     prompt = list(opts.prompt_ids)
     text = dec(prompt + ids)[len(dec(prompt)):]
     best = None
@@ -203,7 +202,7 @@ def expected(req: PlannedRequest, info: TokenizerInfo) -> tuple[str, dict[str, A
             best = (at, s)
     if best is not None:
         text = text[:best[0]] + (best[1] if opts.include_stop_str_in_output else "")
-        return text, {"type": "stop", "matched": best[1]}
+        return text, Stop(best[1])
     return text, fin
 
 
@@ -219,9 +218,9 @@ def verify(req: PlannedRequest, out: Any, info: TokenizerInfo,
         return [f"{req.rid}: no last delta"]
     last = out.deltas[-1]
     if req.end_by:
-        if last.finish.get("type") != "abort" and last.finish.get("type") != "stop":
+        if not isinstance(last.finish, (Abort, Stop)):
             problems.append(f"{req.rid}: ended by {req.end_by} but finish {last.finish}")
-        if req.end_by == "error" and last.finish.get("type") == "abort" and not last.error:
+        if req.end_by == "error" and isinstance(last.finish, Abort) and not last.error:
             problems.append(f"{req.rid}: ERROR without error message")
         return problems
     if last.error:

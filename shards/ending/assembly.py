@@ -10,20 +10,20 @@ its backends only decode.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import numpy as np
 
+from sglang_tok.finish import Finish, stop_string
 from sglang_tok.protocols.native.deltas import Usage
 
 from ..decoding.attribution import Attributor
 from ..decoding.interface import Attribution, Decoded, RowDecoder
 from ..decoding.slots import Slots
-from .rules import cut_attributions, cut_matched, finish_row, stop_string, usage
+from .rules import cut_attributions, cut_matched, finish_row, usage
 
 # a per-row request's own rules between the flush and the cut (service stop strings, a
 # parser): (the row's text, what the flush added) -> (the text, the finish they set or None)
-Between = Callable[[str, str], tuple[str, "dict[str, Any] | None"]]
+Between = Callable[[str, str], tuple[str, "Finish | None"]]
 
 
 class LastRow:
@@ -46,7 +46,7 @@ class LastRow:
     __slots__ = ("j", "slot", "finish", "stop", "numbers", "no_stop_trim", "control", "attr",
                  "sent", "older", "unsend", "between", "usage", "taken_back")
 
-    def __init__(self, j: int, slot: int, finish: dict[str, Any],
+    def __init__(self, j: int, slot: int, finish: Finish,
                  numbers: tuple[int, int, int, int], stop: int | None = None,
                  no_stop_trim: bool = False, control: bool = False,
                  attr: Attributor | None = None, sent: int = 0,
@@ -93,7 +93,7 @@ def end_rows(decoder: RowDecoder, state: Slots, decoded: Decoded,
         if stopped is not None:
             if not r.control:
                 r.finish = stopped
-        elif not (r.control or r.no_stop_trim) and r.finish.get("type") == "stop":
+        elif not (r.control or r.no_stop_trim):
             matched = stop_string(r.finish)
             if matched:
                 text = _cut(r, text, matched, attrs)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from sglang_tok.finish import Finish, Stop, stop_token
 from sglang_tok.protocols.native.deltas import Usage
 
 from ..decoding.attribution import ZERO_WIDTH
@@ -31,7 +32,7 @@ SENT_TAIL = 64
 class End(NamedTuple):
     """A message row that is its request's last (`Sparse.ends`, less the row number)."""
 
-    finish: dict[str, Any]
+    finish: Finish
     prompt: int
     cached: int
     reasoning: int
@@ -40,7 +41,7 @@ class End(NamedTuple):
 Ends = dict[int, End]  # message row -> its request's end
 
 
-def ends_of(sparse_ends: list[tuple[int, dict[str, Any], int, int, int]]) -> Ends:
+def ends_of(sparse_ends: list[tuple[int, Finish, int, int, int]]) -> Ends:
     return {row: End(fin, prompt, cached, reasoning)
             for row, fin, prompt, cached, reasoning in sparse_ends}
 
@@ -50,21 +51,10 @@ def usage(prompt: int, completion: int, cached: int, reasoning: int) -> Usage:
 
 
 # ------------------------------------------------------------------ the stop token
-def trims_stop_token(finish: dict[str, Any] | None, no_stop_trim: bool, ids: list[int]) -> bool:
+def trims_stop_token(finish: Finish | None, no_stop_trim: bool, ids: list[int]) -> bool:
     """Whether a last row's final id is the scheduler's stop token, left out of the text
     (`finish.matched` an id or ids; not with `no_stop_trim`)."""
-    return bool(ids) and finish is not None and not no_stop_trim and \
-        finish.get("type") == "stop" and _is_stop_token(finish.get("matched"), ids[-1])
-
-
-def _is_stop_token(matched: Any, last: int) -> bool:
-    if isinstance(matched, bool):
-        return False
-    if isinstance(matched, int):
-        return matched == last
-    if isinstance(matched, list):
-        return last in matched
-    return False
+    return bool(ids) and not no_stop_trim and stop_token(finish, ids[-1])
 
 
 def blank_stop_tokens(rows: list[int], ends: Ends, ids: I64, id_starts: I64,
@@ -76,8 +66,10 @@ def blank_stop_tokens(rows: list[int], ends: Ends, ids: I64, id_starts: I64,
     blank: list[int] = []
     for row in rows:
         fin = ends[row].finish
+        if type(fin) is not Stop:  # most last rows: a length
+            continue
         a, b = int(id_starts[row]), int(id_starts[row + 1])
-        if fin.get("type") == "stop" and trims_stop_token(fin, no_trim(row), ids[a:b].tolist()):
+        if trims_stop_token(fin, no_trim(row), ids[a:b].tolist()):
             blank.append(b - 1)
             stops[row] = int(ids[b - 1])
     if not blank:
@@ -88,12 +80,6 @@ def blank_stop_tokens(rows: list[int], ends: Ends, ids: I64, id_starts: I64,
 
 
 # ------------------------------------------------------------------ a matched stop string
-def stop_string(finish: dict[str, Any]) -> str | None:
-    """The stop string the scheduler matched, which the per-row rules cut (None: none)."""
-    matched = finish.get("matched")
-    return matched if isinstance(matched, str) else None
-
-
 def cut_matched(text: str, matched: str, older: Iterable[str]) -> int | None:
     """Where a scheduler-matched stop string's last occurrence starts in `text`, looked for
     in `text` and the last SENT_TAIL characters sent before it (`older`: the text sent, a

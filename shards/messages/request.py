@@ -17,6 +17,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from sglang_tok.finish import Finish, Stop, with_tool_calls
 from sglang_tok.parsers import (
     REASONING_PARSERS,
     TOOL_PARSERS,
@@ -108,7 +109,7 @@ class Request:
         return self
 
     # ------------------------------------------------------------------ rows
-    def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
+    def row(self, ids: list[int], finish: Finish | None, prompt_tokens: int,
             cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None = None,
             top: list[Any] | None = None, tid_lp: list[Any] | None = None,
             safe_ids: list[int] | None = None) -> Delta | None:
@@ -138,7 +139,7 @@ class Request:
         end = self._last(text, finish, stop, between)
         return self._emit(end.text, ids, end.row.finish, logprobs, top, tid_lp, end.row.usage)
 
-    def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
+    def end(self, finish: Finish, error: str | None = None) -> Delta:
         """ERROR/ABORT: what is held comes out, and the request closes with `finish`."""
         between = self._final_stops if self.stops is not None else None
         end = self._last("", finish, None, between, control=True)
@@ -148,7 +149,7 @@ class Request:
         return delta
 
     # ------------------------------------------------------------------ pieces
-    def _last(self, text: str, finish: dict[str, Any], stop: int | None,
+    def _last(self, text: str, finish: Finish, stop: int | None,
               between: Between | None, control: bool = False) -> _Ended:
         """The last row's text (`stop`: its stop token, left out) through the end rules
         (ending.end_rows), as the array path's last rows go."""
@@ -165,10 +166,10 @@ class Request:
             self.sent -= row.taken_back
         return _Ended(decoded.text_of(0), row)
 
-    def _final_stops(self, text: str, flushed: str) -> tuple[str, dict[str, Any] | None]:
+    def _final_stops(self, text: str, flushed: str) -> tuple[str, Finish | None]:
         return self._apply_stops(text + flushed, True)
 
-    def _apply_stops(self, text: str, final: bool) -> tuple[str, dict[str, Any] | None]:
+    def _apply_stops(self, text: str, final: bool) -> tuple[str, Finish | None]:
         stops = self.stops
         if stops is None:
             return text, None
@@ -180,9 +181,9 @@ class Request:
         if self.attr is not None:
             self.attr.end()
             self.attr.cut(self.sent + len(out))
-        return out, {"type": "stop", "matched": matched}
+        return out, Stop(matched=matched)
 
-    def _emit(self, text: str, ids: list[int], finish: dict[str, Any] | None,
+    def _emit(self, text: str, ids: list[int], finish: Finish | None,
               logprobs: list[Any] | None, top: list[Any] | None,
               tid_lp: list[Any] | None, usage: Usage | None = None) -> Delta | None:
         opts = self.opts
@@ -326,7 +327,7 @@ class ParsedRequest(Request):
         self.hot = (opts.stream and not opts.logprob_text and not opts.continuous_usage
                     and not self.min_left)
 
-    def row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
+    def row(self, ids: list[int], finish: Finish | None, prompt_tokens: int,
             cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None = None,
             top: list[Any] | None = None, tid_lp: list[Any] | None = None,
             safe_ids: list[int] | None = None) -> Delta | None:
@@ -352,10 +353,10 @@ class ParsedRequest(Request):
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
-        return self._emit_parsed(pd, pd.text, ids, {"type": "stop", "matched": pd.stop},
+        return self._emit_parsed(pd, pd.text, ids, Stop(matched=pd.stop),
                                  logprobs, top, tid_lp)
 
-    def _row(self, ids: list[int], finish: dict[str, Any] | None, prompt_tokens: int,
+    def _row(self, ids: list[int], finish: Finish | None, prompt_tokens: int,
              cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None,
              top: list[Any] | None, tid_lp: list[Any] | None,
              safe_ids: list[int] | None) -> Delta | None:
@@ -375,7 +376,7 @@ class ParsedRequest(Request):
         parts = self._feed(decode_ids)
         if finish is None:
             pd = parts[0] if len(parts) == 1 else concat(parts)
-            fin = None if pd.stop is None else {"type": "stop", "matched": pd.stop}
+            fin = None if pd.stop is None else Stop(matched=pd.stop)
             return self._emit_parsed(pd, pd.text, ids, fin, logprobs, top, tid_lp)
 
         def rest(_: str, flushed: str) -> ParsedDelta:
@@ -385,7 +386,7 @@ class ParsedRequest(Request):
             return parts[0] if len(parts) == 1 else concat(parts)
         return self._last_parsed("", ids, finish, stop, rest, logprobs, top, tid_lp)
 
-    def end(self, finish: dict[str, Any], error: str | None = None) -> Delta:
+    def end(self, finish: Finish, error: str | None = None) -> Delta:
         parsed = self.parsed
 
         def rest(_: str, flushed: str) -> ParsedDelta:
@@ -397,7 +398,7 @@ class ParsedRequest(Request):
         delta.error = error
         return delta
 
-    def _last_parsed(self, text: str, ids: list[int], finish: dict[str, Any], stop: int | None,
+    def _last_parsed(self, text: str, ids: list[int], finish: Finish, stop: int | None,
                      parse: Callable[[str, str], ParsedDelta], logprobs: list[Any] | None,
                      top: list[Any] | None, tid_lp: list[Any] | None,
                      control: bool = False) -> Delta | None:
@@ -405,10 +406,10 @@ class ParsedRequest(Request):
         and what the flush added (`parse`) between the flush and a matched stop string."""
         got: list[ParsedDelta] = []
 
-        def between(text: str, flushed: str) -> tuple[str, dict[str, Any] | None]:
+        def between(text: str, flushed: str) -> tuple[str, Finish | None]:
             pd = parse(text, flushed)
             got.append(pd)
-            return pd.text, None if pd.stop is None else {"type": "stop", "matched": pd.stop}
+            return pd.text, None if pd.stop is None else Stop(matched=pd.stop)
         end = self._last(text, finish, stop, between, control)
         return self._emit_parsed(got[0], end.text, ids, end.row.finish, logprobs, top, tid_lp,
                                  end.row.usage)
@@ -434,7 +435,7 @@ class ParsedRequest(Request):
         return [first, parsed.feed(push(state, slot, ids[left:]))]
 
     def _emit_parsed(self, pd: ParsedDelta, text: str, ids: list[int],
-                     finish: dict[str, Any] | None, logprobs: list[Any] | None,
+                     finish: Finish | None, logprobs: list[Any] | None,
                      top: list[Any] | None, tid_lp: list[Any] | None,
                      usage: Usage | None = None) -> Delta | None:
         acc = self.acc
@@ -445,7 +446,7 @@ class ParsedRequest(Request):
                 acc.tool_calls = merge_calls(acc.tool_calls, pd.tool_calls)
         if finish is not None and self.parsed.called:
             # the request ended with tool calls: a frontend reports finish_reason "tool_calls"
-            finish = {**finish, "tool_calls": True}
+            finish = with_tool_calls(finish)
         delta = self._emit(text, ids, finish, logprobs, top, tid_lp, usage)
         if delta is not None and acc is None:
             delta.reasoning = pd.reasoning

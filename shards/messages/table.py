@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ring.link import Arrays
+from sglang_tok.finish import ABORT, stop_string
 from sglang_tok.protocols.native.control import Abort, Error, Open, Result
 from sglang_tok.protocols.native.deltas import Delta, Usage, terminal
 from sglang_tok.protocols.native.output import Sink
@@ -36,7 +37,7 @@ from ..decoders import Decoders, decoders_for
 from ..decoding.interface import Decoded, PlainRows, in_vocab
 from ..decoding.slots import KIND, PLAIN, Slots, SlotStart
 from ..ending.assembly import LastRow, end_rows
-from ..ending.rules import Ends, blank_stop_tokens, ends_of, stop_string
+from ..ending.rules import Ends, blank_stop_tokens, ends_of
 from ..ending.sent import SentLog
 from .paths import ARRAY, PathRule, row_reason
 from .plan import Plan, gather, per_row_rows, record, split_ends
@@ -404,7 +405,7 @@ class RidTable:
             out.append(_terminal(rid, error))
             self._finish(rid, False)
             return
-        out.append(req.end({"type": "abort"}, error))
+        out.append(req.end(ABORT, error))
         self._finish(rid, False, req.completion, req.reasoning_tokens)
 
     def _end_plain(self, slot: int, rid: str, error: str | None, out: Sink) -> None:
@@ -412,7 +413,7 @@ class RidTable:
         state = self.state
         assert self.decoder is not None  # a plain slot exists only with a decoder
         done = int(state.completion[slot])
-        end = LastRow(0, slot, {"type": "abort"},
+        end = LastRow(0, slot, ABORT,
                       (int(state.prompt[slot]), done, int(state.cached[slot]), 0), control=True)
         decoded = Decoded([""], attrs=[[]] if state.attr[slot] else None)
         end_rows(self.decoder, state, decoded, [end])

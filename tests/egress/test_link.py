@@ -20,6 +20,7 @@ from egress.journal import Journal, replay
 from ring import link
 from ring.sockets import make_socket
 from sglang_tok.config import Config
+from sglang_tok.finish import Length
 from sglang_tok.harness.frontend import Frontend
 from sglang_tok.process import Status, service_roles
 from sglang_tok.protocols import errors
@@ -34,7 +35,7 @@ SPAWN = mp.get_context("spawn")
 # --------------------------------------------------------------------------- messages
 def test_every_link_message_parses_to_its_struct_without_copying_the_frame() -> None:
     sparse = link.Sparse(counts=np.array([2, 1], np.uint32).tobytes(), new=[(1, "b", 7, 2)],
-                         ends=[(0, {"type": "length"}, 5, 0, 1)])
+                         ends=[(0, Length(), 5, 0, 1)])
     msg = link.arrays(12.5, np.array([4, 9], np.uint32), np.array([1, 2, 3], np.int64), sparse)
     got = link.parse(msg)
     assert isinstance(got, link.Arrays) and got.stamp == 12.5 and got.sparse == sparse
@@ -269,7 +270,7 @@ def test_frontend_drops_and_counts_deltas_after_a_terminal_one(tmp_path: Path,
         front.add(-1, deltas.terminal("r", errors.SHARD_RESTARTED,
                                         deltas.Usage(0, 0, 0, 0, 0)))
         front.add(0, deltas.Delta("r", text="stale"))
-        front.add(0, deltas.Delta("r", text="", finish={"type": "length"}))
+        front.add(0, deltas.Delta("r", text="", finish=Length()))
         assert front.late == 2 and not front.violations
         assert front.requests["r"].last.error == errors.SHARD_RESTARTED
     finally:

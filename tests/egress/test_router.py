@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from egress.router import ENGINE_BATCH_MESSAGES, TRIM_EVERY, Router, shard_of
+from sglang_tok.finish import ABORT
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.interface import LATE
 from sglang_tok.protocols.native import batch as native_batch
@@ -78,7 +79,7 @@ def test_fail_shard_fails_live_and_unacked_ended_rids_with_exact_usage() -> None
     assert set(deltas) == {"req-1", "e0-1000-17"}
     assert deltas["req-1"].usage == native_deltas.Usage(10, 6, 16, 4, 0)
     assert deltas["e0-1000-17"].usage == native_deltas.Usage(10, 5, 15, 4, 0)
-    assert all(d.error == errors.SHARD_RESTARTED and d.finish == {"type": "abort"}
+    assert all(d.error == errors.SHARD_RESTARTED and d.finish == ABORT
                for d in deltas.values())
     assert "req-2" in r.live and r.fail_shard(1, "again") == []
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sglang_tok.finish import ABORT, Length, Stop
 from sglang_tok.harness.frontend import RequestOutput
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import (
@@ -182,7 +183,7 @@ def test_a_slow_consumer_ends_its_own_request_not_the_others(svc: Service) -> No
             assert [i for d in fast_out for i in d.ids] == list(range(2000, 2030)), fast_out[:3]
             slow_out = await consume(slow)  # the consumer wakes up late: its request ended
             assert len(slow_out) == 1 and slow_out[0].error == QUEUE_LIMIT_ERROR
-            assert slow_out[0].finish == {"type": "abort"}
+            assert slow_out[0].finish == ABORT
             assert client.stats.overflowed == 1 and abandoned == ["slow-1"]
             assert await client.barrier(sched.ping, 30)
             assert client.stats.late >= 1  # the rest of its rows, and the ABORT's last delta
@@ -235,7 +236,7 @@ def test_the_client_connects_when_it_is_not_the_binding_side(tmp_path: Path) -> 
         async with Client(ep, shards=0, bind=False) as client:
             s = client.stream("p-1")
             push.send(encode_deltas(Deltas(0, 0, [Delta("p-1", "hi", [1]),
-                                                  Delta("p-1", "!", [2], finish={"type": "stop"})])))
+                                                  Delta("p-1", "!", [2], finish=Stop())])))
             assert "".join(d.text for d in await consume(s)) == "hi!"
         push.close(0)
 
@@ -257,7 +258,7 @@ def test_an_egress_restart_ends_every_stream_in_flight(tmp_path: Path) -> None:
             said, silent, done = (client.stream(r) for r in ("said", "silent", "done"))
             client.dispatch(encode_deltas(Deltas(0, 0, [
                 Delta("said", text="hi"),
-                Delta("done", text="ok", finish={"type": "length", "length": 1})])))
+                Delta("done", text="ok", finish=Length(1))])))
             client.dispatch(encode_restarted(Restarted(0, 99)))  # shard 0 replaced
             client.dispatch(encode_deltas(Deltas(0, 0, [Delta("said", text=" there")])))
             assert client.stats.seq_gaps == 0 and client.stats.ended_by_restart == 0
@@ -325,13 +326,13 @@ def test_a_last_row_on_the_fast_route_closes_its_stream_to_later_rows(tmp_path: 
 
     usage = native_deltas.Usage(3, 2, 5, 0, 0)
     send(Delta("a", "x", [1]), Delta("b", "y", [2]))
-    send(Delta("a", "z", [3], finish={"type": "length"}, usage=usage), Delta("b", "w", [4]))
+    send(Delta("a", "z", [3], finish=Length(), usage=usage), Delta("b", "w", [4]))
     send(Delta("a", "late", [5]), Delta("b", "v", [6]))  # the end of `a` is not read yet
     assert client.stats.late == 1
     got_a = a.ready()
-    assert [(d.text, d.finish) for d in got_a] == [("x", None), ("z", {"type": "length"})]
+    assert [(d.text, d.finish) for d in got_a] == [("x", None), ("z", Length())]
     assert got_a[-1].usage == usage
-    send(Delta("a", "later", [7]), Delta("b", "u", [8], finish={"type": "stop"}))
+    send(Delta("a", "later", [7]), Delta("b", "u", [8], finish=Stop()))
     assert client.stats.late == 2
     assert [d.text for d in b.ready()] == ["y", "w", "v", "u"] and "b" not in client.streams
     again = client.stream("a")

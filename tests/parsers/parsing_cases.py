@@ -59,7 +59,7 @@ def channels(deltas: list[Delta]) -> tuple[str, str, list[tuple[int, str | None,
             have[2] += c.arguments
     return ("".join(d.text for d in deltas), "".join(d.reasoning for d in deltas),
             [tuple(calls[i]) for i in sorted(calls)],  # type: ignore[misc]
-            bool((deltas[-1].finish or {}).get("tool_calls")))
+            deltas[-1].finish is not None and deltas[-1].finish.tool_calls is True)
 
 
 def ref_channels(pd: ParsedDelta) -> tuple[str, str, list[tuple[int, str | None, str]], bool]:

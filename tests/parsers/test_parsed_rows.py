@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes
 
+from sglang_tok.finish import Length
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.protocols.native.deltas import Delta
@@ -70,7 +71,7 @@ def rows_against_feed(info: TokenizerInfo, fmt: str, reasoning: str, started: bo
     rows = chunk(ids, sizes)
     for k, row in enumerate(rows):
         last = k == len(rows) - 1
-        got = req.row(row, {"type": "length"} if last else None, 1, 0, 0)
+        got = req.row(row, Length() if last else None, 1, 0, 0)
         assert got is not None
         if not last:
             assert view(got) == view(ref.feed(push(row))), (k, rows)

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from parser_cases_load import load_cases
 
+from sglang_tok.finish import Length
 from sglang_tok.harness import zoo
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream
 from sglang_tok.protocols.native.control import Open
@@ -119,7 +120,7 @@ def replay(case: dict[str, Any], kind: str | tuple[str, ...],
     rows = rows_of(ids, seed)
     deltas: list[Delta] = []
     for n, row in enumerate(rows):
-        d = req.row(row, {"type": "length"} if n == len(rows) - 1 else None, 1, 0, 0)
+        d = req.row(row, Length() if n == len(rows) - 1 else None, 1, 0, 0)
         if d is not None:
             deltas.append(d)
     text = info.tokenizer.decode(ids, skip_special_tokens=False)

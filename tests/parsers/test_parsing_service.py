@@ -24,6 +24,7 @@ from parsing_cases import (
 from service import Service
 from strategies import chunk
 
+from sglang_tok.finish import ABORT, Finish, Length, Stop
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo
@@ -38,7 +39,7 @@ def ds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 def drive(svc: Service, reqs: dict[str, tuple[dict[str, Any], list[list[int]]]],
-          finish: dict[str, Any] | None = None) -> dict[str, list[Delta]]:
+          finish: Finish | None = None) -> dict[str, list[Delta]]:
     """OPEN each rid, send their rows interleaved one step per row index, end each with
     `finish` (default: length) on its last row; return each rid's deltas."""
     assert svc.sched is not None and svc.front is not None
@@ -51,7 +52,7 @@ def drive(svc: Service, reqs: dict[str, tuple[dict[str, Any], list[list[int]]]],
             if n < len(rows):
                 rids.append(rid)
                 ids.append(rows[n])
-                fins.append((finish or {"type": "length"}) if n == len(rows) - 1 else None)
+                fins.append((finish or Length()) if n == len(rows) - 1 else None)
         svc.sched.step(rids, ids, finish_reasons=fins, prompt_tokens=[7] * len(rids))
         svc.front.poll(0)
     svc.barrier()
@@ -82,7 +83,7 @@ def test_reasoning_and_tool_calls_in_rows_of_1_and_4_ids_equal_parse_full(ds: Se
             assert all(not d.reasoning and not d.tool_calls for d in deltas)
             continue
         assert channels(deltas) == want, rid
-        assert deltas[-1].finish == {"type": "length", "tool_calls": True}
+        assert deltas[-1].finish == Length(tool_calls=True)
         assert deltas[-1].usage is not None and deltas[-1].usage.completion_tokens == len(ids)
 
 
@@ -92,7 +93,7 @@ def test_stop_strings_cut_content_never_reasoning(ds: Service) -> None:
     out = drive(ds, {"st": (opts, chunk(ids, [2]))})["st"]
     text, reasoning, calls, _ = channels(out)
     assert "東京" in reasoning and text == "\n\nChecking " and not calls
-    assert out[-1].finish == {"type": "stop", "matched": "now"}
+    assert out[-1].finish == Stop("now")
     assert out[-1].usage is not None and out[-1].usage.prompt_tokens == 7
     assert channels(out) == expect(DS, "st", opts, ids)
 
@@ -106,7 +107,7 @@ def test_min_tokens_exempts_the_first_ids_from_stop_strings(ds: Service) -> None
     out = drive(ds, reqs)
     for size in (1, 3, len(ids)):
         assert "".join(d.text for d in out[f"mt{size}"]) == "ab STOP cd "
-        assert out[f"mt{size}"][-1].finish == {"type": "stop", "matched": "STOP"}
+        assert out[f"mt{size}"][-1].finish == Stop("STOP")
     assert "".join(d.text for d in out["mt0"]) == "ab "
 
 
@@ -118,7 +119,7 @@ def test_bad_parser_names_end_the_request_with_a_terminal_error(ds: Service) -> 
     for rid, option in (("bad-r", "reasoning_parser 'r9'"), ("bad-t", "tool_parser 'nope'"),
                         ("bad-a", "attribution")):
         deltas = out[rid]
-        assert len(deltas) == 1 and deltas[0].finish == {"type": "abort"}, rid
+        assert len(deltas) == 1 and deltas[0].finish == ABORT, rid
         assert deltas[0].error is not None and option in deltas[0].error, deltas[0].error
     assert ds.health()[0] == 200
 
@@ -141,7 +142,7 @@ def test_abort_releases_what_the_parser_holds(ds: Service) -> None:
     ds.barrier()
     deltas = ds.front.requests["ab"].deltas
     assert channels(deltas)[:2] == ("x <｜DSML｜tool_ca", "a")
-    assert deltas[-1].finish == {"type": "abort"}
+    assert deltas[-1].finish == ABORT
 
 
 def test_columnar_output_carries_the_parser_fields(tmp_path: Path) -> None:
@@ -151,7 +152,7 @@ def test_columnar_output_carries_the_parser_fields(tmp_path: Path) -> None:
     want = expect(DS, "x", PARSED, ids)
     for deltas in out.values():
         assert channels(deltas) == want
-        assert deltas[-1].finish == {"type": "length", "tool_calls": True}
+        assert deltas[-1].finish == Length(tool_calls=True)
 
 
 def test_special_token_markers_reach_the_parser_with_skip_special(tmp_path: Path) -> None:
@@ -177,13 +178,13 @@ def test_no_tokenizer_mode_sends_ids_and_usage_without_text(tmp_path: Path) -> N
         out = drive(svc, {"n1": ({}, rows), "n2": ({"stream": False, "prompt_ids": [1]}, rows),
                           "n3": ({"stop": ["x"]}, rows), "n4": ({"tool_parser": "hermes"}, rows),
                           "n5": ({"logprob_text": True}, rows)},
-                    {"type": "stop", "matched": 3})
+                    Stop(3))
     for rid in ("n1", "n2"):
         deltas = out[rid]
         assert [i for d in deltas for i in d.ids] == [5, 1_000_000, 7, 2**40, 3]
         assert all(d.text == "" for d in deltas)
         last = deltas[-1]
-        assert last.finish == {"type": "stop", "matched": 3}
+        assert last.finish == Stop(3)
         assert last.usage is not None and last.usage.completion_tokens == 5
     assert len(out["n2"]) == 1
     for rid, option in (("n3", "stop"), ("n4", "tool_parser"), ("n5", "logprob_text")):

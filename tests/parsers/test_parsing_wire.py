@@ -6,8 +6,6 @@ of the same ids (with the same kept markers), exactly what a batch parser would 
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -25,6 +23,7 @@ from parsing_cases import (
 )
 from strategies import chunk, chunk_sizes
 
+from sglang_tok.finish import ABORT, Finish, Length, Stop
 from sglang_tok.harness import zoo
 from sglang_tok.protocols.native import columns, control, output
 from sglang_tok.protocols.native import deltas as native_deltas
@@ -35,12 +34,12 @@ from shards.messages.request import ParsedRequest, Request, make_request, refusa
 
 
 def run(info: TokenizerInfo, opts: Open, rows: list[list[int]],
-        finish: dict[str, Any] | None = None) -> list[Delta]:
+        finish: Finish | None = None) -> list[Delta]:
     assert refusal(opts, info) is None
     req = make_request(opts.rid, info, opts)
     out = []
     for n, row in enumerate(rows):
-        d = req.row(row, (finish or {"type": "length"}) if n == len(rows) - 1 else None, 3, 0, 0)
+        d = req.row(row, (finish or Length()) if n == len(rows) - 1 else None, 3, 0, 0)
         if d is not None:
             out.append(d)
             if d.finish is not None:
@@ -66,9 +65,8 @@ def test_any_rows_equal_parse_full(sizes: list[int], stream: bool, min_tokens: i
     want = reference(info, opts, ids)
     assert channels(deltas) == ref_channels(want)
     if want.stop is not None:
-        assert deltas[-1].finish == {"type": "stop", "matched": want.stop,
-                                     **({"tool_calls": True} if want.ended_with_tool_calls
-                                        else {})}
+        assert deltas[-1].finish == (Stop(want.stop, tool_calls=True)
+                                     if want.ended_with_tool_calls else Stop(want.stop))
     if not stream:
         assert len(deltas) == 1
     assert [i for d in deltas for i in d.ids] == ids[:len([i for d in deltas for i in d.ids])]
@@ -84,7 +82,7 @@ def test_deepseek_v4_one_and_four_ids_per_row_give_the_calls() -> None:
         assert [(c[1], c[2]) for c in calls] == [
             ("get_weather", '{"city": "東京 🙂", "days": [1, 2]}'),
             ("run", '{"code": "def f(x):\\n    return x  # 值"}')]
-        assert ended and deltas[-1].finish == {"type": "length", "tool_calls": True}
+        assert ended and deltas[-1].finish == Length(tool_calls=True)
         assert [i for d in deltas for i in d.ids] == ids  # ids are never held
 
 
@@ -99,7 +97,7 @@ def test_markers_that_are_special_tokens_reach_the_parser_with_skip_special() ->
     assert calls == [(0, "f", '{"q": "日本語 👍🏽"}')]
     # a plain request still drops every special
     plain = Request("p", info, Open("p"))
-    assert plain.row(ids, {"type": "length"}, 0, 0, 0).text == (  # type: ignore[union-attr]
+    assert plain.row(ids, Length(), 0, 0, 0).text == (  # type: ignore[union-attr]
         'plan: call fSure.\n{"name": "f", "arguments": {"q": "日本語 👍🏽"}}\n')
 
 
@@ -109,7 +107,7 @@ def test_stop_strings_apply_to_content_not_reasoning() -> None:
     deltas = run(DS, opts, chunk(ids, [2]))
     text, reasoning, _, _ = channels(deltas)
     assert "東京" in reasoning and text == "\n\nChecking "
-    assert deltas[-1].finish == {"type": "stop", "matched": "now"}
+    assert deltas[-1].finish == Stop("now")
 
 
 def test_min_tokens_exempts_the_first_ids_whatever_the_rows() -> None:
@@ -118,7 +116,7 @@ def test_min_tokens_exempts_the_first_ids_whatever_the_rows() -> None:
     for size in (1, 3, len(ids)):
         deltas = run(DS, Open("r", stop=["STOP"], min_tokens=k), chunk(ids, [size]))
         assert "".join(d.text for d in deltas) == "ab STOP cd "
-        assert deltas[-1].finish == {"type": "stop", "matched": "STOP"}
+        assert deltas[-1].finish == Stop("STOP")
         deltas = run(DS, Open("r", stop=["STOP"], min_tokens=1), chunk(ids, [size]))
         assert "".join(d.text for d in deltas) == "ab "
 
@@ -129,8 +127,8 @@ def test_abort_runs_the_final_flush() -> None:
                                      tool_parser="deepseekv4"))
     d = req.row(ids, None, 0, 0, 0)
     assert d is not None and d.reasoning == "a" and d.text == "x "
-    end = req.end({"type": "abort"}, "gone")
-    assert (end.text, end.error, end.finish) == ("<｜DSML｜tool_ca", "gone", {"type": "abort"})
+    end = req.end(ABORT, "gone")
+    assert (end.text, end.error, end.finish) == ("<｜DSML｜tool_ca", "gone", ABORT)
     assert end.usage is not None
 
 
@@ -148,7 +146,7 @@ def test_stream_false_equals_stream_true_concatenated() -> None:
 def test_scheduler_matched_stop_string_still_cut_in_text() -> None:
     ids = enc(DS, "<think>r</think>hello END")
     deltas = run(DS, Open("r", reasoning_parser="deepseek-r1"), chunk(ids, [1]),
-                 {"type": "stop", "matched": " END"})
+                 Stop(" END"))
     assert channels(deltas)[:2] == ("hello", "r")
 
 
@@ -174,7 +172,7 @@ def test_no_tokenizer_request_carries_ids_and_usage_only() -> None:
     none = no_tokenizer()
     req = make_request("r", none, Open("r", prompt_ids=[5, 6]))
     d1 = req.row([1, 2**40, -3], None, 2, 0, 0)
-    d2 = req.row([7], {"type": "stop", "matched": 7}, 2, 0, 0)
+    d2 = req.row([7], Stop(7), 2, 0, 0)
     assert d1 is not None and d2 is not None
     assert (d1.text, d1.ids, d2.text, d2.ids) == ("", [1, 2**40, -3], "", [7])
     assert d2.usage is not None and d2.usage.completion_tokens == 4
@@ -188,7 +186,7 @@ def test_delta_without_parser_fields_keeps_its_bytes() -> None:
     becomes map16 and every delta's bytes change, whatever omit_defaults leaves out.
     """
     assert len(Delta.__struct_fields__) <= 15
-    d = Delta("rid-1", "héllo", [1, 2], finish={"type": "stop", "matched": 2},
+    d = Delta("rid-1", "héllo", [1, 2], finish=Stop(2),
               usage=native_deltas.Usage(1, 2, 3, 0, 0))
     raw = native_deltas.encode_deltas(native_deltas.Deltas(0, 7, [d, Delta("r2", "x", [3])]))
     assert raw.hex() == (
@@ -203,7 +201,7 @@ def test_parser_fields_round_trip_in_deltas_and_columns() -> None:
     calls = [ToolCallDelta(0, "f", '{"a": "東京"}'), ToolCallDelta(1, None, "}")]
     deltas = [Delta("a", "x", [1], reasoning="think 🙂"), Delta("b", "", [2, 3]),
               Delta("a", "", [4], tool_calls=calls,
-                    finish={"type": "stop", "matched": 4, "tool_calls": True}),
+                    finish=Stop(4, tool_calls=True)),
               Delta("c", "y", [], reasoning="")]
     back = output.decode_output(native_deltas.encode_deltas(native_deltas.Deltas(1, 2, deltas)))
     assert isinstance(back, native_deltas.Deltas) and back.deltas == deltas

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sglang_tok.finish import Stop
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import load
@@ -72,14 +73,14 @@ def test_not_streamed_the_request_gives_the_valid_siblings_once() -> None:
     for mode in MODES:
         req = make_request("r", info, Open("r", tool_parser="hermes", stream=False,
                                            tool_stream=mode))
-        out = [req.row([i], {"type": "stop"} if n == len(ids) - 1 else None, 1, 0, 0)
+        out = [req.row([i], Stop() if n == len(ids) - 1 else None, 1, 0, 0)
                for n, i in enumerate(ids)]
         deltas = [d for d in out if d is not None]
         assert len(deltas) == 1
         assert [(c.name, c.arguments) for c in deltas[0].tool_calls or ()] == \
             [("a", '{"x": 1}'), ("c", "{}")]
         assert deltas[0].text == '{"name": "b", "arguments": {bad}'
-        assert deltas[0].finish == {"type": "stop", "tool_calls": True}
+        assert deltas[0].finish == Stop(tool_calls=True)
 
 
 # Ported from SGLang: sgl-project/sglang

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sglang_tok.finish import Stop
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream, merge
 from sglang_tok.parsers.schema import convert, tool_schemas
 from sglang_tok.protocols.native.control import Open
@@ -233,7 +234,7 @@ def test_stream_false_gives_one_entry_per_call_and_drops_malformed_ones() -> Non
     ids = info.tokenizer.encode(text, add_special_tokens=False).ids
     for stream in (True, False):
         req = make_request("r", info, Open("r", tool_parser="hermes", stream=stream))
-        out = [req.row([i], {"type": "stop"} if n == len(ids) - 1 else None, 1, 0, 0)
+        out = [req.row([i], Stop() if n == len(ids) - 1 else None, 1, 0, 0)
                for n, i in enumerate(ids)]
         deltas = [d for d in out if d is not None]
         if not stream:
@@ -242,7 +243,7 @@ def test_stream_false_gives_one_entry_per_call_and_drops_malformed_ones() -> Non
             assert deltas[0].text == '<tool_call>{"name": "g", "arguments": {bad}}</tool_call>'
         else:
             assert any(c.malformed for d in deltas for c in d.tool_calls or ())
-        assert deltas[-1].finish == {"type": "stop", "tool_calls": True}
+        assert deltas[-1].finish == Stop(tool_calls=True)
 
 
 def test_tools_over_the_limit_end_the_request_with_an_error() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from service import Service
 
+from sglang_tok.finish import ABORT, Length
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.native import batch
@@ -92,10 +93,10 @@ def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) ->
                                         {"rid": "victim", "ids": ids[1:]}]))
     service.barrier()
     front = service.front.requests
-    assert front["good"].text == "good text" and front["good"].last.finish["type"] == "length"
+    assert front["good"].text == "good text" and isinstance(front["good"].last.finish, Length)
     for rid in ("victim", "bystander"):
         last = front[rid].last
-        assert last.error == errors.MALFORMED_FRAME and last.finish == {"type": "abort"}
+        assert last.error == errors.MALFORMED_FRAME and last.finish == ABORT
     # the victim's later row is ignored: nothing after its terminal delta
     assert not service.front.violations
     assert front["victim"].text == INFO.tokenizer.decode(ids[:1])

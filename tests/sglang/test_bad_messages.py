@@ -50,6 +50,8 @@ BAD: dict[str, tuple[str, bytes, list[str]]] = {
         ["bad-ids"]),
     "unknown finish": ("finish", _with_field(_good("bad-fin"), 1 + builtin().token_ids.index(
         "finished_reasons"), [{"type": "exploded"}]), ["bad-fin"]),
+    "finish not of the forms": ("finish", _with_field(_good("bad-form"), 1 + builtin().token_ids
+        .index("finished_reasons"), [{"type": "length", "length": "3"}]), ["bad-form"]),
 }
 
 

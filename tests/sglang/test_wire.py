@@ -87,12 +87,14 @@ def test_array_length_reads_headers_only() -> None:
 def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
     """SGLang keeps its tool parser's one-token call closer when it stops a request: the
     shard is handed a finish without `matched` for such an id, and for a list of ids."""
+    from sglang_tok.finish import Length, Stop
     from sglang_tok.protocols.sglang.reader import SglangReader
     from sglang_tok.protocols.sglang.reply import Replies
 
     plan = Plan(builtin())
     reader = SglangReader(plan, 512, 4096, frozenset({200012}), Replies(plan))
-    assert reader._for_shard({"type": "stop", "matched": 200012}) == {"type": "stop"}
-    assert reader._for_shard({"type": "stop", "matched": 1}) == {"type": "stop", "matched": 1}
-    assert reader._for_shard({"type": "stop", "matched": [1, 2]}) == {"type": "stop"}
-    assert reader._for_shard({"type": "stop", "matched": "END"})["matched"] == "END"
+    assert reader._for_shard(Stop(200012)) == Stop()
+    assert reader._for_shard(Stop(1)) == Stop(1)
+    assert reader._for_shard(Stop([1, 2])) == Stop()
+    assert reader._for_shard(Stop("END")) == Stop("END")
+    assert reader._for_shard(Length(3)) == Length(3)

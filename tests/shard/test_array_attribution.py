@@ -20,6 +20,7 @@ from decoding import MIXED, TEXTS, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_tok.finish import Finish, Length, Stop, stop_string
 from sglang_tok.harness.frontend import RequestOutput
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.harness.workload import PlannedRequest, schedule, verify
@@ -119,15 +120,15 @@ def plans(draw: st.DrawFn, info: TokenizerInfo) -> list[PlannedRequest]:
             i += k
         how = draw(st.sampled_from(["length", "token", "token", "tokens", "string", "abort",
                                     "error"]))
-        finish: dict[str, Any] | None = {"type": "length", "length": len(ids)}
+        finish: Finish | None = Length(len(ids))
         end_by = ""
         if how == "token":
-            finish = {"type": "stop", "matched": ids[-1]}
+            finish = Stop(ids[-1])
         elif how == "tokens":
-            finish = {"type": "stop", "matched": [ids[-1], 7]}
+            finish = Stop([ids[-1], 7])
         elif how == "string":
             text = tok.decode([x for x in ids if 0 <= x < vocab])
-            finish = {"type": "stop", "matched": text[-3:] or "zz"}
+            finish = Stop(text[-3:] or "zz")
         elif how in ("abort", "error"):
             finish, end_by = None, how
         opts: dict[str, Any] = {"attribution": draw(st.integers(0, 5)) > 0,
@@ -168,7 +169,7 @@ def test_array_path_attributions_equal_the_per_row_paths(
     assert set(ref_paths) <= {"array", "attribution"}
     for r in reqs:
         assert _view(got.get(r.rid, [])) == _view(want.get(r.rid, [])), r
-        if not isinstance((r.finish or {}).get("matched"), str):  # (`verify` has no rule 3)
+        if r.finish is None or stop_string(r.finish) is None:  # (`verify` has no rule 3)
             problems = verify(r, RequestOutput(r.rid, 0, got.get(r.rid, []), True), info)
             assert not problems, problems
         if r.opts is not None and r.opts.attribution and not r.end_by:
@@ -194,7 +195,7 @@ def test_attribution_rows_stay_on_the_array_path_with_carried_ids() -> None:
         table.on_open(Open("r", attribution=True), DeltasOut())
         got = DeltasOut()
         for k, ids in enumerate(rows):
-            fin = {"type": "stop", "matched": x} if k == len(rows) - 1 else None
+            fin = Stop(x) if k == len(rows) - 1 else None
             route.feed(batch.encode_batch([{"rid": "r", "ids": ids, "finish": fin}]),
                        [table], [got])
         assert table.paths == {"array": 1}

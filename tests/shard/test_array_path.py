@@ -18,6 +18,7 @@ from decoding import IMPLEMENTATIONS, decoding, table_on, tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sglang_tok.finish import Stop
 from sglang_tok.harness import zoo
 from sglang_tok.harness.frontend import RequestOutput
 from sglang_tok.harness.local_route import LocalRoute
@@ -163,7 +164,7 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     route = LocalRoute(1)
     route.open("r")
     table.on_open(opts, DeltasOut())
-    fin = {"type": "stop", "matched": matched}
+    fin = Stop(matched)
     got = DeltasOut()
     want: list[Delta] = []
     for k in range(0, len(ids), 3):

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from service import Service
 
+from sglang_tok.finish import ABORT, Length, Stop
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.protocols import errors
@@ -36,9 +37,7 @@ deltas_st = st.builds(
     token_texts=st.none() | st.lists(st.text(max_size=3), max_size=3),
     attributions=st.none() | st.lists(st.tuples(st.integers(0, 9), st.integers(0, 1),
                                                 st.integers(0, 99)), max_size=3),
-    finish=st.none() | st.sampled_from([{"type": "length", "length": 3},
-                                        {"type": "stop", "matched": "x"},
-                                        {"type": "abort"}]),
+    finish=st.none() | st.sampled_from([Length(3), Stop("x"), ABORT]),
     usage=st.none() | st.builds(Usage, *[st.integers(0, 99)] * 5),
     error=st.none() | st.text(max_size=5),
     result=st.none() | st.binary(max_size=5),
@@ -65,7 +64,7 @@ def test_layout_is_an_array_that_stops_after_the_last_non_empty_column() -> None
     plain = [Delta("a", "x", [5]), Delta("b", "", [6, 7])]
     raw = msgspec.msgpack.decode(output.encode_output("columnar", 1, 9, plain)[1:])
     assert raw == [1, 9, ["a", "b"], ["x", ""], [1, 2], [5, 6, 7]]
-    ended = plain + [Delta("c", "!", [], finish={"type": "abort"}, error="boom")]
+    ended = plain + [Delta("c", "!", [], finish=ABORT, error="boom")]
     raw = msgspec.msgpack.decode(output.encode_output("columnar", 0, 0, ended)[1:])
     assert raw[6:] == [[[2, {"type": "abort"}]], [], [[2, "boom"]]]
     assert columns.SPARSE_COLUMNS[:4] == ("finish", "usage", "error", "result")

@@ -16,6 +16,7 @@ from strategies import chunk, chunk_sizes, text
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
+from sglang_tok.finish import Length, Stop
 from sglang_tok.harness import zoo
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
@@ -206,7 +207,7 @@ def attributed_request(info: TokenizerInfo, rows: list[list[int]], skip: bool,
     text, out = "", []
     rows = rows or [[]]
     for n, row in enumerate(rows):
-        d = req.row(row, {"type": "length", "length": 1} if n == len(rows) - 1 else None,
+        d = req.row(row, Length(1) if n == len(rows) - 1 else None,
                     1, 0, 0)
         assert d is not None
         base = len(text.encode("utf-8"))
@@ -365,7 +366,7 @@ def test_byte_run_attribution_with_prompts_and_stops_keeps_one_per_id(
     rows = chunk(gen, sizes) or [[]]
     got, consumed = [], []
     for n, row in enumerate(rows):
-        d = req.row(row, {"type": "length", "length": 1} if n == len(rows) - 1 else None,
+        d = req.row(row, Length(1) if n == len(rows) - 1 else None,
                     1, 0, 0)
         consumed += row
         if d is None:
@@ -403,7 +404,7 @@ def test_byte_fallback_and_window_requests_give_the_same_deltas(
         req = Request("r", info, opts, decoder_of(name, which))
         view = []
         for n, row in enumerate(rows):
-            d = req.row(row, {"type": "stop", "matched": matched} if n == len(rows) - 1
+            d = req.row(row, Stop(matched) if n == len(rows) - 1
                         else None, 1, 0, 0)
             if d is not None:
                 view.append((d.text, d.attributions, d.finish))

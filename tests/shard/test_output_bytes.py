@@ -172,6 +172,35 @@ def test_the_recording_ends_requests_every_way() -> None:
             '{"type": "abort", "tool_calls": true}', '{"type": "abort"}'} <= finishes, finishes
 
 
+# every form a finish takes on the wire: SGLang's `to_json` forms (an abort's fields each
+# possibly nil, or absent as in SGLang's `push_abort`), the service's own, a parser's marker
+FORMS: list[dict[str, Any]] = [
+    {"type": "stop", "matched": 128001}, {"type": "stop", "matched": [7, 128001]},
+    {"type": "stop", "matched": "\n\n"}, {"type": "stop"},
+    {"type": "length", "length": 3}, {"type": "length"},
+    {"type": "abort", "message": "client gone", "status_code": 499, "err_type": None},
+    {"type": "abort", "message": "Aborted", "status_code": None, "err_type": "BadRequest"},
+    {"type": "abort", "message": "Abort in waiting queue"}, {"type": "abort"},
+    {"type": "stop", "matched": 1, "tool_calls": True}, {"type": "stop", "tool_calls": True},
+    {"type": "length", "length": 9, "tool_calls": True}, {"type": "abort", "tool_calls": True},
+]
+
+
+def test_every_finish_form_encodes_as_the_map_it_came_as() -> None:
+    """Decoded into the typed union and encoded again (msgpack and JSON), each form is the
+    bytes it came as: the tag first, the fields in SGLang's order, absent keys absent,
+    present nils present."""
+    from sglang_tok.finish import Finish
+
+    typed = msgspec.msgpack.Decoder(list[Finish])
+    got = typed.decode(msgspec.msgpack.encode(FORMS))
+    for form, fin in zip(FORMS, got):
+        assert msgspec.msgpack.encode(fin) == msgspec.msgpack.encode(form), form
+        assert msgspec.json.encode(fin) == msgspec.json.encode(form), form
+        assert msgspec.to_builtins(fin) == form
+    assert msgspec.json.decode(msgspec.json.encode(FORMS), type=list[Finish]) == got
+
+
 if __name__ == "__main__":
     json.dump(record(INFO), sys.stdout, indent=0)
     sys.stdout.write("\n")

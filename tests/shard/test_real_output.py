@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sglang_tok.finish import Length, Stop
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.protocols.native.deltas import Delta
@@ -174,7 +175,7 @@ def test_deepseek_r1_starts_inside_reasoning_unless_told_otherwise() -> None:
     for opts in (Open("r", reasoning_parser="deepseek-r1"),
                  Open("r", reasoning_parser="deepseek-r1", reasoning_started=False)):
         req = make_request("r", info, opts)
-        out = [req.row(ids[i:i + 2], {"type": "length"} if i + 2 >= len(ids) else None,
+        out = [req.row(ids[i:i + 2], Length() if i + 2 >= len(ids) else None,
                        1, 0, 0) for i in range(0, len(ids), 2)]
         reasoning = "".join(d.reasoning for d in out if d is not None)
         assert reasoning == ("the user wants 2+2" if opts.reasoning_started is None else "")
@@ -195,7 +196,7 @@ def test_a_call_cut_by_the_length_limit_stands_as_sent_and_says_cut(fmt: str, te
     rows = [ids[i:i + 3] for i in range(0, len(ids), 3)]
     out: list[Delta] = []
     for n, row in enumerate(rows):
-        d = req.row(row, {"type": "length"} if n == len(rows) - 1 else None, 1, 0, 0)
+        d = req.row(row, Length() if n == len(rows) - 1 else None, 1, 0, 0)
         if d is not None:
             out.append(d)
     entries = [c for d in out for c in d.tool_calls or ()]
@@ -203,7 +204,7 @@ def test_a_call_cut_by_the_length_limit_stands_as_sent_and_says_cut(fmt: str, te
     sent = "".join(c.arguments for c in entries)
     assert sent.startswith('{"body": "line one\\nline two')
     assert "".join(d.text for d in out) == ""
-    assert out[-1].finish == {"type": "length", "tool_calls": True}
+    assert out[-1].finish == Length(tool_calls=True)
 
 
 def test_quoting_is_seen_through_the_shards_hot_path() -> None:
@@ -215,7 +216,7 @@ def test_quoting_is_seen_through_the_shards_hot_path() -> None:
     ids = info.tokenizer.encode(text, add_special_tokens=False).ids
     for size in (1, 2):
         req = make_request("r", info, Open("r", tool_parser="deepseekv4"))
-        out = [req.row(ids[i:i + size], {"type": "stop"} if i + size >= len(ids) else None,
+        out = [req.row(ids[i:i + size], Stop() if i + size >= len(ids) else None,
                        1, 0, 0) for i in range(0, len(ids), size)]
         deltas = [d for d in out if d is not None]
         names = [c.name for d in deltas for c in d.tool_calls or () if c.name]

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes, text
 
+from sglang_tok.finish import Finish, Length, Stop
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
@@ -23,7 +24,7 @@ def enc(s: str) -> list[int]:
     return TOK.encode(s, add_special_tokens=False).ids
 
 
-def feed(req: Request, chunks: list[list[int]], finish: dict[str, Any] | None = None,
+def feed(req: Request, chunks: list[list[int]], finish: Finish | None = None,
          **kw: Any) -> list[Delta]:
     out = []
     for n, c in enumerate(chunks):
@@ -67,12 +68,12 @@ def test_service_stop_strings_cut_at_earliest_match_for_any_chunking(
             stops.append(data.draw(st.text(min_size=1, max_size=4)))
     req = Request("r", INFO, Open("r", stop=stops, include_stop_str_in_output=include))
     chunks = chunk(ids, sizes) or [[]]
-    deltas = feed(req, chunks, {"type": "length", "length": len(ids)})
+    deltas = feed(req, chunks, Length(len(ids)))
     want, matched = expected_stop(full, stops, include)
     assert joined(deltas) == want
     assert deltas[-1].finish is not None
     if matched is not None:
-        assert deltas[-1].finish == {"type": "stop", "matched": matched}
+        assert deltas[-1].finish == Stop(matched)
     # before the end, at most max(len(stop)) - 1 characters are held back (plus one
     # incomplete UTF-8 character inside the decoder)
     longest = max(map(len, stops))
@@ -92,31 +93,31 @@ def test_stop_holdback_releases_when_the_candidate_fails() -> None:
     d2 = req.row(enc("ay"), None, 1, 0, 0)
     assert d2 is not None and d2.text == "STay"
     d3 = req.row(enc(" STOP and more"), None, 1, 0, 0)
-    assert d3 is not None and d3.text == " " and d3.finish == {"type": "stop", "matched": "STOP"}
+    assert d3 is not None and d3.text == " " and d3.finish == Stop("STOP")
 
 
 def test_scheduler_stop_token_is_left_out_unless_no_stop_trim() -> None:
     ids = enc("Hi there") + [EOS]
-    fin = {"type": "stop", "matched": EOS}
+    fin = Stop(EOS)
     req = Request("r", INFO, Open("r", skip_special_tokens=False))
     assert joined(feed(req, [ids], fin)) == "Hi there"
     req = Request("r", INFO, Open("r", skip_special_tokens=False, no_stop_trim=True))
     assert joined(feed(req, [ids], fin)) == "Hi there<｜end▁of▁sentence｜>"
     req = Request("r", INFO, Open("r", skip_special_tokens=False))
-    d = feed(req, [ids], {"type": "stop", "matched": [7, EOS]})
+    d = feed(req, [ids], Stop([7, EOS]))
     assert joined(d) == "Hi there" and d[-1].ids == ids  # ids are never trimmed
 
 
 def test_scheduler_stop_string_cut_at_last_occurrence() -> None:
     ids = enc("a\n\nb\n\n")
     req = Request("r", INFO)
-    d = feed(req, [ids], {"type": "stop", "matched": "\n\n"})
+    d = feed(req, [ids], Stop("\n\n"))
     assert joined(d) == "a\n\nb"
     req = Request("r", INFO, Open("r", no_stop_trim=True))
-    assert joined(feed(req, [ids], {"type": "stop", "matched": "\n\n"})) == "a\n\nb\n\n"
+    assert joined(feed(req, [ids], Stop("\n\n"))) == "a\n\nb\n\n"
     # stream=false: the cut may reach into earlier rows
     req = Request("r", INFO, Open("r", stream=False))
-    d = feed(req, [[i] for i in ids], {"type": "stop", "matched": "\n\n"})
+    d = feed(req, [[i] for i in ids], Stop("\n\n"))
     assert len(d) == 1 and d[0].text == "a\n\nb" and d[0].ids == ids
 
 
@@ -127,7 +128,7 @@ def test_one_delta_per_row_even_when_empty_and_usage() -> None:
     d1 = req.row([lead], None, 10, 4, 0)
     assert d1 is not None and d1.text == "" and d1.usage is not None
     assert d1.usage.completion_tokens == 1 and d1.usage.total_tokens == 11
-    d2 = req.row(ids, {"type": "length", "length": 2}, 10, 4, 2)
+    d2 = req.row(ids, Length(2), 10, 4, 2)
     assert d2 is not None and d2.usage is not None and d2.usage.completion_tokens == 2
     assert d2.usage.cached_tokens == 4 and d2.usage.reasoning_tokens == 2
     assert d1.text + d2.text == TOK.decode([lead] + ids)
@@ -141,7 +142,7 @@ def test_stream_false_gives_one_delta_with_everything() -> None:
     ids = enc("one two three")
     out = []
     for n, i in enumerate(ids):
-        fin = {"type": "length", "length": 3} if n == len(ids) - 1 else None
+        fin = Length(3) if n == len(ids) - 1 else None
         out.append(req.row([i], fin, 1, 0, 0, logprobs=[(-0.5, i)], top=[[(i, -0.5)]]))
     assert out[:-1] == [None] * (len(ids) - 1)
     last = out[-1]
@@ -159,10 +160,10 @@ def test_logprob_texts_use_skip_special_false() -> None:
 
 
 # ------------------------------------------------------------------ attribution
-def attributed(chunks: list[list[int]], finish: dict[str, Any] | None = None,
+def attributed(chunks: list[list[int]], finish: Finish | None = None,
                **opts: Any) -> list[Delta]:
     req = Request("r", INFO, Open("r", attribution=True, **opts))
-    return feed(req, chunks, finish or {"type": "length", "length": 1})
+    return feed(req, chunks, finish or Length(1))
 
 
 def test_character_split_across_three_byte_tokens() -> None:
@@ -207,7 +208,7 @@ def test_holdback_releases_attributions_with_their_text() -> None:
 def test_stop_cut_turns_anchors_past_it_into_zero_width() -> None:
     ids = enc("keep STOP gone")
     d = attributed([ids], stop=["STOP"])
-    assert d[0].text == "keep " and d[0].finish == {"type": "stop", "matched": "STOP"}
+    assert d[0].text == "keep " and d[0].finish == Stop("STOP")
     attrs = d[0].attributions or []
     assert len(attrs) == len(ids)
     for _tid, _kind, off in attrs:

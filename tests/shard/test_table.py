@@ -8,6 +8,7 @@ import pytest
 from decoding import IMPLEMENTATIONS, table_on
 
 from ring import link
+from sglang_tok.finish import ABORT, Length, Stop
 from sglang_tok.harness.local_route import LocalRoute
 from sglang_tok.protocols import errors
 from sglang_tok.protocols.native import batch, columns, output, packed
@@ -58,7 +59,7 @@ def test_one_delta_per_row_exact_text_and_usage_on_the_last() -> None:
     for k, tid in enumerate(IDS):
         last = k == len(IDS) - 1
         deltas += feed(t, [{"rid": "r", "ids": [tid], "prompt_tokens": 7, "cached_tokens": 2,
-                            "finish": {"type": "length", "length": 1} if last else None}])
+                            "finish": Length(1) if last else None}])
     assert len(deltas) == len(IDS)
     assert "".join(d.text for d in deltas) == TEXT
     assert [i for d in deltas for i in d.ids] == IDS
@@ -81,7 +82,7 @@ def test_a_shard_gets_only_its_own_rows_of_a_frame() -> None:
 
 def test_rows_of_an_ended_rid_are_ignored_and_counted() -> None:
     t = RidTable(INFO, 0)
-    feed(t, [{"rid": "r", "ids": IDS[:1], "finish": {"type": "length", "length": 1}}])
+    feed(t, [{"rid": "r", "ids": IDS[:1], "finish": Length(1)}])
     assert route_of(t)(frame([{"rid": "r", "ids": IDS[1:2]}])) == {}  # the egress's late row
     assert "r" not in t.live and "r" in t.ended
     # a shard that ended a rid itself may still get rows the egress routed before it knew
@@ -98,7 +99,7 @@ def test_open_options_reuse_and_duplicates() -> None:
     t.on_open(Open("r"), out)  # live already: ignored
     assert out == [] and t.counters.ignored_opens == 1
     assert feed(t, [{"rid": "r", "ids": IDS[:3]}]) == []  # stream=False: no delta yet
-    [last] = feed(t, [{"rid": "r", "ids": IDS[3:], "finish": {"type": "length", "length": 1}}])
+    [last] = feed(t, [{"rid": "r", "ids": IDS[3:], "finish": Length(1)}])
     assert last.text == TEXT and last.ids == IDS
     route_of(t).open("r")  # the egress sees the OPEN first
     t.on_open(Open("r"), out)  # an ended rid may be reused
@@ -109,7 +110,7 @@ def test_max_requests_refuses_new_rids_with_a_terminal_error() -> None:
     t = RidTable(INFO, 0, max_requests=1)
     feed(t, [{"rid": "a", "ids": IDS[:1]}])
     [refused] = feed(t, [{"rid": "b", "ids": IDS[:1]}])
-    assert refused.rid == "b" and refused.finish == {"type": "abort"}
+    assert refused.rid == "b" and refused.finish == ABORT
     assert refused.error is not None and "--max-requests 1" in refused.error
     assert route_of(t).router.is_ended("b") and t.counters.rejected == 1  # told to the egress
 
@@ -129,7 +130,7 @@ def test_error_abort_and_drop_end_rids_with_their_held_text_flushed() -> None:
         route_of(t).end(rid)
     by_rid = {d.rid: d for d in out}
     assert by_rid["e"].error == "boom" and by_rid["e"].text == "\ufffd"
-    assert by_rid["a"].finish == {"type": "abort"} and by_rid["a"].error is None
+    assert by_rid["a"].finish == ABORT and by_rid["a"].error is None
     assert by_rid["never-seen"].usage == Usage(0, 0, 0, 0, 0)
     assert by_rid["d"].error == errors.MALFORMED_FRAME
     assert t.live == {}
@@ -160,8 +161,8 @@ def test_columns_keep_each_rids_order() -> None:
     path (last rows of plain requests are decoded with the others, in row order)."""
     t = RidTable(INFO, 0)
     cols = feed(t, [{"rid": "x", "ids": IDS[:1]},
-                    {"rid": "y", "ids": IDS[:1], "finish": {"type": "length", "length": 1}},
-                    {"rid": "x", "ids": IDS[1:2], "finish": {"type": "length", "length": 2}},
+                    {"rid": "y", "ids": IDS[:1], "finish": Length(1)},
+                    {"rid": "x", "ids": IDS[1:2], "finish": Length(2)},
                     {"rid": "z", "ids": IDS[:1]}], ColumnsOut())
     msg = output.decode_output(output.encode_output("columnar", 0, 0, cols))
     assert isinstance(msg, columns.Columns)
@@ -176,7 +177,7 @@ def test_a_second_last_row_in_the_same_frame_is_late_not_an_error() -> None:
     after that). The first last row ends it; the others are late rows, not a crash."""
     t = table_on(INFO, "vectorised")
     feed(t, [{"rid": "r", "ids": IDS[:2]}])
-    fin = {"type": "length", "length": 3}
+    fin = Length(3)
     out = feed(t, [{"rid": "r", "ids": IDS[2:3], "finish": fin},
                    {"rid": "r", "ids": IDS[3:4], "finish": fin},
                    {"rid": "r", "ids": IDS[4:5]}])
@@ -212,12 +213,12 @@ def test_last_rows_on_the_array_path_in_every_output_format(implementation: str)
             t.on_open(Open(f"u{k}", continuous_usage=True), DeltasOut())
         first = [{"rid": f"u{k}", "ids": IDS[:3], "prompt_tokens": 5} for k in range(3)]
         out: Any = feed(t, first, make())
-        last = [{"rid": "u0", "ids": IDS[3:5], "finish": {"type": "length", "length": 5},
+        last = [{"rid": "u0", "ids": IDS[3:5], "finish": Length(5),
                  "prompt_tokens": 5, "reasoning_tokens": 1},
                 {"rid": "u1", "ids": [*IDS[3:5], stop], "prompt_tokens": 6,
-                 "finish": {"type": "stop", "matched": stop}},
+                 "finish": Stop(stop)},
                 {"rid": "u2", "ids": cut[:1], "prompt_tokens": 5, "cached_tokens": 2,
-                 "finish": {"type": "length", "length": 4}}]
+                 "finish": Length(4)}]
         out = feed(t, last, make())
         if isinstance(out, ColumnsOut):
             encoded = output.encode_output("columnar", 0, 0, out)

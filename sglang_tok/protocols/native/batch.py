@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from sglang_tok.finish import FINISH_TYPES, FinishReason
+from sglang_tok.finish import FINISH_TYPES, Finish, finish_of
 from sglang_tok.protocols.errors import FrameError
 from sglang_tok.protocols.native.tags import TAG_BATCH
 
@@ -27,7 +27,7 @@ class BatchHeader(msgspec.Struct, array_like=True, gc=False):
     """Columns of a BATCH header; trailing columns may be missing or `[]` (absent)."""
 
     rids: list[str]
-    finish_reasons: list[FinishReason | None]
+    finish_reasons: list[Finish | None]
     prompt_tokens: list[NonNeg]
     tok_lens: list[NonNeg]
     cached_tokens: list[NonNeg]
@@ -66,9 +66,17 @@ FAMILIES: tuple[tuple[str, int, str], ...] = (
     ("output_hidden", 16, "hidden"),
 )
 
+
+class _LooseHeader(BatchHeader, array_like=True, gc=False):
+    """A header whose finish reasons are any maps: what a frame the typed decode refused is
+    read again as, to say why (`_unchecked_header`, `_check_finish`)."""
+
+    finish_reasons: list[dict[str, Any] | None]  # type: ignore[assignment]
+
+
 _any_decoder = msgspec.msgpack.Decoder()
 _encoder = msgspec.msgpack.Encoder()
-_header_decoder = msgspec.msgpack.Decoder(BatchHeader)
+_header_decoder = msgspec.msgpack.Decoder(_LooseHeader)
 _U32 = struct.Struct("<I")
 
 
@@ -151,7 +159,8 @@ class Batch:
         ids = self.token_ids()
         st = self.tokens.row_starts
         out: dict[str, Any] = {
-            "rid": h.rids[i], "ids": ids[st[i]:st[i + 1]], "finish": h.finish_reasons[i],
+            "rid": h.rids[i], "ids": ids[st[i]:st[i + 1]],
+            "finish": msgspec.to_builtins(h.finish_reasons[i]),
             "prompt_tokens": h.prompt_tokens[i], "cached_tokens": h.cached_tokens[i],
             "reasoning_tokens": h.reasoning_tokens[i],
         }
@@ -259,10 +268,8 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
     if sizes[:REQUIRED_COLUMNS].count(n) != REQUIRED_COLUMNS:
         _check_lengths(HEADER_FIELDS[1:REQUIRED_COLUMNS], sizes[1:REQUIRED_COLUMNS], n, rids,
                        False)
-    fins = h.finish_reasons
-    ending = n - fins.count(None)  # C-speed scans; most rows of most frames are still running
-    if ending:
-        _check_finish(fins, ending, rids)
+    if type(h) is _LooseHeader:  # the typed decode refused a finish reason: say which
+        h = BatchHeader(rids, _check_finish(h.finish_reasons, rids), *cols[2:])
     total_ids = sum(h.tok_lens)
     # no row can exceed the limit when all of them together do not (the usual frame)
     if max_row_ids and total_ids > max_row_ids and max(h.tok_lens) > max_row_ids:
@@ -311,16 +318,22 @@ def _check_lengths(fields: tuple[str, ...], sizes: list[int], n: int, rids: list
             raise _length_error(col, got, n, rids)
 
 
-def _check_finish(fins: list[FinishReason | None], ending: int, rids: list[str]) -> None:
-    """Every finish reason present is a map of a known type (a frame with none, the usual
-    one, does not come here)."""
+def _check_finish(fins: list[Any], rids: list[str]) -> list[Finish | None]:
+    """The finish reasons of a header the typed decode refused (any maps: a frame whose
+    finish reasons are all SGLang's forms does not come here): raise for one that is not a
+    map of a known type and its fields; else the reasons, typed."""
     present = list(filter(None, fins))  # an empty map is falsy: left out here
     for fin in present:
         kind = fin.get("type")  # any msgpack value: a list or map is unhashable
         if not isinstance(kind, str) or kind not in FINISH_TYPES:
             raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-    if len(present) != ending:
+    if len(present) != len(fins) - fins.count(None):
         raise FrameError("finish", "empty finish reason", rids)
+    try:
+        return [None if fin is None else finish_of(fin) for fin in fins]
+    except msgspec.ValidationError as exc:
+        raise FrameError("finish", f"a finish reason not of SGLang's forms: {exc}",
+                         rids) from None
 
 
 def _family_layout(cols: tuple[Any, ...], n: int, pos: int,

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from sglang_tok.finish import FinishReason
+from sglang_tok.finish import Finish
 from sglang_tok.protocols.native.deltas import Delta, ToolCallDelta, Usage
 
 _encoder = msgspec.msgpack.Encoder()
@@ -22,7 +22,7 @@ class SparseColumns(msgspec.Struct, kw_only=True, gc=False):
     """The sparse columns of COLUMNS and PACKED (sections 5.2, 5.4), declared once for both:
     keyword-only, so that msgspec lays them after each format's own dense columns."""
 
-    finish: list[tuple[int, FinishReason]] = []
+    finish: list[tuple[int, Finish]] = []
     usage: list[tuple[int, Usage]] = []
     error: list[tuple[int, str]] = []
     result: list[tuple[int, bytes]] = []

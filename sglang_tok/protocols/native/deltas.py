@@ -8,6 +8,8 @@ from typing import Any
 
 import msgspec
 
+from sglang_tok.finish import ABORT, Finish
+
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -47,7 +49,7 @@ class Delta(msgspec.Struct, omit_defaults=True, gc=False):
     token_texts: list[str] | None = None
     top_texts: list[Any] | None = None
     attributions: list[tuple[int, int, int]] | None = None
-    finish: dict[str, Any] | None = None
+    finish: Finish | None = None
     usage: Usage | None = None
     error: str | None = None
     result: bytes | None = None
@@ -61,7 +63,7 @@ class Delta(msgspec.Struct, omit_defaults=True, gc=False):
 
 def terminal(rid: str, error: str | None, usage: Usage) -> Delta:
     """A request's last delta when the service, not the scheduler, ends it."""
-    return Delta(rid, finish={"type": "abort"}, error=error, usage=usage)
+    return Delta(rid, finish=ABORT, error=error, usage=usage)
 
 
 class Deltas(msgspec.Struct, gc=False):

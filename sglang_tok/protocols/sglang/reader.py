@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 from msgspec import Meta, Raw
 
-from sglang_tok.finish import FINISH_TYPES
+from sglang_tok.finish import FINISH_TYPES, Finish, Stop, finish_of
 from sglang_tok.protocols import interface
 from sglang_tok.protocols.errors import FrameError
 from sglang_tok.protocols.interface import LATE, Event, Idle, PassOn, Probe
@@ -57,7 +57,7 @@ NonNeg = Annotated[int, Meta(ge=0)]
 _READ: dict[str, msgspec.msgpack.Decoder[Any]] = {
     name: msgspec.msgpack.Decoder(kind) for name, kind in (
         ("rids", list[str] | None), ("http_worker_ipcs", list[str | None] | None),
-        ("finished_reasons", list[dict[str, Any] | None] | None),
+        ("finished_reasons", list[Finish | None] | None),
         ("decoded_texts", list[str] | None),
         ("decode_ids", list[msgspec.msgpack.Ext] | None),  # SGLang's: one array ext per row
         ("read_offsets", list[NonNeg] | None),
@@ -66,6 +66,8 @@ _READ: dict[str, msgspec.msgpack.Decoder[Any]] = {
         ("no_stop_trim", list[bool] | None), ("prompt_tokens", list[NonNeg] | None),
         ("reasoning_tokens", list[NonNeg] | None), ("completion_tokens", list[NonNeg] | None),
         ("cached_tokens", list[NonNeg] | None))}
+# finish reasons the typed decode refused, read again as any maps to say why (`_columns`)
+_loose_finishes = msgspec.msgpack.Decoder(list[dict[str, Any] | None] | None)
 _ipcs_decoder = msgspec.msgpack.Decoder(list[str | None] | None)
 _level_decoder = msgspec.msgpack.Decoder(str | None)
 _tag_decoder = msgspec.msgpack.Decoder(str)
@@ -146,7 +148,7 @@ class Columns:
         self.fields = fields
         self.rids: list[str] = got["rids"]
         self.ipcs: list[str | None] | None = got["http_worker_ipcs"]
-        self.finished: list[dict[str, Any] | None] = got["finished_reasons"]
+        self.finished: list[Finish | None] = got["finished_reasons"]
         self.decode_ids: list[Any] = got["decode_ids"]
         self.read_offsets: list[int] = got["read_offsets"]
         self.skip: list[bool] = got["skip_special_tokens"]
@@ -293,6 +295,7 @@ class SglangReader:
         have = len(fields)
         got: dict[str, Any] = {}
         rids: list[str] = []
+        loose = None  # finish reasons the typed decode refused
         for name, decoder in _READ.items():
             i = at[name]
             if name == "decode_ids" and self.pairs:
@@ -300,9 +303,12 @@ class SglangReader:
             try:
                 got[name] = decoder.decode(fields[i]) if i < have else None
             except msgspec.ValidationError as exc:
-                if name != "decode_ids" or self.pairs:
+                if name == "finished_reasons":
+                    got[name] = loose = _any_finishes(fields[i], rids)
+                elif name != "decode_ids" or self.pairs:
                     raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
-                got[name] = _any_ids(fields[i], rids)
+                else:
+                    got[name] = _any_ids(fields[i], rids)
             except msgspec.DecodeError as exc:
                 raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
             if name == "rids":
@@ -320,11 +326,8 @@ class SglangReader:
         cols = Columns(fields, got)
         if cols.ipcs is not None and cols.ipcs.count(None) != n:
             _check_ipcs(cols.ipcs, n, rids)
-        if cols.finished.count(None) != n:
-            for fin in filter(None.__ne__, cols.finished):
-                kind = fin.get("type") if isinstance(fin, dict) else None
-                if not isinstance(kind, str) or kind not in FINISH_TYPES:
-                    raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
+        if loose is not None:
+            cols.finished = _typed_finishes(loose, rids)
         return cols
 
     @staticmethod
@@ -408,15 +411,15 @@ class SglangReader:
             keep[start:start + size] = False
         return flat[keep]
 
-    def _for_shard(self, fin: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _for_shard(self, fin: Finish) -> Finish:
         """The finish the shard trims by (the reply carries the scheduler's own): SGLang
         leaves a stop token out only when `matched` is one id that is not a tool-call
         closer it keeps (--keep-stop-ids); a list of ids is not trimmed either."""
-        if fin is None or "matched" not in fin:
+        if type(fin) is not Stop:
             return fin
-        matched = fin["matched"]
+        matched = fin.matched
         if isinstance(matched, list) or (type(matched) is int and matched in self.keep):
-            return {k: v for k, v in fin.items() if k != "matched"}
+            return msgspec.structs.replace(fin, matched=msgspec.UNSET)
         return fin
 
     def _track_workers(self, r: Columns, ipcs: list[str | None], firsts: list[int]) -> None:
@@ -446,6 +449,30 @@ _ROW_FIELDS = ("finished_reasons", "decoded_texts", "decode_ids", "read_offsets"
                "prompt_tokens", "reasoning_tokens", "completion_tokens", "cached_tokens")
 _pairs_decoder = msgspec.msgpack.Decoder(list[tuple[str, bytes]] | None)
 _ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]] | None)
+
+
+def _any_finishes(raw: Raw, rids: list[str]) -> list[Any]:
+    """finished_reasons the typed decode refused, as any maps (or FrameError, as a column
+    that is not a list of maps or nils)."""
+    try:
+        got = _loose_finishes.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise FrameError("header", f"finished_reasons: {str(exc)[:160]}", rids) from None
+    return [] if got is None else got
+
+
+def _typed_finishes(fins: list[Any], rids: list[str]) -> list[Finish | None]:
+    """Raise for the finish reason the typed decode refused: one of an unknown type, or
+    with fields not of SGLang's `to_json` forms."""
+    for fin in filter(None.__ne__, fins):
+        kind = fin.get("type")
+        if not isinstance(kind, str) or kind not in FINISH_TYPES:
+            raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
+    try:
+        return [None if fin is None else finish_of(fin) for fin in fins]
+    except msgspec.ValidationError as exc:
+        raise FrameError("finish", f"a finish reason not of SGLang's forms: {exc}",
+                         rids) from None
 
 
 def _any_ids(raw: Raw, rids: list[str]) -> list[Any] | None:

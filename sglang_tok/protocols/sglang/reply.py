@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 from msgspec import Raw
 
+from sglang_tok.finish import Abort
 from sglang_tok.protocols.native.columns import ColumnsOut
 from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.protocols.sglang import wire
@@ -138,9 +139,8 @@ def cut(columns: Sequence[Any], n: int, parts: list[list[int]],
     return out
 
 
-def abort_finish(message: str) -> dict[str, Any]:
-    return {"type": "abort", "message": message, "status_code": SERVICE_UNAVAILABLE,
-            "err_type": None}
+def abort_finish(message: str) -> Abort:
+    return Abort(message, SERVICE_UNAVAILABLE, None)
 
 
 def _groups(keys: Sequence[Any]) -> dict[Any, list[int]]:
