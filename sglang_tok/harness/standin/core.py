@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sglang_tok.protocols.sglang import wire
+import msgspec
 
 from .requests import Ask, Decode, Finish, Request, finish_abort, finish_stop
 from .rows import Logprobs, StepRows
@@ -40,7 +40,7 @@ class Ended:
 
 
 # a finished beam group's sequences: (tokens, finish, cum_logprob) -> SGLang's
-# BeamSearchOutput (or wire.BeamOutput where SGLang is not)
+# BeamSearchOutput (or `BeamOutput` where SGLang is not)
 MakeBeams = Callable[[list[tuple[list[int], Finish, float]]], Any]
 
 
@@ -203,11 +203,29 @@ class Core:
         req.update_finish_state(0, None, self.eos)
 
 
-def wire_beams(seqs: list[tuple[list[int], Finish, float]]) -> wire.BeamOutput:
+class BeamSequence(msgspec.Struct, omit_defaults=True):
+    """SGLang's `BeamSearchSequence` (a map on the wire), where SGLang is not."""
+
+    tokens: list[int]
+    cum_logprob: float = 0.0
+    finish_reason: Any = None
+    text: str | None = None
+    beam_score: float | None = None
+
+
+class BeamOutput(msgspec.Struct, tag="BeamSearchOutput", array_like=True, kw_only=True):
+    """SGLang's `BeamSearchOutput` (0.5.19 on), where SGLang is not."""
+
+    rids: list[str] | None = None
+    http_worker_ipcs: list[str | None] | None = None
+    sequences: list[BeamSequence]
+
+
+def wire_beams(seqs: list[tuple[list[int], Finish, float]]) -> BeamOutput:
     """A finished group's sequences as SGLang's BeamSearchOutput, without SGLang."""
-    return wire.BeamOutput(sequences=[
-        wire.BeamSequence(tokens=ids, cum_logprob=cum, finish_reason=fin,
-                          beam_score=cum / max(1, len(ids))) for ids, fin, cum in seqs])
+    return BeamOutput(sequences=[
+        BeamSequence(tokens=ids, cum_logprob=cum, finish_reason=fin,
+                     beam_score=cum / max(1, len(ids))) for ids, fin, cum in seqs])
 
 
 def _cum(ids: list[int]) -> float:
@@ -219,4 +237,4 @@ def _stamp(req: Request, name: str) -> None:
         setattr(req.time_stats, name, time.perf_counter())
 
 
-__all__ = ["Core", "Ended", "Source", "wire_beams"]
+__all__ = ["BeamOutput", "BeamSequence", "Core", "Ended", "Source", "wire_beams"]
