@@ -126,6 +126,7 @@ class Release:
 
         self.version = str(getattr(sglang, "__version__", "unknown"))
         self.io = io
+        self.core: Core | None = None  # the stand-in's steps, once made (for its loads)
         self.dp_rank = int(bound.get("dp_rank") or 0)
         self.context = self._publish(server_args, bound)
         self.host = self._host(server_args)
@@ -200,12 +201,17 @@ class Release:
     def loads(self, cols: Any) -> Any:
         """This step's `GetLoadsReqOutput` (what `get_loads(include=["core"])` gives),
         by field name; nil where the release asks for fields not known here."""
-        running = len(cols.get("rids") or ())
+        core = self.core
+        running = len(core.running) if core is not None else len(cols.get("rids") or ())
         known = {"dp_rank": self.dp_rank, "timestamp": time.time(),
-                 "num_running_reqs": running, "num_waiting_reqs": 0, "num_used_tokens": 0,
+                 "num_running_reqs": running,
+                 "num_waiting_reqs": len(core.waiting) if core is not None else 0,
+                 "num_waiting_uncached_tokens": 0, "num_used_tokens": 0,
                  "num_total_tokens": 0, "max_total_num_tokens": MAX_TOTAL_TOKENS,
                  "token_usage": 0.0, "gen_throughput": 0.0, "cache_hit_rate": 0.0,
-                 "utilization": 0.0, "max_running_requests": self.host.max_running_requests}
+                 "utilization": 0.0,
+                 "max_running_requests": core.max_running if core is not None
+                 else self.host.max_running_requests}
         try:
             fields, required = class_fields(self.io.GetLoadsReqOutput)
             if not all(name in known for name in required):
@@ -357,6 +363,7 @@ class Standin:
                          stream_interval=host.stream_interval, dp_rank=release.dp_rank,
                          wrap=release.wrap, time_stats=lambda: _time_stats(metrics),
                          span=release.span)
+        release.core = self.core
         ctx = zmq.Context(2)
         self.zmq = zmq
         self.recv = ctx.socket(zmq.PULL)
