@@ -153,20 +153,26 @@ class Core:
         return True
 
     def _logprobs(self, req: Request, ids: list[int], given: ChunkLogprobs | None) -> None:
+        """The step's output logprobs: a recording's own values where it has one per id
+        (its top logprobs where the request asks for as many as it recorded), the rest
+        made up as a model would give them."""
         lp, ask = req.logprobs, req.ask
         at = len(req.output_ids)
-        if given is not None:  # a recording's own values
-            lp.val.extend(given.val)
-            lp.idx.extend(ids)
-            lp.top_val.extend(given.top_val)
-            lp.top_idx.extend(given.top_idx)
-            return
+        if given is not None and len(given.val) != len(ids):
+            given = None
+        k = ask.top_logprobs_num
+        given_tops = given is not None and k > 0 and len(given.top_val) == len(ids) \
+            and all(len(v) == k for v in given.top_val)
         for j, tid in enumerate(ids):
             pos = at + j
-            lp.val.append(synthetic_logprob(tid, pos))
+            lp.val.append(given.val[j] if given is not None else synthetic_logprob(tid, pos))
             lp.idx.append(tid)
-            if ask.top_logprobs_num > 0:
-                val, idx = top_logprobs(tid, pos, ask.top_logprobs_num, self.vocab)
+            if given_tops:
+                assert given is not None
+                lp.top_val.append(given.top_val[j])
+                lp.top_idx.append(given.top_idx[j])
+            elif k > 0:
+                val, idx = top_logprobs(tid, pos, k, self.vocab)
                 lp.top_val.append(val)
                 lp.top_idx.append(idx)
             if ask.token_ids_logprob:

@@ -385,9 +385,21 @@ class Standin:
 
     def _source(self) -> Any:
         if self.cfg.trace:
-            from .record import recordings
+            from .record import ReplayRefused, read_trace, replay_refusal
 
-            return Replayed(recordings(self.cfg.trace))
+            try:
+                trace = read_trace(self.cfg.trace)
+            except ReplayRefused as exc:
+                raise StandinRefused(str(exc)) from None
+            refusal = replay_refusal(trace, self.release.plan)
+            if refusal is not None:
+                raise StandinRefused(refusal)
+            if not trace.requests:
+                raise StandinRefused(f"the trace {self.cfg.trace} holds no request")
+            log.info("replaying %d requests recorded on SGLang %s (%d messages) as SGLang "
+                     "%s's", len(trace.requests), trace.fields.release, trace.messages,
+                     self.release.version)
+            return Replayed(trace.requests)
         from sglang_tok.harness.workload import BUILTIN_TEXTS
 
         if self.tokenizer is None:
