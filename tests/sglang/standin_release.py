@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -65,7 +67,8 @@ def release_path(release: str, python: str) -> str | None:
 
 class Server:
     """`python -m sglang.launch_server` of a release, the stand-in in the scheduler's place
-    and SGLang's own detokenizer (`SGLANG_PLUGINS=sglang_tok_standin`)."""
+    and SGLang's own detokenizer (`SGLANG_PLUGINS=sglang_tok_standin`; `env` may say
+    otherwise)."""
 
     def __init__(self, python: str, path: str, work: Path, port: int,
                  standin: str = "", env: dict[str, str] | None = None) -> None:
@@ -77,9 +80,11 @@ class Server:
         self.log = open(self.log_path, "w")
         settings = f"step_ms=5,length=40,ledger={self.ledger}" + (f",{standin}" if standin
                                                                    else "")
-        env = {**os.environ, **(env or {}), "PYTHONPATH": path,
-               "SGLANG_PLUGINS": "sglang_tok_standin", "SGLANG_TOK_STANDIN": settings,
-               "TMPDIR": str(work)}
+        # a short TMPDIR: ipc:// socket paths under it (SGLang's, sglang-tok's) are bounded
+        self.tmp = tempfile.mkdtemp(prefix="sti-", dir="/tmp" if Path("/tmp").is_dir()
+                                    else None)
+        env = {**os.environ, "PYTHONPATH": path, "SGLANG_PLUGINS": "sglang_tok_standin",
+               "SGLANG_TOK_STANDIN": settings, "TMPDIR": self.tmp, **(env or {})}
         cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(work)),
                "--device", "cpu", "--port", str(port), "--log-level", "warning",
                "--skip-server-warmup"]
@@ -118,6 +123,7 @@ class Server:
             pass
         self.proc.wait()
         self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 @contextmanager
@@ -241,8 +247,6 @@ def run(release: str, python: str, work: Path, port: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    import tempfile
-
     python = os.environ.get("SGLANG_PYTHON", "/tmp/sglv/bin/python")
     base = Path(tempfile.mkdtemp(prefix="standin-releases-"))
     for i, release in enumerate(sys.argv[1:] or RELEASES):
