@@ -98,3 +98,26 @@ def test_a_trace_the_plugin_recorded_replays_on_an_older_release(tmp_path: Path)
     recorded = [[t for c in r.chunks for t in c] for r in got.requests]
     with server(PYTHON, older, tmp_path, PORT + 22, standin=f"trace={trace}") as s:
         replayed_exactly(s.url, Ledger(s.ledger), recorded, 4)
+
+
+def test_what_cannot_be_replayed_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
+    from standin_release import Server
+    from test_standin_replay import write_trace
+
+    release = next((r for r in ("0.5.20", *CHOSEN)
+                    if PYTHON is not None and release_path(r, PYTHON)), None)
+    if release is None:
+        pytest.skip("no SGLang release installed")
+    trace = write_trace(tmp_path / "bad.trace", "0.5.16", "plain",
+                        meta={"sglang_layout": None})  # 0.5.16's messages, said 0.5.23's
+    assert PYTHON is not None
+    s = Server(PYTHON, path_of(release), tmp_path, PORT + 23, standin=f"trace={trace}")
+    try:
+        with pytest.raises(RuntimeError, match="the server exited"):
+            s.wait_ready()
+    finally:
+        s.stop()
+    log = s.log_path.read_text()
+    lines = [line for line in log.splitlines() if "BatchTokenIDOutput messages" in line]
+    assert len(lines) == 1 and "not SGLang 0.5.23's (53 fields)" in lines[0]
+    assert "StandinRefused" not in log  # no traceback of the stand-in's

@@ -70,11 +70,13 @@ def run_standin(cfg: StandinConfig, params: tuple[str, ...], *args: Any,
         release = Release(server_args, bound)
         standin = Standin(cfg, release, port_args)
         ready = release.ready_info(server_args, time.perf_counter() - started)
+    except StandinRefused as exc:  # one line, in the log and to the launcher; no traceback
+        log.error("%s", exc)
+        if pipe_writer is not None:
+            pipe_writer.send({"status": "error", "error": str(exc)})
+        raise SystemExit(1) from None
     except Exception as exc:
-        if isinstance(exc, StandinRefused):
-            log.error("%s", exc)
-        else:
-            log.exception("the stand-in scheduler failed to start")
+        log.exception("the stand-in scheduler failed to start")
         if pipe_writer is not None:
             pipe_writer.send({"status": "error", "error": str(exc)})
         raise
