@@ -14,6 +14,7 @@ field the plan does not give, or one the class does not have, fails the build.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from typing import Any
 
 import msgspec
@@ -193,3 +194,69 @@ def test_fields_read_from_a_layout_in_any_form() -> None:
         assert got.release == "0.5.16" and got.ipc == "msgpack"
         assert got.token_ids == full.token_ids
     assert fields_of({"token_ids": ["rids"], "more": 1}).release == "unknown"
+
+
+# --------------------------------------------------------------------------- the launcher
+def run_scheduler_process_0_5_20(server_args: Any, port_args: Any, gpu_id: int,
+                                 tp_rank: int, attn_cp_rank: int, moe_dp_rank: int,
+                                 moe_ep_rank: int, pp_rank: int, dp_rank: int | None,
+                                 pipe_writer: Any, display_tp_rank: int | None = None,
+                                 display_dp_rank: int | None = None,
+                                 display_moe_ep_rank: int | None = None) -> None: ...
+
+
+def run_scheduler_process_0_5_23(server_args: Any, port_args: Any, gpu_id: int,
+                                 tp_rank: int, pp_rank: int, dp_rank: int | None,
+                                 pipe_writer: Any, display_tp_rank: int | None = None,
+                                 display_dp_rank: int | None = None,
+                                 display_moe_ep_rank: int | None = None) -> None: ...
+
+
+class Pipe:
+    def send(self, obj: Any) -> None: ...
+
+
+def test_the_launchers_arguments_are_bound_by_the_releases_names() -> None:
+    """0.5.12-0.5.20 pass ten arguments (with the attention-CP and MoE ranks), 0.5.21 on
+    seven: the stand-in takes each by the name its release gives it."""
+    import functools
+
+    from sglang_tok.harness.standin.main import StandinRefused, _bind
+    from sglang_tok.harness.standin.plugin import params_of
+
+    pipe = Pipe()
+    old = params_of(run_scheduler_process_0_5_20)
+    new = params_of(run_scheduler_process_0_5_23)
+    bound = _bind(old, ("sa", "pa", 3, 1, 0, 0, 0, 2, None, pipe), {})
+    assert (bound["gpu_id"], bound["tp_rank"], bound["pp_rank"]) == (3, 1, 2)
+    assert bound["pipe_writer"] is pipe and bound["dp_rank"] is None
+    bound = _bind(new, ("sa", "pa", 3, 1, 2, 5, pipe), {})
+    assert (bound["pp_rank"], bound["dp_rank"], bound["pipe_writer"]) == (2, 5, pipe)
+    # a process function given as a partial: its own arguments come first
+    assert params_of(functools.partial(run_scheduler_process_0_5_23, "sa")) == new[1:]
+    # no names at hand: settings and ports first, the pipe last
+    assert _bind((), ("sa", "pa", 0, 0, 0, None, pipe), {})["pipe_writer"] is pipe
+    with pytest.raises(StandinRefused, match="passes 11 arguments"):  # more than it takes
+        _bind(new, ("sa", "pa", 3, 1, 0, 0, 0, 2, None, pipe, 0), {})
+
+
+def test_a_class_s_fields_and_those_it_requires() -> None:
+    from sglang_tok.harness.standin.main import _keeps_lists, class_fields
+
+    class Struct(msgspec.Struct, kw_only=True):
+        rids: list[str]
+        decode_ids: list[array]  # type: ignore[type-arg]
+        load: Any = None
+
+    @dataclasses.dataclass
+    class Old:
+        spec_verify_ct: list[int]
+        decode_ids: list[int]
+        time_stats: list[Any] | None = None
+        extra: list[int] = dataclasses.field(default_factory=list)
+
+    assert class_fields(Struct) == (("rids", "decode_ids", "load"),
+                                    frozenset({"rids", "decode_ids"}))
+    assert class_fields(Old) == (("spec_verify_ct", "decode_ids", "time_stats", "extra"),
+                                 frozenset({"spec_verify_ct", "decode_ids"}))
+    assert _keeps_lists(Old, "decode_ids") and not _keeps_lists(Struct, "decode_ids")
