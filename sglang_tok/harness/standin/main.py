@@ -15,7 +15,7 @@ version number (`Release`): the launcher's arguments by the names of its own
 `server_args`; the ready message with `startup_time` where the release builds one (0.5.17
 on) and `hicache_object_layout` where it has one (0.5.23); msgpack IPC with its own
 `sock_send`/`sock_recv` where io_struct has them (0.5.15 on), else pickles
-(`send_pyobj`/`recv_pyobj`); its own `BatchTokenIDOutput` built by field name
+(`pickles.py`, SGLang's own IPC there); its own `BatchTokenIDOutput` built by field name
 (`message.Plan`), ids as lists where its scheduler keeps lists (0.5.12), time stats wrapped
 where it wraps them. What cannot be followed is refused at start, in one line.
 """
@@ -34,6 +34,7 @@ from typing import IO, Any
 
 import msgspec
 
+from . import pickles
 from .config import StandinConfig
 from .core import Core, Ended
 from .message import Plan
@@ -238,12 +239,12 @@ class Release:
         if self.msgpack:
             self.io.sock_send(sock, obj)
         else:
-            sock.send_pyobj(obj)
+            pickles.send(sock, obj)
 
     def recv(self, sock: Any, flags: int) -> Any:
         if self.msgpack:
             return self.io.sock_recv(sock, flags)
-        return sock.recv_pyobj(flags)
+        return pickles.recv(sock, flags)
 
     # ------------------------------------------------------------------ ready
     def ready_info(self, server_args: Any, elapsed: float) -> dict[str, Any]:

@@ -7,8 +7,8 @@ message the scheduler sent the detokenizer, as it came, in the project's trace f
 its metadata (`sglang_layout`; a trace without one was recorded on 0.5.23). Each message is
 read by that release's field names: msgpack (0.5.15 on) by its order of fields, a pickle
 (0.5.12-0.5.14) by the names its object carries, unpickled without SGLang and without
-running anything (`_Unpickler`: SGLang's classes become inert records, nothing else but
-`array` loads).
+running anything (`pickles.load_record`: SGLang's classes become inert records, nothing
+else but `array` loads).
 
 Replayed, each recorded request gives the ids of each of its rows in order, how it ended,
 and its output logprobs where it asked for them; the stand-in hands them to new requests in
@@ -20,8 +20,6 @@ that neither the trace nor the stand-in gives, are refused in one line (`replay_
 
 from __future__ import annotations
 
-import io
-import pickle
 import struct
 from array import array
 from pathlib import Path
@@ -32,6 +30,7 @@ import msgspec
 from sglang_tok.tracefile import read
 
 from .message import NEWEST, TAG, Fields, Plan, fields_of, known_fields
+from .pickles import Record, load_record
 from .streams import ChunkLogprobs
 
 Recording = tuple[list[list[int]], dict[str, Any] | None]
@@ -180,10 +179,10 @@ def _pickled(frame: bytes | memoryview) -> dict[str, Any] | None:
     """The columns of a pickled BatchTokenIDOutput (0.5.12-0.5.14), by the names its
     object carries; None for any other message or one that does not load here."""
     try:
-        obj = _Unpickler(io.BytesIO(bytes(frame))).load()
+        obj = load_record(frame)
     except Exception:  # anything a foreign pickle can raise: the frame is not replayed
         return None
-    if type(obj).__name__ != TAG or not isinstance(obj, _Record):
+    if type(obj).__name__ != TAG or not isinstance(obj, Record):
         return None
     state = vars(obj)
     return {name: _plain(state.get(name)) for name in (*READ, *LOGPROBS)}
@@ -195,42 +194,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
-
-
-class _Record:
-    """An SGLang object of a pickled trace: its state, and nothing it could run."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def __setstate__(self, state: Any) -> None:
-        parts = state if isinstance(state, tuple) else (state,)
-        for part in parts:  # (dict, slots) for a class with __slots__
-            if isinstance(part, dict):
-                self.__dict__.update(part)
-
-
-_records: dict[tuple[str, str], type] = {}
-# the globals other than SGLang's a scheduler message's pickle holds
-_SAFE = frozenset([("array", "array"), ("array", "_array_reconstructor"),
-                   ("copyreg", "_reconstructor"), ("builtins", "object"),
-                   ("builtins", "set"), ("builtins", "frozenset"),
-                   ("collections", "OrderedDict")])
-
-
-class _Unpickler(pickle.Unpickler):
-    """Loads SGLang's classes as `_Record`s and nothing but `array` besides: a trace's
-    pickle runs no code of its own, and loads without SGLang."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _SAFE:
-            return super().find_class(module, name)
-        if module == "sglang" or module.startswith("sglang."):
-            key = (module, name)
-            if key not in _records:
-                _records[key] = type(name, (_Record,), {"__module__": module})
-            return _records[key]
-        raise pickle.UnpicklingError(f"{module}.{name} is not loaded from a trace")
 
 
 def _logprobs(cols: dict[str, Any], i: int, n: int) -> ChunkLogprobs | None:
