@@ -2,9 +2,9 @@
 """The benchmark: the service's targets, sglang-tok (1 and 2 shards) against the lean peers.
 
 One run, same traces, same sockets, same client, systems side by side (ratios, because
-the machine is shared and noisy). The peer is `baselines.py vllm`: one process stepping a
+the machine is shared and noisy). The peer is `baselines` vllm: one process stepping a
 `tokenizers` DecodeStream per request, reading frames with raw msgpack and `array` and
-writing plain maps; `baselines.py sglang` (SGLang's DetokenizerManager, same lean I/O) is
+writing plain maps; `baselines` sglang (SGLang's DetokenizerManager, same lean I/O) is
 shown beside it. For every system and trace:
 
   flat out     replay as fast as backpressure allows: ids/s, and CPU seconds per million
@@ -31,10 +31,11 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import cpu_seconds, median, ratio, workdir, write_json
 from replay import Target, replay, start_baseline, start_service
 from synth import synthesise
 
+from sglang_tok.harness.bench.figures import median, ratio, write_json
+from sglang_tok.harness.bench.processes import cpu_seconds, workdir
 from sglang_tok.harness.workload import PlanSpec
 from sglang_tok.tracefile import read
 

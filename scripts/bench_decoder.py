@@ -38,15 +38,9 @@ from typing import Any
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
-from common import (
-    batch_rows,
-    decodestream_rows,
-    llama2_style,
-    multilingual,
-    ratio_table,
-    route_arrays,
-)
-
+from sglang_tok.harness.bench.corpora import llama2_style, multilingual
+from sglang_tok.harness.bench.figures import ratio_table
+from sglang_tok.harness.bench.rows import batch_rows, decodestream_rows, route_arrays
 from sglang_tok.harness.workload import PlannedRequest, PlanSpec, make_requests, schedule
 from sglang_tok.kit.client import decode_frame
 from sglang_tok.protocols.native import batch, control, output

@@ -36,15 +36,10 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import msgspec
 import zmq
 import zmq.asyncio
-from common import (
-    cpu_seconds,
-    percentile,
-    shuffled_text,
-    terminate,
-    tree_pids,
-    wait_for_file,
-    write_json,
-)
+
+from sglang_tok.harness.bench.corpora import shuffled_text
+from sglang_tok.harness.bench.figures import percentile, write_json
+from sglang_tok.harness.bench.processes import cpu_seconds, terminate, tree_pids, wait_for_file
 
 SHORT = 500  # tokens: prompts this short are reported on their own
 

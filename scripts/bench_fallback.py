@@ -50,20 +50,14 @@ from typing import Any
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import numpy as np
-from common import (
-    LOCALES_LLAMA2,
-    faker_texts,
-    interleaved,
-    llama2_style,
-    markdown,
-    markdown_row,
-    timed,
-    workdir,
-)
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from tokenizers.decoders import DecodeStream
 
 from sglang_tok.harness import zoo
+from sglang_tok.harness.bench.corpora import LOCALES_LLAMA2, faker_texts, llama2_style
+from sglang_tok.harness.bench.figures import markdown, markdown_row
+from sglang_tok.harness.bench.processes import workdir
+from sglang_tok.harness.bench.timing import interleaved, timed
 from sglang_tok.harness.oracles import byte_values, oracle_anchors, to_bytes
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.ragged import ragged_index

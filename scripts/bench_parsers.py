@@ -40,12 +40,11 @@ import numpy as np
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from common import LOCALES, faker_texts, has_faker, route_arrays
 
 from ring import link
 from sglang_tok.config import Config
+from sglang_tok.harness.bench.corpora import LOCALES, faker_texts, has_faker
+from sglang_tok.harness.bench.rows import route_arrays
 from sglang_tok.harness.workload import BUILTIN_TEXTS
 from sglang_tok.harness.zoo import with_special_tokens
 from sglang_tok.kit.scheduler import encode_step

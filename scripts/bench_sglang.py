@@ -50,10 +50,11 @@ import zmq
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from common import cpu_seconds, median, ratio, span, times, tree_pids, write_json
 from replay import Target, start_service
 from synth import corpus
 
+from sglang_tok.harness.bench.figures import median, ratio, span, times, write_json
+from sglang_tok.harness.bench.processes import cpu_seconds, tree_pids
 from sglang_tok.harness.workload import BUILTIN_TEXTS, PlannedRequest, PlanSpec, make_requests
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.tokenizer import TokenizerInfo, load

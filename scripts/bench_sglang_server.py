@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -39,12 +38,9 @@ from typing import Any
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from capacity import Stage, capacity, scaled
-from common import markdown, write_json
-from gap_hist import percentile
-
+from sglang_tok.harness.bench.capacity import Stage, capacity, scaled
+from sglang_tok.harness.bench.figures import markdown, write_json
+from sglang_tok.harness.bench.gap_hist import percentile
 from sglang_tok.harness.sglang_side import model_dir
 from sglang_tok.tokenizer import load_tokenizer
 

@@ -39,12 +39,15 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from common import batch_rows, best, decodestream_rows, markdown, workdir
 from prometheus_client import REGISTRY
 
 from egress.main import Egress
 from ring import link
 from sglang_tok.config import Config, finalize
+from sglang_tok.harness.bench.figures import markdown
+from sglang_tok.harness.bench.processes import workdir
+from sglang_tok.harness.bench.rows import batch_rows, decodestream_rows
+from sglang_tok.harness.bench.timing import best
 from sglang_tok.harness.workload import PlanSpec, make_requests, schedule
 from sglang_tok.process import Status, service_roles
 from sglang_tok.protocols.native import columns, control, output, packed, tags

@@ -29,7 +29,9 @@ from typing import Any
 import httpx
 import openai
 import uvloop
-from common import percentile, terminate
+
+from sglang_tok.harness.bench.figures import percentile
+from sglang_tok.harness.bench.processes import terminate
 
 SERVER = Path(__file__).resolve().parent.parent / "examples" / "openai_server.py"
 

@@ -18,7 +18,6 @@ per-shard load and errors, as a table, a JSON summary (--json) and a PNG chart (
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,10 +28,8 @@ from typing import Any
 
 import zmq
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from common import percentile, terminate, tree_pids, wait_for_file, workdir, write_json
-
+from sglang_tok.harness.bench.figures import percentile, write_json
+from sglang_tok.harness.bench.processes import terminate, tree_pids, wait_for_file, workdir
 from sglang_tok.harness.frame_latency import DeltaMap
 from sglang_tok.harness.frontend import Frontend
 from sglang_tok.harness.service import report_shards, wait_healthy
@@ -82,7 +79,7 @@ def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:
     inp, out = f"ipc://{workdir}/base-{kind}.ipc", f"ipc://{workdir}/front.ipc"
     ready = workdir / f"base-{kind}.ready"
     ready.unlink(missing_ok=True)
-    cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "baselines.py"), kind,
+    cmd = [sys.executable, "-m", "sglang_tok.harness.bench.baselines", kind,
            "--input", inp, "--output", out, "--tokenizer", tokenizer, "--ready", str(ready)]
     proc = subprocess.Popen(cmd)
     wait_for_file(ready, proc, 60, f"baseline {kind}")

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from gap_hist import gap_histogram, percentile
+
+from sglang_tok.harness.bench.gap_hist import gap_histogram, percentile
 
 ENDPOINTS = ("generate", "completions", "chat")
 PROMPTS = ["Tell me about detokenizers.", "写一首关于大海的诗。", "Explain ZeroMQ briefly.",

@@ -36,7 +36,8 @@ import psutil
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_sglang_server import CLIENTS, DEFAULT_SGLANG_PYTHON, STEP_MS, Expected, Server, System
-from common import write_json
+
+from sglang_tok.harness.bench.figures import write_json
 
 IDS_PER_STEP = 1
 

@@ -12,14 +12,11 @@ emoji, tokenised with the chosen tokenizer.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from common import faker_texts, has_faker, span
-
+from sglang_tok.harness.bench.corpora import faker_texts, has_faker
+from sglang_tok.harness.bench.figures import span
 from sglang_tok.harness.workload import BUILTIN_TEXTS, PlanSpec, make_requests, schedule
 from sglang_tok.tokenizer import load
 from sglang_tok.tracefile import TraceWriter

@@ -274,10 +274,9 @@ def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path
 
 
 def test_gap_histograms_of_several_client_processes_add_up() -> None:
-    """bench_sglang_server's client processes send gap histograms; their sum gives the
+    """The SGLang server bench's client processes send gap histograms; their sum gives the
     percentiles of all the gaps together (to the bin's 0.5 ms)."""
-    sys.path.insert(0, str(SCRIPTS))
-    from gap_hist import GAP_BIN_MS, gap_histogram, percentile
+    from sglang_tok.harness.bench.gap_hist import GAP_BIN_MS, gap_histogram, percentile
 
     a, b = [0.001 * k for k in range(1, 51)], [0.001 * k for k in range(51, 101)]
     merged = [x + y for x, y in zip(gap_histogram(a), gap_histogram(b))]

@@ -1,4 +1,4 @@
-"""The capacity model of `bench_sglang_server.py`: what a measured server would stream on
+"""The capacity model of the SGLang end-to-end benchmark: what a measured server would stream on
 a machine of C cores.
 
 A server is stages of processes (the HTTP server and TokenizerManager, its workers, the

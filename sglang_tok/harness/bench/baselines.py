@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Lean single-process baseline detokenizers on our wire protocol, from their published algorithms.
 
     vllm    vLLM v1 (`v1/engine/detokenizer.py`, FastIncrementalDetokenizer): one
@@ -20,6 +19,9 @@ project structs, no logprobs. They honour OPEN's `skip_special_tokens`, `prompt_
 `stream` and `no_stop_trim`, which is what the verifier needs for the fields they produce.
 
 Both answer PINGs as one shard (-1 and 0), so replay and bench drive them like the service.
+A baseline is a process of its own (`replay.start_baseline` starts it):
+
+    python -m sglang_tok.harness.bench.baselines vllm --input ipc://... --output ipc://...
 """
 
 from __future__ import annotations
@@ -342,7 +344,7 @@ def serve(base: Lean, input_ep: str, output_ep: str, ready: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description="A lean single-process baseline detokenizer.")
     ap.add_argument("kind", choices=["sglang", "vllm"])
     ap.add_argument("--input", required=True)
     ap.add_argument("--output", required=True)
