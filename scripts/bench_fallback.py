@@ -295,19 +295,24 @@ class Impl:
     def __init__(self, name: str, pkg: str, tok: Tokenizer) -> None:
         self.name = name
         self.tokenizer = importlib.import_module(f"{pkg}.tokenizer")
-        # the per-row path: shards/messages/ now, sglang_tok/ in a baseline from before
-        # shards/ (a baseline is its sglang_tok/ alone: `baseline_package`)
+        # the per-row path: the top-level shards/messages/ now; sglang_tok/shards/ or
+        # sglang_tok/ in a baseline from before (a baseline is its sglang_tok/ alone:
+        # `baseline_package`)
         self.request = importlib.import_module(
+            "shards.messages.request" if pkg == "sglang_tok" else
             f"{pkg}.shards.messages.request" if importlib.util.find_spec(f"{pkg}.shards") else
             f"{pkg}.request")
         # a baseline from before the one decoder interface has the per-row streams
         self.decoder = importlib.import_module(f"{pkg}.decoder") \
             if importlib.util.find_spec(f"{pkg}.decoder") else None
-        self.protocol = importlib.import_module(f"{pkg}.protocol")
+        # OPEN: protocols/native/ now, protocol.py before
+        self.open = importlib.import_module(
+            f"{pkg}.protocols.native.control" if importlib.util.find_spec(f"{pkg}.protocols")
+            else f"{pkg}.protocol").Open
         self.info = self.tokenizer.describe(tok, "llama2-style")
 
     def req(self, **opts: Any) -> Any:
-        return self.request.Request("r", self.info, self.protocol.Open("r", **opts))
+        return self.request.Request("r", self.info, self.open("r", **opts))
 
     def pusher(self) -> Callable[[list[int]], str]:
         """A fresh request's rows, decoded alone (no per-row rules), skipping specials."""
