@@ -23,19 +23,15 @@ Then each target, with its ratio and whether it was reached.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from replay import Target, replay, start_baseline, start_service
-from synth import synthesise
-
 from sglang_tok.harness.bench.figures import median, ratio, write_json
 from sglang_tok.harness.bench.processes import cpu_seconds, workdir
+from sglang_tok.harness.bench.replay import Target, replay, start_baseline, start_service
+from sglang_tok.harness.bench.synth import synthesise
 from sglang_tok.harness.workload import PlanSpec
 from sglang_tok.tracefile import read
 
@@ -45,7 +41,7 @@ SYSTEMS = ["sglang-tok x1", "sglang-tok x2", PEER, "peer sglang"]
 
 def start(system: str, tokenizer: str, work: Path, extra: list[str]) -> Target:
     if system.startswith("sglang-tok"):
-        return start_service(int(system[-1]), tokenizer, work, extra)
+        return start_service(int(system[-1]), tokenizer, extra)
     return start_baseline(system.split()[-1], tokenizer, work)
 
 

@@ -6,7 +6,8 @@ MultiDetokenizerRouter), on the same SGLang scheduler messages.
 The bench is the scheduler (it PUSHes pre-built `BatchTokenIDOutput` messages, msgpack
 IPC, to the system's input) and the TokenizerManager (it binds PULL where the system
 sends `BatchStrOutput`). SGLang's systems run in the side environment's python through
-`sglang_peer.py`; without it they are skipped and sglang-tok's run alone.
+`sglang_peer.py`; without it they are skipped and sglang-tok's run alone. sglang-tok's
+systems are started by the harness (`Service`).
 
 Flat out: a message is sent as soon as fewer than --window messages are in flight, in
 flight meaning sent and not yet answered row for row (each of its rows has its reply row).
@@ -48,13 +49,10 @@ import msgspec
 import numpy as np
 import zmq
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from replay import Target, start_service
-from synth import corpus
-
 from sglang_tok.harness.bench.figures import median, ratio, span, times, write_json
 from sglang_tok.harness.bench.processes import cpu_seconds, tree_pids
+from sglang_tok.harness.bench.synth import corpus
+from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import BUILTIN_TEXTS, PlannedRequest, PlanSpec, make_requests
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.tokenizer import TokenizerInfo, load
@@ -260,13 +258,16 @@ class SglangSystem:
     """SGLang's detokenizer processes of one system, started by the peer."""
 
     def __init__(self, peer: Peer, workers: int, work: Path) -> None:
-        self.peer = peer
+        self.peer, self.workers = peer, workers
         self.input, self.output = f"ipc://{work}/input.ipc", f"ipc://{work}/output.ipc"
-        reply = peer.call({"cmd": "start", "workers": workers, "input": self.input,
-                           "output": self.output})
-        self.roots: list[int] = reply["pids"]
-        self.names: list[str] = reply["names"]
+        self.roots: list[int] = []
+        self.names: list[str] = []
         self.failed = False
+
+    def start(self) -> None:
+        reply = self.peer.call({"cmd": "start", "workers": self.workers, "input": self.input,
+                                "output": self.output})
+        self.roots, self.names = reply["pids"], reply["names"]
 
     def pids(self) -> list[int]:
         return tree_pids(*self.roots)
@@ -276,36 +277,37 @@ class SglangSystem:
 
 
 class TokSystem:
-    """`sglang-tok serve --protocol sglang --shards N` (replay.py's start, this protocol)."""
+    """`sglang-tok serve --protocol sglang --shards N`, started by the harness (`Service`):
+    the bench binds its output and connects to its input itself."""
 
-    def __init__(self, shards: int, work: Path) -> None:
+    def __init__(self, shards: int) -> None:
         # one shard runs inside the egress's process, as SGLang's launcher starts it for
         # --detokenizer-worker-num 1
         extra = ["--protocol", "sglang", *(["--inline-shard"] if shards == 1 else [])]
-        self.target: Target = start_service(shards, TOKENIZER, work, extra)
-        self.input, self.output = self.target.input, self.target.output
+        self.svc = Service(shards=shards, tokenizer=TOKENIZER, frontend=False, scheduler=False,
+                           args=["--log-level", "WARNING", *extra])
+        self.input, self.output = self.svc.input, self.svc.output
         self.failed = False
 
+    def start(self) -> None:
+        self.svc.start()
+
     def pids(self) -> list[int]:
-        return self.target.pids()
+        return [] if self.svc.proc is None else tree_pids(self.svc.proc.pid)
 
     def stop(self) -> None:
-        self.failed = self.target.proc is not None and self.target.proc.poll() is not None
-        self.target.stop()
+        self.failed = self.svc.proc is not None and self.svc.proc.poll() is not None
+        self.svc.stop()
 
 
 System = SglangSystem | TokSystem
 
 
-def output_endpoint(system: str, work: Path) -> str:
-    """Where the system will PUSH its replies: bound before it starts."""
-    return f"ipc://{work}/{'front' if system.startswith('sglang-tok') else 'output'}.ipc"
-
-
-def start(system: str, work: Path, peer: Peer | None) -> System:
+def make(system: str, work: Path, peer: Peer | None) -> System:
+    """The system, not started: its output is bound before it starts."""
     workers = int(system[-1])
     if system.startswith("sglang-tok"):
-        return TokSystem(workers, work)
+        return TokSystem(workers)
     assert peer is not None
     return SglangSystem(peer, workers, work)
 
@@ -447,14 +449,16 @@ def run_system(system: str, traces: list[Trace], root: Path, peer: Peer | None,
     pull = ctx.socket(zmq.PULL)
     pull.setsockopt(zmq.RCVHWM, 0)
     pull.setsockopt(zmq.LINGER, 0)
-    pull.bind(output_endpoint(system, work))
     push = ctx.socket(zmq.PUSH)
     push.setsockopt(zmq.LINGER, 0)
     out: dict[str, dict[str, Any]] = {}
     sys_: System | None = None
     try:
         t = time.monotonic()
-        sys_ = start(system, work, peer)
+        made = make(system, work, peer)
+        pull.bind(made.output)
+        made.start()
+        sys_ = made
         push.connect(sys_.input)
         warm_up(push, pull, work.name)
         startup = time.monotonic() - t

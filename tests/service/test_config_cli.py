@@ -127,9 +127,10 @@ def test_every_flag_the_docs_name_exists() -> None:
     top, _ = cli.parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     real = {opt for p in subs.choices.values() for a in p._actions for opt in a.option_strings}
-    for script in [*(root / "scripts").glob("*.py"), *(root / "examples").glob("*.py")]:
+    for script in [*(root / "scripts").rglob("*.py"), *(root / "examples").glob("*.py"),
+                   *(root / "sglang_tok" / "harness" / "bench").glob("*.py")]:
         real |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", script.read_text()))
-    for script in (root / "scripts").glob("*.sh"):  # a shell script's own: [ "$1" = "--x" ]
+    for script in (root / "scripts").rglob("*.sh"):  # a shell script's own: [ "$1" = "--x" ]
         real |= set(re.findall(r"= \"(--[a-z0-9-]+)\" \]", script.read_text()))
     # SGLang's own flags, named where the README says how to launch SGLang with the plugin
     real |= {"--model-path", "--tokenizer-path", "--detokenizer-worker-num",

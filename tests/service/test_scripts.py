@@ -25,7 +25,7 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 
 def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     trace = tmp_path / "t.trace"
-    r = run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "200", "--concurrency", "64",
+    r = run(str(SCRIPTS / "load" / "synth.py"), str(trace), "--requests", "200", "--concurrency", "64",
             "--max-tokens", "48", "--ids-per-row", "1-3", "--engines", "2", "--stop-share",
             "0.2", "--options-share", "0.2", "--abort-share", "0.05")
     assert r.returncode == 0, r.stderr
@@ -35,7 +35,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     assert len(requests(t.frames)) == 200
     # the same seed gives the same bytes
     again = tmp_path / "again.trace"
-    assert run(str(SCRIPTS / "synth.py"), str(again), "--requests", "200", "--concurrency",
+    assert run(str(SCRIPTS / "load" / "synth.py"), str(again), "--requests", "200", "--concurrency",
                "64", "--max-tokens", "48", "--ids-per-row", "1-3", "--engines", "2",
                "--stop-share", "0.2", "--options-share", "0.2",
                "--abort-share", "0.05").returncode == 0
@@ -46,7 +46,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     rec = tmp_path / "rec.trace"
     ep = f"ipc://{tmp_path}/rec.ipc"
     ready = tmp_path / "rec.ready"
-    recorder = subprocess.Popen([sys.executable, str(SCRIPTS / "record.py"), str(rec), "--input",
+    recorder = subprocess.Popen([sys.executable, str(SCRIPTS / "load" / "record.py"), str(rec), "--input",
                                  ep, "--frames", str(len(t.frames)), "--seconds", "60",
                                  "--ready", str(ready)])
     try:
@@ -64,7 +64,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
 
     out = tmp_path / "r.json"
     chart = tmp_path / "r.png"
-    r = run(str(SCRIPTS / "replay.py"), str(rec), "--start", "2", "--speed", "4", "--json",
+    r = run(str(SCRIPTS / "load" / "replay.py"), str(rec), "--start", "2", "--speed", "4", "--json",
             str(out), "--chart", str(chart))
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(out.read_text())
@@ -78,13 +78,13 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
 def test_baselines_run_on_the_same_protocol(tmp_path: Path) -> None:
     """The lean baselines' text, ids, finish and usage pass the verifier; --window works."""
     trace = tmp_path / "t.trace"
-    assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "64", "--concurrency",
+    assert run(str(SCRIPTS / "load" / "synth.py"), str(trace), "--requests", "64", "--concurrency",
                "32", "--max-tokens", "32", "--ids-per-row", "1-3", "--stop-share", "0",
                "--options-share", "0.3", "--special-share", "0.1", "--prompt-share", "0.3",
                "--abort-share", "0.05").returncode == 0
     for kind in ("sglang", "vllm"):
         out = tmp_path / f"{kind}.json"
-        r = run(str(SCRIPTS / "replay.py"), str(trace), "--baseline", kind, "--max",
+        r = run(str(SCRIPTS / "load" / "replay.py"), str(trace), "--baseline", kind, "--max",
                 "--window", "4", "--json", str(out))
         assert r.returncode == 0, r.stdout + r.stderr
         summary = json.loads(out.read_text())
@@ -103,7 +103,7 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     from sglang_tok.tokenizer import load
 
     trace = tmp_path / "t.trace"
-    assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "120", "--concurrency",
+    assert run(str(SCRIPTS / "load" / "synth.py"), str(trace), "--requests", "120", "--concurrency",
                "48", "--min-tokens", "40", "--max-tokens", "60", "--options-share", "1",
                "--stop-share", "0.5", "--abort-share", "0").returncode == 0
     t = read(trace)
@@ -123,7 +123,7 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     assert len(quiet) >= 5 and min(quiet) > 0.5 and len(stopped) >= 5
 
     out = tmp_path / "r.json"
-    r = run(str(SCRIPTS / "replay.py"), str(trace), "--start", "2", "--json", str(out))
+    r = run(str(SCRIPTS / "load" / "replay.py"), str(trace), "--start", "2", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     s = json.loads(out.read_text())
     assert s["verified_exact"] == s["requests"] == 120 and s["complete"]
@@ -235,9 +235,9 @@ def test_bench_parsers_table_runs_every_format_in_both_modes_exactly(args: str,
 
 
 def test_fault_injection_kills_each_kind_and_loses_nothing() -> None:
-    """A short `scripts/faults.py`: each kill hits the role it names (by /health's roles),
+    """A short `scripts/load/faults.py`: each kill hits the role it names (by /health's roles),
     and no request is lost or wrong (protocol section 5, rules 5, 7 and 8)."""
-    r = run(str(SCRIPTS / "faults.py"), "--seconds", "4", "--kills", "3", "--kinds",
+    r = run(str(SCRIPTS / "load" / "faults.py"), "--seconds", "4", "--kills", "3", "--kinds",
             "shard,egress,http", "--seed", "1", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout

@@ -1,11 +1,5 @@
-#!/usr/bin/env python3
-"""Replay a trace into a detokenizer, act as its frontend, verify every output, report.
-
-    python scripts/replay.py trace --start 2            # start sglang-tok serve with 2 shards
-    python scripts/replay.py trace --input ipc://... --output ipc://... --shards 2
-    python scripts/replay.py trace --start 2 --speed 2  # twice the recorded pace
-    python scripts/replay.py trace --start 2 --max      # as fast as backpressure allows
-    python scripts/replay.py trace --start 2 --max --window 64  # at most 64 frames in flight
+"""Replay a trace into a detokenizer, act as its frontend, verify every output, report
+(`scripts/load/replay.py`; the benchmark against the lean peers replays its traces with it).
 
 The client stays cheap on a small machine: frames are pre-encoded, outputs are stored raw
 with their arrival time, and decoding and verification happen after the run (with
@@ -20,7 +14,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +25,7 @@ from sglang_tok.harness.bench.figures import percentile, write_json
 from sglang_tok.harness.bench.processes import terminate, tree_pids, wait_for_file, workdir
 from sglang_tok.harness.frame_latency import DeltaMap
 from sglang_tok.harness.frontend import Frontend
-from sglang_tok.harness.service import report_shards, wait_healthy
+from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import requests_of_trace as requests
 from sglang_tok.harness.workload import verify
 from sglang_tok.protocols.native import batch, control, output, tags
@@ -41,41 +34,45 @@ from sglang_tok.tracefile import Trace, read
 
 
 class Target:
-    """A running system under test: endpoints, how many PONGs a barrier needs, its pids."""
+    """A running system under test: endpoints, how many PONGs a barrier needs, its pids.
+
+    `service`: the harness's `Service` it is (stopped with it); `proc`: a baseline's
+    process; neither: a system started elsewhere, left running."""
 
     def __init__(self, input_ep: str, output_ep: str, shards: int,
-                 proc: subprocess.Popen[bytes] | None = None, baseline: bool = False) -> None:
+                 proc: subprocess.Popen[bytes] | None = None, baseline: bool = False,
+                 service: Service | None = None) -> None:
         self.input, self.output, self.shards, self.proc = input_ep, output_ep, shards, proc
         self.baseline = baseline  # produces text, ids, finish and the last usage only
+        self.service = service
 
     def pids(self) -> list[int]:
-        return [] if self.proc is None else tree_pids(self.proc.pid)
+        root = self.service.proc if self.service is not None else self.proc
+        return [] if root is None else tree_pids(root.pid)
 
     def stop(self) -> None:
+        if self.service is not None:
+            self.service.stop()
         if self.proc is not None:
             terminate(self.proc)
 
 
-def start_service(shards: int, tokenizer: str, workdir: Path,
-                  extra: Sequence[str] = ()) -> Target:
-    """`sglang-tok serve --shards N` plus `extra` flags; the barrier's shard count is the one
-    the service reports on /health (a `--shards` in `extra` wins in `serve`)."""
-    rt = Path(tempfile.mkdtemp(prefix=f"svc{shards}-", dir=workdir))
-    inp, out = f"ipc://{rt}/input.ipc", f"ipc://{workdir}/front.ipc"
-    cmd = [sys.executable, "-m", "sglang_tok.serving.cli", "serve", "--exit-with-parent",
-           "--shards", str(shards), "--tokenizer", tokenizer, "--runtime-dir", str(rt),
-           "--http", "127.0.0.1:0",
-           "--input", inp, "--output", out, "--log-level", "WARNING", *extra]
-    proc = subprocess.Popen(cmd)
+def start_service(shards: int, tokenizer: str, extra: Sequence[str] = ()) -> Target:
+    """`sglang-tok serve --shards N` plus `extra` flags, started by the harness (`Service`:
+    a fresh runtime directory, ready on /health); the barrier's shard count is the one the
+    service reports on /health (a `--shards` in `extra` wins in `serve`). The client binds
+    the output and connects to the input itself."""
+    svc = Service(shards=shards, tokenizer=tokenizer, frontend=False, scheduler=False,
+                  args=["--log-level", "WARNING", *extra])
     try:
-        report = wait_healthy(proc, rt, timeout=60)
+        svc.start()
     except (RuntimeError, TimeoutError) as exc:
-        Target(inp, out, shards, proc).stop()
         raise RuntimeError(f"service failed to start: {exc}") from exc
-    return Target(inp, out, report_shards(report), proc)
+    return Target(svc.input, svc.output, svc.shards, service=svc)
 
 
 def start_baseline(kind: str, tokenizer: str, workdir: Path) -> Target:
+    """A lean peer (`baselines`, `sglang` or `vllm`) as a process of its own."""
     inp, out = f"ipc://{workdir}/base-{kind}.ipc", f"ipc://{workdir}/front.ipc"
     ready = workdir / f"base-{kind}.ready"
     ready.unlink(missing_ok=True)
@@ -278,32 +275,16 @@ def print_report(r: dict[str, Any]) -> None:
         print("  " + p)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace")
-    ap.add_argument("--start", type=int, default=0, help="start sglang-tok with N shards")
-    ap.add_argument("--baseline", choices=["sglang", "vllm"], help="start a baseline instead")
-    ap.add_argument("--input", default="")
-    ap.add_argument("--output", default="")
-    ap.add_argument("--shards", type=int, default=1, help="shards of a running service")
-    pace = ap.add_mutually_exclusive_group()
-    pace.add_argument("--speed", type=float, default=1.0, help="multiple of the recorded pace")
-    pace.add_argument("--max", action="store_true", help="as fast as backpressure allows")
-    pace.add_argument("--rate", type=float, default=0.0, help="a fixed rate, frames/s")
-    ap.add_argument("--window", type=int, default=0,
-                    help="at most N BATCH frames in flight (sent, not every delta back)")
-    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
-    ap.add_argument("--json", default="", help="write the summary here")
-    ap.add_argument("--chart", default="", help="write a PNG chart here")
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/load/replay.py`: the system (started here, a baseline, or running at
+    --input/--output), one replay, the report; 0 when complete, exact and in order."""
     trace = read(a.trace)
     tokenizer = trace.meta.get("tokenizer", "deepseek-v4")
-    work = workdir("sglang-tok-replay-")
     if a.baseline:
-        target = start_baseline(a.baseline, tokenizer, work)
+        target = start_baseline(a.baseline, tokenizer, workdir("sglang-tok-replay-"))
     elif a.start:
         extra = ["--output-format", a.output_format] if a.output_format else []
-        target = start_service(a.start, tokenizer, work, extra)
+        target = start_service(a.start, tokenizer, extra)
     else:
         target = Target(a.input, a.output, a.shards)
     try:
@@ -318,7 +299,3 @@ def main() -> int:
         write_json(a.json, {k: v for k, v in report.items() if not k.startswith("_")})
     ok = report["complete"] and not report["problems"] and not report["violations"]
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

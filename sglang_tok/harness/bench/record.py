@@ -1,18 +1,14 @@
-#!/usr/bin/env python3
-"""Record a scheduler's frames: bind as the input ring in the service's place.
+"""Record a scheduler's frames: bind as the input ring in the service's place
+(`scripts/load/record.py`).
 
-    python scripts/record.py out.trace --input ipc:///tmp/ring.ipc [--forward ENDPOINT]
-
-Point the scheduler's PUSH at --input. Every frame that arrives is written to the trace
-with its arrival time, and with --forward also pushed on to a running service's input
-ring. Stops on Ctrl-C, after --seconds, or after --frames.
+Every frame that arrives is written to the trace with its arrival time, and with a
+forward endpoint also pushed on to a running service's input ring.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import time
 
 import zmq
@@ -58,16 +54,8 @@ def record(out: str, input_ep: str, forward: str = "", tokenizer: str = "deepsee
     return writer.count
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out")
-    ap.add_argument("--input", required=True, help="endpoint to bind, where the scheduler pushes")
-    ap.add_argument("--forward", default="", help="a running service's input ring")
-    ap.add_argument("--tokenizer", default="deepseek-v4")
-    ap.add_argument("--seconds", type=float, default=0)
-    ap.add_argument("--frames", type=int, default=0)
-    ap.add_argument("--ready", default="", help="a file to create once the input is bound")
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/load/record.py`: record until Ctrl-C, SIGTERM, or the time or frame budget."""
     stop: list[int] = []
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -75,7 +63,3 @@ def main() -> int:
                ready=a.ready)
     print(f"recorded {n} frames to {a.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

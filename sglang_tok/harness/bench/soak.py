@@ -1,7 +1,5 @@
-#!/usr/bin/env python3
-"""Soak: requests opening and closing continuously for minutes; nothing may leak.
-
-    python scripts/soak.py --minutes 10
+"""Soak: requests opening and closing continuously for minutes; nothing may leak
+(`scripts/load/soak.py`).
 
 Runs a real service (2 shards) under a steady stream of short requests, sampling each
 shard's resident memory and open file descriptors every few seconds. At the end checks:
@@ -15,7 +13,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -59,6 +56,7 @@ def soak(minutes: float, rate: float = 200.0, sample_every: float = 5.0,
             svc.send_steps(schedule(reqs, 64, seed), interval=1 / rate)
             svc.barrier()
             total += len(reqs)
+            assert svc.front is not None
             for r in reqs:
                 problems += verify(r, svc.front.requests.pop(r.rid, None), info)
             if time.monotonic() >= next_sample:
@@ -82,14 +80,8 @@ def soak(minutes: float, rate: float = 200.0, sample_every: float = 5.0,
             "exit_code": rc, "requests": total}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--minutes", type=float, default=10)
-    ap.add_argument("--sample-every", type=float, default=5.0, help="seconds")
-    ap.add_argument("--warmup-fraction", type=float, default=0.2,
-                    help="share of the run before RSS is taken as warm")
-    ap.add_argument("--json", default="", help="write the full result here")
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/load/soak.py`: the soak, its samples printed; 0 when nothing leaked."""
     r = soak(a.minutes, sample_every=a.sample_every, warmup_fraction=a.warmup_fraction)
     if a.json:
         Path(a.json).write_text(json.dumps(r))
@@ -104,7 +96,3 @@ def main() -> int:
           and r["fd_growth"] <= 0 and not r["shm_leftovers"] and not r["ipc_leftovers"]
           and r["exit_code"] == 0)
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

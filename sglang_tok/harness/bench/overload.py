@@ -1,22 +1,19 @@
-#!/usr/bin/env python3
-"""Overload: a producer far faster than the service and a frontend that reads slowly.
-
-    python scripts/overload.py --seconds 30
+"""Overload: a producer far faster than the service and a frontend that reads slowly
+(`scripts/load/overload.py`).
 
 The producer sends as fast as its blocking PUSH allows; the frontend sleeps between
 reads. Samples the service's total resident memory, and how long the producer's sends
 block. Memory must stay bounded by the high-water marks (ring, links, output), the
 producer must be slowed (backpressure), and after the frontend catches up every request
-must be exact: nothing dropped. When --seconds cuts the run, the requests whose frames
-were all sent are verified exact, those cut midway are ended with ABORT and must get
-their abort delta; both counts are printed. Prints the bound it measured.
+must be exact: nothing dropped. When the time is up, the requests whose frames were all
+sent are verified exact, those cut midway are ended with ABORT and must get their abort
+delta; both counts are printed. Prints the bound it measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import threading
 import time
 
@@ -35,16 +32,15 @@ def rss_mib(svc: Service) -> float:
     return sum(p.memory_info().rss for p in procs if p.is_running()) / (1 << 20)
 
 
-def start_service(a: argparse.Namespace) -> Service:
-    """Small rings, a frontend that buffers little and a producer whose buffer is small."""
+def start_service(a: argparse.Namespace) -> tuple[Service, Frontend]:
+    """Small rings, a frontend that buffers little and a producer whose buffer is small
+    (the service's own, which it closes at its stop)."""
     svc = Service(shards=2, args=["--link-capacity", str(a.link_capacity)],
-                  ring_capacity=a.ring_capacity)
-    svc.front.close()
-    svc.front = Frontend(svc.output, hwm=16)
+                  ring_capacity=a.ring_capacity, frontend=False, scheduler=False)
+    front = svc.front = Frontend(svc.output, hwm=16)
     svc.start()
-    svc.sched.close()  # type: ignore[union-attr]
     svc.sched = Scheduler(svc.input, hwm=4)
-    return svc
+    return svc, front
 
 
 def frames_of(reqs: list[PlannedRequest]) -> tuple[list[bytes], dict[str, tuple[int, int]]]:
@@ -83,13 +79,13 @@ def end_cut_requests(svc: Service, reqs: list[PlannedRequest], span: dict[str, t
     return whole, cut
 
 
-def catch_up(svc: Service, timeout: float = 600) -> bool:
+def catch_up(svc: Service, front: Frontend, timeout: float = 600) -> bool:
     """Everything sent so far has come out (a PING answered by every process)."""
     assert svc.sched is not None
     nonce = svc.sched.ping()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if {p.shard for p in svc.front.pongs if p.nonce == nonce} >= set(range(-1, svc.shards)):
+        if {p.shard for p in front.pongs if p.nonce == nonce} >= set(range(-1, svc.shards)):
             return True
         time.sleep(0.05)
     return False
@@ -103,8 +99,8 @@ class Watch:
     """Two threads: the frontend (its own socket; reads one message, then naps while `slow`
     is set) and a sampler of the service's resident memory."""
 
-    def __init__(self, svc: Service, delay_s: float) -> None:
-        self.svc, self.delay_s = svc, delay_s
+    def __init__(self, svc: Service, front: Frontend, delay_s: float) -> None:
+        self.svc, self.front, self.delay_s = svc, front, delay_s
         self.samples: list[float] = []
         self.slow, self.done = threading.Event(), threading.Event()
         self.slow.set()
@@ -119,7 +115,7 @@ class Watch:
             time.sleep(0.25)
 
     def read(self) -> None:
-        front = self.svc.front
+        front = self.front
         while not self.done.is_set():
             if front.sock.poll(50):
                 front.take(front.sock.recv())
@@ -132,28 +128,23 @@ class Watch:
             t.join()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--read-delay-ms", type=float, default=20)
-    ap.add_argument("--ring-capacity", type=int, default=64)
-    ap.add_argument("--link-capacity", type=int, default=64)
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/load/overload.py`."""
     info = load("deepseek-v4")
-    svc = start_service(a)
+    svc, front = start_service(a)
     idle = rss_mib(svc)
     reqs = make_requests(info, PlanSpec(requests=4096, concurrency=1024, min_tokens=64,
                                         max_tokens=256, seed=3))
     frames, span = frames_of(reqs)
-    watch = Watch(svc, a.read_delay_ms / 1000)
+    watch = Watch(svc, front, a.read_delay_ms / 1000)
     t0 = time.monotonic()
     sent, blocked = produce(svc, frames, a.seconds)
     peak = max(watch.samples or [idle])
     whole, cut = end_cut_requests(svc, reqs, span, sent)
     watch.slow.clear()  # the frontend catches up at full speed
-    caught_up = catch_up(svc)
+    caught_up = catch_up(svc, front)
     watch.stop()
-    bad_whole, bad_cut = problems(whole, svc.front, info), problems(cut, svc.front, info)
+    bad_whole, bad_cut = problems(whole, front, info), problems(cut, front, info)
     svc.stop()
     elapsed = time.monotonic() - t0
     slow_sends = sum(1 for b in blocked if b > 0.01)
@@ -170,7 +161,3 @@ def main() -> int:
         print(f"  {p}")
     ok = caught_up and not bad_whole and not bad_cut and whole and slow_sends
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,5 @@
-#!/usr/bin/env python3
-"""Load the example OpenAI server: many concurrent streaming chat completions, each checked.
-
-    python scripts/load_openai.py --streams 500                # starts the server itself
-    python scripts/load_openai.py --url http://127.0.0.1:8000  # or drives a running one
+"""Load the example OpenAI server: many concurrent streaming chat completions, each checked
+(`scripts/load/load_openai.py`).
 
 Every stream goes through the official `openai` package. Each stream's text is compared
 with what the simulated scheduler generated for it (`/debug/requests/{id}`: the full
@@ -14,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import multiprocessing
 import os
@@ -33,8 +29,6 @@ import uvloop
 from sglang_tok.harness.bench.figures import percentile
 from sglang_tok.harness.bench.processes import terminate
 
-SERVER = Path(__file__).resolve().parent.parent / "examples" / "openai_server.py"
-
 
 async def one(client: openai.AsyncOpenAI, k: int, max_tokens: int) -> dict[str, Any]:
     t0 = time.perf_counter()
@@ -51,13 +45,14 @@ async def one(client: openai.AsyncOpenAI, k: int, max_tokens: int) -> dict[str, 
             "end": time.perf_counter()}
 
 
-def http_client(backend: str, streams: int) -> httpx.AsyncClient:
+def http_client(backend: str, streams: int) -> Any:
     """httpx's own pool does work per connection on every request: at hundreds of open
     streams the load generator, not the server, sets the figures. aiohttp's transport
-    (`openai[aiohttp]`, the package's own option) does not."""
+    (`openai[aiohttp]`, the package's own option) does not. (Any: the openai package
+    takes an httpx client, or by its release an httpx2 one, and says so in its types.)"""
     limits = httpx.Limits(max_connections=streams + 16, max_keepalive_connections=streams + 16)
     if backend == "aiohttp":
-        return openai.DefaultAioHttpClient(limits=limits, timeout=300)
+        return openai.DefaultAioHttpClient(limits=limits, timeout=300)  # type: ignore[arg-type]
     return httpx.AsyncClient(limits=limits, timeout=300)
 
 
@@ -111,11 +106,12 @@ def check(url: str, results: list[dict[str, Any]]) -> list[str]:
     return bad
 
 
-def start_server(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(server: Path, args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`examples/openai_server.py` (its path: `server`) on a free port, once /health is 200."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), *args],
+    proc = subprocess.Popen([sys.executable, str(server), "--port", str(port), *args],
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -146,23 +142,13 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
     terminate(proc, 60, group=True)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--streams", type=int, default=500)
-    ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--url", default="", help="a running server; default: start one")
-    ap.add_argument("--shards", type=int, default=1)
-    ap.add_argument("--step-ms", type=float, default=25.0)
-    ap.add_argument("--json", default="")
-    ap.add_argument("--procs", type=int, default=1, help="load processes to spread streams over")
-    ap.add_argument("--backend", choices=("aiohttp", "httpx"),
-                    default="aiohttp" if importlib.util.find_spec("httpx_aiohttp") else "httpx",
-                    help="the openai client's HTTP transport")
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/load/load_openai.py`: start the server unless given one, load, check."""
     proc = None
     url = a.url
     if not url:
-        proc, url = start_server(["--shards", str(a.shards), "--step-ms", str(a.step_ms)])
+        proc, url = start_server(Path(a.server),
+                                 ["--shards", str(a.shards), "--step-ms", str(a.step_ms)])
     try:
         results, wall, client_cpu = load(url, a.streams, a.procs, a.max_tokens, a.backend)
         server_cpu = cpu_seconds(proc)
@@ -192,7 +178,3 @@ def main() -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(summary))
     return 0 if not bad else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

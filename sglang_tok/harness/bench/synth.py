@@ -1,12 +1,10 @@
-#!/usr/bin/env python3
-"""Synthesise a scheduler trace without a GPU: seeded, reproducible, multilingual.
+"""Synthesise a scheduler trace without a GPU: seeded, reproducible, multilingual
+(`scripts/load/synth.py`).
 
 Each engine (data-parallel rank) runs its own requests at a target concurrency and emits
-one BATCH frame per step, every --step-ms; engines' frames interleave by time. Texts come
+one BATCH frame per step, every `step_ms`; engines' frames interleave by time. Texts come
 from `faker` (English, Chinese, Japanese, Russian, Arabic, Hindi) plus code, markdown and
 emoji, tokenised with the chosen tokenizer.
-
-    python scripts/synth.py out.trace --requests 4096 --concurrency 1024 --logprob-share 0.05
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from sglang_tok.harness.bench.corpora import faker_texts, has_faker
 from sglang_tok.harness.bench.figures import span
@@ -36,7 +35,8 @@ def corpus(seed: int, per_locale: int = 40) -> list[str]:
     return faker_texts(seed, per_locale, 600) + EXTRA * 10
 
 
-def synthesise(path: str, spec: PlanSpec, tokenizer: str, step_ms: float, top_k: int) -> dict:
+def synthesise(path: str, spec: PlanSpec, tokenizer: str, step_ms: float,
+               top_k: int) -> dict[str, Any]:
     info = load(tokenizer)
     texts = corpus(spec.seed)
     per_engine = []
@@ -70,27 +70,8 @@ def synthesise(path: str, spec: PlanSpec, tokenizer: str, step_ms: float, top_k:
     return {"frames": w.count, "rows": rows, "tokens": tokens, "requests": spec.requests}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out")
-    ap.add_argument("--tokenizer", default="deepseek-v4")
-    ap.add_argument("--requests", type=int, default=2048)
-    ap.add_argument("--concurrency", type=int, default=1024)
-    ap.add_argument("--min-tokens", type=int, default=32)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--ids-per-row", default="1", help="k or lo-hi (speculative decoding)")
-    ap.add_argument("--logprob-share", type=float, default=0.05)
-    ap.add_argument("--top-k", type=int, default=5)
-    ap.add_argument("--stop-share", type=float, default=0.05)
-    ap.add_argument("--options-share", type=float, default=0.05)
-    ap.add_argument("--special-share", type=float, default=0.05)
-    ap.add_argument("--prompt-share", type=float, default=0.2)
-    ap.add_argument("--abort-share", type=float, default=0.01)
-    ap.add_argument("--error-share", type=float, default=0.0)
-    ap.add_argument("--engines", type=int, default=2)
-    ap.add_argument("--step-ms", type=float, default=20.0)
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/load/synth.py`: the trace its flags describe, written to `a.out`."""
     spec = PlanSpec(requests=a.requests, concurrency=a.concurrency,
                     ids_per_row=span(a.ids_per_row), min_tokens=a.min_tokens,
                     max_tokens=a.max_tokens, logprob_share=a.logprob_share, top_k=a.top_k,
@@ -101,7 +82,3 @@ def main() -> int:
     stats = synthesise(a.out, spec, a.tokenizer, a.step_ms, a.top_k)
     print(f"wrote {a.out}: {stats}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,5 @@
-#!/usr/bin/env python3
-"""The long ring fuzz: the test suite's fuzzing round, for minutes instead of seconds.
-
-    python scripts/fuzz.py --minutes 10
+"""The long ring fuzz: the test suite's fuzzing round, for minutes instead of seconds
+(`scripts/load/fuzz.py`).
 
 Starts the real service (2 shards), then runs hypothesis-driven rounds of valid traffic
 mixed with random and mutated frames until the time is up, checking after every round
@@ -14,7 +12,6 @@ drop count and the tracebacks in the service log at the end; exits 1 unless both
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from hypothesis import HealthCheck, given, settings
@@ -24,10 +21,8 @@ from sglang_tok.harness.fuzzing import dropped, fuzz_round, tracebacks
 from sglang_tok.harness.service import Service
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--minutes", type=float, default=10.0)
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/load/fuzz.py`."""
     svc = Service(shards=2).start()
     deadline = time.monotonic() + 60 * a.minutes
     rounds = 0
@@ -59,7 +54,3 @@ def main() -> int:
     if failure:
         print(f"a round failed: {failure}")
     return 1 if failure or drops["internal"] or traces else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
