@@ -185,14 +185,14 @@ def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
 def test_bench_stages_runs_every_stage_on_a_small_trace() -> None:
     """The stage ceilings drive the egress and the shard in-process: keep them in step with
     those classes (a renamed method must fail here, not in a benchmark run)."""
-    r = run(str(SCRIPTS / "bench_stages.py"), "--requests-a", "48", "--requests-b", "24",
+    r = run(str(SCRIPTS / "bench" / "stages.py"), "--requests-a", "48", "--requests-b", "24",
             "--repeat", "1", timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert r.stdout.count("| egress, 1 shard") == 2 and "saturates first" in r.stdout
 
 
 def test_bench_stages_small_frames_measures_both_stages_per_frame() -> None:
-    r = run(str(SCRIPTS / "bench_stages.py"), "--small-frames", "--small-requests", "40",
+    r = run(str(SCRIPTS / "bench" / "stages.py"), "--small-frames", "--small-requests", "40",
             "--repeat", "1", timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "per frame: egress" in r.stdout and "shard" in r.stdout
@@ -203,7 +203,7 @@ def test_bench_fallback_runs_its_sections_exactly() -> None:
     the runs section (its tokenizer trains on faker text, the `scripts` extra) prints its
     figures for a short run where faker is installed."""
     runs = importlib.util.find_spec("faker") is not None
-    r = run(str(SCRIPTS / "bench_fallback.py"), "--section", "all" if runs else "rows",
+    r = run(str(SCRIPTS / "bench" / "fallback.py"), "--section", "all" if runs else "rows",
             "--rows", "16", "--workload", "multilingual", "--repeat", "1", "--requests", "12",
             timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
@@ -215,13 +215,13 @@ def test_bench_fallback_runs_its_sections_exactly() -> None:
 @pytest.mark.parametrize("args,requests", [("short", "12"), ("files", "4")])
 def test_bench_parsers_table_runs_every_format_in_both_modes_exactly(args: str,
                                                                      requests: str) -> None:
-    """`bench_parsers --table` drives the shard's table in-process (it once called a method
+    """`bench/parsers.py --table` drives the shard's table in-process (it once called a method
     the table had lost): every format of this branch, both tool_stream modes, each request
     equal to parse_full (exit status), and each writer's calls found by its parser; with
     short arguments and with file-writing calls (long strings, escapes, `<` in code)."""
     from sglang_tok.parsers import FORMATS
 
-    r = run(str(SCRIPTS / "bench_parsers.py"), "--table", "--requests", requests, "--repeat",
+    r = run(str(SCRIPTS / "bench" / "parsers.py"), "--table", "--requests", requests, "--repeat",
             "1", "--corpus", "builtin", "--args", args, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "all requests equal parse_full" in r.stdout and "no trace writer" not in r.stdout
@@ -287,12 +287,12 @@ def test_gap_histograms_of_several_client_processes_add_up() -> None:
 
 
 def test_bench_against_pairs_two_checkouts_trial_by_trial(tmp_path: Path) -> None:
-    """`bench_against.py` against this same checkout: both workers answer every trial, and
+    """`bench/against.py` against this same checkout: both workers answer every trial, and
     the same code on both sides gives a finite ratio per measure; an unknown measure and a
     missing python are one line each."""
     out = tmp_path / "trials.json"
     root = str(SCRIPTS.parent)
-    r = run(str(SCRIPTS / "bench_against.py"), root, "--other-python", sys.executable,
+    r = run(str(SCRIPTS / "bench" / "against.py"), root, "--other-python", sys.executable,
             "--cycles", "2", "--keys", "small.e1,small.s1p", "--json", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     trials = json.loads(out.read_text())
@@ -301,7 +301,7 @@ def test_bench_against_pairs_two_checkouts_trial_by_trial(tmp_path: Path) -> Non
     assert all(len(v) == 2 and min(v) > 0 for t in trials.values() for v in t.values())
     rows = [line for line in r.stdout.splitlines() if line.startswith("| small:")]
     assert len(rows) == 2 and all(float(row.split("|")[4]) > 0 for row in rows), r.stdout
-    bad = run(str(SCRIPTS / "bench_against.py"), root, "--keys", "small.nope")
+    bad = run(str(SCRIPTS / "bench" / "against.py"), root, "--keys", "small.nope")
     assert bad.returncode == 2 and "--keys: unknown small.nope" in bad.stderr
-    missing = run(str(SCRIPTS / "bench_against.py"), str(tmp_path))
+    missing = run(str(SCRIPTS / "bench" / "against.py"), str(tmp_path))
     assert missing.returncode == 2 and "--other-python: no python at" in missing.stderr

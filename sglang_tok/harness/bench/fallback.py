@@ -1,6 +1,5 @@
-#!/usr/bin/env python3
 """Byte-fallback tokenizers (Llama-2 / Mistral / Gemma style): what the service costs and
-holds back on them, in two sections.
+holds back on them, in two sections (`scripts/bench/fallback.py`).
 
 --section rows (the default): cost per row of the array decoder
 (`shards/byte_fallback/rows.py`), its plain-Python loop, the window family's decoder
@@ -18,7 +17,9 @@ the window decoder's before timing.
 held-out multilingual requests with emoji (U+FE0F, ZWJ and skin tone sequences), rare CJK
 and rare scripts, cut at random lengths (so runs end mid-character; a quarter also lose
 one continuation byte inside a run, as a model may), for the current code and optionally
-for a git revision side by side (`--baseline REV`):
+for another checkout side by side (`--baseline REV`: a git revision, made into a worktree
+with its own venv, or a checkout's folder; each side decodes in a process of its own
+checkout's python, `fallback_worker.py`, and this one judges what both sent):
   anchored    ids whose attribution differs from the per-character oracle
   behind      rows (one id per row, and 1-4 ids per row) after which the service's text is
               shorter than DecodeStream's, split by whether the row ends inside a byte run
@@ -26,35 +27,28 @@ for a git revision side by side (`--baseline REV`):
               the decoder's final text by more than max(len(stop)) - 1 characters (rule 3)
   cost        microseconds per id: DecodeStream.step, a per-row request's decoding (1 and
               1-4 ids per row) and attributed rows (Request.row with attribution)
-
-    python scripts/bench_fallback.py --repeat 3
-    python scripts/bench_fallback.py --tokenizer path/to/llama2/tokenizer.json
-    python scripts/bench_fallback.py --section runs --baseline HEAD~1
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import os
+import json
 import random
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
 import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from tokenizers.decoders import DecodeStream
 
 from sglang_tok.harness import zoo
+from sglang_tok.harness.bench.checkout import resolve
 from sglang_tok.harness.bench.corpora import LOCALES_LLAMA2, faker_texts, llama2_style
+from sglang_tok.harness.bench.fallback_worker import STOPS
 from sglang_tok.harness.bench.figures import markdown, markdown_row
 from sglang_tok.harness.bench.processes import workdir
 from sglang_tok.harness.bench.timing import interleaved, timed
@@ -67,7 +61,7 @@ from shards.byte_fallback.table import FallbackTable, fallback_table
 from shards.decoding.slots import Slots
 from shards.window.decoder import WindowDecoder
 
-ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).with_name("fallback_worker.py")  # run as a file by each side's python
 
 # ====================================================================== section rows
 EXTRAS = ["🚶\ufe0f ", "👩\u200d👩\u200d👧\u200d👦", " 🏳\ufe0f\u200d🌈", "👍🏽", "❤\ufe0f", " 😀",
@@ -246,8 +240,6 @@ RUN_EXTRAS = ["🚶\ufe0f", "👩\u200d👩\u200d👧\u200d👦", "🏳\ufe0f\u2
               "🙂", "🤖", "🧑🏾\u200d💻", "✔\ufe0f", "🇯🇵", "❤\ufe0f\u200d🔥", "𠀋", "𪚥", "龘",
               "鱻", "ᚠᛇᚻ", "𓀀𓁐", "ꦗꦮ", "ⵜⴰⵎⴰⵣⵉⵖⵜ", "ᏣᎳᎩ", "ሰላም", "ᠮᠣᠩᠭᠣᠯ", "\n", "情 ",
               "。\n\n"]
-STOPS = ["<|stop|>", "。\n\n\n", "STOP!!"]
-LENGTH = {"type": "length", "length": 1}
 
 
 def eval_texts(n: int, seed: int = 7) -> list[str]:
@@ -280,49 +272,6 @@ def eval_requests(tok: Tokenizer, n: int, byte_of: dict[int, int]) -> list[list[
     return reqs
 
 
-def baseline_package(rev: str) -> ModuleType:
-    """The sglang_tok package as of `rev`, importable beside the current one."""
-    tmp = workdir("bench_fallback_")  # imported from it until the process ends
-    tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "sglang_tok"], check=True,
-                         capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tmp)], input=tar, check=True)
-    (tmp / "sglang_tok").rename(tmp / "sglang_tok_base")
-    sys.path.insert(0, str(tmp))
-    return importlib.import_module("sglang_tok_base")
-
-
-class Impl:
-    def __init__(self, name: str, pkg: str, tok: Tokenizer) -> None:
-        self.name = name
-        self.tokenizer = importlib.import_module(f"{pkg}.tokenizer")
-        # the per-row path: the top-level shards/messages/ now; sglang_tok/shards/ or
-        # sglang_tok/ in a baseline from before (a baseline is its sglang_tok/ alone:
-        # `baseline_package`)
-        self.request = importlib.import_module(
-            "shards.messages.request" if pkg == "sglang_tok" else
-            f"{pkg}.shards.messages.request" if importlib.util.find_spec(f"{pkg}.shards") else
-            f"{pkg}.request")
-        # a baseline from before the one decoder interface has the per-row streams
-        self.decoder = importlib.import_module(f"{pkg}.decoder") \
-            if importlib.util.find_spec(f"{pkg}.decoder") else None
-        # OPEN: protocols/native/ now, protocol.py before
-        self.open = importlib.import_module(
-            f"{pkg}.protocols.native.control" if importlib.util.find_spec(f"{pkg}.protocols")
-            else f"{pkg}.protocol").Open
-        self.info = self.tokenizer.describe(tok, "llama2-style")
-
-    def req(self, **opts: Any) -> Any:
-        return self.request.Request("r", self.info, self.open("r", **opts))
-
-    def pusher(self) -> Callable[[list[int]], str]:
-        """A fresh request's rows, decoded alone (no per-row rules), skipping specials."""
-        if self.decoder is not None:
-            return self.decoder.make_stream(self.info, True).push  # type: ignore[no-any-return]
-        req = self.req()  # its decoder, on its slot
-        dec, state, slot = req.decoder, req.state, req.slot
-        return lambda ids: dec.push(state, slot, ids)  # type: ignore[no-any-return]
-
-
 def rows_of(ids: list[int], rng: random.Random, hi: int) -> list[list[int]]:
     out, i = [], 0
     while i < len(ids):
@@ -330,6 +279,12 @@ def rows_of(ids: list[int], rng: random.Random, hi: int) -> list[list[int]]:
         out.append(ids[i:i + k])
         i += k
     return out
+
+
+def cut(reqs: list[list[int]], hi: int, seed: int) -> list[list[list[int]]]:
+    """Every request in rows of 1 to `hi` ids, one generator for them all, in order."""
+    rng = random.Random(seed)
+    return [rows_of(ids, rng, hi) for ids in reqs]
 
 
 def final_chars(tok: Tokenizer, ids: list[int], k: int, byte_ids: set[int] | frozenset[int]
@@ -340,26 +295,6 @@ def final_chars(tok: Tokenizer, ids: list[int], k: int, byte_ids: set[int] | fro
     while s > 0 and ids[s - 1] in byte_ids:
         s -= 1
     return len(tok.decode(ids[:s])) if s else 0
-
-
-def measure_anchored(impl: Impl, tok: Tokenizer, reqs: list[list[int]],
-                     byte_of: dict[int, int]) -> tuple[int, int, int]:
-    bad_ids = bad_reqs = total = 0
-    special = impl.info.special_ids
-    for ids in reqs:
-        r = impl.req(attribution=True)
-        got, sent = [], 0
-        for n, row in enumerate(ids):
-            d = r.row([row], LENGTH if n == len(ids) - 1 else None, 1, 0, 0)
-            got += [(t, k, sent + off) for t, k, off in d.attributions or []]
-            sent += len(d.text.encode("utf-8"))
-        text, want = oracle_anchors(tok, ids, True, special, byte_of)
-        want = to_bytes(text, want)
-        bad = sum(1 for a, b in zip(got, want) if a != b) + abs(len(got) - len(want))
-        bad_ids += bad
-        bad_reqs += bad > 0
-        total += len(ids)
-    return bad_ids, bad_reqs, total
 
 
 def step_decodestream(ds: DecodeStream, tok: Tokenizer, row: list[int]) -> str | None:
@@ -373,19 +308,90 @@ def step_decodestream(ds: DecodeStream, tok: Tokenizer, row: list[int]) -> str |
     return out
 
 
-def measure_behind(impl: Impl, tok: Tokenizer, reqs: list[list[int]], hi: int,
-                   seed: int) -> dict[str, int]:
-    rng = random.Random(seed)
-    byte_ids = impl.info.byte_fallback_ids
+# the cuts of the judged runs (the generators' seeds: as the measures were first run)
+BEHIND_SEED, STOP_SEED, STOP_ROWS, COST_SEED = 5, 9, 3, 3
+
+
+class Runs:
+    """The held-out requests, the trained tokenizer, and what each run decodes: written
+    as the setup every side's worker reads."""
+
+    def __init__(self, tok: Tokenizer, reqs: list[list[int]], work: Path) -> None:
+        self.tok, self.reqs = tok, reqs
+        self.info = describe(tok, "llama2-style")
+        self.byte_of = byte_values(tok)
+        self.behind = {hi: cut(reqs, hi, BEHIND_SEED) for hi in (1, 4)}
+        self.stop = cut(reqs, STOP_ROWS, STOP_SEED)
+        # DecodeStream raises on some: their cost is not comparable
+        self.cost_reqs = [ids for ids in reqs if step_decodestream(
+            DecodeStream(skip_special_tokens=True), tok, ids) is not None]
+        tok.save(str(work / "tokenizer.json"))
+        self.path = work / "setup.json"
+        self.path.write_text(json.dumps({
+            "tokenizer": str(work / "tokenizer.json"), "reqs": reqs,
+            "behind": {str(hi): rows for hi, rows in self.behind.items()},
+            "stop": self.stop, "cost_reqs": self.cost_reqs,
+            "multi": cut(self.cost_reqs, 4, COST_SEED)}))
+
+
+class Side:
+    """One checkout's decoding, in a worker process of its python (`fallback_worker.py`,
+    run as a file: it imports only that checkout)."""
+
+    def __init__(self, name: str, python: str, setup: Path) -> None:
+        self.name = name
+        # -P: the worker's folder (this checkout's package) is not put on its sys.path
+        self.proc = subprocess.Popen([python, "-P", str(WORKER), str(setup)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self._read() != "ready":
+            raise SystemExit(f"bench fallback: the {name} worker did not start")
+
+    def _read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"bench fallback: the {self.name} worker exited "
+                             f"({self.proc.wait()})")
+        return json.loads(line)
+
+    def ask(self, line: str) -> Any:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+def judge_anchored(runs: Runs, got: list[list[list[int]]]) -> tuple[int, int, int]:
+    """(ids, requests) whose attributions are not the per-character oracle's, of (ids)."""
+    bad_ids = bad_reqs = total = 0
+    special = runs.info.special_ids
+    for ids, attrs in zip(runs.reqs, got):
+        text, want = oracle_anchors(runs.tok, ids, True, special, runs.byte_of)
+        want = to_bytes(text, want)
+        have = [(t, k, off) for t, k, off in attrs]
+        bad = sum(1 for a, b in zip(have, want) if a != b) + abs(len(have) - len(want))
+        bad_ids += bad
+        bad_reqs += bad > 0
+        total += len(ids)
+    return bad_ids, bad_reqs, total
+
+
+def judge_behind(runs: Runs, hi: int, got: list[list[str]]) -> dict[str, int]:
+    """Rows after which the side's text is shorter than DecodeStream's, split by whether
+    the row ends inside a byte run, and how often each decoder was exact."""
+    tok, byte_ids = runs.tok, runs.info.byte_fallback_ids
     c = dict.fromkeys(("rows", "inside", "inside_chars", "outside", "outside_chars",
                        "ds_failed", "ds_diverged", "ours_exact"), 0)
-    for ids in reqs:
-        r = impl.req()
+    for ids, rows, texts in zip(runs.reqs, runs.behind[hi], got):
         ds = DecodeStream(skip_special_tokens=True)
         ours, theirs, ds_ok, k = "", "", True, 0
-        rows = rows_of(ids, rng, hi)
-        for n, row in enumerate(rows):
-            ours += r.row(row, LENGTH if n == len(rows) - 1 else None, 1, 0, 0).text
+        for n, (row, text) in enumerate(zip(rows, texts)):
+            ours += text
             if ds_ok:
                 piece = step_decodestream(ds, tok, row)
                 ds_ok = piece is not None
@@ -409,92 +415,55 @@ def measure_behind(impl: Impl, tok: Tokenizer, reqs: list[list[int]], hi: int,
     return c
 
 
-def measure_stop_hold(impl: Impl, tok: Tokenizer, reqs: list[list[int]], hi: int,
-                      seed: int) -> tuple[int, int, int]:
+def judge_stop_hold(runs: Runs, got: list[list[int]]) -> tuple[int, int, int]:
     """Requests (and rows) whose sent text fell more than rule 3 behind the final text."""
-    rng = random.Random(seed)
-    byte_ids = impl.info.byte_fallback_ids
+    tok, byte_ids = runs.tok, runs.info.byte_fallback_ids
     allow = max(map(len, STOPS)) - 1
     bad_reqs = bad_rows = 0
-    for ids in reqs:
-        r = impl.req(stop=STOPS)
+    for ids, rows, sent_per_row in zip(runs.reqs, runs.stop, got):
         sent, k, bad = 0, 0, 0
-        for row in rows_of(ids, rng, hi):
-            d = r.row(row, None, 1, 0, 0)
-            if d.finish is not None:
-                break
-            sent += len(d.text)
+        for row, chars in zip(rows, sent_per_row):
+            sent += chars
             k += len(row)
             bad += sent < final_chars(tok, ids, k, byte_ids) - allow
         bad_rows += bad
         bad_reqs += bad > 0
-    return bad_reqs, bad_rows, len(reqs)
+    return bad_reqs, bad_rows, len(runs.reqs)
 
 
-def cost_runs(impl: Impl, tok: Tokenizer, reqs: list[list[int]]) -> dict[str, Callable[[], None]]:
-    """The timed loops, per id: DecodeStream, a request's decoding, attributed rows."""
-    rng = random.Random(3)
-    multi = [rows_of(ids, rng, 4) for ids in reqs]
-
-    def ds() -> None:
-        for ids in reqs:
-            d = DecodeStream(skip_special_tokens=True)
-            for i in ids:
-                d.step(tok, i)
-
-    def one() -> None:
-        for ids in reqs:
-            push = impl.pusher()
-            for i in ids:
-                push([i])
-
-    def several() -> None:
-        for rows in multi:
-            push = impl.pusher()
-            for row in rows:
-                push(row)
-
-    def attributed() -> None:
-        for ids in reqs:
-            row = impl.req(attribution=True).row
-            for i in ids:
-                row([i], None, 1, 0, 0)
-
-    return {"DecodeStream": ds, "decode 1/row": one, "decode 1-4/row": several,
-            "attributed 1/row": attributed}
-
-
-def measure_cost(impls: list[Impl], tok: Tokenizer, reqs: list[list[int]], repeat: int
-                 ) -> list[dict[str, float]]:
-    """Best time per id (us) of each loop, implementations interleaved in every round."""
-    reqs = [ids for ids in reqs if step_decodestream(  # it raises on the others
-        DecodeStream(skip_special_tokens=True), tok, ids) is not None]
-    n = sum(len(ids) for ids in reqs)
-    loops = [cost_runs(impl, tok, reqs) for impl in impls]
-    cases = {(name, k): timed(lp[name]) for name in loops[0] for k, lp in enumerate(loops)}
-    got = interleaved(cases, repeat)
-    return [{name: min(got[name, k]) / n * 1e6 for name in lp} for k, lp in enumerate(loops)]
-
-
-def report_runs(impl: Impl, tok: Tokenizer, reqs: list[list[int]],
-                byte_of: dict[int, int]) -> None:
-    print(f"== {impl.name}")
-    bad_ids, bad_reqs, total = measure_anchored(impl, tok, reqs, byte_of)
-    print(f"anchored != oracle: {bad_ids} of {total} ids, in {bad_reqs} of {len(reqs)} "
+def report_runs(runs: Runs, side: Side) -> None:
+    print(f"== {side.name}")
+    bad_ids, bad_reqs, total = judge_anchored(runs, side.ask("anchored"))
+    print(f"anchored != oracle: {bad_ids} of {total} ids, in {bad_reqs} of {len(runs.reqs)} "
           "requests")
     for hi in (1, 4):
-        c = measure_behind(impl, tok, reqs, hi, seed=5)
+        c = judge_behind(runs, hi, side.ask(f"behind {hi}"))
         print(f"behind DecodeStream, 1-{hi} ids/row: {c['outside']} rows outside runs "
               f"({c['outside_chars']} chars), {c['inside']} inside runs "
               f"({c['inside_chars']} chars) of {c['rows']} rows; DecodeStream failed on "
               f"{c['ds_failed']}, diverged on {c['ds_diverged']}; ours exact "
-              f"{c['ours_exact']}/{len(reqs)}")
-    bad_reqs, bad_rows, n = measure_stop_hold(impl, tok, reqs, 3, seed=9)
+              f"{c['ours_exact']}/{len(runs.reqs)}")
+    bad_reqs, bad_rows, n = judge_stop_hold(runs, side.ask("stop"))
     print(f"stop strings, 1-3 ids/row: held back beyond rule 3 in {bad_reqs} of {n} "
           f"requests ({bad_rows} rows)")
 
 
-def section_runs(args: argparse.Namespace) -> None:
+def measure_cost(runs: Runs, sides: list[Side], repeat: int) -> list[dict[str, float]]:
+    """Best time per id (us) of each loop, per side; every round asks each side for one
+    run of each loop in turn, which side goes first alternating by round."""
+    names: list[str] = sides[0].ask("names")
+    got: dict[tuple[str, int], list[float]] = {(name, k): [] for name in names
+                                               for k in range(len(sides))}
+    for rnd in range(repeat):
+        order = list(enumerate(sides))
+        for name in names:
+            for k, side in (order if rnd % 2 == 0 else order[::-1]):
+                got[name, k].append(float(side.ask(f"cost {name}")))
+    n = sum(len(ids) for ids in runs.cost_reqs)
+    return [{name: min(got[name, k]) / n * 1e6 for name in names} for k in range(len(sides))]
+
+
+def section_runs(args: argparse.Namespace, here: Path) -> None:
     tok = llama2_style(args.vocab)
     if args.save:
         tok.save(args.save)
@@ -504,45 +473,32 @@ def section_runs(args: argparse.Namespace) -> None:
     in_runs = sum(1 for ids in reqs for i in ids if i in byte_of)
     print(f"tokenizer: Llama-2-style BPE, vocab {tok.get_vocab_size()} (trained here, "
           f"byte_fallback); {len(reqs)} requests, {n_ids} ids, {in_runs} byte-fallback ids")
-    impls = [Impl("current", "sglang_tok", tok)]
+    runs = Runs(tok, reqs, workdir("bench-fallback-"))
+    pythons = [("current", sys.executable)]
     if args.baseline:
-        baseline_package(args.baseline)
-        impls.insert(0, Impl(f"baseline {args.baseline}", "sglang_tok_base", tok))
-    for impl in impls:
-        report_runs(impl, tok, reqs, byte_of)
-    print(f"cost, us per id (best of {args.repeat}, interleaved):")
-    costs = measure_cost(impls, tok, reqs, args.repeat)
+        other = resolve(args.baseline, here)
+        if not other.python.exists():
+            raise SystemExit(f"--baseline: no python at {other.python}")
+        pythons.insert(0, (f"baseline {args.baseline}", str(other.python)))
+    sides = [Side(name, python, runs.path) for name, python in pythons]
+    try:
+        for side in sides:
+            report_runs(runs, side)
+        print(f"cost, us per id (best of {args.repeat}, interleaved):")
+        costs = measure_cost(runs, sides, args.repeat)
+    finally:
+        for side in sides:
+            side.close()
     for name in costs[0]:
-        vals = "  ".join(f"{impl.name}: {c[name]:6.2f}" for impl, c in zip(impls, costs))
+        vals = "  ".join(f"{side.name}: {c[name]:6.2f}" for side, c in zip(sides, costs))
         print(f"  {name:<18} {vals}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--section", choices=["rows", "runs", "all"], default="rows")
-    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs; the best is kept")
-    rows = ap.add_argument_group("--section rows")
-    rows.add_argument("--tokenizer",
-                      help="a byte-fallback tokenizer.json (default: trained in-process)")
-    rows.add_argument("--rows", type=int, nargs="+", default=[16, 256, 1024])
-    rows.add_argument("--ids-per-row", type=int, default=1)
-    rows.add_argument("--length", type=int, default=120, help="ids per request")
-    rows.add_argument("--skip-special", action="store_true")
-    rows.add_argument("--workload", nargs="+", choices=["latin", "multilingual"],
-                      default=["latin", "multilingual"])
-    runs = ap.add_argument_group("--section runs")
-    runs.add_argument("--requests", type=int, default=120)
-    runs.add_argument("--vocab", type=int, default=4000)
-    runs.add_argument("--baseline", help="git revision to measure side by side (e.g. HEAD~1)")
-    runs.add_argument("--save", help="write the trained tokenizer.json here")
-    args = ap.parse_args()
+def main(args: argparse.Namespace, here: Path) -> int:
+    """`scripts/bench/fallback.py` in the checkout at `here` (where `--baseline REV` is a
+    revision of)."""
     if args.section in ("rows", "all"):
         section_rows(args)
     if args.section in ("runs", "all"):
-        section_runs(args)
+        section_runs(args, here)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,5 @@
-#!/usr/bin/env python3
-"""Cost per step of the scheduler-side writer, against two baselines, in the same run.
-
-    python scripts/bench_writer.py [--rows 256 4096] [--ids-per-row 1]
+"""Cost per step of the scheduler-side writer, against two baselines, in the same run
+(`scripts/bench/writer.py`).
 
 Per step: `rows` running requests, `ids-per-row` new ids each (1: plain decode; 2-4:
 speculative), rid strings as a frontend mints them, no finish, per-row counts. Measured:
@@ -22,10 +20,10 @@ Each figure is the median over `--repeats` rounds of `--number` builds, interlea
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import struct
-import sys
 import timeit
 from array import array
 from itertools import chain
@@ -74,13 +72,8 @@ def sglang_push_generation(s: dict[str, Any]) -> bytes:
     return b"".join((b"\x02", struct.pack("<I", len(header)), header, *data_cols))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[256, 4096])
-    ap.add_argument("--ids-per-row", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--number", type=int, default=0, help="builds per round (default: auto)")
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/bench/writer.py`: per row count, every writer, interleaved rounds."""
     cases = {
         "kit, array('q') rows": lambda s: kit(s, "ids_q"),
         "kit, array('i') rows": lambda s: kit(s, "ids_i"),
@@ -97,7 +90,7 @@ def main() -> int:
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(a.repeats):
             for name, fn in cases.items():
-                t = timeit.timeit(lambda fn=fn, s=s: fn(s), number=number)
+                t = timeit.timeit(functools.partial(fn, s), number=number)
                 times[name].append(1e6 * t / number)
         base = statistics.median(times["lean msgpack (struct.pack)"])
         print(f"\n{rows} rows ({len(ours)} bytes):")
@@ -106,7 +99,3 @@ def main() -> int:
             print(f"  {name:<30} {med:9.1f} µs   {med / base:5.2f}x lean   "
                   f"{1000 * med / rows:6.0f} ns/row")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""The benchmark: the service's targets, sglang-tok (1 and 2 shards) against the lean peers.
+"""The benchmark: the service's targets, sglang-tok (1 and 2 shards) against the lean peers
+(`scripts/bench/peers.py`).
 
 One run, same traces, same sockets, same client, systems side by side (ratios, because
 the machine is shared and noisy). The peer is `baselines` vllm: one process stepping a
@@ -14,21 +14,16 @@ shown beside it. For every system and trace:
                to the last delta its rows produced), time to first delta, inter-delta gap
 
 Then each target, with its ratio and whether it was reached.
-
-    python scripts/bench.py                   # both standard traces (a, b)
-    python scripts/bench.py --quick           # quarter-size traces, for a smoke run
-    python scripts/bench.py --repeat 3        # three interleaved rounds, medians
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglang_tok.harness.bench.figures import median, ratio, write_json
+from sglang_tok.harness.bench.figures import median, ratio, strip, write_json
 from sglang_tok.harness.bench.processes import cpu_seconds, workdir
 from sglang_tok.harness.bench.replay import Target, replay, start_baseline, start_service
 from sglang_tok.harness.bench.synth import synthesise
@@ -181,7 +176,7 @@ def print_targets(rows: list[tuple[str, str, float, bool]]) -> None:
         fig = f"{x:.0f} bad" if target.startswith("every") else f"{x:.2f}x"
         print(f"{target:<52} {trace:<5} {fig:>8}  {'reached' if ok else 'NOT reached'}")
     print(f"{'shard row, egress row, client delta, 16-core model':<52} {'-':<5} {'-':>8}  "
-          "measured by scripts/bench_stages.py")
+          "measured by scripts/bench/stages.py")
 
 
 def standard_traces(scale: int) -> dict[str, PlanSpec]:
@@ -195,23 +190,8 @@ def standard_traces(scale: int) -> dict[str, PlanSpec]:
     }
 
 
-def strip(obj: Any) -> Any:
-    """The JSON summary without the per-frame series."""
-    if isinstance(obj, dict):
-        return {k: strip(v) for k, v in obj.items() if not str(k).startswith("_")}
-    return obj
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="quarter-size traces")
-    ap.add_argument("--systems", default=",".join(SYSTEMS))
-    ap.add_argument("--traces", default="a,b", help="which standard traces: a, b or a,b")
-    ap.add_argument("--window", type=int, default=64, help="frames in flight")
-    ap.add_argument("--repeat", type=int, default=1, help="rounds; figures are medians")
-    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
-    ap.add_argument("--json", default="bench-out/bench.json")
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/bench/peers.py`: the traces, every system on each, the tables and targets."""
     work = workdir("sglang-tok-bench-")
     systems = a.systems.split(",")
     results: dict[str, Any] = {}
@@ -230,7 +210,3 @@ def main() -> int:
     write_json(a.json, {"results": strip(results), "targets": rows, "window": a.window})
     print(f"\nJSON: {a.json}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Decoder micro-benchmark: one core, a multilingual trace of >= 100k tokens.
+"""Decoder micro-benchmark: one core, a multilingual trace of >= 100k tokens
+(`scripts/bench/decoder.py`).
 
 Compares, in the same run, on the same ids in the same step order:
   DecodeStream   tokenizers.decoders.DecodeStream stepped per id (vLLM v1's detokenizer)
@@ -19,7 +19,7 @@ Prints tokens/s of each and the ratios to DecodeStream (ratios, not absolute tim
 machine is shared and noisy). Every output of ours is checked against a full decode.
 
 `--tokenizer llama2-style` measures the byte-fallback decoders instead (Metaspace +
-ByteFallback BPE trained as `bench_fallback.py --section runs` trains it); `--tokenizer
+ByteFallback BPE trained as `scripts/bench/fallback.py --section runs` trains it); `--tokenizer
 PATH` takes any tokenizer.json. Where DecodeStream raises on a byte run cut mid-character,
 that request's stream restarts.
 """
@@ -27,16 +27,11 @@ that request's stream restarts.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
-
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 from sglang_tok.harness.bench.corpora import llama2_style, multilingual
 from sglang_tok.harness.bench.figures import ratio_table
@@ -198,8 +193,8 @@ def exactness(w: Workload, got_by: dict[str, dict[str, list[str]]],
     """Per mode, the requests whose text is not the full decode (a stop token that ended a
     request left out), or whose attributions are not one per id, equal to per-row's."""
     tok, reqs = w.info.tokenizer, w.reqs
-    want = {r.rid: tok.decode(r.ids[:-1] if (r.finish or {}).get("matched") ==
-                              (r.ids or [None])[-1] else r.ids) for r in reqs}
+    want = {r.rid: tok.decode(r.ids[:-1] if r.ids and (r.finish or {}).get("matched") ==
+                              r.ids[-1] else r.ids) for r in reqs}
     bad = {m: sum(1 for r in reqs if "".join(got[r.rid]) != want[r.rid])
            for m, got in got_by.items() if m != "ours/stream"}  # (no stop token trim)
     ref = attrs.get("ours/attr per-row")
@@ -209,17 +204,8 @@ def exactness(w: Workload, got_by: dict[str, dict[str, list[str]]],
     return bad
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--tokens", type=int, default=120_000)
-    ap.add_argument("--concurrency", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--tokenizer", default="deepseek-v4",
-                    help="deepseek-v4 (byte-level), llama2-style (byte fallback) or a path")
-    ap.add_argument("--only", default="",
-                    help="comma-separated modes to run (DecodeStream always runs), e.g. "
-                         "ours/plain,ours/attr,ours/attr per-row")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
+    """`scripts/bench/decoder.py`: every mode, interleaved rounds, the table, exactness."""
     w = workload(load_info(args.tokenizer), args.tokens, args.concurrency)
     print(f"trace: {w.info.name}, {len(w.reqs)} requests, {w.total} tokens, {len(w.plain)} "
           f"frames, concurrency {args.concurrency}")
@@ -252,7 +238,3 @@ def _per_row_attribution(opts: control.Open | None, info: TokenizerInfo,
     if why is None and opts is not None and opts.attribution:
         return "attribution"
     return why
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,19 +1,18 @@
-#!/usr/bin/env python3
-"""Encode service benchmark: M = 1 and 2 encode workers against one process, same run.
+"""Encode service benchmark: M = 1 and 2 encode workers against one process, same run
+(`scripts/bench/encode.py`).
 
 Many concurrent clients (DEALER sockets, closed loop: send, wait for the reply, send the
 next) send single-prompt requests of mixed lengths, log-uniform between 50 and 20,000
 tokens, to the same endpoint in turn served by:
   baseline      one process: a ROUTER calling `encode_batch` per request (what a frontend
-                that moved tokenization into one helper process would have)
-  sglang-tok M  `sglang-tok serve --encode-workers M --encode ENDPOINT` (broker + M workers)
+                that moved tokenization into one helper process would have); it runs as
+                `python -m sglang_tok.harness.bench.encode ENDPOINT --ready FILE`
+  sglang-tok M  `sglang-tok serve --encode-workers M --encode ENDPOINT` (broker + M workers),
+                started by the harness (`Service`)
 Prints requests/s, tokens/s, latency p50/p99 overall and p99 of short prompts (<= 500
 tokens, the ones head-of-line blocking hurts), and ratios to the baseline. Ratios, not
 absolute figures: the machine is shared. On a 2-core machine M = 2 is bounded by cores:
 two workers, the broker and the clients share two cores.
-
-    python scripts/bench_encode.py                       # 32 clients, 10 s per system
-    python scripts/bench_encode.py --clients 8 --duration 3 --warmup 0.5   # a smoke run
 """
 
 from __future__ import annotations
@@ -30,9 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
-
 import msgspec
 import zmq
 import zmq.asyncio
@@ -40,6 +36,7 @@ import zmq.asyncio
 from sglang_tok.harness.bench.corpora import shuffled_text
 from sglang_tok.harness.bench.figures import percentile, write_json
 from sglang_tok.harness.bench.processes import cpu_seconds, terminate, tree_pids, wait_for_file
+from sglang_tok.harness.service import Service
 
 SHORT = 500  # tokens: prompts this short are reported on their own
 
@@ -92,34 +89,40 @@ def serve_baseline(endpoint: str, tokenizer: str, ready: str) -> None:
 
 
 class System:
-    def __init__(self, name: str, proc: subprocess.Popen[bytes]) -> None:
-        self.name, self.proc = name, proc
+    """The baseline's process, or the service (the harness's `Service`)."""
+
+    def __init__(self, name: str, proc: subprocess.Popen[bytes] | None = None,
+                 service: Service | None = None) -> None:
+        self.name, self.proc, self.service = name, proc, service
 
     def cpu_seconds(self) -> float:
         """User + system time of every process of the system (the whole service tree)."""
-        return cpu_seconds(tree_pids(self.proc.pid))
+        root = self.service.proc if self.service is not None else self.proc
+        assert root is not None
+        return cpu_seconds(tree_pids(root.pid))
 
     def stop(self) -> None:
-        terminate(self.proc)
+        if self.service is not None:
+            self.service.stop()
+        if self.proc is not None:
+            terminate(self.proc)
 
 
 def start(name: str, workers: int, endpoint: str, tokenizer: str, work: Path) -> System:
     if workers == 0:
         ready = work / "baseline.ready"
         ready.unlink(missing_ok=True)
-        cmd = [sys.executable, __file__, "--serve-baseline", endpoint, "--tokenizer", tokenizer,
-               "--ready", str(ready)]
-    else:
-        rt = Path(tempfile.mkdtemp(prefix=f"m{workers}-", dir=work))
-        ready = rt / "http.port"  # written once every process, encode ones too, is up
-        cmd = [sys.executable, "-m", "sglang_tok.serving.cli", "serve", "--exit-with-parent",
-               "--shards", "1",
-               "--tokenizer", tokenizer, "--runtime-dir", str(rt), "--http", "127.0.0.1:0",
-               "--output", f"ipc://{work}/front.ipc", "--log-level", "WARNING",
-               "--encode-workers", str(workers), "--encode", endpoint]
-    proc = subprocess.Popen(cmd)
-    wait_for_file(ready, proc, 180, name)
-    return System(name, proc)
+        cmd = [sys.executable, "-m", "sglang_tok.harness.bench.encode", endpoint,
+               "--tokenizer", tokenizer, "--ready", str(ready)]
+        proc = subprocess.Popen(cmd)
+        wait_for_file(ready, proc, 180, name)
+        return System(name, proc)
+    # ready once /health says every process, encode ones too, is up
+    svc = Service(shards=1, tokenizer=tokenizer, frontend=False, scheduler=False,
+                  args=["--log-level", "WARNING", "--encode-workers", str(workers),
+                        "--encode", endpoint])
+    svc.start(timeout=180)
+    return System(name, service=svc)
 
 
 # --------------------------------------------------------------------------------- driver
@@ -176,24 +179,8 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "short_p99_ms": percentile(short, 99) * 1e3}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokenizer", default="deepseek-v4")
-    ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--duration", type=float, default=10.0, help="measured seconds per system")
-    ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--prompts", type=int, default=400)
-    ap.add_argument("--workers", default="1,2", help="encode worker counts to run")
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="each system this many times, interleaved (noise on a shared machine)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", default="", help="write the figures here")
-    ap.add_argument("--serve-baseline", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--ready", default="", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.serve_baseline:
-        serve_baseline(args.serve_baseline, args.tokenizer, args.ready)
-        return 0
+def main(args: argparse.Namespace) -> int:
+    """`scripts/bench/encode.py`: every system for --rounds rounds, the table, the JSON."""
     pool = prompts(args.tokenizer, args.prompts, args.seed)
     lengths = sorted(n for n, _ in pool)
     print(f"{len(pool)} prompts, {lengths[0]}..{lengths[-1]} tokens (median "
@@ -221,19 +208,30 @@ def main() -> int:
     print(f"{'system':<18}{'req/s':>8}{'tok/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'short p50':>10}{'short p99':>10}{'cpu ms/ktok':>12}{'errors':>7}"
           "   ratios to baseline")
-    for name, r in results.items():
-        ratio = (f"req/s x{r['req_s'] / base['req_s']:.2f}, p50 x{r['p50_ms'] / base['p50_ms']:.2f}"
-                 f", p99 x{r['p99_ms'] / base['p99_ms']:.2f}, short p99 "
-                 f"x{r['short_p99_ms'] / base['short_p99_ms']:.2f}, cpu/tok "
-                 f"x{r['cpu_ms_per_ktok'] / base['cpu_ms_per_ktok']:.2f}")
-        print(f"{name:<18}{r['req_s']:>8.1f}{r['tokens_s']:>9.0f}{r['p50_ms']:>9.1f}"
-              f"{r['p99_ms']:>9.1f}{r['short_p50_ms']:>10.1f}{r['short_p99_ms']:>10.1f}"
-              f"{r['cpu_ms_per_ktok']:>12.3f}{r['errors']:>7}   "
+    for name, f in results.items():
+        ratio = (f"req/s x{f['req_s'] / base['req_s']:.2f}, p50 x{f['p50_ms'] / base['p50_ms']:.2f}"
+                 f", p99 x{f['p99_ms'] / base['p99_ms']:.2f}, short p99 "
+                 f"x{f['short_p99_ms'] / base['short_p99_ms']:.2f}, cpu/tok "
+                 f"x{f['cpu_ms_per_ktok'] / base['cpu_ms_per_ktok']:.2f}")
+        print(f"{name:<18}{f['req_s']:>8.1f}{f['tokens_s']:>9.0f}{f['p50_ms']:>9.1f}"
+              f"{f['p99_ms']:>9.1f}{f['short_p50_ms']:>10.1f}{f['short_p99_ms']:>10.1f}"
+              f"{f['cpu_ms_per_ktok']:>12.3f}{f['errors']:>7}   "
               f"{ratio if name != 'baseline' else ''}")
     if args.json:
         write_json(args.json, results)
     return 0 if all(r["errors"] == 0 for r in results.values()) else 1
 
 
+def serve_main() -> int:
+    """The baseline's process (`python -m sglang_tok.harness.bench.encode`)."""
+    ap = argparse.ArgumentParser(description="The encode benchmark's one-process baseline.")
+    ap.add_argument("endpoint")
+    ap.add_argument("--tokenizer", default="deepseek-v4")
+    ap.add_argument("--ready", required=True, help="a file to create once bound")
+    a = ap.parse_args()
+    serve_baseline(a.endpoint, a.tokenizer, a.ready)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve_main())

@@ -1,5 +1,7 @@
-#!/usr/bin/env python3
-"""Stage ceilings: the per-row cost of each stage of the pipeline alone, and what it implies.
+"""Stage ceilings: the per-row cost of each stage of the pipeline alone, and what it implies
+(`scripts/bench/stages.py`; `scripts/bench/against.py` runs its measures against another
+checkout, by these names: `make_trace`, `shard_messages`, `own_rows`, `measure_egress`,
+`measure_shard`, `measure_decodestream`).
 
 The service is a pipeline (egress -> N shards -> frontend); on 2 shared cores the end-to-end
 figures only say which stage is on the CPU. Measured here, one stage at a time, in this
@@ -23,27 +25,23 @@ also given against one `tokenizers` DecodeStream.step per id, measured in the sa
 have a fixed cost per call, so a small frame pays in calls what a large one pays in work.
 It runs the egress and shard stages above on such a trace, and the shard's whole loop step
 (`Shard.handle`: parse, decode, acknowledgement, metrics), and prints microseconds per frame.
-
-    python scripts/bench_stages.py --repeat 5
-    python scripts/bench_stages.py --small-frames --format packed
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import REGISTRY
 
 from egress.main import Egress
 from ring import link
-from sglang_tok.config import Config, finalize
+from sglang_tok.config import Config, OutputFormat, finalize
 from sglang_tok.harness.bench.figures import markdown
 from sglang_tok.harness.bench.processes import workdir
 from sglang_tok.harness.bench.rows import batch_rows, decodestream_rows
@@ -116,7 +114,7 @@ class Outs:
 
 def config(shards: int, fmt: str, runtime: str) -> Config:
     return finalize(Config(shards=shards, runtime_dir=runtime, http="127.0.0.1:0", pin=False,
-                           output_format=fmt, log_level="WARNING"))
+                           output_format=cast(OutputFormat, fmt), log_level="WARNING"))
 
 
 def fresh_metrics() -> None:
@@ -137,8 +135,9 @@ class EgressStage:
         eg = self.eg = Egress(self.cfg, Status(len(service_roles(self.cfg.shards))))
         self.sinks = [Recorder(self.keep) for _ in range(self.cfg.shards)]
         eg.links = self.sinks  # type: ignore[assignment]
-        eg.out = Recorder(False)  # type: ignore[assignment]
-        eg.outs = Outs(eg.out)  # type: ignore[assignment]
+        out = Recorder(False)
+        eg.out = out  # type: ignore[assignment]
+        eg.outs = Outs(out)  # type: ignore[assignment]
         eg.up = [True] * self.cfg.shards
 
     def run(self) -> None:
@@ -280,9 +279,7 @@ def measure_client(msgs: list[bytes], repeat: int, runtime: str, read: bool = Fa
 
     rids: list[str] = []
     for raw in msgs:
-        m = output.decode_output(raw)
-        if not isinstance(m, control.Pong):
-            rids += [d.rid for d in m.deltas]
+        rids += [d.rid for d in deltas_of(raw)]
     client = Client(f"ipc://{runtime}/bench-client.ipc", 1, queue_limit=1 << 30)
 
     def setup() -> None:
@@ -308,10 +305,7 @@ def measure_frontend(msgs: list[bytes], fn: Callable[[list[bytes], dict[str, lis
     rids: dict[str, list[Any]] = {}
     rows = 0
     for raw in msgs:
-        m = output.decode_output(raw)
-        if isinstance(m, control.Pong):
-            continue
-        for d in m.deltas:
+        for d in deltas_of(raw):
             rids[d.rid] = []
             rows += 1
 
@@ -322,8 +316,14 @@ def measure_frontend(msgs: list[bytes], fn: Callable[[list[bytes], dict[str, lis
     return best(run, repeat) / rows
 
 
+def deltas_of(raw: bytes) -> list[Any]:
+    """An output message's deltas (none in a PONG or a RESTARTED)."""
+    m = output.decode_output(raw)
+    return [] if isinstance(m, (control.Pong, control.Restarted)) else list(m.deltas)
+
+
 def decode_only(msgs: list[bytes], repeat: int) -> float:
-    rows = sum(len(output.decode_output(m).deltas) for m in msgs)  # type: ignore[union-attr]
+    rows = sum(len(deltas_of(m)) for m in msgs)
     decode = output.decode_output
 
     def run() -> None:
@@ -470,25 +470,8 @@ def small_frames(a: argparse.Namespace, info: TokenizerInfo, runtime: str) -> in
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokenizer", default="deepseek-v4")
-    ap.add_argument("--requests-a", type=int, default=2048)
-    ap.add_argument("--requests-b", type=int, default=768)
-    ap.add_argument("--repeat", type=int, default=0,
-                    help="runs per figure; the best is kept (default 5, 7 with --small-frames)")
-    ap.add_argument("--traces", default="a,b")
-    ap.add_argument("--only", choices=("egress", "shard"),
-                    help="run this stage on the first trace for --seconds (for py-spy)")
-    ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--shards", type=int, default=2, help="with --only")
-    ap.add_argument("--small-frames", action="store_true",
-                    help="CPU per BATCH frame at --small-concurrency concurrent requests")
-    ap.add_argument("--small-requests", type=int, default=400)
-    ap.add_argument("--small-concurrency", type=int, default=16)
-    ap.add_argument("--format", default="packed",
-                    help="the shard's --output-format, with --small-frames")
-    a = ap.parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/bench/stages.py`: every stage on each trace (or --small-frames, or --only)."""
     info = load(a.tokenizer)
     runtime = str(workdir("bench-stages-"))
     if a.small_frames:
@@ -506,7 +489,3 @@ def main() -> int:
               f"({tr.ids / tr.rows:.2f} ids/row)")
         print_stages(tr, measure_stages(info, tr, repeat, runtime))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
-#!/usr/bin/env python3
-"""Parser cost per id: every tool parser, in both `tool_stream` modes, on its own format.
+"""Parser cost per id: every tool parser, in both `tool_stream` modes, on its own format
+(`scripts/bench/parsers.py`).
 
 Per format, a trace of realistic outputs (multilingual faker text, code, emoji; a `<think>`
 block in most, a tool-call block written in that format with multilingual and code
@@ -10,7 +10,7 @@ scheduler would send them. A format joins by name: a writer in `WRITERS` for a n
 `sglang_tok.parsers.FORMATS` (names without one are listed at the end).
 
 --table: the shard's `RidTable.on_arrays`, the trace routed into ARRAYS link messages
-before the clock starts (`common.route_arrays`: the egress is another process in the
+before the clock starts (`rows.route_arrays`: the egress is another process in the
 service), every request on the per-row path: parser on vs the same requests without a
 parser (what a parser costs). Two figures: `on_arrays` into the output sink a shard uses
 (the default output format's), and that plus the output frame's encoding, all of the
@@ -29,17 +29,12 @@ import argparse
 import functools
 import gc
 import json
-import os
 import random
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
-
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 from ring import link
 from sglang_tok.config import Config
@@ -243,7 +238,8 @@ def formats() -> tuple[list[str], list[str]]:
     """(formats to bench: one name per distinct format, in FORMATS order; names of this
     branch's formats without a writer)."""
     seen: set[int] = set()
-    names, missing = [], []
+    names: list[str] = []
+    missing: list[str] = []
     for name, fmt in FORMATS.items():
         if id(fmt) in seen:
             continue  # an alias (deepseekv31, qwen25, qwen)
@@ -679,35 +675,9 @@ def latency_mode(info: TokenizerInfo) -> int:
     return 1 if missing else 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=400, help="per format")
-    ap.add_argument("--concurrency", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=9,
-                    help="best of N alternating runs (on a shared host a best of few "
-                         "moves one configuration's ratio by much more than of many)")
-    ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--table", action="store_true",
-                    help="through the shard's RidTable.on_arrays (ARRAYS messages, OPEN "
-                         "options, Deltas), every request per row: parser on vs the same "
-                         "requests without it (what a parser costs)")
-    ap.add_argument("--formats", default="", help="comma-separated format names (default all)")
-    ap.add_argument("--args", choices=sorted(ARGS), default="short",
-                    help="short: a query, a limit, sometimes a line of code; files: every "
-                         "call writes a file of 20-60 lines (a coding agent)")
-    ap.add_argument("--corpus", choices=("auto", "faker", "builtin"), default="auto",
-                    help="the texts outputs are made of (see `corpus`; auto: faker if "
-                         "installed); the `in calls` column is the share of ids in calls")
-    ap.add_argument("--only", default="", help="comma-separated label substrings")
-    ap.add_argument("--latency", action="store_true",
-                    help="first-fragment latency in ids for a long string argument, per "
-                         "format and tool_stream mode")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
+    """`scripts/bench/parsers.py`: --latency, or the cost table (direct, or --table)."""
     if args.latency:
         return latency_mode(load("deepseek-v4"))
     args.direct = not args.table
     return measure(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
