@@ -258,7 +258,7 @@ def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path
     environment), every request exact on both traces, flat out and one message per 5 ms
     step (where it keeps up: the quick traces ask a few thousand ids per second)."""
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(SCRIPTS / "bench_sglang.py"), "--quick",
+    r = subprocess.run([sys.executable, str(SCRIPTS / "sglang" / "bench.py"), "--quick",
                         "--systems", "sglang-tok x1", "--step-ms", str(step_ms),
                         "--json", str(out)],
                        capture_output=True, text=True, timeout=240)

@@ -10,10 +10,13 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import psutil
+
+# the folder this package is in (a checkout's root, or site-packages)
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]
 
 
 def workdir(prefix: str) -> Path:
@@ -21,6 +24,16 @@ def workdir(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=prefix))
     atexit.register(shutil.rmtree, path, True)
     return path
+
+
+def package_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) with the folder this package is in first on
+    PYTHONPATH: another python (SGLang's environment) running one of these modules with
+    `-m` runs this package's code, whatever sglang_tok it has installed."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT),
+                                                      env.get("PYTHONPATH")]))
+    return env
 
 
 def tree_pids(*roots: int) -> list[int]:

@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
 """SGLang end to end: a whole SGLang 0.5.23 server (its launcher, HTTP server,
 TokenizerManager and tokenizer workers) with sglang-tok's stand-in scheduler in place of
 the model, its own detokenizer against sglang-tok's plugin, driven by streaming HTTP
 clients (`sglang_clients.py`) over `/generate`, `/v1/completions` and
-`/v1/chat/completions`.
+`/v1/chat/completions` (`scripts/sglang/server.py`; `sglang_faults.py` and the SGLang
+server tests start servers with `Server` too).
 
 Per configuration (detokenizer system x `--tokenizer-worker-num` x load) it reports what
 the clients saw (streamed ids/s, the gap between a stream's chunks p50/p99) and what each
@@ -13,13 +13,9 @@ against the full decode of the ids the stand-in sent (its ledger), and models th
 capacity the measured per-id costs imply on bigger machines (`capacity.py`): a 2-core
 run says what 16 and 32 cores would stream and which stage is the wall.
 
-Every SGLang process runs in `--sglang-python` (an environment with SGLang 0.5.23 and
-sglang-tok installed: `bash ../shared/tools/sglang-venv.sh`, then `pip install -e .`).
-
-    python scripts/bench_sglang_server.py --quick                 # one load, 2 systems
-    python scripts/bench_sglang_server.py --json out.json         # the full table
-    python scripts/bench_sglang_server.py --systems "sglang x1,sglang-tok x1" \\
-        --tokenizer-workers 4 --loads 256x1 --logprobs 0.05
+Every SGLang process, the clients included, runs in `--sglang-python` (an environment with
+SGLang 0.5.23 and sglang-tok installed: `bash ../shared/tools/sglang-venv.sh`, then
+`pip install -e .`).
 """
 
 from __future__ import annotations
@@ -41,11 +37,13 @@ import psutil
 from sglang_tok.harness.bench.capacity import Stage, capacity, scaled
 from sglang_tok.harness.bench.figures import markdown, write_json
 from sglang_tok.harness.bench.gap_hist import percentile
+from sglang_tok.harness.bench.processes import package_env
 from sglang_tok.harness.sglang_side import model_dir
 from sglang_tok.tokenizer import load_tokenizer
 
-HERE = Path(__file__).resolve().parent
-CLIENTS = HERE / "sglang_clients.py"
+# the clients' process, run by the side python with this package first on its path
+# (`package_env`)
+CLIENTS = ["-m", "sglang_tok.harness.bench.sglang_clients"]
 DEFAULT_SGLANG_PYTHON = "/tmp/sglv/bin/python"
 STEP_MS = 20
 LENGTH = 128  # mean output ids per request
@@ -226,13 +224,14 @@ def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
     for i in range(procs):
         first, n = i * load.clients // procs, (i + 1) * load.clients // procs
         out = work / f"clients-{server.port}-{load.clients}-{load.ids_per_step}-{i}.json"
-        cmd = [args.sglang_python, str(CLIENTS), "--url", server.url,
+        cmd = [args.sglang_python, *CLIENTS, "--url", server.url,
                "--clients", str(n - first), "--first", str(first),
                "--stride", str(load.clients), "--seconds", str(args.seconds),
                "--warmup", str(args.warmup), "--ids-per-step", str(load.ids_per_step),
                "--length", str(LENGTH), "--logprob-share", str(load.logprobs),
                "--drain", str(args.drain), "--out", str(out)]
-        clients.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True), out))
+        clients.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                         env=package_env()), out))
     root, workers = server.proc.pid, server.tokenizer_workers
     marks: list[tuple[dict[str, float], dict[str, int], float, int]] = []
     lead = clients[0][0]
@@ -366,31 +365,9 @@ def parse_loads(text: str, logprobs: list[float]) -> list[Load]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sglang-python", default=os.environ.get("SGLANG_PYTHON",
-                                                              DEFAULT_SGLANG_PYTHON))
-    ap.add_argument("--systems", default="sglang x1,sglang x2,sglang-tok x1,sglang-tok x2")
-    ap.add_argument("--tokenizer-workers", default="1,2,4")
-    ap.add_argument("--loads", default="256x1,1024x1,64x4,256x4",
-                    help="CLIENTSxIDS_PER_STEP, comma-separated")
-    ap.add_argument("--logprobs", default="0,0.05", help="shares of requests with top-5")
-    ap.add_argument("--seconds", type=float, default=15.0)
-    ap.add_argument("--warmup", type=float, default=6.0)
-    ap.add_argument("--quick", action="store_true",
-                    help="sglang x1 against sglang-tok x1, 1 TM worker, 256x1, 8 s")
-    ap.add_argument("--deadline", type=float, default=0.0,
-                    help="start no configuration after this many seconds (a lent machine's "
-                         "time is counted)")
-    ap.add_argument("--per-worker", action="store_true",
-                    help="a load's clients per tokenizer worker (256x1 with 4 workers: 1024)")
-    ap.add_argument("--drain", type=float, default=30.0,
-                    help="seconds streams may run on after the window (then cut off)")
-    ap.add_argument("--client-procs", type=int, default=1,
-                    help="client processes (one streams at most ~30k ids/s)")
-    ap.add_argument("--port", type=int, default=31000)
-    ap.add_argument("--json", default="")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
+    """`scripts/sglang/server.py`: per tokenizer worker count and system, one server and
+    every load on it; the table (and the JSON after each run)."""
     if args.quick:
         args.systems, args.tokenizer_workers, args.loads = "sglang x1,sglang-tok x1", "1", \
             "256x1"
@@ -427,7 +404,4 @@ def main() -> None:
                 server.stop()
     print()
     print(table(runs))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

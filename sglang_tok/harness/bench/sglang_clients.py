@@ -1,16 +1,18 @@
-#!/usr/bin/env python3
-"""Streaming HTTP clients for `bench_sglang_server.py`: N of them, each sending one
-streaming request after another to an SGLang server (`/generate`, `/v1/completions`,
-`/v1/chat/completions`, taken in turn), for a warm-up and then a measured window.
+"""Streaming HTTP clients for `sglang_server.py` (`scripts/sglang/server.py`): N of them,
+each sending one streaming request after another to an SGLang server (`/generate`,
+`/v1/completions`, `/v1/chat/completions`, taken in turn), for a warm-up and then a
+measured window.
 
-Run with a python that has aiohttp (SGLang's environment has it). It prints `WINDOW
-START` and `WINDOW END` on stdout as the measured window opens and closes (the bench
-reads the server's CPU times then), then writes one JSON file: every request that ended
-(rid, endpoint, its streamed text, its finish) and, for the window, the ids streamed and
-the gaps between a stream's chunks as the client saw them.
+Run with a python that has aiohttp (SGLang's environment has it), as a process of its own
+(the server bench starts several). It prints `WINDOW START` and `WINDOW END` on stdout as
+the measured window opens and closes (the bench reads the server's CPU times then), then
+writes one JSON file: every request that ended (rid, endpoint, its streamed text, its
+finish) and, for the window, the ids streamed and the gaps between a stream's chunks as
+the client saw them. It imports nothing of the package
+but `gap_hist` (plain Python).
 
-    python scripts/sglang_clients.py --url http://127.0.0.1:30000 --clients 256 \\
-        --seconds 15 --warmup 5 --out clients.json
+    python -m sglang_tok.harness.bench.sglang_clients --url http://127.0.0.1:30000 \
+        --clients 256 --seconds 15 --warmup 5 --out clients.json
 """
 
 from __future__ import annotations
@@ -221,8 +223,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "done": [d.__dict__ for d in done], "failed": [f.__dict__ for f in failed]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Streaming HTTP clients for an SGLang server.")
     ap.add_argument("--url", required=True)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=15.0, help="the measured window")
@@ -251,7 +253,8 @@ def main() -> None:
         json.dump(result, f)
     print(f"clients: {result['ids_per_s']:.0f} ids/s, {len(result['done'])} done, "
           f"{result['error_count']} errors", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,7 @@
-#!/usr/bin/env python3
-"""SGLang's own detokenizer, for `bench_sglang.py`: run with a python that imports SGLang
-0.5.23 (the side environment), never with the project's venv.
+"""SGLang's own detokenizer, for `sglang_bench.py` (`scripts/sglang/bench.py`): run with a
+python that imports SGLang 0.5.23 (the side environment), never with the project's venv:
+
+    python -m sglang_tok.harness.bench.sglang_peer --work DIR
 
 It takes SGLang's launcher steps as `Engine` takes them (ServerArgs, PortArgs, publish,
 then `Engine._launch_detokenizer_subprocesses`), on CPU with no model: one
@@ -33,11 +34,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-# msgpack IPC (the bytes the bench builds), and SGLang's detokenizer, not sglang-tok's
-# plugin: both are read when SGLang is imported, so they are set before that
-os.environ["SGLANG_USE_PICKLE_IPC"] = "0"
-os.environ["SGLANG_PLUGINS"] = "none"
-warnings.filterwarnings("ignore")
 PLUGIN = "sglang_tok.integrations.sglang.plugin"
 
 
@@ -108,7 +104,13 @@ class Peer:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # msgpack IPC (the bytes the bench builds), and SGLang's detokenizer, not sglang-tok's
+    # plugin: both are read when SGLang is imported, so they are set before that
+    os.environ["SGLANG_USE_PICKLE_IPC"] = "0"
+    os.environ["SGLANG_PLUGINS"] = "none"
+    warnings.filterwarnings("ignore")
+    ap = argparse.ArgumentParser(description="SGLang's own detokenizer, for the SGLang "
+                                 "benchmark; one JSON command per stdin line.")
     ap.add_argument("--work", required=True, help="a directory for the model stub and ipc files")
     ap.add_argument("--start-method", choices=["fork", "spawn"], default="fork")
     a = ap.parse_args()

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """The SGLang benchmark: `sglang-tok serve --protocol sglang` (1 and 2 shards) against
 SGLang 0.5.23's own DetokenizerManager (one process, and 2 workers behind its
-MultiDetokenizerRouter), on the same SGLang scheduler messages.
+MultiDetokenizerRouter), on the same SGLang scheduler messages (`scripts/sglang/bench.py`).
 
 The bench is the scheduler (it PUSHes pre-built `BatchTokenIDOutput` messages, msgpack
 IPC, to the system's input) and the TokenizerManager (it binds PULL where the system
@@ -21,12 +20,6 @@ Paced (`--step-ms 20`): one message per step, as a scheduler at that step time s
 Inside a server the detokenizer waits between steps, and a message then costs more than
 flat out (caches go cold while the other processes run): this shows what it costs at a
 step rate, and whether each system keeps up with the steps.
-
-    python scripts/bench_sglang.py                      # traces a and b, all four systems
-    python scripts/bench_sglang.py --step-ms 20         # at SGLang's step rate
-    python scripts/bench_sglang.py --quick              # quarter-size traces
-    python scripts/bench_sglang.py --repeat 3 --json out.json
-    python scripts/bench_sglang.py --systems "sglang-tok x1" --quick
 """
 
 from __future__ import annotations
@@ -38,7 +31,6 @@ import random
 import select
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,8 +41,8 @@ import msgspec
 import numpy as np
 import zmq
 
-from sglang_tok.harness.bench.figures import median, ratio, span, times, write_json
-from sglang_tok.harness.bench.processes import cpu_seconds, tree_pids
+from sglang_tok.harness.bench.figures import finite, median, ratio, span, times, write_json
+from sglang_tok.harness.bench.processes import cpu_seconds, package_env, tree_pids
 from sglang_tok.harness.bench.synth import corpus
 from sglang_tok.harness.service import Service
 from sglang_tok.harness.workload import BUILTIN_TEXTS, PlannedRequest, PlanSpec, make_requests
@@ -59,7 +51,9 @@ from sglang_tok.tokenizer import TokenizerInfo, load
 
 SGL_X1, SGL_X2, TOK_X1, TOK_X2 = "sglang x1", "sglang x2", "sglang-tok x1", "sglang-tok x2"
 SYSTEMS = [SGL_X1, SGL_X2, TOK_X1, TOK_X2]
-PEER_SCRIPT = Path(__file__).resolve().parent / "sglang_peer.py"
+# the peer's process, run by the side python with this package first on its path
+# (`package_env`)
+PEER = ["-m", "sglang_tok.harness.bench.sglang_peer"]
 DEFAULT_SGLANG_PYTHON = "/tmp/sglv/bin/python"
 TOKENIZER = "deepseek-v4"
 CONTEXT_IDS = 5  # prompt ids SGLang's scheduler puts before a first row's output ids
@@ -199,15 +193,16 @@ def trace_specs(a: argparse.Namespace) -> dict[str, tuple[str, PlanSpec]]:
 
 # ------------------------------------------------------------------------------ systems
 class Peer:
-    """`sglang_peer.py` under the side python: one per bench, started first, since
-    importing SGLang costs more than every other start-up together."""
+    """`sglang_peer` under the side python: one per bench, started first, since importing
+    SGLang costs more than every other start-up together."""
 
     def __init__(self, python: str, work: Path, start_method: str = "fork") -> None:
-        env = {**os.environ, "SGLANG_USE_PICKLE_IPC": "0", "SGLANG_PLUGINS": "none"}
+        env = package_env({**os.environ, "SGLANG_USE_PICKLE_IPC": "0",
+                           "SGLANG_PLUGINS": "none"})
         self.log_path = work / "sglang_peer.log"
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [python, str(PEER_SCRIPT), "--work", str(work), "--start-method", start_method],
+            [python, *PEER, "--work", str(work), "--start-method", start_method],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, env=env, text=True, bufsize=1)
         self.ready = False
@@ -537,54 +532,11 @@ def side_python(path: str) -> str | None:
     return found if found and os.access(found, os.X_OK) else None
 
 
-def finite(obj: Any) -> Any:
-    """The figures with NaN (a ratio to a system not run) as null, so the JSON is JSON."""
-    if isinstance(obj, float) and obj != obj:
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [finite(v) for v in obj]
-    return obj
-
-
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="quarter-size traces")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
-    ap.add_argument("--traces", default="a,b")
-    ap.add_argument("--repeat", type=int, default=1, help="interleaved rounds; medians")
-    ap.add_argument("--window", type=int, default=8,
-                    help="most messages in flight (sent, some row not yet answered)")
-    ap.add_argument("--step-ms", type=float, default=0.0,
-                    help="one message per step, as a scheduler at that step time sends them "
-                         "(0: flat out): what a message costs when the system waits between "
-                         "messages, and whether it keeps up")
-    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per trace run")
-    ap.add_argument("--stall", type=float, default=60.0,
-                    help="seconds without a reply after which a run is given up")
-    ap.add_argument("--sglang-python", default=DEFAULT_SGLANG_PYTHON,
-                    help="a python that imports SGLang 0.5.23 (built by sglang-venv.sh)")
-    ap.add_argument("--sglang-start-method", choices=["fork", "spawn"], default="fork",
-                    help="how SGLang's detokenizer processes start (SGLang's Engine spawns; "
-                         "fork skips their import of SGLang; see sglang_peer.py)")
-    ap.add_argument("--requests-a", type=int, default=2048)
-    ap.add_argument("--concurrency-a", type=int, default=1024)
-    ap.add_argument("--tokens-a", default="32-96", help="output ids per request, lo-hi")
-    ap.add_argument("--ids-per-row-a", default="1", help="k or lo-hi")
-    ap.add_argument("--logprob-share-a", type=float, default=0.05)
-    ap.add_argument("--top-k", type=int, default=5)
-    ap.add_argument("--requests-b", type=int, default=1024)
-    ap.add_argument("--concurrency-b", type=int, default=256)
-    ap.add_argument("--tokens-b", default="64-512", help="output ids per request, lo-hi")
-    ap.add_argument("--ids-per-row-b", default="4", help="k or lo-hi")
-    ap.add_argument("--json", default="", help="write the figures here")
-    a = ap.parse_args()
+def check_systems(a: argparse.Namespace) -> str:
+    """--systems as a list; what is wrong with it ("" when nothing)."""
     a.systems = [s.strip() for s in a.systems.split(",") if s.strip()]
     unknown = [s for s in a.systems if s not in SYSTEMS]
-    if unknown:
-        ap.error(f"unknown systems {unknown}; choose from {SYSTEMS}")
-    return a
+    return f"unknown systems {unknown}; choose from {SYSTEMS}" if unknown else ""
 
 
 def without_sglang(systems: list[str], why: str) -> list[str]:
@@ -685,8 +637,9 @@ def report(a: argparse.Namespace, traces: list[Trace], runs: Runs, failures: lis
     return 1 if ours_bad else 0
 
 
-def main() -> int:
-    a = parse_args()
+def main(a: argparse.Namespace) -> int:
+    """`scripts/sglang/bench.py` (--systems checked by `check_systems`): the peer, the
+    traces, the rounds, the report; 1 where sglang-tok failed or was not exact."""
     root = Path(tempfile.mkdtemp(prefix="bench-sglang-"))
     peer = start_peer(a, root)
     traces = build_traces(a)
@@ -699,7 +652,3 @@ def main() -> int:
     rc = report(a, traces, runs, failures)
     shutil.rmtree(root, ignore_errors=True)
     return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,15 @@
 #!/bin/bash
-# The SGLang end-to-end benchmark (bench_sglang_server.py) on a bigger, offline machine:
+# The SGLang end-to-end benchmark (server.py) on a bigger, offline machine:
 # tokenizer workers 8, 4 and 1, SGLang's own detokenizer against sglang-tok with 1, 2 and 4
 # shards, 256 streaming clients per tokenizer worker at 1 id per step, in under 8 minutes.
 # Nothing is downloaded there: SGLang 0.5.23, what its server imports beyond that machine's
 # own packages, and sglang-tok come as wheels in WHEELS (prepare them here, where pip
-# reaches PyPI, with `bash scripts/bench_sglang_device.sh --prepare`).
+# reaches PyPI, with `bash scripts/sglang/server_device.sh --prepare`).
 #
-#   bash scripts/bench_sglang_device.sh --prepare          # here: fills .whl/ (about 58 MB)
-#   bash scripts/bench_sglang_device.sh OUT_DIR            # there: the table and its JSON
+#   bash scripts/sglang/server_device.sh --prepare         # here: fills .whl/ (about 58 MB)
+#   bash scripts/sglang/server_device.sh OUT_DIR           # there: the table and its JSON
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WHEELS=${WHEELS:-$ROOT/.whl}
 PY=${PY:-python3}
 # what SGLang 0.5.23's launcher, HTTP server, TokenizerManager and detokenizer import that a
@@ -50,7 +50,7 @@ ulimit -n 65536 || true
 # not from the checkout: SGLang's processes import from their working directory first
 cd "${TMPDIR:-/tmp}"
 "$PY" -c "import sglang, sglang_tok, zmq, msgspec; print('sglang', sglang.__version__)"
-"$PY" "$ROOT/scripts/bench_sglang_server.py" --sglang-python "$(command -v "$PY")" \
+"$PY" "$ROOT/scripts/sglang/server.py" --sglang-python "$(command -v "$PY")" \
   --systems "${SYSTEMS:-sglang x1,sglang-tok x1,sglang-tok x2,sglang-tok x4}" \
   --tokenizer-workers "${WORKERS:-8,4,1}" --loads "${LOADS:-256x1}" --per-worker \
   --logprobs 0 --seconds "${SECONDS_:-6}" --warmup 3 --drain 8 \

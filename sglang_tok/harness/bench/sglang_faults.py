@@ -1,14 +1,9 @@
-#!/usr/bin/env python3
 """Faults inside a whole SGLang server: kill -9 of the plugin's shards and egress while
 streaming HTTP clients run (`sglang_clients.py`), with the stand-in scheduler in place of
-the model (`bench_sglang_server.py` starts it). SGLang's own detokenizer SIGQUITs the
-whole server when it dies; with the plugin the server must stay up, every stream a kill
-cuts must end with an error within seconds, none may hang, no text may be wrong, and new
-requests must be served exactly.
-
-    python scripts/sglang_faults.py demo                 # a shard, then the egress (2 shards)
-    python scripts/sglang_faults.py soak --minutes 10    # random kills every 5-20 s, 4 shards,
-                                                         # at 80% of the measured capacity
+the model (`sglang_server.Server` starts it) (`scripts/sglang/faults.py`). SGLang's own
+detokenizer SIGQUITs the whole server when it dies; with the plugin the server must stay
+up, every stream a kill cuts must end with an error within seconds, none may hang, no text
+may be wrong, and new requests must be served exactly.
 
 Every finished stream is checked against the full decode of the ids the stand-in sent
 (its ledger); a stream that ended with an error must have streamed a prefix of it (a
@@ -24,7 +19,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,11 +27,9 @@ from typing import Any
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from bench_sglang_server import CLIENTS, DEFAULT_SGLANG_PYTHON, STEP_MS, Expected, Server, System
-
 from sglang_tok.harness.bench.figures import write_json
+from sglang_tok.harness.bench.processes import package_env
+from sglang_tok.harness.bench.sglang_server import CLIENTS, STEP_MS, Expected, Server, System
 
 IDS_PER_STEP = 1
 
@@ -93,10 +85,10 @@ class Killer(threading.Thread):
 
 def run_clients(python: str, server: Server, clients: int, seconds: float, hang_after: float,
                 out: Path) -> dict[str, Any]:
-    cmd = [python, str(CLIENTS), "--url", server.url, "--clients", str(clients),
+    cmd = [python, *CLIENTS, "--url", server.url, "--clients", str(clients),
            "--seconds", str(seconds), "--warmup", "0", "--ids-per-step", str(IDS_PER_STEP),
            "--read-timeout", str(hang_after), "--drain", str(3 * hang_after), "--out", str(out)]
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=package_env())
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
@@ -120,9 +112,9 @@ def judge(result: dict[str, Any], expected: Expected, kills: list[dict[str, Any]
             kept = f["text"].rstrip("\ufffd")
             if not expected.text(e).startswith(kept) or len(f["text"]) - len(kept) > 3:
                 wrong.append(f["rid"])
-    lags = [min((f["at"] - k["at"] for k in kills if 0 <= f["at"] - k["at"]), default=None)
-            for f in errored]
-    lags = [x for x in lags if x is not None]
+    after = [min((f["at"] - k["at"] for k in kills if 0 <= f["at"] - k["at"]), default=None)
+             for f in errored]
+    lags: list[float] = [x for x in after if x is not None]
     return {"completed": len(result["done"]), "errored": len(errored),
             "hung": sum(f["hung"] for f in result["failed"]), "wrong": len(wrong),
             "wrong_rids": wrong[:10], "unchecked": unchecked,
@@ -137,20 +129,9 @@ def measure_capacity(python: str, server: Server, work: Path) -> float:
     return float(result["ids_per_s"])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=["demo", "soak"])
-    ap.add_argument("--sglang-python", default=os.environ.get("SGLANG_PYTHON",
-                                                              DEFAULT_SGLANG_PYTHON))
-    ap.add_argument("--shards", type=int, default=0, help="demo: 2, soak: 4")
-    ap.add_argument("--minutes", type=float, default=10.0, help="soak length")
-    ap.add_argument("--load", type=float, default=0.8, help="soak: share of the capacity")
-    ap.add_argument("--clients", type=int, default=96, help="demo: streaming clients")
-    ap.add_argument("--hang-after", type=float, default=20.0)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--port", type=int, default=31900)
-    ap.add_argument("--json", default="")
-    args = ap.parse_args()
+def main(args: argparse.Namespace) -> int:
+    """`scripts/sglang/faults.py`: demo (a shard, then the egress) or soak (random kills at
+    a share of the measured capacity); the report."""
     shards = args.shards or (2 if args.mode == "demo" else 4)
     work = Path(tempfile.mkdtemp(prefix="sglang-faults-"))
     server = Server(System.parse(f"sglang-tok x{shards}"), 1, args.sglang_python, work,
@@ -190,7 +171,4 @@ def main() -> None:
     print(json.dumps(report, indent=1))
     if args.json:
         write_json(args.json, report)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """List the longest functions (in source lines) of some Python files.
 
-    python scripts/longest_functions.py egress/main.py shards/main.py --top 10
+    python scripts/dev/longest_functions.py egress/main.py shards/main.py --top 10
 
 Small functions are a project rule; this keeps the rule measurable.
 """
