@@ -305,3 +305,28 @@ def test_bench_against_pairs_two_checkouts_trial_by_trial(tmp_path: Path) -> Non
     assert bad.returncode == 2 and "--keys: unknown small.nope" in bad.stderr
     missing = run(str(SCRIPTS / "bench" / "against.py"), str(tmp_path))
     assert missing.returncode == 2 and "--other-python: no python at" in missing.stderr
+
+
+# every entry point but sglang/server_device.sh (a shell script for another machine)
+ENTRY_POINTS = sorted(SCRIPTS.rglob("*.py"))
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS, ids=lambda p: str(p.relative_to(SCRIPTS)))
+def test_every_script_answers_help(script: Path) -> None:
+    """Every entry point parses its flags before it does anything else: `--help` prints its
+    usage and exits 0 (its imports load in the project's environment)."""
+    r = run(str(script), "--help", timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("usage: "), r.stdout[:500]
+
+
+def test_scripts_are_thin_and_listed_where_they_live() -> None:
+    """scripts/ holds entry points in folders by role, each listed (by its command) in its
+    folder's README.md; none reaches into another through sys.path (their library parts
+    are the package's: sglang_tok/harness/bench/)."""
+    scripts = [p for p in SCRIPTS.rglob("*") if p.suffix in (".py", ".sh")]
+    assert scripts and all(p.parent != SCRIPTS for p in scripts), "a script outside a folder"
+    for p in scripts:
+        assert "sys.path" not in p.read_text(), p
+        readme = (p.parent / "README.md").read_text()
+        assert f"scripts/{p.parent.name}/{p.name}" in readme, (p, "not in its README.md")
