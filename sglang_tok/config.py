@@ -143,7 +143,7 @@ class Config(msgspec.Struct, frozen=True):
     record: Annotated[str, _doc(
         "append every input frame, with its arrival time, to this trace file (the project's "
         "trace format, sglang_tok/tracefile.py): a real scheduler's traffic, replayed "
-        "later by scripts/replay.py or, for --protocol sglang, by the SGLang stand-in "
+        "later by scripts/load/replay.py or, for --protocol sglang, by the SGLang stand-in "
         "scheduler")] = ""
     curve_keys: Annotated[str, _doc(
         "directory from `sglang-tok keygen`: CURVE authentication and encryption on tcp:// "
