@@ -136,7 +136,7 @@ def test_every_flag_the_docs_name_exists() -> None:
     real |= {"--model-path", "--tokenizer-path", "--detokenizer-worker-num",
              "--tokenizer-worker-num", "--skip-tokenizer-init", "--enable-metrics", "--device"}
     real |= {"--no-deps", "--no-index"}  # pip's, in the README's install lines
-    for doc in ("docs/operations.md", "README.md"):
+    for doc in ("docs/operations.md", "docs/kit.md", "docs/sglang.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
         assert named - real == set(), f"{doc} names flags that do not exist"
 
