@@ -23,7 +23,7 @@ import zmq
 from ring import link
 from ring.sockets import PushTo, make_socket
 from sglang_tok import security
-from sglang_tok.config import Config, layout_of, refusing
+from sglang_tok.config import Config, refusing
 from sglang_tok.metrics import (
     DROP_REASONS,
     PUBLISH_EVERY_S,
@@ -60,7 +60,7 @@ from sglang_tok.protocols.native import control, tags
 from sglang_tok.protocols.native.control import Open, Pong
 from sglang_tok.protocols.native.deltas import Delta, DeltasOut, Usage, terminal
 from sglang_tok.protocols.native.tags import EGRESS
-from sglang_tok.protocols.registry import protocol_of
+from sglang_tok.protocols.registry import layout_of, protocol_of
 from sglang_tok.tracefile import Recorder
 
 from .control import Routed, route_control

@@ -10,7 +10,6 @@ code reads environment variables.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import re
@@ -25,9 +24,8 @@ import zmq
 from msgspec import Meta
 
 from . import endpoints
+from .errors import ConfigError
 from .process import cpu_list_text, parse_cpu_list, shards_text, usable_cores
-from .protocols.sglang import layout as sglang_layout
-from .protocols.sglang.layout import Layout
 from .tokenizer import DEFAULT_TOKENIZER
 
 log = logging.getLogger("sglang_tok.config")
@@ -35,10 +33,6 @@ log = logging.getLogger("sglang_tok.config")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 OutputFormat = Literal["deltas", "columnar", "packed"]
 Protocol = Literal["native", "sglang"]
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _doc(description: str, **constraints: Any) -> Meta:
@@ -143,7 +137,7 @@ class Config(msgspec.Struct, frozen=True):
     record: Annotated[str, _doc(
         "append every input frame, with its arrival time, to this trace file (the project's "
         "trace format, sglang_tok/tracefile.py): a real scheduler's traffic, replayed "
-        "later by scripts/replay.py or, for --protocol sglang, by the SGLang stand-in "
+        "later by scripts/load/replay.py or, for --protocol sglang, by the SGLang stand-in "
         "scheduler")] = ""
     curve_keys: Annotated[str, _doc(
         "directory from `sglang-tok keygen`: CURVE authentication and encryption on tcp:// "
@@ -196,25 +190,6 @@ def from_sglang(cfg: Config) -> bool:
     vouches for): its pickles may be unpickled, as SGLang itself does; from any other peer
     they never are."""
     return cfg.protocol == "sglang" and (cfg.input.startswith("ipc://") or cfg.sglang_own_tree)
-
-
-@functools.cache
-def _layout(value: str) -> Layout:
-    if not value:
-        return sglang_layout.builtin()
-    if value in sglang_layout.known_releases():
-        return sglang_layout.known(value)
-    try:
-        return sglang_layout.read(value)
-    except OSError as exc:
-        raise ConfigError(f"{exc.strerror}: {value}") from None
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"not a layout file: {value} ({exc})") from None
-
-
-def layout_of(cfg: Config) -> Layout:
-    """The SGLang release's layout the service reads (--sglang-layout), loaded once."""
-    return _layout(cfg.sglang_layout)
 
 
 def flag(field: str) -> str:
@@ -270,8 +245,6 @@ def _check_syntax(cfg: Config) -> None:
         if value in seen:
             raise refused(name, f"the same endpoint as {flag(seen[value])}", value)
         seen[value] = name
-    if cfg.protocol == "sglang":
-        _check_sglang(cfg)
     if cfg.inline_shard and cfg.shards != 1:
         raise refused("inline_shard", "needs --shards 1", cfg.inline_shard)
     if cfg.encode and not cfg.encode_workers:
@@ -285,26 +258,6 @@ def _check_syntax(cfg: Config) -> None:
             if not Path(cfg.curve_keys, name).exists():
                 raise refused("curve_keys", f"missing {name}; make the directory with "
                               "`sglang-tok keygen DIR`", cfg.curve_keys)
-
-
-def _check_sglang(cfg: Config) -> None:
-    """The layout is one the service serves; pickles only from SGLang's own process tree."""
-    try:
-        layout = layout_of(cfg)
-    except ConfigError as exc:
-        raise refused("sglang_layout", str(exc), cfg.sglang_layout) from None
-    why = layout.refusal()
-    if why is not None:
-        raise refused("sglang_layout", why, cfg.sglang_layout)
-    if cfg.sglang_own_tree and cfg.input and not cfg.input.startswith(
-            ("ipc://", "tcp://127.0.0.1:", "tcp://localhost:", "tcp://[::1]:")):
-        raise refused("sglang_own_tree", "SGLang's own process tree binds ipc:// or a "
-                      "loopback tcp:// endpoint; another host's messages are never unpickled",
-                      cfg.input)
-    if layout.ipc == "pickle" and cfg.input and not from_sglang(cfg):
-        raise refused("input", f"SGLang {layout.release} sends pickled messages, which the "
-                      "service reads only from SGLang's own process tree (an ipc:// input, or "
-                      "--sglang-own-tree)", cfg.input)
 
 
 def _check_cores(cfg: Config) -> None:

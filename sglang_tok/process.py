@@ -22,6 +22,8 @@ from typing import Generic, TypeVar, overload
 
 import psutil
 
+from .errors import ConfigError
+
 log = logging.getLogger("sglang_tok")
 
 _PR_SET_PDEATHSIG = 1
@@ -146,7 +148,6 @@ def run_titled(title: str, target: Callable[..., None], args: tuple[object, ...]
     if title:
         import setproctitle
         setproctitle.setproctitle(title)
-    from .config import ConfigError  # imported already: the args hold a Config
     try:
         target(*args)
     except ConfigError as exc:  # one line, no traceback; the supervisor stops with code 2

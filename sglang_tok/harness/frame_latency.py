@@ -1,6 +1,6 @@
 """Which input frame each output delta answers: frame latency that measures latency.
 
-Used by `scripts/replay.py` and its tests; it reads the frames a scheduler sent and the
+Used by `scripts/load/replay.py` and its tests; it reads the frames a scheduler sent and the
 messages the service sent back (DELTAS or COLUMNS), and needs nothing else.
 """
 

@@ -1,4 +1,4 @@
-"""Frame mutators and the ring fuzzing round, shared by the test and scripts/fuzz.py."""
+"""Frame mutators and the ring fuzzing round, shared by the test and scripts/load/fuzz.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 `oracle_anchors` replays ids one at a time through a full `decode` and anchors each id at
 the start of the character its text helped complete (the attribution contract of
-protocol section 5); `scripts/bench_fallback.py` and `tests/shard/test_decoder.py` both use it.
+protocol section 5); `scripts/bench/fallback.py` and `tests/shard/test_decoder.py` both use it.
 """
 
 from __future__ import annotations

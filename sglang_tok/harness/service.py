@@ -40,15 +40,18 @@ class Service:
 
     With `frontend=False` nothing binds the output endpoint: the caller binds it (e.g.
     with the asyncio `Client`) before or after `start()`; the service's PUSH connects
-    either way. `shards` is the `--shards` flag asked for; once started, `self.shards` is
-    the count the service reports on `/health` (extra `args` may hold another `--shards`).
+    either way. With `scheduler=False` nothing connects to the input: the caller sends
+    through a socket of its own (`send`, `barrier` and `send_steps` need the scheduler).
+    `shards` is the `--shards` flag asked for; once started, `self.shards` is the count
+    the service reports on `/health` (extra `args` may hold another `--shards`).
     Without `tmp` it makes a temporary directory of its own, which `stop()` removes (with
     the log in it: read `logs()` before).
     """
 
     def __init__(self, tmp: Path | None = None, shards: int = 2, args: list[str] | None = None,
                  ring_capacity: int = 1000, tokenizer: str | None = None,
-                 frontend: bool = True, env: dict[str, str] | None = None) -> None:
+                 frontend: bool = True, env: dict[str, str] | None = None,
+                 scheduler: bool = True) -> None:
         self.own_tmp = tmp is None
         self.tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-")) if tmp is None else Path(tmp)
         self.runtime = self.tmp / "rt"
@@ -65,6 +68,7 @@ class Service:
                     "--ring-capacity", str(ring_capacity), "--exit-with-parent",
                     *(["--tokenizer", tokenizer] if tokenizer else []), *(args or [])]
         self.env = {**os.environ, **env} if env else None  # added to the service's environment
+        self.scheduler = scheduler
         self.proc: subprocess.Popen[bytes] | None = None
         self.sched: Scheduler | None = None
         self.log: IO[bytes] | None = None
@@ -85,7 +89,8 @@ class Service:
         except BaseException:
             self.stop()
             raise
-        self.sched = Scheduler(self.input)
+        if self.scheduler:
+            self.sched = Scheduler(self.input)
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> None:

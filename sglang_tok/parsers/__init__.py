@@ -137,7 +137,8 @@ def make_tool_parser(name: str, tool_stream: str = "incremental",
     if tool_stream not in TOOL_STREAMS:
         raise ParserError(f"unknown tool_stream {tool_stream!r}; known: "
                           f"{', '.join(TOOL_STREAMS)}")
-    return fmt.parser(fmt, tool_stream, None if tools is None else tool_schemas(tools))
+    make = fmt.parser or ToolParser
+    return make(fmt, tool_stream, None if tools is None else tool_schemas(tools))  # type: ignore[no-any-return]
 
 
 def make_parsed_stream(reasoning_parser: str = "", reasoning_started: bool | None = None,

@@ -23,7 +23,11 @@ from typing import Any
 from .markers import MarkerSet
 from .readers import Calls, ReaderFactory, parse_with_reader
 from .schema import Schemas
-from .tools import ToolParser
+
+# a format's own per-request class (Harmony's), built as the engine is:
+# (format, tool_stream, schemas) -> the parser; the engine (`tools.ToolParser`) knows the
+# format, the format names no engine
+ParserClass = Callable[["ToolFormat", str, "Schemas | None"], Any]
 
 
 class CloseMarker:
@@ -88,7 +92,7 @@ class ToolFormat:
                  section: tuple[str, str] | None = None, inner: tuple[str, ...] = (),
                  unwrapped: bool = False, unmarked: str = "", chain: str = "",
                  loose: tuple[str, str] | None = None, quotes: bool = False,
-                 parser: type[ToolParser] | None = None,
+                 parser: ParserClass | None = None,
                  typed_whole: Callable[[str, Schemas | None], Calls | None] | None = None
                  ) -> None:
         self.name = name
@@ -96,7 +100,7 @@ class ToolFormat:
         self.call_open = call_open
         self.unmarked = unmarked
         self.chain = chain if unmarked else ""
-        self.parser = parser or ToolParser
+        self.parser = parser  # None: the engine itself (`tools.ToolParser`)
         self.make_end = end
         self.reader = reader
         whole = parse_with_reader(reader)

@@ -29,16 +29,14 @@ decision depends only on the text so far, never on how it was chunked):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .call_deltas import CallDeltas
 from .quotes import Quotes
 from .readers import NO_FAST_PATH, CallReader, FastPath
 from .schema import Schemas
+from .tool_format import ToolFormat
 from .types import Item, ParsedDelta, Thought, ToolCallDelta
-
-if TYPE_CHECKING:
-    from .tool_format import ToolFormat
 
 # What `ToolParser.absorb` gives for a piece, typed so that the stream reads it without
 # reaching into the parser: None, the piece must take `step`; a ToolCallDelta, the open

@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from sglang_tok.config import Config, from_sglang, layout_of
+from sglang_tok.config import Config, from_sglang, refused
+from sglang_tok.errors import ConfigError
 from sglang_tok.protocols.interface import Reader, Writer
 from sglang_tok.protocols.native.reader import NativeReader
 from sglang_tok.protocols.native.writer import NativeWriter
+from sglang_tok.protocols.sglang import layout as sglang_layout
+from sglang_tok.protocols.sglang.layout import Layout
 from sglang_tok.protocols.sglang.pickled import PickleReplies, preload_sglang
 from sglang_tok.protocols.sglang.plan import Plan
 from sglang_tok.protocols.sglang.reader import SglangReader
@@ -71,3 +74,37 @@ PROTOCOLS: dict[str, Sides] = {"native": Sides(_native_egress, _native_shard),
 
 def protocol_of(cfg: Config) -> Sides:
     return PROTOCOLS[cfg.protocol]
+
+
+def layout_of(cfg: Config) -> Layout:
+    """The SGLang release whose messages the service reads (`--sglang-layout`)."""
+    try:
+        return sglang_layout.load(cfg.sglang_layout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+LOOPBACK = ("ipc://", "tcp://127.0.0.1:", "tcp://localhost:", "tcp://[::1]:")
+
+
+def check(cfg: Config) -> None:
+    """What the protocol needs of the flags, before any process starts (ConfigError naming
+    the flag): SGLang's layout is one the service serves, and its pickles are read only
+    from SGLang's own process tree."""
+    if cfg.protocol != "sglang":
+        return
+    try:
+        layout = layout_of(cfg)
+    except ConfigError as exc:
+        raise refused("sglang_layout", str(exc), cfg.sglang_layout) from None
+    why = layout.refusal()
+    if why is not None:
+        raise refused("sglang_layout", why, cfg.sglang_layout)
+    if cfg.sglang_own_tree and cfg.input and not cfg.input.startswith(LOOPBACK):
+        raise refused("sglang_own_tree", "SGLang's own process tree binds ipc:// or a "
+                      "loopback tcp:// endpoint; another host's messages are never unpickled",
+                      cfg.input)
+    if layout.ipc == "pickle" and cfg.input and not from_sglang(cfg):
+        raise refused("input", f"SGLang {layout.release} sends pickled messages, which the "
+                      "service reads only from SGLang's own process tree (an ipc:// input, or "
+                      "--sglang-own-tree)", cfg.input)

@@ -23,6 +23,7 @@ from ring.sockets import make_socket
 from sglang_tok import endpoints
 from sglang_tok.config import Config, check_binds, discard, finalize, refused
 from sglang_tok.process import Status, plan_cores, service_roles, shards_text
+from sglang_tok.protocols.registry import check as check_protocol
 from sglang_tok.tokenizer import TokenizerLoadError, load_tokenizer
 
 from .arbiter import Child, Restart, Supervisor, Timeouts
@@ -149,6 +150,7 @@ def serve(cfg: Config) -> int:
     try:
         cfg = finalize(cfg, made)
         runtime = cfg.runtime_dir
+        check_protocol(cfg)
         try:
             load_tokenizer(cfg.tokenizer)  # fail fast and clearly, before any child starts
         except TokenizerLoadError as exc:

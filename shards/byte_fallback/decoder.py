@@ -36,7 +36,7 @@ I64 = npt.NDArray[np.int64]
 
 
 # from this many rows a message takes the arrays: about where they and the loop cost the
-# same per row (`scripts/bench_fallback.py` measures both)
+# same per row (`scripts/bench/fallback.py` measures both)
 ARRAYS_MIN_ROWS = 128
 
 

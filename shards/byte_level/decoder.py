@@ -29,7 +29,7 @@ from .rows import decode_loop
 
 I64 = npt.NDArray[np.int64]
 # from this many rows a message is looked up, below them looped: about where the two cost
-# the same per row (`scripts/bench_stages.py --small-frames` and its traces measure both)
+# the same per row (`scripts/bench/stages.py --small-frames` and its traces measure both)
 LOOKUP_MIN_ROWS = 32
 
 

@@ -395,7 +395,7 @@ def test_bench_encode_runs_and_prints_ratios(tmp_path: Path) -> None:
     import json
     import subprocess
     import sys
-    script = Path(__file__).resolve().parents[2] / "scripts" / "bench_encode.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "encode.py"
     out = tmp_path / "b.json"
     r = subprocess.run([sys.executable, str(script), "--clients", "2", "--duration", "1",
                         "--warmup", "0.2", "--prompts", "8", "--rounds", "1", "--workers", "1",

@@ -127,15 +127,16 @@ def test_every_flag_the_docs_name_exists() -> None:
     top, _ = cli.parser()
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     real = {opt for p in subs.choices.values() for a in p._actions for opt in a.option_strings}
-    for script in [*(root / "scripts").glob("*.py"), *(root / "examples").glob("*.py")]:
+    for script in [*(root / "scripts").rglob("*.py"), *(root / "examples").glob("*.py"),
+                   *(root / "sglang_tok" / "harness" / "bench").glob("*.py")]:
         real |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", script.read_text()))
-    for script in (root / "scripts").glob("*.sh"):  # a shell script's own: [ "$1" = "--x" ]
+    for script in (root / "scripts").rglob("*.sh"):  # a shell script's own: [ "$1" = "--x" ]
         real |= set(re.findall(r"= \"(--[a-z0-9-]+)\" \]", script.read_text()))
     # SGLang's own flags, named where the README says how to launch SGLang with the plugin
     real |= {"--model-path", "--tokenizer-path", "--detokenizer-worker-num",
              "--tokenizer-worker-num", "--skip-tokenizer-init", "--enable-metrics", "--device"}
     real |= {"--no-deps", "--no-index"}  # pip's, in the README's install lines
-    for doc in ("docs/operations.md", "README.md"):
+    for doc in ("docs/operations.md", "docs/kit.md", "docs/sglang.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
         assert named - real == set(), f"{doc} names flags that do not exist"
 

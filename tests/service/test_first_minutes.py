@@ -1,5 +1,6 @@
 """A newcomer's first ten minutes: each mistake is one line naming the flag, exit code 2,
-nothing started and nothing left on disk; the README's commands and code run as copied.
+nothing started and nothing left on disk; the README's commands (and the code of the kit's
+page, docs/kit.md) run as copied.
 
 Each `serve` here runs with a TMPDIR of its own (short: the runtime directory made in it
 holds ipc socket paths), so a runtime directory made and left behind would show."""
@@ -23,6 +24,8 @@ import zmq
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+# the kit's page: the Python a frontend and a scheduler copy, the encode service's flags
+KIT = (ROOT / "docs" / "kit.md").read_text()
 CLI = [sys.executable, "-m", "sglang_tok.serving.cli"]
 
 
@@ -148,7 +151,7 @@ def _readme_serve() -> list[str]:
 
 
 def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    return re.findall(r"```python\n(.*?)```", KIT, flags=re.S)
 
 
 def _on(tmp: Path, text: str, port: int) -> str:
@@ -163,7 +166,7 @@ def test_the_readme_runs_as_copied(tmp_path: Path, tmpdirs: Path) -> None:
     free one."""
     port = free_port()
     argv = _readme_serve()
-    encode = re.search(r"`sglang-tok serve (--encode-workers \d+ --encode \S+)`", README)
+    encode = re.search(r"`sglang-tok serve (--encode-workers \d+ --encode \S+)`", KIT)
     assert encode is not None
     argv += ["--exit-with-parent", *encode[1].split()]
     argv = [_on(tmp_path, a, port) for a in argv]
@@ -232,3 +235,13 @@ def test_the_demo_on_one_shard_says_one_shard(tmpdirs: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     assert " tokens through 1 shard in " in r.stdout and "exact: 12/12" in r.stdout, r.stdout
     assert list((tmpdirs / "demo").iterdir()) == []
+
+
+def test_the_readme_is_a_page_and_its_links_lead_somewhere() -> None:
+    """A newcomer reads it in five minutes: at most 150 lines, the rest in docs/, every
+    link (README and docs) to a file that exists."""
+    assert len(README.splitlines()) <= 150
+    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        text = re.sub(r"`[^`\n]*`", "", page.read_text())  # code spans are not links
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+            assert (page.parent / target).exists(), (page.name, target)

@@ -2,7 +2,7 @@
 
 The service never crashes or hangs; requests no bad frame named stay exact; every
 malformed frame is counted by its reason; every rid a dropped frame names is ended.
-The long run is `python scripts/fuzz.py --minutes 10`.
+The long run is `python scripts/load/fuzz.py --minutes 10`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 
 def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     trace = tmp_path / "t.trace"
-    r = run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "200", "--concurrency", "64",
+    r = run(str(SCRIPTS / "load" / "synth.py"), str(trace), "--requests", "200", "--concurrency", "64",
             "--max-tokens", "48", "--ids-per-row", "1-3", "--engines", "2", "--stop-share",
             "0.2", "--options-share", "0.2", "--abort-share", "0.05")
     assert r.returncode == 0, r.stderr
@@ -35,7 +35,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     assert len(requests(t.frames)) == 200
     # the same seed gives the same bytes
     again = tmp_path / "again.trace"
-    assert run(str(SCRIPTS / "synth.py"), str(again), "--requests", "200", "--concurrency",
+    assert run(str(SCRIPTS / "load" / "synth.py"), str(again), "--requests", "200", "--concurrency",
                "64", "--max-tokens", "48", "--ids-per-row", "1-3", "--engines", "2",
                "--stop-share", "0.2", "--options-share", "0.2",
                "--abort-share", "0.05").returncode == 0
@@ -46,7 +46,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
     rec = tmp_path / "rec.trace"
     ep = f"ipc://{tmp_path}/rec.ipc"
     ready = tmp_path / "rec.ready"
-    recorder = subprocess.Popen([sys.executable, str(SCRIPTS / "record.py"), str(rec), "--input",
+    recorder = subprocess.Popen([sys.executable, str(SCRIPTS / "load" / "record.py"), str(rec), "--input",
                                  ep, "--frames", str(len(t.frames)), "--seconds", "60",
                                  "--ready", str(ready)])
     try:
@@ -64,7 +64,7 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
 
     out = tmp_path / "r.json"
     chart = tmp_path / "r.png"
-    r = run(str(SCRIPTS / "replay.py"), str(rec), "--start", "2", "--speed", "4", "--json",
+    r = run(str(SCRIPTS / "load" / "replay.py"), str(rec), "--start", "2", "--speed", "4", "--json",
             str(out), "--chart", str(chart))
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(out.read_text())
@@ -78,13 +78,13 @@ def test_synth_record_and_replay_verify_every_output(tmp_path: Path) -> None:
 def test_baselines_run_on_the_same_protocol(tmp_path: Path) -> None:
     """The lean baselines' text, ids, finish and usage pass the verifier; --window works."""
     trace = tmp_path / "t.trace"
-    assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "64", "--concurrency",
+    assert run(str(SCRIPTS / "load" / "synth.py"), str(trace), "--requests", "64", "--concurrency",
                "32", "--max-tokens", "32", "--ids-per-row", "1-3", "--stop-share", "0",
                "--options-share", "0.3", "--special-share", "0.1", "--prompt-share", "0.3",
                "--abort-share", "0.05").returncode == 0
     for kind in ("sglang", "vllm"):
         out = tmp_path / f"{kind}.json"
-        r = run(str(SCRIPTS / "replay.py"), str(trace), "--baseline", kind, "--max",
+        r = run(str(SCRIPTS / "load" / "replay.py"), str(trace), "--baseline", kind, "--max",
                 "--window", "4", "--json", str(out))
         assert r.returncode == 0, r.stdout + r.stderr
         summary = json.loads(out.read_text())
@@ -103,7 +103,7 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     from sglang_tok.tokenizer import load
 
     trace = tmp_path / "t.trace"
-    assert run(str(SCRIPTS / "synth.py"), str(trace), "--requests", "120", "--concurrency",
+    assert run(str(SCRIPTS / "load" / "synth.py"), str(trace), "--requests", "120", "--concurrency",
                "48", "--min-tokens", "40", "--max-tokens", "60", "--options-share", "1",
                "--stop-share", "0.5", "--abort-share", "0").returncode == 0
     t = read(trace)
@@ -123,7 +123,7 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     assert len(quiet) >= 5 and min(quiet) > 0.5 and len(stopped) >= 5
 
     out = tmp_path / "r.json"
-    r = run(str(SCRIPTS / "replay.py"), str(trace), "--start", "2", "--json", str(out))
+    r = run(str(SCRIPTS / "load" / "replay.py"), str(trace), "--start", "2", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     s = json.loads(out.read_text())
     assert s["verified_exact"] == s["requests"] == 120 and s["complete"]
@@ -185,14 +185,14 @@ def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
 def test_bench_stages_runs_every_stage_on_a_small_trace() -> None:
     """The stage ceilings drive the egress and the shard in-process: keep them in step with
     those classes (a renamed method must fail here, not in a benchmark run)."""
-    r = run(str(SCRIPTS / "bench_stages.py"), "--requests-a", "48", "--requests-b", "24",
+    r = run(str(SCRIPTS / "bench" / "stages.py"), "--requests-a", "48", "--requests-b", "24",
             "--repeat", "1", timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert r.stdout.count("| egress, 1 shard") == 2 and "saturates first" in r.stdout
 
 
 def test_bench_stages_small_frames_measures_both_stages_per_frame() -> None:
-    r = run(str(SCRIPTS / "bench_stages.py"), "--small-frames", "--small-requests", "40",
+    r = run(str(SCRIPTS / "bench" / "stages.py"), "--small-frames", "--small-requests", "40",
             "--repeat", "1", timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "per frame: egress" in r.stdout and "shard" in r.stdout
@@ -203,7 +203,7 @@ def test_bench_fallback_runs_its_sections_exactly() -> None:
     the runs section (its tokenizer trains on faker text, the `scripts` extra) prints its
     figures for a short run where faker is installed."""
     runs = importlib.util.find_spec("faker") is not None
-    r = run(str(SCRIPTS / "bench_fallback.py"), "--section", "all" if runs else "rows",
+    r = run(str(SCRIPTS / "bench" / "fallback.py"), "--section", "all" if runs else "rows",
             "--rows", "16", "--workload", "multilingual", "--repeat", "1", "--requests", "12",
             timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
@@ -215,13 +215,13 @@ def test_bench_fallback_runs_its_sections_exactly() -> None:
 @pytest.mark.parametrize("args,requests", [("short", "12"), ("files", "4")])
 def test_bench_parsers_table_runs_every_format_in_both_modes_exactly(args: str,
                                                                      requests: str) -> None:
-    """`bench_parsers --table` drives the shard's table in-process (it once called a method
+    """`bench/parsers.py --table` drives the shard's table in-process (it once called a method
     the table had lost): every format of this branch, both tool_stream modes, each request
     equal to parse_full (exit status), and each writer's calls found by its parser; with
     short arguments and with file-writing calls (long strings, escapes, `<` in code)."""
     from sglang_tok.parsers import FORMATS
 
-    r = run(str(SCRIPTS / "bench_parsers.py"), "--table", "--requests", requests, "--repeat",
+    r = run(str(SCRIPTS / "bench" / "parsers.py"), "--table", "--requests", requests, "--repeat",
             "1", "--corpus", "builtin", "--args", args, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "all requests equal parse_full" in r.stdout and "no trace writer" not in r.stdout
@@ -235,9 +235,9 @@ def test_bench_parsers_table_runs_every_format_in_both_modes_exactly(args: str,
 
 
 def test_fault_injection_kills_each_kind_and_loses_nothing() -> None:
-    """A short `scripts/faults.py`: each kill hits the role it names (by /health's roles),
+    """A short `scripts/load/faults.py`: each kill hits the role it names (by /health's roles),
     and no request is lost or wrong (protocol section 5, rules 5, 7 and 8)."""
-    r = run(str(SCRIPTS / "faults.py"), "--seconds", "4", "--kills", "3", "--kinds",
+    r = run(str(SCRIPTS / "load" / "faults.py"), "--seconds", "4", "--kills", "3", "--kinds",
             "shard,egress,http", "--seed", "1", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
@@ -258,7 +258,7 @@ def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path
     environment), every request exact on both traces, flat out and one message per 5 ms
     step (where it keeps up: the quick traces ask a few thousand ids per second)."""
     out = tmp_path / "bench.json"
-    r = subprocess.run([sys.executable, str(SCRIPTS / "bench_sglang.py"), "--quick",
+    r = subprocess.run([sys.executable, str(SCRIPTS / "sglang" / "bench.py"), "--quick",
                         "--systems", "sglang-tok x1", "--step-ms", str(step_ms),
                         "--json", str(out)],
                        capture_output=True, text=True, timeout=240)
@@ -274,10 +274,9 @@ def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path
 
 
 def test_gap_histograms_of_several_client_processes_add_up() -> None:
-    """bench_sglang_server's client processes send gap histograms; their sum gives the
+    """The SGLang server bench's client processes send gap histograms; their sum gives the
     percentiles of all the gaps together (to the bin's 0.5 ms)."""
-    sys.path.insert(0, str(SCRIPTS))
-    from gap_hist import GAP_BIN_MS, gap_histogram, percentile
+    from sglang_tok.harness.bench.gap_hist import GAP_BIN_MS, gap_histogram, percentile
 
     a, b = [0.001 * k for k in range(1, 51)], [0.001 * k for k in range(51, 101)]
     merged = [x + y for x, y in zip(gap_histogram(a), gap_histogram(b))]
@@ -288,12 +287,12 @@ def test_gap_histograms_of_several_client_processes_add_up() -> None:
 
 
 def test_bench_against_pairs_two_checkouts_trial_by_trial(tmp_path: Path) -> None:
-    """`bench_against.py` against this same checkout: both workers answer every trial, and
+    """`bench/against.py` against this same checkout: both workers answer every trial, and
     the same code on both sides gives a finite ratio per measure; an unknown measure and a
     missing python are one line each."""
     out = tmp_path / "trials.json"
     root = str(SCRIPTS.parent)
-    r = run(str(SCRIPTS / "bench_against.py"), root, "--other-python", sys.executable,
+    r = run(str(SCRIPTS / "bench" / "against.py"), root, "--other-python", sys.executable,
             "--cycles", "2", "--keys", "small.e1,small.s1p", "--json", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     trials = json.loads(out.read_text())
@@ -302,7 +301,32 @@ def test_bench_against_pairs_two_checkouts_trial_by_trial(tmp_path: Path) -> Non
     assert all(len(v) == 2 and min(v) > 0 for t in trials.values() for v in t.values())
     rows = [line for line in r.stdout.splitlines() if line.startswith("| small:")]
     assert len(rows) == 2 and all(float(row.split("|")[4]) > 0 for row in rows), r.stdout
-    bad = run(str(SCRIPTS / "bench_against.py"), root, "--keys", "small.nope")
+    bad = run(str(SCRIPTS / "bench" / "against.py"), root, "--keys", "small.nope")
     assert bad.returncode == 2 and "--keys: unknown small.nope" in bad.stderr
-    missing = run(str(SCRIPTS / "bench_against.py"), str(tmp_path))
+    missing = run(str(SCRIPTS / "bench" / "against.py"), str(tmp_path))
     assert missing.returncode == 2 and "--other-python: no python at" in missing.stderr
+
+
+# every entry point but sglang/server_device.sh (a shell script for another machine)
+ENTRY_POINTS = sorted(SCRIPTS.rglob("*.py"))
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS, ids=lambda p: str(p.relative_to(SCRIPTS)))
+def test_every_script_answers_help(script: Path) -> None:
+    """Every entry point parses its flags before it does anything else: `--help` prints its
+    usage and exits 0 (its imports load in the project's environment)."""
+    r = run(str(script), "--help", timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("usage: "), r.stdout[:500]
+
+
+def test_scripts_are_thin_and_listed_where_they_live() -> None:
+    """scripts/ holds entry points in folders by role, each listed (by its command) in its
+    folder's README.md; none reaches into another through sys.path (their library parts
+    are the package's: sglang_tok/harness/bench/)."""
+    scripts = [p for p in SCRIPTS.rglob("*") if p.suffix in (".py", ".sh")]
+    assert scripts and all(p.parent != SCRIPTS for p in scripts), "a script outside a folder"
+    for p in scripts:
+        assert "sys.path" not in p.read_text(), p
+        readme = (p.parent / "README.md").read_text()
+        assert f"scripts/{p.parent.name}/{p.name}" in readme, (p, "not in its README.md")

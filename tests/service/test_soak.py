@@ -1,4 +1,4 @@
-"""The short soak: `scripts/soak.py`'s checks for ~10 seconds, run as the program it is."""
+"""The short soak: `scripts/load/soak.py`'s checks for ~10 seconds, run as the program it is."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
+SOAK = Path(__file__).resolve().parents[2] / "scripts" / "load" / "soak.py"
 
 
 def test_short_soak_leaks_nothing(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from sglang_cases import MANIFEST, SglangService, token_ids_message
 
 from sglang_tok.config import Config, ConfigError, finalize
 from sglang_tok.harness.sglang_side import frames
+from sglang_tok.protocols.registry import check
 from sglang_tok.protocols.sglang import layout as layouts
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import Layout, builtin, carry_of, known, reply_kwargs
@@ -86,7 +87,7 @@ def _refused(layout: Layout, tmp_path: Path) -> str:
     path = tmp_path / f"{layout.release}.json"
     path.write_bytes(layout.to_json())
     with pytest.raises(ConfigError) as err:
-        finalize(Config(protocol="sglang", sglang_layout=str(path),
+        checked(Config(protocol="sglang", sglang_layout=str(path),
                         runtime_dir=str(tmp_path / "rt")))
     line = str(err.value)
     assert "\n" not in line and layout.release in line and layouts.RANGE in line
@@ -105,7 +106,7 @@ def test_a_layout_without_what_the_service_reads_is_refused_in_one_line(tmp_path
         "?len(recv_obj.rids)" if n == "dp_ranks" else c
         for n, c in zip(new.str_output, new.carry)))
     assert "dp_ranks" in _refused(unknown, tmp_path)
-    assert finalize(Config(protocol="sglang", sglang_layout="0.5.14",
+    assert checked(Config(protocol="sglang", sglang_layout="0.5.14",
                            runtime_dir=str(tmp_path / "ok"))).sglang_layout == "0.5.14"
 
 
@@ -201,3 +202,10 @@ def test_each_release_reads_only_its_own_messages() -> None:
             fields = wire.fields_decoder.decode(msg)
             assert (len(fields) - 1 == plan.count) == (
                 len(known(release).token_ids) == len(NEW.token_ids)), release
+
+
+def checked(cfg: Config) -> Config:
+    """A Config as `sglang-tok serve` takes it: finalized, then the protocol's own check."""
+    cfg = finalize(cfg)
+    check(cfg)
+    return cfg

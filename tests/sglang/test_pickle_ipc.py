@@ -23,6 +23,7 @@ from sglang_cases import GOLDEN, MANIFEST
 
 from sglang_tok.config import Config, ConfigError, finalize
 from sglang_tok.harness.sglang_side import rows_by_rid
+from sglang_tok.protocols.registry import check
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import builtin, known
 
@@ -102,11 +103,18 @@ def _ids(value: tuple[int, bytes]) -> list[int]:
 
 def test_pickles_are_read_only_from_sglangs_own_process_tree(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="pickled"):
-        finalize(Config(protocol="sglang", sglang_layout=RELEASE,
+        checked(Config(protocol="sglang", sglang_layout=RELEASE,
                         input="tcp://10.1.2.3:5555", runtime_dir=str(tmp_path / "a")))
     with pytest.raises(ConfigError, match="loopback"):
-        finalize(Config(protocol="sglang", sglang_layout=RELEASE, sglang_own_tree=True,
+        checked(Config(protocol="sglang", sglang_layout=RELEASE, sglang_own_tree=True,
                         input="tcp://10.1.2.3:5555", runtime_dir=str(tmp_path / "b")))
-    ok = finalize(Config(protocol="sglang", sglang_layout=RELEASE, sglang_own_tree=True,
+    ok = checked(Config(protocol="sglang", sglang_layout=RELEASE, sglang_own_tree=True,
                          input="tcp://127.0.0.1:5555", runtime_dir=str(tmp_path / "c")))
     assert ok.sglang_own_tree
+
+
+def checked(cfg: Config) -> Config:
+    """A Config as `sglang-tok serve` takes it: finalized, then the protocol's own check."""
+    cfg = finalize(cfg)
+    check(cfg)
+    return cfg

@@ -11,18 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sglang_cases import sglang_python
-
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
 
 PYTHON = sglang_python()
 pytestmark = [pytest.mark.skipif(PYTHON is None, reason="SGLANG_PYTHON unset or unusable"),
@@ -51,7 +46,7 @@ def metric_names(url: str) -> set[str]:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """SGLang's detokenizer, and the plugin with 2 shards recording a trace; both with
     --enable-metrics."""
-    import bench_sglang_server as bench
+    from sglang_tok.harness.bench import sglang_server as bench
 
     work = tmp_path_factory.mktemp("server")
     trace = work / "recorded.trace"

@@ -24,10 +24,9 @@ from sglang_cases import CASES, GOLDEN, MANIFEST
 
 from sglang_tok.harness.sglang_side import frames
 from sglang_tok.harness.standin.core import Core, wire_beams
+from sglang_tok.harness.standin.message import NEWEST, Plan, encode, known_fields
 from sglang_tok.harness.standin.requests import Ask, Sampling
 from sglang_tok.harness.standin.streams import ChunkLogprobs, Stream
-from sglang_tok.protocols.sglang import wire
-from sglang_tok.protocols.sglang.layout import builtin
 from sglang_tok.tokenizer import load_tokenizer
 
 _plain = msgspec.msgpack.Decoder(ext_hook=lambda code, data: (code, bytes(data)))
@@ -36,12 +35,19 @@ SPEC = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_block_accept_toke
 BY_CONSTRUCTION = frozenset(("weight_versions", *SPEC))
 TOKENIZER = load_tokenizer("deepseek-v4")
 EOS = frozenset([MANIFEST["eos"]])
+NAMES = known_fields(NEWEST).token_ids  # the golden messages' release's fields
+PLAN = Plan(NEWEST, NAMES, None)
 
 
-def fields(msg: bytes) -> dict[str, Any]:
+def fields(msg: bytes, names: tuple[str, ...] = NAMES) -> dict[str, Any]:
     decoded = _plain.decode(msg)
-    assert decoded[0] == "BatchTokenIDOutput"
-    return dict(zip(builtin().token_ids, decoded[1:]))
+    assert decoded[0] == "BatchTokenIDOutput" and len(decoded) == len(names) + 1
+    return dict(zip(names, decoded[1:]))
+
+
+def message(cols: dict[str, Any], plan: Plan = PLAN) -> bytes:
+    """A step's columns as the release's message (msgpack form), built by name."""
+    return encode(plan.kwargs(cols), plan.fields)
 
 
 def by_row(msg: dict[str, Any], name: str) -> Any:
@@ -54,7 +60,13 @@ def by_row(msg: dict[str, Any], name: str) -> Any:
 
 
 def ids_of(ext: Any) -> list[int]:
-    return array.array("q", wire.int64_bytes(msgspec.msgpack.Ext(*ext))).tolist()
+    """An `array` ext (type 1: metadata length, typecode, raw bytes) as its ids."""
+    code, data = ext
+    assert code == 1
+    size = int.from_bytes(data[:4], "big")
+    out = array.array(msgspec.msgpack.decode(data[4:4 + size]))
+    out.frombytes(data[4 + size:])
+    return out.tolist()
 
 
 class Script:
@@ -157,9 +169,9 @@ def test_standin_messages_are_the_golden_ones(case: str) -> None:
             req.to_finish = aborts[k].finish
         cols = core.step()
         assert cols is not None, f"message {k}: the stand-in sent no rows"
-        got = fields(wire.encode_token_ids(cols))
+        got = fields(message(cols))
         assert sorted(got["rids"]) == sorted(want["rids"]), f"message {k}"
-        for name in builtin().token_ids:
+        for name in NAMES:
             if name not in BY_CONSTRUCTION and name != "rids":
                 assert by_row(got, name) == by_row(want, name), f"message {k}, {name}"
         assert got["spec_verify_ct"] == [] and all(got[n] == [] for n in SPEC)
@@ -216,7 +228,7 @@ def test_beam_search_group_sends_one_row_with_its_sequences() -> None:
     while core.busy:
         cols = core.step()
         if cols is not None:
-            messages.append(fields(wire.encode_token_ids(cols)))
+            messages.append(fields(message(cols)))
     assert len(messages) == 1
     m = messages[0]
     assert m["finished_reasons"] == [{"type": "length", "length": 4}]

@@ -103,7 +103,7 @@ def test_the_rids_a_control_message_holds_of_requests(msg: control.Control,
 def test_a_shard_dropped_unclosed_is_freed_at_once(tmp_path: Path) -> None:
     """The shard's dispatcher holds no handler of the shard's own: a cycle would leave a
     dropped shard to the cyclic GC, whose zmq Context finalizer then hangs on the sockets
-    it has not closed yet (scripts/bench_stages.py drops a shard per trial)."""
+    it has not closed yet (scripts/bench/stages.py drops a shard per trial)."""
     cfg = finalize(Config(shards=1, runtime_dir=str(tmp_path / "rt"), http="127.0.0.1:0",
                           pin=False, log_level="WARNING"))
     ctx = zmq.Context()

@@ -4,7 +4,12 @@ own `BatchTokenIDOutput` messages, filled as the scheduler fills them, for token
 come from synthetic streams or a recorded trace instead of a model. With it, SGLang's whole
 server (HTTP, TokenizerManager, detokenizer) runs and is load-tested on a CPU box.
 
-`requests` and `rows` are SGLang's per-request state and step rows, `streams` and `record`
-where the ids come from, `core` the steps without sockets, `main` the process (the only
-module that imports SGLang), `config` its settings.
+It runs on every SGLang release 0.5.12-0.5.23, following what each release's modules
+have (its launcher's arguments, settings, ready message, IPC and message classes), and
+replays a trace recorded on any of them into any other.
+
+`requests` and `rows` are SGLang's per-request state and step rows (by SGLang's field
+names), `message` those columns as a release's own message, built by field name,
+`streams` and `record` where the ids come from, `core` the steps without sockets, `main`
+the process (the only module that imports SGLang), `config` its settings.
 """

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sglang_tok.protocols.sglang import wire
+import msgspec
 
 from .requests import Ask, Decode, Finish, Request, finish_abort, finish_stop
 from .rows import Logprobs, StepRows
@@ -40,7 +40,7 @@ class Ended:
 
 
 # a finished beam group's sequences: (tokens, finish, cum_logprob) -> SGLang's
-# BeamSearchOutput (or wire.BeamOutput where SGLang is not)
+# BeamSearchOutput (or `BeamOutput` where SGLang is not)
 MakeBeams = Callable[[list[tuple[list[int], Finish, float]]], Any]
 
 
@@ -153,20 +153,26 @@ class Core:
         return True
 
     def _logprobs(self, req: Request, ids: list[int], given: ChunkLogprobs | None) -> None:
+        """The step's output logprobs: a recording's own values where it has one per id
+        (its top logprobs where the request asks for as many as it recorded), the rest
+        made up as a model would give them."""
         lp, ask = req.logprobs, req.ask
         at = len(req.output_ids)
-        if given is not None:  # a recording's own values
-            lp.val.extend(given.val)
-            lp.idx.extend(ids)
-            lp.top_val.extend(given.top_val)
-            lp.top_idx.extend(given.top_idx)
-            return
+        if given is not None and len(given.val) != len(ids):
+            given = None
+        k = ask.top_logprobs_num
+        given_tops = given is not None and k > 0 and len(given.top_val) == len(ids) \
+            and all(len(v) == k for v in given.top_val)
         for j, tid in enumerate(ids):
             pos = at + j
-            lp.val.append(synthetic_logprob(tid, pos))
+            lp.val.append(given.val[j] if given is not None else synthetic_logprob(tid, pos))
             lp.idx.append(tid)
-            if ask.top_logprobs_num > 0:
-                val, idx = top_logprobs(tid, pos, ask.top_logprobs_num, self.vocab)
+            if given_tops:
+                assert given is not None
+                lp.top_val.append(given.top_val[j])
+                lp.top_idx.append(given.top_idx[j])
+            elif k > 0:
+                val, idx = top_logprobs(tid, pos, k, self.vocab)
                 lp.top_val.append(val)
                 lp.top_idx.append(idx)
             if ask.token_ids_logprob:
@@ -203,11 +209,29 @@ class Core:
         req.update_finish_state(0, None, self.eos)
 
 
-def wire_beams(seqs: list[tuple[list[int], Finish, float]]) -> wire.BeamOutput:
+class BeamSequence(msgspec.Struct, omit_defaults=True):
+    """SGLang's `BeamSearchSequence` (a map on the wire), where SGLang is not."""
+
+    tokens: list[int]
+    cum_logprob: float = 0.0
+    finish_reason: Any = None
+    text: str | None = None
+    beam_score: float | None = None
+
+
+class BeamOutput(msgspec.Struct, tag="BeamSearchOutput", array_like=True, kw_only=True):
+    """SGLang's `BeamSearchOutput` (0.5.19 on), where SGLang is not."""
+
+    rids: list[str] | None = None
+    http_worker_ipcs: list[str | None] | None = None
+    sequences: list[BeamSequence]
+
+
+def wire_beams(seqs: list[tuple[list[int], Finish, float]]) -> BeamOutput:
     """A finished group's sequences as SGLang's BeamSearchOutput, without SGLang."""
-    return wire.BeamOutput(sequences=[
-        wire.BeamSequence(tokens=ids, cum_logprob=cum, finish_reason=fin,
-                          beam_score=cum / max(1, len(ids))) for ids, fin, cum in seqs])
+    return BeamOutput(sequences=[
+        BeamSequence(tokens=ids, cum_logprob=cum, finish_reason=fin,
+                     beam_score=cum / max(1, len(ids))) for ids, fin, cum in seqs])
 
 
 def _cum(ids: list[int]) -> float:
@@ -219,4 +243,4 @@ def _stamp(req: Request, name: str) -> None:
         setattr(req.time_stats, name, time.perf_counter())
 
 
-__all__ = ["Core", "Ended", "Source", "wire_beams"]
+__all__ = ["BeamOutput", "BeamSequence", "Core", "Ended", "Source", "wire_beams"]

@@ -5,8 +5,9 @@ scheduler fills them (`_GenerationStreamAccumulator` in
 Which requests get a row this step (a streaming request at its interval and not while its
 tail could start a stop string, a non-streaming one every SGLANG_FORCE_STREAM_INTERVAL ids,
 every request once at its end), and what each row carries, follow SGLang line for line;
-the columns come out by field name, for SGLang's own `BatchTokenIDOutput` where SGLang is
-imported, or for `wire.encode_token_ids` where it is not (tests, tools).
+the columns come out by SGLang's field names (`COLUMNS`), and `message.Plan` builds the
+running release's own `BatchTokenIDOutput` from them by name (or its msgpack form where
+SGLang is not: tests, tools).
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglang_tok.protocols.sglang.layout import builtin
-from sglang_tok.protocols.sglang.wire import WeightVersionSpan
+import msgspec
 
 from .requests import Decode, Request
 
@@ -38,6 +38,26 @@ _PER_ROW = ("rids", "http_worker_ipcs", "finished_reasons", "decoded_texts", "de
             "reasoning_tokens", "completion_tokens", "cached_tokens", "cached_tokens_details",
             "image_tokens", "audio_tokens", "video_tokens", "retraction_counts",
             "weight_versions", "beam_search_output")
+_SPEC = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_block_accept_tokens",
+         "spec_num_cap_tokens", "spec_correct_drafts_histogram", "spec_cap_lens_histogram")
+# what SGLang's scheduler sends as nil when no request of the batch asks for it (hidden
+# states, routed experts, sampling masks...): the stand-in serves no such request
+_NIL = ("output_token_entropy_val", "output_token_sampling_mask", "output_hidden_states",
+        "routed_experts", "indexer_topk", "placeholder_tokens_idx", "placeholder_tokens_val",
+        "customized_info")
+# every field the stand-in makes, by SGLang's names (`columns()`'s keys): a release's
+# message is built from these by name (`message.Plan`)
+COLUMNS = (*_PER_ROW, *_INPUT_LOGPROBS, *_FLAT, *_OUTPUT_LOGPROBS, "time_stats", "dp_ranks",
+           *_SPEC, *_NIL)
+
+
+class Span(msgspec.Struct, array_like=True, kw_only=True):
+    """SGLang's `WeightVersionSpan` (0.5.19 on): which weights made output ids
+    [start, end); SGLang's own class is used where SGLang is."""
+
+    version: str
+    start: int
+    end: int
 
 
 class Logprobs:
@@ -62,13 +82,13 @@ class StepRows:
     def __init__(self, return_logprob: bool, decode: Decode | None,
                  stream_interval: int = 1, dp_rank: int = 0,
                  wrap: Callable[[Any], Any] | None = None,
-                 span: Callable[..., Any] = WeightVersionSpan) -> None:
+                 span: Callable[..., Any] = Span) -> None:
         self.return_logprob = return_logprob
         self.decode = decode
         self.stream_interval = stream_interval
         self.dp_rank = dp_rank
         self.wrap = wrap  # SGLang's wrap_as_pickle, where SGLang is
-        self.span = span  # SGLang's WeightVersionSpan, where SGLang is (pickle IPC)
+        self.span = span  # SGLang's WeightVersionSpan, where SGLang has one
         self.cols: dict[str, list[Any]] = {name: [] for name in _PER_ROW}
         self.time_stats: list[Any] = []
         if return_logprob:
@@ -164,7 +184,8 @@ class StepRows:
                 c[name].append([])
 
     def columns(self) -> dict[str, Any]:
-        """The message's fields by name, each as SGLang's `to_payload` sets it."""
+        """The message's fields by name (`COLUMNS`), each as SGLang's `to_payload` sets
+        it; the logprob columns are nil unless a request of the step asks for them."""
         c: dict[str, Any] = dict(self.cols)
         n = len(self)
         if self.return_logprob:  # nil unless a row uses the flat layout (none does here)
@@ -176,10 +197,8 @@ class StepRows:
             c["weight_versions"] = None
         c["time_stats"] = self.wrap(self.time_stats) if self.wrap is not None else None
         c["dp_ranks"] = [self.dp_rank] * n if n else None
-        for name in ("spec_verify_ct", "spec_num_correct_drafts",
-                     "spec_num_block_accept_tokens", "spec_num_cap_tokens",
-                     "spec_correct_drafts_histogram", "spec_cap_lens_histogram"):
+        for name in _SPEC:  # not speculative: each an empty list
             c[name] = []
-        for name in builtin().token_ids:  # SGLang's struct has no defaults: every field
+        for name in (*_NIL, *_INPUT_LOGPROBS, *_FLAT, *_OUTPUT_LOGPROBS):
             c.setdefault(name, None)
         return c

@@ -85,16 +85,25 @@ class Synthetic:
 class Replayed:
     """Recorded streams, handed to arriving requests in the order they were recorded
     (request k gets recording k modulo their count): the same ids per step, ending as
-    they ended unless the new request's own rules end it first."""
+    they ended unless the new request's own rules end it first; a recording's output
+    logprobs go with its ids where it has them (`record.Recorded`, or (chunks, end))."""
 
-    def __init__(self, recordings: Sequence[tuple[list[list[int]], Finish | None]]) -> None:
+    def __init__(self, recordings: Sequence[Any]) -> None:
         if not recordings:
             raise ValueError("the trace holds no request")
         self.recordings = list(recordings)
 
     def stream(self, ask: Ask, index: int) -> Stream:
-        chunks, end = self.recordings[index % len(self.recordings)]
-        return Stream(iter(chunks), end or {"type": "length", "length": sum(map(len, chunks))})
+        rec = self.recordings[index % len(self.recordings)]
+        if isinstance(rec, tuple):
+            chunks, end, logprobs = rec[0], rec[1], None
+        else:
+            chunks, end, logprobs = rec.chunks, rec.end, rec.logprobs
+        given = None
+        if logprobs is not None:  # one per chunk that has ids, as the steps ask for them
+            given = iter([lp for chunk, lp in zip(chunks, logprobs) if chunk])
+        return Stream(iter(chunks), end or {"type": "length", "length": sum(map(len, chunks))},
+                      given)
 
 
 def synthetic_logprob(tid: int, pos: int) -> float:

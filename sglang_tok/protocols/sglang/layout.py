@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import inspect
 import json
 import logging
@@ -304,6 +305,22 @@ def carry_of(str_output: tuple[str, ...], token_ids: tuple[str, ...],
         else:
             out.append(DEFAULT)
     return tuple(out)
+
+
+@functools.cache
+def load(value: str) -> Layout:
+    """`--sglang-layout`: a tested release's name, a layout file, or "" (the newest tested);
+    loaded once per process. ValueError says what is wrong."""
+    if not value:
+        return builtin()
+    if value in known_releases():
+        return known(value)
+    try:
+        return read(value)
+    except OSError as exc:
+        raise ValueError(f"{exc.strerror}: {value}") from None
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not a layout file: {value} ({exc})") from None
 
 
 def write(layout: Layout, path: str) -> None:

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""The benchmark: the service's targets, sglang-tok (1 and 2 shards) against the lean peers.
+
+    python scripts/bench/peers.py                   # both standard traces (a, b)
+    python scripts/bench/peers.py --quick           # quarter-size traces, for a smoke run
+    python scripts/bench/peers.py --repeat 3        # three interleaved rounds, medians
+
+Same traces, same sockets, same client, systems side by side: ids/s and CPU per id flat
+out, ids/s with a window of frames in flight, latencies at half the peer's rate; then each
+target with its ratio (`sglang_tok/harness/bench/peers.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sglang_tok.harness.bench import peers
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="quarter-size traces")
+    ap.add_argument("--systems", default=",".join(peers.SYSTEMS))
+    ap.add_argument("--traces", default="a,b", help="which standard traces: a, b or a,b")
+    ap.add_argument("--window", type=int, default=64, help="frames in flight")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; figures are medians")
+    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
+    ap.add_argument("--json", default="bench-out/bench.json")
+    return peers.main(ap.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

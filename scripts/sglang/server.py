@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""SGLang end to end: a whole SGLang 0.5.23 server with the stand-in scheduler, its own
+detokenizer against sglang-tok's plugin, driven by streaming HTTP clients.
+
+    python scripts/sglang/server.py --quick                 # one load, 2 systems
+    python scripts/sglang/server.py --json out.json         # the full table
+    python scripts/sglang/server.py --systems "sglang x1,sglang-tok x1" \\
+        --tokenizer-workers 4 --loads 256x1 --logprobs 0.05
+
+Streamed ids/s, the gap between a stream's chunks, each process group's CPU per id, every
+finished text checked, and the capacity those costs imply on 16 and 32 cores
+(`sglang_tok/harness/bench/sglang_server.py`). Every SGLang process and the clients run in
+--sglang-python (SGLang 0.5.23 and sglang-tok installed: `bash ../shared/tools/sglang-venv.sh`,
+then `pip install -e .`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from sglang_tok.harness.bench import sglang_server
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sglang-python", default=os.environ.get(
+        "SGLANG_PYTHON", sglang_server.DEFAULT_SGLANG_PYTHON))
+    ap.add_argument("--systems", default="sglang x1,sglang x2,sglang-tok x1,sglang-tok x2")
+    ap.add_argument("--tokenizer-workers", default="1,2,4")
+    ap.add_argument("--loads", default="256x1,1024x1,64x4,256x4",
+                    help="CLIENTSxIDS_PER_STEP, comma-separated")
+    ap.add_argument("--logprobs", default="0,0.05", help="shares of requests with top-5")
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--warmup", type=float, default=6.0)
+    ap.add_argument("--quick", action="store_true",
+                    help="sglang x1 against sglang-tok x1, 1 TM worker, 256x1, 8 s")
+    ap.add_argument("--deadline", type=float, default=0.0,
+                    help="start no configuration after this many seconds (a lent machine's "
+                         "time is counted)")
+    ap.add_argument("--per-worker", action="store_true",
+                    help="a load's clients per tokenizer worker (256x1 with 4 workers: 1024)")
+    ap.add_argument("--drain", type=float, default=30.0,
+                    help="seconds streams may run on after the window (then cut off)")
+    ap.add_argument("--client-procs", type=int, default=1,
+                    help="client processes (one streams at most ~30k ids/s)")
+    ap.add_argument("--port", type=int, default=31000)
+    ap.add_argument("--json", default="")
+    return sglang_server.main(ap.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

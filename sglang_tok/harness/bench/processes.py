@@ -1,0 +1,91 @@
+"""The processes of a benchmark: a work folder that goes with the process, a process tree's
+pids and CPU seconds, waiting for a ready file, and stopping."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import psutil
+
+# the folder this package is in (a checkout's root, or site-packages)
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]
+
+
+def workdir(prefix: str) -> Path:
+    """A fresh folder, removed when the process exits whichever way it ends."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def package_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) with the folder this package is in first on
+    PYTHONPATH: another python (SGLang's environment) running one of these modules with
+    `-m` runs this package's code, whatever sglang_tok it has installed."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT),
+                                                      env.get("PYTHONPATH")]))
+    return env
+
+
+def tree_pids(*roots: int) -> list[int]:
+    """These processes and all their descendants (those still alive)."""
+    out = []
+    for pid in roots:
+        try:
+            proc = psutil.Process(pid)
+            out += [pid] + [c.pid for c in proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def cpu_seconds(pids: Iterable[int], per: dict[str, list[float]] | None = None) -> float:
+    """User + system CPU seconds of these processes; `per` collects each one's, by its
+    title."""
+    total = 0.0
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            t = proc.cpu_times()
+            total += t.user + t.system
+            if per is not None:
+                title = " ".join(proc.cmdline()[:1]) or str(pid)
+                per.setdefault(title, []).append(t.user + t.system)
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    """Until `proc` creates `path`; kills it and raises if it exits or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"{what} failed to start")
+        time.sleep(0.05)
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 30, group: bool = False) -> None:
+    """SIGTERM, then SIGKILL (to its process group with `group`) if it has not exited in
+    `timeout` seconds."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+        proc.wait()

@@ -1,0 +1,174 @@
+"""Faults inside a whole SGLang server: kill -9 of the plugin's shards and egress while
+streaming HTTP clients run (`sglang_clients.py`), with the stand-in scheduler in place of
+the model (`sglang_server.Server` starts it) (`scripts/sglang/faults.py`). SGLang's own
+detokenizer SIGQUITs the whole server when it dies; with the plugin the server must stay
+up, every stream a kill cuts must end with an error within seconds, none may hang, no text
+may be wrong, and new requests must be served exactly.
+
+Every finished stream is checked against the full decode of the ids the stand-in sent
+(its ledger); a stream that ended with an error must have streamed a prefix of it (a
+character cut short may end in U+FFFD). A stream with no chunk for --hang-after seconds is
+hung. Prints one JSON report (and writes it with --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sglang_tok.harness.bench.figures import write_json
+from sglang_tok.harness.bench.processes import package_env
+from sglang_tok.harness.bench.sglang_server import CLIENTS, STEP_MS, Expected, Server, System
+
+IDS_PER_STEP = 1
+
+
+def victims(server: Server) -> dict[str, psutil.Process]:
+    """The plugin's processes that hold requests, by role ("egress", "shard 0", ...)."""
+    out: dict[str, psutil.Process] = {}
+    try:
+        tree = psutil.Process(server.proc.pid).children(recursive=True)
+    except psutil.Error:
+        return out
+    for p in tree:
+        try:
+            title = p.name() + " " + " ".join(p.cmdline()[:1])
+        except psutil.Error:
+            continue
+        for role in ("egress", *(f"shard {k}" for k in range(64))):
+            if f"sglang-tok: {role}" in title:
+                out[role] = p
+    return out
+
+
+class Killer(threading.Thread):
+    """kill -9 of a process of the plugin's at the given times (seconds from the start):
+    a role named, or one drawn at random."""
+
+    def __init__(self, server: Server, plan: list[tuple[float, str | None]],
+                 rng: random.Random) -> None:
+        super().__init__(daemon=True)
+        self.server, self.plan, self.rng = server, plan, rng
+        self.kills: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        start = time.monotonic()
+        for at, role in self.plan:
+            if self.stop.wait(max(0.0, start + at - time.monotonic())):
+                return
+            procs = victims(self.server)
+            if role is None:
+                role = self.rng.choice(sorted(procs)) if procs else None
+            proc = procs.get(role) if role else None
+            if proc is None:
+                self.kills.append({"at": time.time(), "role": role, "pid": None})
+                continue
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            self.kills.append({"at": time.time(), "role": role, "pid": proc.pid,
+                               "server_alive": self.server.proc.poll() is None})
+
+
+def run_clients(python: str, server: Server, clients: int, seconds: float, hang_after: float,
+                out: Path) -> dict[str, Any]:
+    cmd = [python, *CLIENTS, "--url", server.url, "--clients", str(clients),
+           "--seconds", str(seconds), "--warmup", "0", "--ids-per-step", str(IDS_PER_STEP),
+           "--read-timeout", str(hang_after), "--drain", str(3 * hang_after), "--out", str(out)]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=package_env())
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def judge(result: dict[str, Any], expected: Expected, kills: list[dict[str, Any]]
+          ) -> dict[str, Any]:
+    """completed / errored / hung / wrong, and how long errors took after each kill."""
+    expected._read()
+    wrong: list[str] = []
+    unchecked = 0
+    for d in result["done"]:
+        e = expected.seen.get(d["rid"])
+        if e is None:
+            unchecked += 1
+        elif d["text"] != expected.text(e):
+            wrong.append(d["rid"])
+    errored = [f for f in result["failed"] if not f["hung"]]
+    for f in errored:
+        e = expected.seen.get(f["rid"])
+        if e is not None:  # a cut stream streamed a prefix of its full decode
+            kept = f["text"].rstrip("\ufffd")
+            if not expected.text(e).startswith(kept) or len(f["text"]) - len(kept) > 3:
+                wrong.append(f["rid"])
+    after = [min((f["at"] - k["at"] for k in kills if 0 <= f["at"] - k["at"]), default=None)
+             for f in errored]
+    lags: list[float] = [x for x in after if x is not None]
+    return {"completed": len(result["done"]), "errored": len(errored),
+            "hung": sum(f["hung"] for f in result["failed"]), "wrong": len(wrong),
+            "wrong_rids": wrong[:10], "unchecked": unchecked,
+            "error_after_kill_s_max": round(max(lags), 2) if lags else None,
+            "ids_per_s": round(result["ids_per_s"], 1),
+            "why": sorted({f["why"][:80] for f in errored})[:8]}
+
+
+def measure_capacity(python: str, server: Server, work: Path) -> float:
+    """Streamed ids/s with more clients than the server keeps up with (20 s)."""
+    result = run_clients(python, server, 768, 20.0, 60.0, work / "capacity.json")
+    return float(result["ids_per_s"])
+
+
+def main(args: argparse.Namespace) -> int:
+    """`scripts/sglang/faults.py`: demo (a shard, then the egress) or soak (random kills at
+    a share of the measured capacity); the report."""
+    shards = args.shards or (2 if args.mode == "demo" else 4)
+    work = Path(tempfile.mkdtemp(prefix="sglang-faults-"))
+    server = Server(System.parse(f"sglang-tok x{shards}"), 1, args.sglang_python, work,
+                    args.port)
+    rng = random.Random(args.seed)
+    report: dict[str, Any] = {"mode": args.mode, "shards": shards}
+    try:
+        server.wait_ready()
+        if args.mode == "demo":
+            seconds, clients = 40.0, args.clients
+            plan: list[tuple[float, str | None]] = [(10.0, "shard 0"), (25.0, "egress")]
+        else:
+            capacity = measure_capacity(args.sglang_python, server, work)
+            clients = max(1, round(args.load * capacity * STEP_MS / 1000 / IDS_PER_STEP))
+            seconds = 60 * args.minutes
+            plan, at = [], 0.0
+            while True:
+                at += rng.uniform(5.0, 20.0)
+                if at > seconds - 5:
+                    break
+                plan.append((at, None))
+            report.update(capacity_ids_per_s=round(capacity), clients=clients)
+        killer = Killer(server, plan, rng)
+        killer.start()
+        result = run_clients(args.sglang_python, server, clients, seconds, args.hang_after,
+                             work / "clients.json")
+        killer.stop.set()
+        killer.join()
+        report.update(judge(result, Expected(server.ledger), killer.kills))
+        report["kills"] = len([k for k in killer.kills if k["pid"]])
+        report["kills_by_role"] = {r: sum(k["role"] == r for k in killer.kills)
+                                   for r in sorted({k["role"] for k in killer.kills
+                                                    if k["role"]})}
+        report["server_alive"] = server.proc.poll() is None
+    finally:
+        server.stop()
+    print(json.dumps(report, indent=1))
+    if args.json:
+        write_json(args.json, report)
+    return 0

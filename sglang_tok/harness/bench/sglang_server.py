@@ -1,0 +1,407 @@
+"""SGLang end to end: a whole SGLang 0.5.23 server (its launcher, HTTP server,
+TokenizerManager and tokenizer workers) with sglang-tok's stand-in scheduler in place of
+the model, its own detokenizer against sglang-tok's plugin, driven by streaming HTTP
+clients (`sglang_clients.py`) over `/generate`, `/v1/completions` and
+`/v1/chat/completions` (`scripts/sglang/server.py`; `sglang_faults.py` and the SGLang
+server tests start servers with `Server` too).
+
+Per configuration (detokenizer system x `--tokenizer-worker-num` x load) it reports what
+the clients saw (streamed ids/s, the gap between a stream's chunks p50/p99) and what each
+process group spent (CPU microseconds per streamed id: HTTP + TokenizerManager, the
+detokenizer's processes, the stand-in, the clients), checks every finished stream's text
+against the full decode of the ids the stand-in sent (its ledger), and models the
+capacity the measured per-id costs imply on bigger machines (`capacity.py`): a 2-core
+run says what 16 and 32 cores would stream and which stage is the wall.
+
+Every SGLang process, the clients included, runs in `--sglang-python` (an environment with
+SGLang 0.5.23 and sglang-tok installed: `bash ../shared/tools/sglang-venv.sh`, then
+`pip install -e .`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sglang_tok.harness.bench.capacity import Stage, capacity, scaled
+from sglang_tok.harness.bench.figures import markdown, write_json
+from sglang_tok.harness.bench.gap_hist import percentile
+from sglang_tok.harness.bench.processes import package_env
+from sglang_tok.harness.sglang_side import model_dir
+from sglang_tok.tokenizer import load_tokenizer
+
+# the clients' process, run by the side python with this package first on its path
+# (`package_env`)
+CLIENTS = ["-m", "sglang_tok.harness.bench.sglang_clients"]
+DEFAULT_SGLANG_PYTHON = "/tmp/sglv/bin/python"
+STEP_MS = 20
+LENGTH = 128  # mean output ids per request
+MODEL_CORES = (16, 32)
+# the process counts the model scales a measured configuration to (the issue's figure of
+# merit: SGLang's detokenizer is the wall where the TokenizerManager is spread over 8)
+SCALE_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class System:
+    name: str  # "sglang x2": SGLang's detokenizer (router + 2); "sglang-tok x2": 2 shards
+    plugin: bool
+    workers: int
+
+    @staticmethod
+    def parse(text: str) -> System:
+        name, _, n = text.strip().rpartition(" x")
+        if name not in ("sglang", "sglang-tok") or not n.isdigit():
+            raise SystemExit(f"--systems: {text!r} is not 'sglang xN' or 'sglang-tok xN'")
+        return System(text.strip(), name == "sglang-tok", int(n))
+
+
+@dataclass(frozen=True)
+class Load:
+    clients: int
+    ids_per_step: int
+    logprobs: float
+
+    @property
+    def name(self) -> str:
+        lp = f", {self.logprobs:.0%} top-5 logprobs" if self.logprobs else ""
+        return f"{self.clients} x {self.ids_per_step} id{'s' if self.ids_per_step > 1 else ''}{lp}"
+
+
+# ---------------------------------------------------------------------------- processes
+ROLES = (("sglang::tokenizer_worker", "tm workers"), ("sglang::scheduler", "stand-in"),
+         ("sglang::detokenizer_router", "detok router"), ("sglang::detokenizer", "detok"),
+         ("sglang-tok: egress", "egress"), ("sglang-tok: shard", "shards"),
+         ("sglang-tok: supervisor", "service aux"), ("sglang-tok: http", "service aux"))
+GROUPS = {"tm workers": "http+tm", "router": "http+tm", "http+tm": "http+tm",
+          "stand-in": "stand-in", "detok router": "detokenizer", "detok": "detokenizer",
+          "egress": "detokenizer", "shards": "detokenizer", "service aux": "detokenizer",
+          "other": "other"}
+
+
+def role_of(proc: psutil.Process, root: int, workers: int) -> str:
+    if proc.pid == root:
+        return "router" if workers > 1 else "http+tm"
+    try:
+        title = proc.name() + " " + " ".join(proc.cmdline()[:1])
+    except psutil.Error:
+        return "other"
+    for prefix, role in ROLES:
+        if prefix in title:
+            return role
+    return "other"
+
+
+def cpu_by_role(root: int, workers: int) -> tuple[dict[str, float], dict[str, int]]:
+    """CPU seconds so far and process count, per role, over the server's tree."""
+    cpu: dict[str, float] = {}
+    count: dict[str, int] = {}
+    try:
+        procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    except psutil.Error:
+        return cpu, count
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        role = role_of(p, root, workers)
+        cpu[role] = cpu.get(role, 0.0) + t.user + t.system
+        count[role] = count.get(role, 0) + 1
+    return cpu, count
+
+
+class Server:
+    """`python -m sglang.launch_server` with the stand-in scheduler (and the plugin)."""
+
+    def __init__(self, system: System, tokenizer_workers: int, python: str, work: Path,
+                 port: int, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 standin: str = "") -> None:
+        """`args`: more of SGLang's flags; `env`: more variables; `standin`: more of the
+        stand-in's settings (SGLANG_TOK_STANDIN, e.g. `trace=PATH`)."""
+        self.system = system
+        self.tokenizer_workers = tokenizer_workers
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.ledger = work / f"ledger-{port}.jsonl"
+        self.ledger.unlink(missing_ok=True)
+        self.log = open(work / f"server-{port}.log", "w")
+        self.status = work / f"status-{port}.json"
+        settings = (f"step_ms={STEP_MS},length={LENGTH},ledger={self.ledger},"
+                    f"status={self.status}")
+        env = dict(os.environ, **(env or {}),
+                   SGLANG_PLUGINS="sglang_tok,sglang_tok_standin" if system.plugin
+                   else "sglang_tok_standin",
+                   SGLANG_TOK_STANDIN=f"{settings},{standin}" if standin else settings,
+                   TMPDIR=str(work))
+        cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(work)),
+               "--device", "cpu", "--port", str(port), "--log-level", "warning",
+               "--tokenizer-worker-num", str(tokenizer_workers),
+               "--detokenizer-worker-num", str(system.workers), "--skip-server-warmup",
+               *args]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def generated(self) -> int:
+        """The ids the stand-in has sent so far (its status file)."""
+        try:
+            return int(json.loads(self.status.read_text())["ids"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    def wait_ready(self, timeout: float = 240.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited ({self.proc.returncode}); see "
+                                   f"{self.log.name}")
+            try:
+                req = urllib.request.Request(
+                    self.url + "/generate", method="POST",
+                    data=json.dumps({"text": "ready?",
+                                     "sampling_params": {"max_new_tokens": 2}}).encode(),
+                    headers={"content-type": "application/json"})
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(1.0)
+        raise RuntimeError(f"the server was not ready in {timeout:.0f}s")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.log.close()
+
+
+# ---------------------------------------------------------------------------- one run
+@dataclass
+class Run:
+    system: str
+    tokenizer_workers: int
+    load: str
+    ids_per_s: float  # streamed to the clients
+    generated_per_s: float  # by the stand-in (what the detokenizer decoded)
+    itl_p50_ms: float
+    itl_p99_ms: float
+    us_per_id: dict[str, float]  # per group
+    stages: dict[str, tuple[int, float]]  # stage -> (processes, CPU s per id)
+    checked: int
+    exact: int
+    errors: int
+    cut_off: int
+    model: dict[str, Any] = field(default_factory=dict)
+
+
+def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
+             expected: Expected) -> Run:
+    """One load for --seconds after --warmup. A stage's CPU is per id it handled: the
+    stand-in's and the detokenizer's per id the stand-in generated in the window (its
+    status file), HTTP + TokenizerManager's and the clients' per id streamed. They differ
+    where the TokenizerManager is the wall: the detokenizer then works ahead of it until
+    the queues between them fill (about a thousand messages at each hop)."""
+    procs = max(1, min(args.client_procs, load.clients))
+    clients = []
+    for i in range(procs):
+        first, n = i * load.clients // procs, (i + 1) * load.clients // procs
+        out = work / f"clients-{server.port}-{load.clients}-{load.ids_per_step}-{i}.json"
+        cmd = [args.sglang_python, *CLIENTS, "--url", server.url,
+               "--clients", str(n - first), "--first", str(first),
+               "--stride", str(load.clients), "--seconds", str(args.seconds),
+               "--warmup", str(args.warmup), "--ids-per-step", str(load.ids_per_step),
+               "--length", str(LENGTH), "--logprob-share", str(load.logprobs),
+               "--drain", str(args.drain), "--out", str(out)]
+        clients.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                         env=package_env()), out))
+    root, workers = server.proc.pid, server.tokenizer_workers
+    marks: list[tuple[dict[str, float], dict[str, int], float, int]] = []
+    lead = clients[0][0]
+    assert lead.stdout is not None
+    for line in lead.stdout:  # the processes' windows open and close together
+        if line.startswith("WINDOW"):
+            own = sum(sum(psutil.Process(c.pid).cpu_times()[:2]) for c, _ in clients)
+            cpu, count = cpu_by_role(root, workers)
+            marks.append((cpu, count, own, server.generated()))
+    codes = [c.wait() for c, _ in clients]
+    if any(codes) or len(marks) != 2:
+        raise RuntimeError(f"the clients failed ({codes})")
+    result = merged([json.loads(out.read_text()) for _, out in clients])
+    (c0, _, k0, g0), (c1, count, k1, g1) = marks
+    streamed = max(result["ids"], 1)
+    generated = max(g1 - g0, 1)
+    per = {"http+tm": streamed, "detokenizer": generated, "stand-in": generated,
+           "other": generated, "clients": streamed}
+    role_cpu = {r: c1.get(r, 0.0) - c0.get(r, 0.0) for r in c1}
+    groups: dict[str, float] = {}
+    for role, sec in role_cpu.items():
+        groups[GROUPS[role]] = groups.get(GROUPS[role], 0.0) + sec
+    groups["clients"] = k1 - k0
+    stages = {r: (count[r], sec / per[GROUPS[r]]) for r, sec in role_cpu.items()
+              if GROUPS[r] in ("http+tm", "detokenizer")}
+    checked, exact = expected.check(result["done"])
+    return Run(server.system.name, workers, load.name, result["ids_per_s"],
+               generated / args.seconds, result["itl_p50_ms"], result["itl_p99_ms"],
+               {g: 1e6 * s / per[g] for g, s in groups.items()}, stages, checked, exact,
+               result["error_count"], result["cut_off"])
+
+
+def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several client processes' results as one's: counts add up, gap histograms too."""
+    hist = [sum(col) for col in zip(*(p["gap_hist"] for p in parts))]
+    return {"ids": sum(p["ids"] for p in parts),
+            "ids_per_s": sum(p["ids_per_s"] for p in parts),
+            "itl_p50_ms": percentile(hist, 0.50), "itl_p99_ms": percentile(hist, 0.99),
+            "error_count": sum(p["error_count"] for p in parts),
+            "cut_off": sum(p["cut_off"] for p in parts),
+            "done": [d for p in parts for d in p["done"]]}
+
+
+# ---------------------------------------------------------------------------- exactness
+class Expected:
+    """Every streamed text against the full decode of what the stand-in sent."""
+
+    def __init__(self, ledger: Path) -> None:
+        self.ledger = ledger
+        self.tok = load_tokenizer("deepseek-v4")
+        self.seen: dict[str, dict[str, Any]] = {}
+
+    def _read(self) -> None:
+        if self.ledger.exists():
+            for line in self.ledger.read_text().splitlines():
+                e = json.loads(line)
+                self.seen[e["rid"]] = e
+
+    def text(self, e: dict[str, Any]) -> str:
+        ids, fin = list(e["ids"]), e["finish"] or {}
+        matched = fin.get("matched")
+        if fin.get("type") == "stop" and isinstance(matched, int) and ids \
+                and ids[-1] == matched and not e["no_stop_trim"]:
+            ids = ids[:-1]
+        text = self.tok.decode(ids, skip_special_tokens=e["skip_special_tokens"])
+        if fin.get("type") == "stop" and isinstance(matched, str):
+            at = text.find(matched)
+            if at >= 0:
+                text = text[:at + len(matched)] if e["no_stop_trim"] else text[:at]
+        return text
+
+    def check(self, done: list[dict[str, Any]]) -> tuple[int, int]:
+        self._read()
+        checked = exact = 0
+        for d in done:
+            e = self.seen.get(d["rid"])
+            if e is None:
+                continue
+            checked += 1
+            exact += d["text"] == self.text(e)
+        return checked, exact
+
+
+# ---------------------------------------------------------------------------- model
+def model(run: Run, sys_workers: int) -> dict[str, Any]:
+    stages = {n: Stage(p, c) for n, (p, c) in run.stages.items()}
+    out: dict[str, Any] = {}
+    for cores in MODEL_CORES:
+        cap, wall = capacity(stages, cores)
+        out[f"{cores} cores"] = (cap, wall)
+    # the same costs with SCALE_WORKERS tokenizer workers and (for a system of several
+    # detokenizer processes) as many detokenizer workers or shards
+    counts = {"tm workers": SCALE_WORKERS}
+    if sys_workers > 1:
+        counts.update({"detok": SCALE_WORKERS, "shards": SCALE_WORKERS})
+    if "tm workers" in stages:
+        big = scaled(stages, counts)
+        for cores in MODEL_CORES:
+            out[f"{cores} cores, {SCALE_WORKERS} workers"] = capacity(big, cores)
+    return out
+
+
+def table(runs: list[Run]) -> str:
+    head = ["system", "TM workers", "load", "ids/s streamed", "ids/s decoded",
+            "chunk gap p50/p99 ms",
+            "µs/id HTTP+TM", "µs/id detok", "µs/id stand-in", "µs/id clients", "exact",
+            *[f"cap {c} cores (wall)" for c in MODEL_CORES],
+            *[f"cap {c}c, {SCALE_WORKERS} TM workers" for c in MODEL_CORES]]
+    rows = []
+    for r in runs:
+        def cap(key: str, r: Run = r) -> str:
+            got = r.model.get(key)
+            return f"{got[0]:,.0f} ({got[1]})" if got else "-"
+        rows.append([r.system, r.tokenizer_workers, r.load, f"{r.ids_per_s:,.0f}",
+                     f"{r.generated_per_s:,.0f}",
+                     f"{r.itl_p50_ms:.0f} / {r.itl_p99_ms:.0f}",
+                     f"{r.us_per_id.get('http+tm', 0):.1f}",
+                     f"{r.us_per_id.get('detokenizer', 0):.1f}",
+                     f"{r.us_per_id.get('stand-in', 0):.1f}",
+                     f"{r.us_per_id.get('clients', 0):.1f}", f"{r.exact}/{r.checked}",
+                     *[cap(f"{c} cores") for c in MODEL_CORES],
+                     *[cap(f"{c} cores, {SCALE_WORKERS} workers") for c in MODEL_CORES]])
+    return markdown(head, rows)
+
+
+def parse_loads(text: str, logprobs: list[float]) -> list[Load]:
+    out = []
+    for part in text.split(","):
+        n, _, k = part.strip().partition("x")
+        out += [Load(int(n), int(k or 1), lp) for lp in logprobs]
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    """`scripts/sglang/server.py`: per tokenizer worker count and system, one server and
+    every load on it; the table (and the JSON after each run)."""
+    if args.quick:
+        args.systems, args.tokenizer_workers, args.loads = "sglang x1,sglang-tok x1", "1", \
+            "256x1"
+        args.logprobs, args.seconds, args.warmup = "0", 8.0, 4.0
+    systems = [System.parse(s) for s in args.systems.split(",")]
+    loads = parse_loads(args.loads, [float(x) for x in args.logprobs.split(",")])
+    work = Path(tempfile.mkdtemp(prefix="bench-sglang-server-"))
+    runs: list[Run] = []
+    port = args.port
+    t0 = time.monotonic()
+    for tw in (int(x) for x in args.tokenizer_workers.split(",")):
+        for system in systems:
+            if args.deadline and time.monotonic() - t0 > args.deadline:
+                print(f"skipped ({args.deadline:.0f}s --deadline): {system.name}, {tw} TM "
+                      "workers", flush=True)
+                continue
+            port += 1
+            server = Server(system, tw, args.sglang_python, work, port)
+            try:
+                server.wait_ready()
+                expected = Expected(server.ledger)
+                for load in loads:
+                    if args.per_worker:
+                        load = Load(load.clients * tw, load.ids_per_step, load.logprobs)
+                    run = run_load(server, load, args, work, expected)
+                    run.model = model(run, system.workers)
+                    runs.append(run)
+                    print(table([run]).splitlines()[-1], flush=True)
+                    if args.json:  # after each run: a run cut short keeps what it measured
+                        write_json(args.json, {"runs": [r.__dict__ for r in runs],
+                                               "step_ms": STEP_MS, "length": LENGTH,
+                                               "cpus": os.cpu_count()})
+            finally:
+                server.stop()
+    print()
+    print(table(runs))
+    return 0
