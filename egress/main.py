@@ -121,8 +121,9 @@ class Egress:
         self.journal = Journal(path, self.replayed)
         self.metrics = Metrics()
         self.reader, self.writer = protocol_of(cfg).egress(cfg)
-        if self.replayed:  # where a dead egress's requests' errors go
-            self.writer.note_workers(list(self.replayed), list(self.replayed.values()))
+        self.workers = self.writer.workers
+        if self.replayed and self.workers is not None:  # where a dead egress's errors go
+            self.workers.note(list(self.replayed), list(self.replayed.values()))
         self.inline: InlineShard | None = None
         self.recorder = _recorder(cfg) if cfg.record else None
         self._sockets(cfg)
@@ -363,7 +364,7 @@ class Egress:
             self._forward(k, msg, finished.get(k))
 
     def _journal_opened(self, rids: list[str]) -> None:
-        self.journal.write(opened=rids, workers=self.writer.workers_of(rids))
+        self.journal.write(opened=rids, workers=self._workers_of(rids))
 
     def _fail_suspects(self) -> None:
         """Rids first seen just after this egress replaced a dead one: their earlier rows
@@ -388,7 +389,10 @@ class Egress:
             by_shard.setdefault(k, []).append((rid, self.router.end(rid) or Live(k)))
         for k, ended in by_shard.items():
             rids = [rid for rid, _ in ended]
-            self._forward(k, link.drop(message, rids, self.writer.workers_of(rids)), ended)
+            self._forward(k, link.drop(message, rids, self._workers_of(rids)), ended)
+
+    def _workers_of(self, rids: list[str]) -> list[str | None]:
+        return [] if self.workers is None else self.workers.of(rids)
 
     def _publish(self) -> None:
         """The per-frame metrics to the shared files: a few times a second, before a

@@ -135,7 +135,8 @@ class Shard:
                 if self.started:  # else it was routed before our SYNC: the egress failed it
                     self._guarded(msg)
             case link.Drop(message=message, rids=rids, workers=workers):
-                self.writer.note_workers(rids, workers)  # where the rows it ends go
+                if workers and self.writer.workers is not None:  # where the rows it ends go
+                    self.writer.workers.note(rids, workers)
                 out = DeltasOut()
                 self.table.on_drop(rids, message, out)
                 self._send(out)

@@ -94,8 +94,22 @@ class Reader(Protocol):
         ...
 
 
+class Workers(Protocol):
+    """Where each live request's rows go, for a protocol whose replies go to several
+    endpoints (SGLang's tokenizer workers: `protocols/sglang/workers.py`)."""
+
+    def note(self, rids: Sequence[str], ipcs: Sequence[str | None]) -> None: ...
+
+    def of(self, rids: Sequence[str]) -> list[str | None]: ...
+
+
 class Writer(Protocol):
     sent: int  # messages sent so far (the ledger of endings counts them)
+
+    @property
+    def workers(self) -> Workers | None:
+        """Each live request's endpoint, where replies go to several (None: one --output)."""
+        ...
 
     def sink(self) -> Sink:
         """An empty sink for one input message's deltas."""
@@ -111,10 +125,3 @@ class Writer(Protocol):
         """What a restarted sender says first."""
         ...
 
-    def note_workers(self, rids: Sequence[str], workers: Sequence[str | None]) -> None:
-        """Where these rids' rows go (a request's tokenizer worker), when known."""
-        ...
-
-    def workers_of(self, rids: Sequence[str]) -> list[str | None]:
-        """The tokenizer worker of each rid, where the writer knows one ([]: none kept)."""
-        ...

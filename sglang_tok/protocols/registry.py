@@ -17,6 +17,7 @@ from sglang_tok.protocols.sglang.pickled import PickleReplies, preload_sglang
 from sglang_tok.protocols.sglang.plan import Plan
 from sglang_tok.protocols.sglang.reader import SglangReader
 from sglang_tok.protocols.sglang.reply import BeamTexts, Replies
+from sglang_tok.protocols.sglang.workers import WorkerMap
 from sglang_tok.protocols.sglang.writer import SglangWriter
 from sglang_tok.tokenizer import TokenizerInfo
 
@@ -43,10 +44,11 @@ def _sglang_egress(cfg: Config) -> tuple[Reader, Writer]:
     own_tree = from_sglang(cfg)
     if own_tree and (cfg.shards > 1 or cfg.sglang_tokenizer_workers > 1):
         preload_sglang()  # this process cuts pickled columns per shard and worker
-    replies = Replies(plan, cfg.sglang_tokenizer_workers > 1, own_tree)
-    writer = SglangWriter(replies, _pickled_replies(plan))
+    workers = WorkerMap()
+    writer = SglangWriter(Replies(plan, workers, cfg.sglang_tokenizer_workers > 1, own_tree),
+                          _pickled_replies(plan))
     return (SglangReader(plan, cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids,
-                         replies, own_tree, writer.out), writer)
+                         workers, own_tree, writer.out), writer)
 
 
 def _sglang_shard(cfg: Config, info: TokenizerInfo) -> Writer:
@@ -56,10 +58,10 @@ def _sglang_shard(cfg: Config, info: TokenizerInfo) -> Writer:
         return tok.decode(ids, skip_special_tokens=skip)
 
     plan = Plan(layout_of(cfg))
-    workers = cfg.sglang_tokenizer_workers > 1
-    if workers and from_sglang(cfg):
+    routed = cfg.sglang_tokenizer_workers > 1
+    if routed and from_sglang(cfg):
         preload_sglang()  # a message's rows are cut per tokenizer worker here
-    return SglangWriter(Replies(plan, workers, from_sglang(cfg),
+    return SglangWriter(Replies(plan, WorkerMap(), routed, from_sglang(cfg),
                                 BeamTexts(decode, cfg.kept_stop_ids)), _pickled_replies(plan))
 
 

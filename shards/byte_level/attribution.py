@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..decoding.attribution import PENDING, VISIBLE, Attributor
-from ..decoding.interface import Attribution, Attrs, Carry, row_in_vocab
+from ..decoding.interface import Attribution, Attrs, Carry
 from ..decoding.slots import ATTR, PEND, SEL, SKIP, Slots
 from .codec import push
 from .lookup import IdTexts, decode_mapped
@@ -41,14 +41,13 @@ def push_attributed(table: list[bytes], vocab: int, drop: Container[int], state:
                     slot: int, head: list[int], ids: list[int], attr: Attributor) -> str:
     """The family's rule: a row's ids through the codec step one at a time, each attributed
     as its text comes (a skipped special is zero-width where the text stands); the new
-    text. Ids as given (any int: one outside the vocabulary decodes as `vocab`, and is
-    reported as given)."""
+    text. Ids in [0, vocab] (mapped by the caller: `vocab` is the id outside it)."""
     parts = []
-    for tid, safe in zip(ids, row_in_vocab(ids, vocab)):
+    for tid in ids:
         if tid in drop:
             attr.zero_width(tid)
             continue
-        t = push(state, slot, head, table[safe])
+        t = push(state, slot, head, table[tid])
         attr.pushed(tid, len(t))
         if t:
             parts.append(t)

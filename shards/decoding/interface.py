@@ -155,7 +155,8 @@ class RowDecoder(Protocol):
         ...
 
     def push_attributed(self, state: Slots, slot: int, ids: list[int], attr: Attributor) -> str:
-        """`push`, each id attributed by this family's rule as its text comes."""
+        """`push`, each id attributed by this family's rule as its text comes; ids in
+        [0, vocab_size] (the request maps them: an attribution names the id decoded)."""
         ...
 
     def flush_attributed(self, state: Slots, slot: int, attr: Attributor) -> str:

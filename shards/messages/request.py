@@ -37,7 +37,7 @@ from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 
 from ..decoders import decoders_for
 from ..decoding.attribution import Attributor
-from ..decoding.interface import Decoded, RowDecoder
+from ..decoding.interface import Decoded, RowDecoder, row_in_vocab
 from ..decoding.slots import Slots
 from ..ending.assembly import Between, LastRow, end_rows
 from ..ending.rules import SENT_TAIL, trims_stop_token, usage
@@ -65,34 +65,36 @@ class Request:
 
     def __init__(self, rid: str, info: TokenizerInfo, opts: Open | None = None,
                  decoder: RowDecoder | None = None, state: Slots | None = None,
-                 slot: int | None = 0) -> None:
+                 slot: int | None = 0, keep: frozenset[int] = frozenset()) -> None:
         """`decoder` and `state`: the shard's, which its table hands it (else its
         tokenizer's reference decoder, whose per-row methods are every implementation's,
         and a one-slot state of its own); `slot`: where it decodes (None: not yet,
-        `take_slot` later)."""
+        `take_slot` later); `keep`: specials a parser must see although the request skips
+        specials."""
         opts = opts or DEFAULT_OPEN_FIELDS
         self.rid = rid
         self.opts = opts
         self.info = info
-        self._decoder(decoder, state, frozenset())
-        self.stops = StopMatcher(opts.stop) if opts.stop else None
+        self.decoder = decoder if decoder is not None else \
+            decoders_for(info, vectorised=False).per_row
+        self.state = state if state is not None else Slots(1)
+        self.keep = keep
+        self.slot = -1
+        self.stops = self._stop_matcher(opts)
         self.attr: Attributor | None = None
         if slot is not None:
             self.take_slot(slot)
         self.completion = 0
         self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
         self.sent = 0  # characters of text released so far
-        self.tail = ""
+        self.tail = ""  # the last SENT_TAIL of them, for a scheduler-matched stop's cut
         # stream=False: everything accumulates into the one last delta
         self.acc: Delta | None = None if opts.stream else Delta(rid, "", [])
 
-    def _decoder(self, decoder: RowDecoder | None, state: Slots | None,
-                 keep: frozenset[int]) -> None:
-        self.decoder = decoder if decoder is not None else \
-            decoders_for(self.info, vectorised=False).per_row
-        self.state = state if state is not None else Slots(1)
-        self.keep = keep  # specials a parser must see although the request skips specials
-        self.slot = -1
+    def _stop_matcher(self, opts: Open) -> StopMatcher | None:
+        """The OPEN's stop strings, matched on the text (a parser's request matches them in
+        its content instead)."""
+        return StopMatcher(opts.stop) if opts.stop else None
 
     def take_slot(self, slot: int) -> None:
         """Bind the request's decoder state, after its prompt, to `slot` of its state."""
@@ -111,30 +113,20 @@ class Request:
     # ------------------------------------------------------------------ rows
     def row(self, ids: list[int], finish: Finish | None, prompt_tokens: int,
             cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None = None,
-            top: list[Any] | None = None, tid_lp: list[Any] | None = None,
-            safe_ids: list[int] | None = None) -> Delta | None:
-        """Consume one BATCH row; return its delta (None for a non-final non-stream row).
-
-        `safe_ids` is `ids` with out-of-vocabulary ids replaced by `vocab_size`, given by
-        the shard only when the row has any (the byte table indexes with them).
-        """
+            top: list[Any] | None = None, tid_lp: list[Any] | None = None) -> Delta | None:
+        """Consume one BATCH row (ids as sent: any int); return its delta (None for a
+        non-final non-stream row)."""
         self.completion += len(ids)
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
-        decode_ids = ids if safe_ids is None else safe_ids
         if finish is None:  # the common row: no trimming, no flush
-            text = (self.decoder.push(self.state, self.slot, decode_ids) if self.attr is None
-                    else self.decoder.push_attributed(self.state, self.slot, decode_ids,
-                                                      self.attr))
+            text = self._push(ids)
             if self.stops is not None:
                 text, finish = self._apply_stops(text, False)
             return self._emit(text, ids, finish, logprobs, top, tid_lp)
-        stop = None  # the scheduler's stop token is never text
-        if trims_stop_token(finish, self.opts.no_stop_trim, ids):
-            decode_ids, stop = decode_ids[:-1], ids[-1]
-        text = (self.decoder.push(self.state, self.slot, decode_ids) if self.attr is None
-                else self.decoder.push_attributed(self.state, self.slot, decode_ids, self.attr))
+        decode_ids, stop = self._cut_stop(ids, finish)
+        text = self._push(decode_ids)
         between = self._final_stops if self.stops is not None else None
         end = self._last(text, finish, stop, between)
         return self._emit(end.text, ids, end.row.finish, logprobs, top, tid_lp, end.row.usage)
@@ -149,6 +141,30 @@ class Request:
         return delta
 
     # ------------------------------------------------------------------ pieces
+    def _push(self, ids: list[int]) -> str:
+        """One row's ids through the slot's decoder, attributed where the request asked.
+        `push` takes any int (it maps what is outside the vocabulary); an attribution names
+        the id the decoder saw (`vocab_size` for one outside, protocol section 10), so the
+        attributed ids are mapped here, once."""
+        attr = self.attr
+        if attr is None:
+            return self.decoder.push(self.state, self.slot, ids)
+        return self.decoder.push_attributed(self.state, self.slot,
+                                            row_in_vocab(ids, self.info.vocab_size), attr)
+
+    def _cut_stop(self, ids: list[int], finish: Finish) -> tuple[list[int], int | None]:
+        """The last row's ids to decode and the scheduler's stop token left out of them (a
+        stop token is never text, unless no_stop_trim)."""
+        if trims_stop_token(finish, self.opts.no_stop_trim, ids):
+            return ids[:-1], ids[-1]
+        return ids, None
+
+    def _sent_text(self, text: str) -> None:
+        """Count text released to the client, keeping its tail for a later cut."""
+        self.sent += len(text)
+        t = self.tail + text
+        self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+
     def _last(self, text: str, finish: Finish, stop: int | None,
               between: Between | None, control: bool = False) -> _Ended:
         """The last row's text (`stop`: its stop token, left out) through the end rules
@@ -211,9 +227,7 @@ class Request:
             if self.attr is not None:
                 delta.attributions = self.attr.release(self.sent, text)
             if text:
-                self.sent += len(text)
-                t = self.tail + text
-                self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                self._sent_text(text)
         if usage is not None:  # a last row's (ending.end_rows)
             delta.usage = usage
         elif finish is not None or opts.continuous_usage:
@@ -303,39 +317,29 @@ class ParsedRequest(Request):
     def __init__(self, rid: str, info: TokenizerInfo, opts: Open,
                  decoder: RowDecoder | None = None, state: Slots | None = None,
                  slot: int | None = 0) -> None:
-        self.rid = rid
-        self.opts = opts
-        self.info = info
         self.parsed = make_parsed_stream(opts.reasoning_parser, opts.reasoning_started,
                                          opts.tool_parser, opts.stop,
                                          opts.include_stop_str_in_output, opts.min_tokens,
                                          opts.tool_stream, opts.tools or None)
         keep = _marker_ids(info, self.parsed) if opts.skip_special_tokens else frozenset()
-        self._decoder(decoder, state, keep)
-        self.stops = None  # the ParsedStream matches the OPEN's stop strings, in content
-        self.attr = None  # refused with a parser (`refusal`)
-        if slot is not None:
-            self.take_slot(slot)
-        self.completion = 0
-        self.prompt_tokens = self.cached_tokens = self.reasoning_tokens = 0
-        self.sent = 0
-        self.tail = ""
-        self.acc = None if opts.stream else Delta(rid, "", [])
+        super().__init__(rid, info, opts, decoder, state, slot, keep)
         self.min_left = max(0, opts.min_tokens)  # ids until stop strings apply
         # a streaming row that does not end the request, with no per-row extras: one
         # push, one feed, one Delta (`row`'s first branch)
         self.hot = (opts.stream and not opts.logprob_text and not opts.continuous_usage
                     and not self.min_left)
 
+    def _stop_matcher(self, opts: Open) -> StopMatcher | None:
+        return None  # the ParsedStream matches the OPEN's stop strings, in content
+
     def row(self, ids: list[int], finish: Finish | None, prompt_tokens: int,
             cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None = None,
-            top: list[Any] | None = None, tid_lp: list[Any] | None = None,
-            safe_ids: list[int] | None = None) -> Delta | None:
+            top: list[Any] | None = None, tid_lp: list[Any] | None = None) -> Delta | None:
         self.completion += len(ids)
         if finish is not None or not self.hot:
             return self._row(ids, finish, prompt_tokens, cached_tokens, reasoning_tokens,
-                             logprobs, top, tid_lp, safe_ids)
-        piece = self.decoder.push(self.state, self.slot, ids if safe_ids is None else safe_ids)
+                             logprobs, top, tid_lp)
+        piece = self.decoder.push(self.state, self.slot, ids)
         pd = self.parsed.feed(piece)
         if pd.stop is None:
             text = pd.text
@@ -345,9 +349,7 @@ class ParsedRequest(Request):
             if pd.tool_calls:
                 delta.tool_calls = pd.tool_calls
             if text:  # for a scheduler-matched stop string's cut (`_trim_matched`)
-                self.sent += len(text)
-                t = self.tail + text
-                self.tail = t if len(t) <= SENT_TAIL else t[-SENT_TAIL:]
+                self._sent_text(text)
             return delta
         # a service stop string: the request's last delta, with its usage
         self.prompt_tokens = prompt_tokens
@@ -358,16 +360,12 @@ class ParsedRequest(Request):
 
     def _row(self, ids: list[int], finish: Finish | None, prompt_tokens: int,
              cached_tokens: int, reasoning_tokens: int, logprobs: list[Any] | None,
-             top: list[Any] | None, tid_lp: list[Any] | None,
-             safe_ids: list[int] | None) -> Delta | None:
+             top: list[Any] | None, tid_lp: list[Any] | None) -> Delta | None:
         """`row` for the last row, or a row with per-row extras or the min_tokens-th id."""
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = cached_tokens
         self.reasoning_tokens = reasoning_tokens
-        decode_ids = ids if safe_ids is None else safe_ids
-        stop = None  # the scheduler's stop token is never text
-        if trims_stop_token(finish, self.opts.no_stop_trim, ids):
-            decode_ids, stop = decode_ids[:-1], ids[-1]
+        decode_ids, stop = (ids, None) if finish is None else self._cut_stop(ids, finish)
         parsed = self.parsed
         if finish is not None and not self.min_left:
             piece = self.decoder.push(self.state, self.slot, decode_ids)

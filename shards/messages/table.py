@@ -330,8 +330,6 @@ class RidTable:
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
         ids = msg.ids.tolist()
-        mapped = in_vocab(msg.ids, self.info.vocab_size)  # the ids as the decoder takes them
-        safe_ids = None if mapped is msg.ids else mapped.tolist()
         st = list(range(plan.n + 1)) if plan.id_starts is None else plan.id_starts.tolist()
         request = self.requests.get
         carrying = fams.get().carrying.tolist() if fams.families else None
@@ -352,8 +350,7 @@ class RidTable:
             if carrying is not None and carrying[row]:
                 lp, top, tid = fams.extras(row)
             a, b = st[row], st[row + 1]
-            delta = req.row(ids[a:b], fin, prompt, cached, why, lp, top, tid,
-                            None if safe_ids is None else safe_ids[a:b])
+            delta = req.row(ids[a:b], fin, prompt, cached, why, lp, top, tid)
             ran += 1
             if delta is not None:
                 out.append(delta)

@@ -97,7 +97,8 @@ def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
     from a tcp:// peer nothing is unpickled: the parts carry nil."""
     from sglang_tok.config import Config, finalize, from_sglang
     from sglang_tok.protocols.sglang.reader import SglangReader
-    from sglang_tok.protocols.sglang.reply import Passed, Replies
+    from sglang_tok.protocols.sglang.reply import Passed
+    from sglang_tok.protocols.sglang.workers import WorkerMap
 
     rows = [{"rid": f"p-{k}", "ids": [14], "completion": 1} for k in range(12)]
     stats = [{"row": k} for k in range(12)]
@@ -107,7 +108,7 @@ def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
     plan = Plan(builtin())
     at = plan.passed.index("time_stats")
     for per_row in (True, False):
-        step = SglangReader(plan, 512, 4096, frozenset(), Replies(plan), per_row).step(fields, {})
+        step = SglangReader(plan, 512, 4096, frozenset(), WorkerMap(), per_row).step(fields, {})
         parts = step.passed(codes, 2)
         for k, part in parts.items():
             got = msgspec.msgpack.decode(msgspec.msgpack.decode(part, type=Passed).columns[at])

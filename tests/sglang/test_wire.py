@@ -89,10 +89,10 @@ def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
     shard is handed a finish without `matched` for such an id, and for a list of ids."""
     from sglang_tok.finish import Length, Stop
     from sglang_tok.protocols.sglang.reader import SglangReader
-    from sglang_tok.protocols.sglang.reply import Replies
+    from sglang_tok.protocols.sglang.workers import WorkerMap
 
     plan = Plan(builtin())
-    reader = SglangReader(plan, 512, 4096, frozenset({200012}), Replies(plan))
+    reader = SglangReader(plan, 512, 4096, frozenset({200012}), WorkerMap())
     assert reader._for_shard(Stop(200012)) == Stop()
     assert reader._for_shard(Stop(1)) == Stop(1)
     assert reader._for_shard(Stop([1, 2])) == Stop()

@@ -194,8 +194,8 @@ def exactness(w: Workload, got_by: dict[str, dict[str, list[str]]],
     """Per mode, the requests whose text is not the full decode (a stop token that ended a
     request left out), or whose attributions are not one per id, equal to per-row's."""
     tok, reqs = w.info.tokenizer, w.reqs
-    want = {r.rid: tok.decode(r.ids[:-1] if isinstance(r.finish, Stop) and r.finish.matched ==
-                              (r.ids or [None])[-1] else r.ids) for r in reqs}
+    want = {r.rid: tok.decode(r.ids[:-1] if r.ids and isinstance(r.finish, Stop) and
+                              r.finish.matched == r.ids[-1] else r.ids) for r in reqs}
     bad = {m: sum(1 for r in reqs if "".join(got[r.rid]) != want[r.rid])
            for m, got in got_by.items() if m != "ours/stream"}  # (no stop token trim)
     ref = attrs.get("ours/attr per-row")

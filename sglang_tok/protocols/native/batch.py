@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from sglang_tok.finish import FINISH_TYPES, Finish, finish_of
-from sglang_tok.protocols.errors import FrameError
+from sglang_tok.finish import Finish
+from sglang_tok.protocols.errors import FrameError, checked_finishes
 from sglang_tok.protocols.native.tags import TAG_BATCH
 
 if sys.byteorder != "little":  # pragma: no cover - every supported host is little-endian
@@ -69,7 +69,7 @@ FAMILIES: tuple[tuple[str, int, str], ...] = (
 
 class _LooseHeader(BatchHeader, array_like=True, gc=False):
     """A header whose finish reasons are any maps: what a frame the typed decode refused is
-    read again as, to say why (`_unchecked_header`, `_check_finish`)."""
+    read again as, to say why (`_unchecked_header`, `errors.checked_finishes`)."""
 
     finish_reasons: list[dict[str, Any] | None]  # type: ignore[assignment]
 
@@ -269,7 +269,7 @@ def decode_batch(frame: bytes | memoryview, max_rid_len: int = 0, max_row_ids: i
         _check_lengths(HEADER_FIELDS[1:REQUIRED_COLUMNS], sizes[1:REQUIRED_COLUMNS], n, rids,
                        False)
     if type(h) is _LooseHeader:  # the typed decode refused a finish reason: say which
-        h = BatchHeader(rids, _check_finish(h.finish_reasons, rids), *cols[2:])
+        h = BatchHeader(rids, checked_finishes(h.finish_reasons, rids), *cols[2:])
     total_ids = sum(h.tok_lens)
     # no row can exceed the limit when all of them together do not (the usual frame)
     if max_row_ids and total_ids > max_row_ids and max(h.tok_lens) > max_row_ids:
@@ -316,24 +316,6 @@ def _check_lengths(fields: tuple[str, ...], sizes: list[int], n: int, rids: list
     for col, got in zip(fields, sizes):
         if got != n and (got or not empty_ok):
             raise _length_error(col, got, n, rids)
-
-
-def _check_finish(fins: list[Any], rids: list[str]) -> list[Finish | None]:
-    """The finish reasons of a header the typed decode refused (any maps: a frame whose
-    finish reasons are all SGLang's forms does not come here): raise for one that is not a
-    map of a known type and its fields; else the reasons, typed."""
-    present = list(filter(None, fins))  # an empty map is falsy: left out here
-    for fin in present:
-        kind = fin.get("type")  # any msgpack value: a list or map is unhashable
-        if not isinstance(kind, str) or kind not in FINISH_TYPES:
-            raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-    if len(present) != len(fins) - fins.count(None):
-        raise FrameError("finish", "empty finish reason", rids)
-    try:
-        return [None if fin is None else finish_of(fin) for fin in fins]
-    except msgspec.ValidationError as exc:
-        raise FrameError("finish", f"a finish reason not of SGLang's forms: {exc}",
-                         rids) from None
 
 
 def _family_layout(cols: tuple[Any, ...], n: int, pos: int,

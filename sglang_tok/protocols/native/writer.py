@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sglang_tok.protocols.interface import Message
@@ -17,6 +16,7 @@ class NativeWriter:
     def __init__(self, fmt: str) -> None:
         self.fmt = fmt
         self.sent = 0
+        self.workers = None  # one --output
 
     def sink(self) -> Sink:
         return output_sink(self.fmt)
@@ -30,8 +30,3 @@ class NativeWriter:
         """Its numbering starts again from 0 (protocol section 5.3)."""
         return [(None, encode_restarted(Restarted(source, pid)))]
 
-    def note_workers(self, rids: Sequence[str], workers: Sequence[str | None]) -> None:
-        pass
-
-    def workers_of(self, rids: Sequence[str]) -> list[str | None]:
-        return []

@@ -29,9 +29,9 @@ import msgspec
 import numpy as np
 from msgspec import Meta, Raw
 
-from sglang_tok.finish import FINISH_TYPES, Finish, Stop, finish_of
+from sglang_tok.finish import Finish, Stop
 from sglang_tok.protocols import interface
-from sglang_tok.protocols.errors import FrameError
+from sglang_tok.protocols.errors import FrameError, checked_finishes
 from sglang_tok.protocols.interface import LATE, Event, Idle, PassOn, Probe
 from sglang_tok.protocols.native.batch import Batch, BatchHeader
 from sglang_tok.protocols.native.control import Open, Ping, decode_control
@@ -41,13 +41,13 @@ from sglang_tok.protocols.sglang.pickled import cut_pickled, from_pickle
 from sglang_tok.protocols.sglang.plan import CONFIGURE_LOGGING, EMBEDDING, FREEZE_GC, Plan
 from sglang_tok.protocols.sglang.reply import (
     Passed,
-    Replies,
     Reply,
     beam_flags,
     by_worker,
     cut,
     encode_passed,
 )
+from sglang_tok.protocols.sglang.workers import WorkerMap
 
 _ENDPOINTS = ("ipc://", "tcp://")
 _EMPTY = Raw(b"\x90")  # [] in msgpack
@@ -162,14 +162,14 @@ class Columns:
 
 class SglangReader:
     """Reads and validates scheduler messages whole: a message is accepted or dropped.
-    `replies` keeps each live request's tokenizer worker (shared with the egress's
+    `workers` keeps each live request's tokenizer worker (shared with the egress's
     writer, which sends the service's own last rows there). `per_row`: the input is
     SGLang's own process tree (ipc://), so the pickled columns (per-row time stats,
     customized info) may be unpickled to cut them per shard; from a tcp:// peer they are
     never unpickled (a part of a message then carries them as nil)."""
 
     def __init__(self, plan: Plan, max_rid_length: int, max_row_ids: int,
-                 keep_stop_ids: frozenset[int], replies: Replies, per_row: bool = False,
+                 keep_stop_ids: frozenset[int], workers: WorkerMap, per_row: bool = False,
                  out: Callable[[list[Reply]], list[Reply]] | None = None) -> None:
         self.plan = plan
         # what a message passed on as it came becomes for the TokenizerManager (pickled
@@ -182,7 +182,7 @@ class SglangReader:
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
         self.keep = keep_stop_ids
-        self.replies = replies
+        self.workers = workers
         self.per_row = per_row
 
     def read(self, frame: memoryview, where: dict[str, int]) -> Event:
@@ -327,7 +327,7 @@ class SglangReader:
         if cols.ipcs is not None and cols.ipcs.count(None) != n:
             _check_ipcs(cols.ipcs, n, rids)
         if loose is not None:
-            cols.finished = _typed_finishes(loose, rids)
+            cols.finished = checked_finishes(loose, rids)
         return cols
 
     @staticmethod
@@ -424,16 +424,12 @@ class SglangReader:
 
     def _track_workers(self, r: Columns, ipcs: list[str | None], firsts: list[int]) -> None:
         """Remember each live request's tokenizer worker, for the egress's own last rows."""
-        ipc_of = self.replies.ipc_of
-        for i in firsts:
-            ipc = ipcs[i]
-            if ipc is not None:
-                ipc_of[r.rids[i]] = ipc
+        rids = r.rids
+        workers = self.workers
+        workers.note([rids[i] for i in firsts], [ipcs[i] for i in firsts])
         fins = r.finished
         if fins.count(None) != len(fins):
-            for i, fin in enumerate(fins):
-                if fin is not None:
-                    ipc_of.pop(r.rids[i], None)
+            workers.ended([rids[i] for i, fin in enumerate(fins) if fin is not None])
 
 
 def _beam_rows(fields: list[Raw], at: int) -> frozenset[int]:
@@ -459,20 +455,6 @@ def _any_finishes(raw: Raw, rids: list[str]) -> list[Any]:
     except msgspec.ValidationError as exc:
         raise FrameError("header", f"finished_reasons: {str(exc)[:160]}", rids) from None
     return [] if got is None else got
-
-
-def _typed_finishes(fins: list[Any], rids: list[str]) -> list[Finish | None]:
-    """Raise for the finish reason the typed decode refused: one of an unknown type, or
-    with fields not of SGLang's `to_json` forms."""
-    for fin in filter(None.__ne__, fins):
-        kind = fin.get("type")
-        if not isinstance(kind, str) or kind not in FINISH_TYPES:
-            raise FrameError("finish", f"unknown finish reason {fin!r:.80}", rids)
-    try:
-        return [None if fin is None else finish_of(fin) for fin in fins]
-    except msgspec.ValidationError as exc:
-        raise FrameError("finish", f"a finish reason not of SGLang's forms: {exc}",
-                         rids) from None
 
 
 def _any_ids(raw: Raw, rids: list[str]) -> list[Any] | None:

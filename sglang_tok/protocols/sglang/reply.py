@@ -25,6 +25,7 @@ from sglang_tok.protocols.sglang import wire
 
 from .pickled import cut_pickled
 from .plan import STR_OUTPUT, Plan, encode_message
+from .workers import WorkerMap
 
 log = logging.getLogger("sglang_tok.sglang")
 # an abort the TokenizerManager turns into an error response (5xx: it may be retried)
@@ -153,19 +154,19 @@ def _groups(keys: Sequence[Any]) -> dict[Any, list[int]]:
 class Replies:
     """Writes one shard's (or the egress's) output in SGLang's form.
 
-    `workers`: SGLang runs tokenizer workers (`--tokenizer-worker-num` > 1). Then
+    `routed`: SGLang runs tokenizer workers (`--tokenizer-worker-num` > 1). Then
     `--output` is its router's socket, which takes only rows that name their worker, so a
-    row of the service's whose worker is unknown is logged and dropped instead.
+    row of the service's whose worker is unknown (`workers`) is logged and dropped instead.
     """
 
-    __slots__ = ("plan", "ipc_of", "workers", "unroutable", "per_row", "beams")
+    __slots__ = ("plan", "workers", "routed", "unroutable", "per_row", "beams")
 
-    def __init__(self, plan: Plan, workers: bool = False, per_row: bool = False,
-                 beams: BeamTexts | None = None) -> None:
+    def __init__(self, plan: Plan, workers: WorkerMap, routed: bool = False,
+                 per_row: bool = False, beams: BeamTexts | None = None) -> None:
         self.plan = plan
+        # the tokenizer worker of each live request that has one (the reader's too)
         self.workers = workers
-        # the tokenizer worker of each live request that has one (failures find it here)
-        self.ipc_of: dict[str, str] = {}
+        self.routed = routed
         self.unroutable = 0
         # the messages come from SGLang's own process tree: the pickled columns may be cut
         # per row (reply.cut_pickled) when a message's rows go to several workers
@@ -243,12 +244,8 @@ class Replies:
     def _remember(self, passed: Passed, ended: set[str]) -> None:
         """Keep each live request's worker, for a last row of the service's."""
         assert passed.ipcs is not None
-        ipc_of = self.ipc_of
-        for rid, ipc in zip(passed.rids, passed.ipcs):
-            if ipc is not None and rid not in ipc_of:
-                ipc_of[rid] = ipc
-        for rid in ended:
-            ipc_of.pop(rid, None)
+        self.workers.note(passed.rids, passed.ipcs)
+        self.workers.ended(ended)
 
     def _build(self, columns: list[Raw], texts: list[str]) -> bytes:
         return encode_message(STR_OUTPUT, self.plan.reply(columns, texts))
@@ -258,10 +255,10 @@ class Replies:
         """The service's own rows (terminal errors, a failed request's flushed text) as
         SGLang rows: an abort finish with the error, usage from the delta."""
         groups: dict[str | None, list[Delta]] = {}
+        route = self.workers.route
         for d in deltas:
-            ipc = self.ipc_of.pop(d.rid, None) if d.finish else self.ipc_of.get(d.rid)
-            groups.setdefault(ipc, []).append(d)
-        lost = groups.pop(None, []) if self.workers else []
+            groups.setdefault(route(d.rid, d.finish is not None), []).append(d)
+        lost = groups.pop(None, []) if self.routed else []
         if lost:
             self.unroutable += len(lost)
             log.warning("no tokenizer worker known for %d ended requests (e.g. %r): their "

@@ -4,7 +4,7 @@ beside the rows (`extra`), and the service's own last rows are written by `reply
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from sglang_tok.protocols.interface import Message
@@ -21,6 +21,7 @@ class SglangWriter:
     def __init__(self, replies: Replies, pickled: Callable[[bytes], bytes] | None = None
                  ) -> None:
         self.replies = replies
+        self.workers = replies.workers  # the reader's too: one map per process
         self.sent = 0
         # a pickle-IPC release (0.5.12-0.5.14): each message as its own class, pickled
         self.pickled = pickled
@@ -48,13 +49,3 @@ class SglangWriter:
 
     def restarted(self, source: int, pid: int) -> list[Message]:
         return []  # the TokenizerManager tracks no sender
-
-    def note_workers(self, rids: Sequence[str], workers: Sequence[str | None]) -> None:
-        ipc_of = self.replies.ipc_of
-        for rid, ipc in zip(rids, workers):
-            if ipc is not None:
-                ipc_of[rid] = ipc
-
-    def workers_of(self, rids: Sequence[str]) -> list[str | None]:
-        ipc_of = self.replies.ipc_of
-        return [ipc_of.get(rid) for rid in rids] if ipc_of else []
