@@ -19,7 +19,7 @@ from sglang_tok.protocols.native.deltas import Usage
 from ..decoding.attribution import Attributor
 from ..decoding.interface import Attribution, Decoded, RowDecoder
 from ..decoding.slots import Slots
-from .rules import cut_attributions, cut_matched, finish_row, usage
+from .rules import cut_after_matched, cut_attributions, cut_matched, finish_row, usage
 
 # a per-row request's own rules between the flush and the cut (service stop strings, a
 # parser): (the row's text, what the flush added) -> (the text, the finish they set or None)
@@ -32,6 +32,7 @@ class LastRow:
     (`stop`), the numbers of its final usage (prompt, completion, cached, reasoning), and:
 
     - `no_stop_trim`: the request keeps the scheduler's stop token and stop string;
+      `through`: and the text after a matched stop string is cut (OPEN trim_after_stop);
     - `control`: an ERROR or ABORT ends it (its finish stays, nothing is cut);
     - `attr`: a per-row request's `Attributor` (else the array path's entries, if any, are
       `decoded.attrs[j]` and the slot's carry);
@@ -44,17 +45,18 @@ class LastRow:
     `usage`, and `taken_back`: characters of `older` the cut took back (stream=false)."""
 
     __slots__ = ("j", "slot", "finish", "stop", "numbers", "no_stop_trim", "control", "attr",
-                 "sent", "older", "unsend", "between", "usage", "taken_back")
+                 "sent", "older", "unsend", "between", "usage", "taken_back", "through")
 
     def __init__(self, j: int, slot: int, finish: Finish,
                  numbers: tuple[int, int, int, int], stop: int | None = None,
                  no_stop_trim: bool = False, control: bool = False,
                  attr: Attributor | None = None, sent: int = 0,
                  older: Iterable[str] = (), unsend: bool = False,
-                 between: Between | None = None) -> None:
+                 between: Between | None = None, through: bool = False) -> None:
         self.j, self.slot, self.finish, self.numbers, self.stop = j, slot, finish, numbers, stop
         self.no_stop_trim, self.control, self.attr = no_stop_trim, control, attr
         self.sent, self.older, self.unsend, self.between = sent, older, unsend, between
+        self.through = through
         self.usage: Usage | None = None
         self.taken_back = 0
 
@@ -93,22 +95,25 @@ def end_rows(decoder: RowDecoder, state: Slots, decoded: Decoded,
         if stopped is not None:
             if not r.control:
                 r.finish = stopped
-        elif not (r.control or r.no_stop_trim):
+        elif not r.control and (r.through or not r.no_stop_trim):
             matched = stop_string(r.finish)
             if matched:
-                text = _cut(r, text, matched, attrs)
+                text = _cut(r, text, matched, attrs, r.no_stop_trim)
         if text is not was:
             decoded.set(j, text)
         r.usage = usage(*r.numbers)
 
 
-def _cut(r: LastRow, text: str, matched: str, attrs: list[list[Attribution] | None] | None
-         ) -> str:
-    """A scheduler-matched stop string's cut, in the text and in its attributions."""
+def _cut(r: LastRow, text: str, matched: str, attrs: list[list[Attribution] | None] | None,
+         after: bool = False) -> str:
+    """A scheduler-matched stop string's cut, in the text and in its attributions: before
+    its last occurrence, or (`after`: no_stop_trim on a release that cuts there) after it."""
     if r.unsend:  # nothing was sent: the cut may reach into the text so far
         older = "".join(r.older)
         at = (older + text).rfind(matched)
-        keep = None if at < 0 else at - len(older)
+        keep = None if at < 0 else at - len(older) + (len(matched) if after else 0)
+    elif after:
+        keep = cut_after_matched(text, matched, r.older)
     else:
         keep = cut_matched(text, matched, r.older)
     if keep is None:

@@ -98,6 +98,26 @@ def cut_matched(text: str, matched: str, older: Iterable[str]) -> int | None:
     return None
 
 
+def cut_after_matched(text: str, matched: str, older: Iterable[str]) -> int | None:
+    """Where the text is cut so that it ends with a scheduler-matched stop string's last
+    occurrence (no_stop_trim on SGLang 0.5.14 on: the stop string stays, what follows it
+    goes), looked for as `cut_matched` looks; 0 when it ended in sent text; None when it
+    does not occur."""
+    at = text.rfind(matched)
+    if at >= 0:
+        return at + len(matched)
+    tail = ""
+    for piece in older:
+        tail = piece + tail
+        joined = tail[-SENT_TAIL:] + text
+        at = joined.rfind(matched)
+        if at >= 0:
+            return max(0, at + len(matched) - (len(joined) - len(text)))
+        if len(tail) >= SENT_TAIL:
+            break
+    return None
+
+
 def cut_attributions(entries: list[Attribution], at: int) -> list[Attribution]:
     """A row's attributions after its text is cut at byte `at`: the anchors there and past
     it collapse onto the cut, zero-width (`Attributor.cut`)."""

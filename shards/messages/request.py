@@ -173,7 +173,8 @@ class Request:
         row = LastRow(0, self.slot, finish, (self.prompt_tokens, self.completion,
                                              self.cached_tokens, self.reasoning_tokens),
                       stop, self.opts.no_stop_trim, control, self.attr, self.sent,
-                      (self.tail,) if acc is None else (acc.text,), acc is not None, between)
+                      (self.tail,) if acc is None else (acc.text,), acc is not None, between,
+                      self.opts.no_stop_trim and self.opts.trim_after_stop is True)
         decoded = Decoded([text])
         end_rows(self.decoder, self.state, decoded, [row])
         if row.taken_back:  # stream=false: the cut reached into the text accumulated

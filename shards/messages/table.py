@@ -287,8 +287,11 @@ class RidTable:
             fin, prompt, cached, reasoning = ends[row]
             older = self.sent.older(slot, int(state.since[slot]), plan.base + row) \
                 if stop_string(fin) else ()
+            opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
+            kept = opts is not None and opts.no_stop_trim
+            through = opts is not None and opts.no_stop_trim and opts.trim_after_stop is True
             out.append(LastRow(j, slot, fin, (prompt, done, cached, reasoning), stops.get(row),
-                               self._no_stop_trim(slot), older=older))
+                               kept, older=older, through=through))
         return out
 
     def _plain_extras(self, out: Sink, base: int, plain_rows: I64, plain_slots: I64,

@@ -209,3 +209,55 @@ def checked(cfg: Config) -> Config:
     cfg = finalize(cfg)
     check(cfg)
     return cfg
+
+
+# the three forms `DetokenizerManager.trim_matched_stop` took in 0.5.12-0.5.23 (its head)
+TRIM_0_5_12 = '''
+    def trim_matched_stop(self, output, finished_reason, no_stop_trim):
+        if no_stop_trim or not finished_reason:
+            return output
+        matched = finished_reason.get("matched", None)
+        if not matched:
+            return output
+'''
+TRIM_0_5_14 = TRIM_0_5_12.replace("if no_stop_trim or not finished_reason:",
+                                  "if not finished_reason:") + '''
+        if isinstance(matched, str) and isinstance(output, str):
+            pos = output.find(matched)
+            end = pos + len(matched)
+            return output[:end] if no_stop_trim else output[:pos]
+'''
+TRIM_0_5_21 = TRIM_0_5_14.replace("if not matched:", "if matched is None:")
+
+
+def test_each_releases_trim_rules_are_read_from_its_source() -> None:
+    """With no_stop_trim 0.5.12-0.5.13 keep the whole text, 0.5.14 on cut after the stop
+    string; a stop id 0 is trimmed from 0.5.21 on: read from the release's own source, and
+    each stored layout says the same. A form never seen is refused, not guessed."""
+    assert layouts.trim_rules(TRIM_0_5_12) == ("whole", False)
+    assert layouts.trim_rules(TRIM_0_5_14) == ("through", False)
+    assert layouts.trim_rules(TRIM_0_5_21) == ("through", True)
+    assert layouts.trim_rules("def trim_matched_stop(self, output): return output")[0] == "?"
+    for release in layouts.known_releases():
+        got = known(release)
+        key = layouts.release_key(release)
+        assert got.kept_stop_str == ("whole" if key < (0, 5, 14) else "through"), release
+        assert got.stop_id_zero_trimmed == (key >= (0, 5, 21)), release
+    odd = msgspec.structs.replace(builtin(), kept_stop_str="?")
+    refusal = odd.refusal()
+    assert refusal is not None and "\n" not in refusal and "trims a kept stop string" in refusal
+
+
+def test_a_stop_id_zero_is_kept_where_the_release_keeps_it() -> None:
+    """Before 0.5.21 `if not matched` left a matched stop id 0 in the text: the shard is
+    handed a finish that trims nothing there, and the id trimmed from 0.5.21 on."""
+    from sglang_tok.finish import Stop
+    from sglang_tok.protocols.sglang.reader import SglangReader
+    from sglang_tok.protocols.sglang.workers import WorkerMap
+
+    old = SglangReader(Plan(known("0.5.20")), 512, 4096, frozenset(), WorkerMap())
+    new = SglangReader(Plan(known("0.5.21")), 512, 4096, frozenset(), WorkerMap())
+    assert old._for_shard(Stop(0)) == Stop() and new._for_shard(Stop(0)) == Stop(0)
+    assert old._for_shard(Stop(5)) == Stop(5)
+    assert old.through and not SglangReader(Plan(known("0.5.13")), 512, 4096, frozenset(),
+                                            WorkerMap()).through

@@ -12,6 +12,7 @@ requests on the per-row path, rows of 1-4 ids, prompts, and specials skipped and
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 import pytest
 from decoding import IMPLEMENTATIONS, decoding, table_on, tokenizer
@@ -143,13 +144,15 @@ def test_held_tails_are_what_the_incremental_codec_holds() -> None:
 @given(name=st.sampled_from(["deepseek-v4", "trained-bpe", "llama2-style"]),
        words=st.lists(st.sampled_from(["héllo", "世界", "🙂", "end", "STOP", " ", "\n", "ok."]),
                       min_size=1, max_size=400),
-       cut=st.integers(1, 30), prompt=st.booleans(), path=st.sampled_from(sorted(PATHS)))
+       cut=st.integers(1, 30), prompt=st.booleans(), path=st.sampled_from(sorted(PATHS)),
+       kept=st.sampled_from(["", "whole", "through"]))
 def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
-        name: str, words: list[str], cut: int, prompt: bool, path: str) -> None:
+        name: str, words: list[str], cut: int, prompt: bool, path: str, kept: str) -> None:
     """Rule 3 needs the text a request already sent: a plain request's last row looks back
     on what its shard sent (`ending.SentLog`). Long outputs, prompts that end
     mid-character, and stop strings that begin in earlier rows: the deltas equal those of
-    a per-row `Request` fed the same rows."""
+    a per-row `Request` fed the same rows; so too with no_stop_trim, the whole text kept
+    or (trim_after_stop, SGLang 0.5.14 on) cut after the stop string."""
     from shards.messages.request import Request
 
     info = tokenizer(name)
@@ -157,8 +160,11 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
     ids = tok.encode("".join(words), add_special_tokens=False).ids
     text = tok.decode(ids)
     matched = text[-cut:] if text else "x"
+    if kept == "through" and len(text) > cut + 2:  # a stop string with text after it
+        matched = text[-cut - 2:-2]
     prompt_ids = tok.encode("前置🙂", add_special_tokens=False).ids[:-1] if prompt else []
-    opts = Open("r", prompt_ids=prompt_ids)
+    opts = Open("r", prompt_ids=prompt_ids, no_stop_trim=bool(kept),
+                trim_after_stop=True if kept == "through" else msgspec.UNSET)
     ref = Request("r", info, opts)
     table = table_on(info, path)
     route = LocalRoute(1)
@@ -175,6 +181,10 @@ def test_a_scheduler_matched_stop_string_is_cut_as_on_the_per_row_path(
         if d is not None:
             want.append(d)
     assert [(d.text, d.finish) for d in got] == [(d.text, d.finish) for d in want]
+    if kept == "whole" and not prompt:  # (a prompt changes how the first piece decodes)
+        assert "".join(d.text for d in got) == text
+    elif kept == "through" and not prompt:
+        assert "".join(d.text for d in got).endswith(matched)
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))

@@ -226,3 +226,31 @@ def test_attribution_offsets_are_utf8_bytes_local_to_delta(include: bool) -> Non
     for x in d:
         for _tid, _kind, off in x.attributions or []:
             assert off <= len(x.text.encode())
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_kept_stop_string_cut_after_it_when_asked(rows: int) -> None:
+    """OPEN trim_after_stop (SGLang 0.5.14 on, with no_stop_trim): the matched stop string
+    stays, the text after its last occurrence goes; without it the whole text stays."""
+    ids = enc("one, two. three")
+    assert INFO.tokenizer.decode(ids[-1:]) == " three"  # the row the scheduler matched in
+    chunks = [ids] if rows == 1 else [ids[:2], ids[2:-1], ids[-1:]]
+    req = Request("r", INFO, Open("r", no_stop_trim=True, trim_after_stop=True))
+    assert joined(feed(req, chunks, Stop("th"))) == "one, two. th"
+    req = Request("r", INFO, Open("r", no_stop_trim=True))
+    assert joined(feed(req, chunks, Stop("th"))) == "one, two. three"
+    # stream=false: the one delta ends at the stop string too
+    req = Request("r", INFO, Open("r", no_stop_trim=True, trim_after_stop=True, stream=False))
+    d = feed(req, chunks, Stop("e"))
+    assert len(d) == 1 and d[0].text == "one, two. three" and d[0].ids == ids
+    req = Request("r", INFO, Open("r", no_stop_trim=True, trim_after_stop=True, stream=False))
+    assert feed(req, chunks, Stop(", t"))[0].text == "one, t"
+
+
+def test_trim_after_stop_is_never_encoded_unless_set() -> None:
+    """A new OPEN option: an OPEN that does not set it encodes as it did."""
+    import msgspec
+    assert b"trim_after_stop" not in msgspec.msgpack.encode(Open("r", no_stop_trim=True))
+    got = msgspec.msgpack.decode(msgspec.msgpack.encode(Open("r", trim_after_stop=True)),
+                                 type=Open)
+    assert got.trim_after_stop is True

@@ -58,6 +58,9 @@ class Open(msgspec.Struct, gc=False):
     # --max-tools-bytes) and how calls stream: "incremental" or "whole"
     tools: list[dict[str, Any]] = []
     tool_stream: str = "incremental"
+    # with no_stop_trim, a scheduler-matched stop string stays in the text and what follows
+    # it is cut (SGLang 0.5.14 on); absent (UNSET, never encoded): the whole text stays
+    trim_after_stop: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 DEFAULT_OPEN_FIELDS = Open("")

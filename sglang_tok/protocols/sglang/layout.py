@@ -29,6 +29,7 @@ import functools
 import inspect
 import json
 import logging
+import re
 import textwrap
 from importlib import resources
 from typing import Any
@@ -81,6 +82,12 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
     # the form the service reads a pickle-IPC release's into), or SGLang 0.5.15-0.5.18's
     # `[typecode, bytes]` pair (their msgpack encoder's hook)
     arrays: str = "ext"
+    # the release's `DetokenizerManager.trim_matched_stop`: with no_stop_trim, a matched stop
+    # string stays and what follows it is cut ("through", 0.5.14 on) or the whole text
+    # stays ("whole", 0.5.12-0.5.13); a matched stop id 0 is trimmed (0.5.21 on: `matched
+    # is None`) or, falsy, kept (before: `if not matched`)
+    kept_stop_str: str = "through"
+    stop_id_zero_trimmed: bool = True
 
     def refusal(self) -> str | None:
         """Why this release cannot be served, in one line; None when it can."""
@@ -90,6 +97,9 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
             return f"{head}: its IPC is {self.ipc!r} {served}"
         if self.arrays not in ("ext", "pair"):
             return f"{head}: it sends arrays as {self.arrays} {served}"
+        if self.kept_stop_str not in ("through", "whole"):
+            return (f"{head}: its detokenizer trims a kept stop string as "
+                    f"{self.kept_stop_str!r} {served}")
         missing = [f for f in READ if f not in self.token_ids]
         if missing:
             return (f"{head}: its BatchTokenIDOutput has no {', '.join(missing)} {served}")
@@ -152,12 +162,14 @@ def read_running() -> Layout:
     token_cls, str_cls = io.BatchTokenIDOutput, io.BatchStrOutput
     ipc = "msgpack" if issubclass(token_cls, msgspec.Struct) else "pickle"
     token_ids, str_output = field_names(token_cls), field_names(str_cls)
+    trim = ("through", True)  # the newest rules, where the source cannot say
     try:
         from sglang.srt.managers.detokenizer_manager import DetokenizerManager
 
         kwargs = reply_kwargs(inspect.getsource(DetokenizerManager.handle_batch_token_id_out))
         read_from = "source"
-    except (ImportError, OSError, TypeError, ValueError, SyntaxError) as exc:
+        trim = trim_rules(inspect.getsource(DetokenizerManager.trim_matched_stop))
+    except (ImportError, OSError, TypeError, ValueError, SyntaxError, AttributeError) as exc:
         log.warning("sglang_tok: SGLang %s's detokenizer source is not readable (%s): its "
                     "replies are filled by field name alone", release, exc)
         kwargs, read_from = None, "names"
@@ -172,7 +184,25 @@ def read_running() -> Layout:
                   embedding=field_names(io.BatchEmbeddingOutput),
                   configure_logging=field_names(io.ConfigureLoggingReq),
                   beam_output=field_names(beam) if beam is not None else (),
-                  read_from=read_from, arrays=arrays)
+                  read_from=read_from, arrays=arrays, kept_stop_str=trim[0],
+                  stop_id_zero_trimmed=trim[1])
+
+
+def trim_rules(source: str) -> tuple[str, bool]:
+    """(kept_stop_str, stop_id_zero_trimmed) as a release's `trim_matched_stop` source
+    says: 0.5.12-0.5.13 return the whole output under no_stop_trim (`if no_stop_trim or
+    not finished_reason`), 0.5.14 on cut after the stop string (`output[:end] if
+    no_stop_trim`); before 0.5.21 `if not matched` keeps a stop id 0, then `matched is
+    None` trims it. A source of neither form is a rule the service does not know (the
+    layout is then refused, not guessed)."""
+    code = re.sub(r"\s+", "", source)
+    if "output[:end]ifno_stop_trim" in code:
+        kept = "through"
+    elif "ifno_stop_trimornotfinished_reason" in code:
+        kept = "whole"
+    else:
+        kept = "?"
+    return kept, "ifmatchedisNone" in code
 
 
 def _array_form(io: Any) -> str:

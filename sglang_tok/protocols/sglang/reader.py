@@ -182,6 +182,9 @@ class SglangReader:
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
         self.keep = keep_stop_ids
+        # the release's own trim rules (layout.trim_rules)
+        self.through = plan.layout.kept_stop_str == "through"
+        self.zero_kept = not plan.layout.stop_id_zero_trimmed
         self.workers = workers
         self.per_row = per_row
 
@@ -401,7 +404,8 @@ class SglangReader:
             if prompt or not skip or no_trim or not spaces or owner[i] == LATE:
                 firsts.opens.append(Open(rid, skip_special_tokens=skip,
                                          spaces_between_special_tokens=spaces,
-                                         no_stop_trim=no_trim, prompt_ids=prompt))
+                                         no_stop_trim=no_trim, prompt_ids=prompt,
+                                         trim_after_stop=no_trim and self.through))
             else:
                 firsts.fresh.append(rid)
         if not cut:
@@ -414,11 +418,13 @@ class SglangReader:
     def _for_shard(self, fin: Finish) -> Finish:
         """The finish the shard trims by (the reply carries the scheduler's own): SGLang
         leaves a stop token out only when `matched` is one id that is not a tool-call
-        closer it keeps (--keep-stop-ids); a list of ids is not trimmed either."""
+        closer it keeps (--keep-stop-ids); a list of ids is not trimmed either, nor id 0
+        before 0.5.21 (`if not matched`)."""
         if type(fin) is not Stop:
             return fin
         matched = fin.matched
-        if isinstance(matched, list) or (type(matched) is int and matched in self.keep):
+        if isinstance(matched, list) or (type(matched) is int and (
+                matched in self.keep or (matched == 0 and self.zero_kept))):
             return msgspec.structs.replace(fin, matched=msgspec.UNSET)
         return fin
 
