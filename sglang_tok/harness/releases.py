@@ -32,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -311,7 +311,7 @@ class Server:
         lines = [line.strip() for line in self.log_path.read_text(errors="replace")
                  .splitlines() if line.strip().startswith("sglang_tok:")]
         said = [line for line in lines if "does not serve" in line or "FALLBACK" in line]
-        return (said or [None])[-1]
+        return said[-1] if said else None
 
     def detokenizer(self) -> str:
         """Who serves as the detokenizer, by the server's process titles: `sglang-tok` (its
@@ -389,13 +389,23 @@ def generate(url: str, body: Mapping[str, Any], timeout: float = 60) -> Any:
 
 
 def chat(url: str, body: Mapping[str, Any], timeout: float = 60) -> dict[str, Any]:
-    """One streamed /v1/chat/completions, its chunks folded per choice: `content` (the
-    deltas joined), `logprobs` (their entries), `finish_reason`, `matched_stop`; `id`
-    (the request's rid), `keys` (every key its chunks, choices and deltas had), `usage`."""
+    """One /v1/chat/completions, streamed unless `stream` is False, its chunks folded per
+    choice: `content` (the deltas joined), `logprobs` (their entries), `finish_reason`,
+    `matched_stop`; `id` (the request's rid), `keys` (every key its chunks, choices and
+    deltas had), `usage`. Unstreamed, the one reply in the same shape (its message as
+    the delta)."""
+    if body.get("stream") is False:
+        whole = post(url + "/v1/chat/completions", body, timeout)
+        return _fold([{**whole, "choices": [{**c, "delta": c.get("message") or {}}
+                                            for c in whole.get("choices") or ()]}])
+    return _fold(events(url + "/v1/chat/completions", {**body, "stream": True}, timeout))
+
+
+def _fold(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     choices: dict[int, dict[str, Any]] = {}
     keys: set[str] = set()
     out: dict[str, Any] = {"id": None, "usage": None, "chunks": 0}
-    for ev in events(url + "/v1/chat/completions", {**body, "stream": True}, timeout):
+    for ev in chunks:
         out["chunks"] += 1
         out["id"] = out["id"] or ev.get("id")
         keys.update(ev)
