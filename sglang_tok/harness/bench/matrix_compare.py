@@ -40,12 +40,16 @@ def _gen(name: str, stream: bool, **sampling: Any) -> Probe:
                                     "sampling_params": sampling})
 
 
+# stop strings the stand-in's streams meet within a few ids (its corpus cycles Latin,
+# Cyrillic, Devanagari, Arabic, Thai text and a table): most end by one, often mid-token
+STOPS = ["e", "е", "ा", "ل", "่", "|"]
 CHAT = {"model": "default", "messages": [{"role": "user", "content": "Say something."}]}
 PROBES: tuple[Probe, ...] = (
     _gen("plain", False, max_new_tokens=48),
     _gen("stream", True, max_new_tokens=120, ignore_eos=True),
-    _gen("stop", True, max_new_tokens=200, stop=["the"]),
-    _gen("stop-kept", False, max_new_tokens=200, stop=["the"], no_stop_trim=True),
+    _gen("stop", True, max_new_tokens=200, stop=STOPS),
+    _gen("stop-kept", False, max_new_tokens=200, stop=STOPS, no_stop_trim=True),
+    _gen("stop-kept-stream", True, max_new_tokens=200, stop=STOPS, no_stop_trim=True),
     _gen("specials", True, max_new_tokens=100, skip_special_tokens=False),
     Probe("logprobs", "generate", {
         "text": "Logprobs please", "return_logprob": True, "top_logprobs_num": 3,
@@ -59,7 +63,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("chat-logprobs", "chat", {**CHAT, "max_tokens": 32, "stream": False,
                                     "logprobs": True, "top_logprobs": 2}),
     Probe("chat-stream", "chat", {**CHAT, "max_tokens": 48}),
-    Probe("chat-n2-stop", "chat", {**CHAT, "max_tokens": 64, "n": 2, "stop": ["the"]}),
+    Probe("chat-n2-stop", "chat", {**CHAT, "max_tokens": 64, "n": 2, "stop": STOPS}),
 )
 
 

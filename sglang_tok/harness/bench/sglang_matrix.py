@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 import tempfile
 import time
 import urllib.error
@@ -165,6 +167,8 @@ def main(args: argparse.Namespace) -> int:
     """Prints the table (a line per release as it ends, then the whole); 0 when every
     release was served or refused in one line at start (`scripts/sglang/matrix.py`'s
     flags)."""
+    # a TERM (timeout, kill) unwinds through each server's `stop`: none is left behind
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="sglang-matrix-"))
     chosen = rel.parse_releases(args.releases)
     print(f"# {len(chosen)} releases, work in {work}", flush=True)
