@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -221,10 +222,21 @@ def beam_search(python: str, path: str) -> bool:
 
 
 # --------------------------------------------------------------------------- servers
+# ports a server is given: low enough that the ports SGLang derives from --port stay
+# valid (0.5.15 checks its gRPC port, --port + 10000, against 65535 even unused)
+PORTS = range(20000, 45000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port in `PORTS` (the system's own choice may be too high)."""
+    for port in random.sample(PORTS, 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
 class ServerExited(RuntimeError):
