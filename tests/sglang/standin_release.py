@@ -15,24 +15,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from sglang_tok.harness.sglang_side import model_dir  # noqa: E402
-from sglang_tok.tokenizer import load_tokenizer  # noqa: E402
+from sglang_tok.harness.releases import Server, generate, server, site_path  # noqa: E402
+from sglang_tok.harness.standin.ledger import Ledger  # noqa: E402
 
 SITES_ENV = "SGLANG_RELEASE_SITES"
 RELEASES = [f"0.5.{n}" for n in range(12, 24)]
@@ -48,155 +42,14 @@ ASKS: list[dict[str, Any]] = [
      "sampling_params": {"max_new_tokens": 100, "skip_special_tokens": False}},
     {"text": "Short", "stream": True, "sampling_params": {"max_new_tokens": 1}},
 ]
+__all__ = ["ASKS", "RELEASES", "Ledger", "Server", "check", "generate", "release_path",
+           "run", "server"]
 
 
 def release_path(release: str, python: str) -> str | None:
-    """The PYTHONPATH that imports `release`'s SGLang (this checkout first), or None where
-    it is not installed."""
-    template = os.environ.get(SITES_ENV, "")
-    sites = [p.replace("{release}", release) for p in template.split(os.pathsep) if p]
-    sites = [p for p in sites if Path(p).is_dir()]
-    path = os.pathsep.join([str(ROOT), *sites])
-    probe = subprocess.run([python, "-c", "import sglang; print(sglang.__version__)"],
-                           env={**os.environ, "PYTHONPATH": path}, capture_output=True,
-                           text=True, timeout=120)
-    if probe.returncode != 0 or probe.stdout.strip() != release:
-        return None
-    return path
-
-
-class Server:
-    """`python -m sglang.launch_server` of a release, the stand-in in the scheduler's place
-    and SGLang's own detokenizer (`SGLANG_PLUGINS=sglang_tok_standin`; `env` may say
-    otherwise)."""
-
-    def __init__(self, python: str, path: str, work: Path, port: int,
-                 standin: str = "", env: dict[str, str] | None = None) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.ledger = work / f"ledger-{port}.jsonl"
-        self.ledger.unlink(missing_ok=True)
-        self.log_path = work / f"server-{port}.log"
-        self.log = open(self.log_path, "w")
-        settings = f"step_ms=5,length=40,ledger={self.ledger}" + (f",{standin}" if standin
-                                                                   else "")
-        # a short TMPDIR: ipc:// socket paths under it (SGLang's, sglang-tok's) are bounded
-        self.tmp = tempfile.mkdtemp(prefix="sti-", dir="/tmp" if Path("/tmp").is_dir()
-                                    else None)
-        env = {**os.environ, "PYTHONPATH": path, "SGLANG_PLUGINS": "sglang_tok_standin",
-               "SGLANG_TOK_STANDIN": settings, "TMPDIR": self.tmp, **(env or {})}
-        cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(work)),
-               "--device", "cpu", "--port", str(port), "--log-level", "warning",
-               "--skip-server-warmup"]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=work)
-
-    def wait_ready(self, timeout: float = 300.0) -> float:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited ({self.proc.returncode}): "
-                                   f"{self.tail()}")
-            try:
-                post(self.url + "/generate", {"text": "ready?",
-                                              "sampling_params": {"max_new_tokens": 2}}, 10)
-                return time.monotonic() - t0
-            except OSError:
-                time.sleep(1.0)
-        raise RuntimeError(f"the server was not ready in {timeout:.0f}s: {self.tail()}")
-
-    def tail(self, lines: int = 12) -> str:
-        self.log.flush()
-        text = self.log_path.read_text(errors="replace").splitlines()
-        useful = [line for line in text if line.strip() and "fix_mistral_regex" not in line]
-        return "\n".join(useful[-lines:])
-
-    def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-@contextmanager
-def server(python: str, path: str, work: Path, port: int, **kw: Any) -> Iterator[Server]:
-    s = Server(python, path, work, port, **kw)
-    try:
-        s.wait_ready()
-        yield s
-    finally:
-        s.stop()
-
-
-def post(url: str, body: dict[str, Any], timeout: float = 60) -> Any:
-    req = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def generate(url: str, body: dict[str, Any]) -> dict[str, Any]:
-    """One /generate: its last chunk (streamed: every chunk's text must extend the one
-    before it, SGLang's /generate streams the text so far)."""
-    if not body.get("stream"):
-        return post(url + "/generate", body)
-    req = urllib.request.Request(url + "/generate", method="POST",
-                                 data=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"})
-    last: dict[str, Any] = {}
-    chunks = 0
-    with urllib.request.urlopen(req, timeout=60) as r:
-        for raw in r:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            out = json.loads(line[5:])
-            if "text" in last and not out["text"].startswith(last["text"]):
-                raise AssertionError(f"a chunk took back text: {last['text']!r} -> "
-                                     f"{out['text']!r}")
-            last = out
-            chunks += 1
-    last["chunks"] = chunks
-    return last
-
-
-class Ledger:
-    """The stand-in's ledger: per rid, the ids it sent and how the request ended."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.tok = load_tokenizer("deepseek-v4")
-
-    def entries(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        if self.path.exists():
-            for line in self.path.read_text().splitlines():
-                e = json.loads(line)
-                out[e["rid"]] = e
-        return out
-
-    def text(self, e: dict[str, Any]) -> str:
-        """What SGLang's detokenizer makes of the ids: a matched stop id or string cut
-        unless no_stop_trim."""
-        ids, fin = list(e["ids"]), e["finish"] or {}
-        matched = fin.get("matched")
-        if fin.get("type") == "stop" and isinstance(matched, int) and ids \
-                and ids[-1] == matched and not e["no_stop_trim"]:
-            ids = ids[:-1]
-        text = self.tok.decode(ids, skip_special_tokens=e["skip_special_tokens"])
-        if fin.get("type") == "stop" and isinstance(matched, str):
-            at = text.find(matched)
-            if at >= 0:
-                text = text[:at + len(matched)] if e["no_stop_trim"] else text[:at]
-        return text
+    """The PYTHONPATH that imports `release`'s SGLang (this checkout first; the folders
+    SGLANG_RELEASE_SITES names, none without it), or None where it is not installed."""
+    return site_path(release, python, os.environ.get(SITES_ENV, ""))
 
 
 def check(url: str, ledger: Ledger, rounds: int = 2) -> tuple[int, int, list[str]]:
@@ -215,7 +68,7 @@ def check(url: str, ledger: Ledger, rounds: int = 2) -> tuple[int, int, list[str
             continue
         checked += 1
         want = ledger.text(e)
-        if out["text"] == want and out["meta_info"]["completion_tokens"] == len(e["ids"]):
+        if out["text"] == want and out["meta_info"]["completion_tokens"] == len(e.ids):
             exact += 1
         else:
             wrong.append(f"{ask['text']!r}: {out['text'][:60]!r} != {want[:60]!r} "

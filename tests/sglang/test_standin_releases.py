@@ -58,7 +58,7 @@ def replayed_exactly(url: str, ledger: Ledger, recorded: list[list[int]], n: int
     for out in outs:
         e = seen[out["meta_info"]["id"]]
         assert out["text"] == ledger.text(e)
-        assert e["ids"] and any(r[:len(e["ids"])] == e["ids"] for r in recorded), e["ids"]
+        assert e.ids and any(r[:len(e.ids)] == e.ids for r in recorded), e.ids
 
 
 def test_a_trace_of_one_release_replays_on_another(tmp_path: Path) -> None:
