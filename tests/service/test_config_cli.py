@@ -134,7 +134,11 @@ def test_every_flag_the_docs_name_exists() -> None:
         real |= set(re.findall(r"= \"(--[a-z0-9-]+)\" \]", script.read_text()))
     # SGLang's own flags, named where the README says how to launch SGLang with the plugin
     real |= {"--model-path", "--tokenizer-path", "--detokenizer-worker-num",
-             "--tokenizer-worker-num", "--skip-tokenizer-init", "--enable-metrics", "--device"}
+             "--tokenizer-worker-num", "--skip-tokenizer-init", "--enable-metrics", "--device",
+             # the serving modes docs/sglang.md names
+             "--enable-dp-attention", "--dp-size", "--tp-size", "--speculative-algorithm",
+             "--stream-interval", "--incremental-streaming-output", "--load-balance-method",
+             "--disaggregation-mode", "--nnodes"}
     real |= {"--no-deps", "--no-index"}  # pip's, in the README's install lines
     for doc in ("docs/operations.md", "docs/kit.md", "docs/sglang.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
