@@ -9,7 +9,7 @@ rids); the events are plain data the egress routes the same way whatever the pro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -101,6 +101,8 @@ class Workers(Protocol):
     def note(self, rids: Sequence[str], ipcs: Sequence[str | None]) -> None: ...
 
     def of(self, rids: Sequence[str]) -> list[str | None]: ...
+
+    def ended(self, rids: Iterable[str]) -> None: ...
 
 
 class Writer(Protocol):

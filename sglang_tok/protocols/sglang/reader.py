@@ -431,11 +431,10 @@ class SglangReader:
     def _track_workers(self, r: Columns, ipcs: list[str | None], firsts: list[int]) -> None:
         """Remember each live request's tokenizer worker, for the egress's own last rows."""
         rids = r.rids
-        workers = self.workers
-        workers.note([rids[i] for i in firsts], [ipcs[i] for i in firsts])
-        fins = r.finished
-        if fins.count(None) != len(fins):
-            workers.ended([rids[i] for i, fin in enumerate(fins) if fin is not None])
+        self.workers.note([rids[i] for i in firsts], [ipcs[i] for i in firsts])
+        # a finished row does not forget its worker here: until its shard acknowledges the
+        # row, a shard that dies fails the request, and that error goes to the same worker
+        # (the egress forgets it once the end is certain: `forget_ended`)
 
 
 def _beam_rows(fields: list[Raw], at: int) -> frozenset[int]:

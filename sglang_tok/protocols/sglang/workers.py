@@ -25,11 +25,12 @@ class WorkerMap:
         return len(self.ipc_of)
 
     def note(self, rids: Sequence[str], ipcs: Sequence[str | None]) -> None:
-        """Where these rids' rows go (a request's first row, a DROP, a replayed journal);
-        a worker already known stays."""
+        """Where these rids' rows go (a request's first row, a DROP, a replayed journal, a
+        shard's rows): the newest word wins, as a rid reused by a new request may come
+        from another worker while its old life's end is not yet certain."""
         ipc_of = self.ipc_of
         for rid, ipc in zip(rids, ipcs):
-            if ipc is not None and rid not in ipc_of:
+            if ipc is not None:
                 ipc_of[rid] = ipc
 
     def ended(self, rids: Iterable[str]) -> None:
