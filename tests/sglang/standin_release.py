@@ -35,6 +35,7 @@ from sglang_tok.harness.sglang_side import model_dir  # noqa: E402
 from sglang_tok.tokenizer import load_tokenizer  # noqa: E402
 
 SITES_ENV = "SGLANG_RELEASE_SITES"
+READY_IDS = [30602, 14, 2058]
 RELEASES = [f"0.5.{n}" for n in range(12, 24)]
 # the prompts each check sends: streaming and not, a stop string, a small max_new_tokens
 ASKS: list[dict[str, Any]] = [
@@ -71,7 +72,8 @@ class Server:
     otherwise)."""
 
     def __init__(self, python: str, path: str, work: Path, port: int,
-                 standin: str = "", env: dict[str, str] | None = None) -> None:
+                 standin: str = "", env: dict[str, str] | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.ledger = work / f"ledger-{port}.jsonl"
@@ -87,7 +89,7 @@ class Server:
                "SGLANG_TOK_STANDIN": settings, "TMPDIR": self.tmp, **(env or {})}
         cmd = [python, "-m", "sglang.launch_server", "--model-path", str(model_dir(work)),
                "--device", "cpu", "--port", str(port), "--log-level", "warning",
-               "--skip-server-warmup"]
+               "--skip-server-warmup", *args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True, cwd=work)
 
@@ -98,7 +100,8 @@ class Server:
                 raise RuntimeError(f"the server exited ({self.proc.returncode}): "
                                    f"{self.tail()}")
             try:
-                post(self.url + "/generate", {"text": "ready?",
+                # ids, not text: a server with --skip-tokenizer-init takes only ids
+                post(self.url + "/generate", {"input_ids": READY_IDS,
                                               "sampling_params": {"max_new_tokens": 2}}, 10)
                 return time.monotonic() - t0
             except OSError:
@@ -110,6 +113,33 @@ class Server:
         text = self.log_path.read_text(errors="replace").splitlines()
         useful = [line for line in text if line.strip() and "fix_mistral_regex" not in line]
         return "\n".join(useful[-lines:])
+
+    def stop_alone(self, timeout: float = 30.0) -> tuple[float, list[str]]:
+        """SIGTERM to the launcher alone, as a user stops a server: (seconds until its
+        whole process tree was gone, what was still running at `timeout`); `stop` then
+        ends whatever is left."""
+        import psutil
+
+        try:
+            tree = [psutil.Process(self.proc.pid),
+                    *psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0, []
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        while time.monotonic() - t0 < timeout:
+            alive = [p for p in tree if _running(p)]
+            if not alive:
+                break
+            time.sleep(0.1)
+        left = []
+        for p in tree:
+            if _running(p):
+                try:
+                    left.append(f"{p.pid} {' '.join(p.cmdline())[:80]}")
+                except psutil.Error:
+                    pass
+        return time.monotonic() - t0, left
 
     def stop(self) -> None:
         try:
@@ -124,6 +154,23 @@ class Server:
         self.proc.wait()
         self.log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _running(proc: Any) -> bool:
+    import psutil
+
+    try:
+        if proc.pid == os.getpid():
+            return False
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            try:  # our own child: reap it
+                os.waitpid(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            return False
+        return bool(proc.is_running())
+    except psutil.Error:
+        return False
 
 
 @contextmanager
