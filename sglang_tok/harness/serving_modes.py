@@ -6,8 +6,8 @@ Texts are compared whole (each against the stand-in's ledger: the full decode of
 sent, after stops), never chunk by chunk: where a row ends mid-character SGLang holds the
 complete characters before the partial one and the plugin sends them at once, so a stream
 may be cut differently while every final text is equal. `meta_info` is compared key by key;
-values that are clocks (latencies, timestamps, queue times) and request ids are left out,
-their keys are not.
+values that are clocks (latencies, timestamps, queue times), request ids and the DP rank
+(the controller's round robin follows arrival order) are left out, their keys are not.
 
 Nothing here imports SGLang: `tests/sglang/test_standin_modes.py` starts the servers.
 """
@@ -88,10 +88,15 @@ def by_name(name: str) -> Mode:
     return next(m for m in MODES if m.name == name)
 
 
+# meta_info values set by when and in what order requests arrived, not by the detokenizer:
+# the request id, and the DP rank the controller's round robin gave it
+ORDERED = frozenset(("id", "dp_rank"))
+
+
 def is_clock(key: str) -> bool:
-    """A meta_info value that is a clock reading or an id: its key must be there on both
-    servers, its value may differ."""
-    return key == "id" or key.endswith("_ts") or any(
+    """A meta_info value that is a clock reading, an id or a DP placement: its key must be
+    there on both servers, its value may differ."""
+    return key in ORDERED or key.endswith("_ts") or any(
         w in key for w in ("time", "latency", "throughput", "duration", "delay"))
 
 
