@@ -66,6 +66,8 @@ _N_STOP = (
     _ask("Once upon a time", max_new_tokens=64),
 )
 
+# ids in and out: no stop strings (SGLang needs its tokenizer for them)
+_IDS = tuple(a for a in ASKS if "stop" not in a["sampling_params"])
 METRICS = ("--enable-metrics",)
 MODES: tuple[Mode, ...] = (
     Mode(name="dp", args=("--dp-size", "2", *METRICS)),
@@ -79,7 +81,8 @@ MODES: tuple[Mode, ...] = (
     Mode(name="speculative", args=("--speculative-algorithm", "NGRAM",
                                    "--speculative-num-draft-tokens", "4", *METRICS),
          standin="ids_per_step=3"),
-    Mode(name="skip-tokenizer-init", args=("--skip-tokenizer-init", *METRICS), ids_only=True),
+    Mode(name="skip-tokenizer-init", args=("--skip-tokenizer-init", *METRICS), asks=_IDS,
+         ids_only=True),
     Mode(name="engine", engine=True),
 )
 

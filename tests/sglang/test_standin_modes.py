@@ -88,6 +88,9 @@ def check_ledger(run: Run, ledger: Ledger, ids_only: bool) -> None:
     seen = ledger.entries()
     for outs in run.outs:
         for out in outs:
+            if "meta_info" not in out:
+                run.wrong.append(f"a reply without meta_info: {str(out)[:200]}")
+                continue
             rid = out["meta_info"]["id"]
             e = seen.get(rid)
             if e is None:
@@ -123,7 +126,8 @@ def serve(mode: Mode, kind: str, work: Path, port: int) -> Run:
         run.wrong += [f"{kind}: left after the launcher's stop ({took:.1f} s): {p}"
                       for p in left]
     except Exception as exc:
-        run.wrong.append(f"{kind}: {exc}".replace("\n", " | ")[-600:])
+        text = f"{kind}: {exc}".replace("\n", " | ")
+        run.wrong.append(text if len(text) < 900 else f"{text[:300]} ... {text[-500:]}")
     finally:
         s.stop()
     return run
