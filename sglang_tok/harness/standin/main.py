@@ -88,6 +88,12 @@ def run_standin(cfg: StandinConfig, params: tuple[str, ...], *args: Any,
         pipe_writer.send(ready)
     signal.signal(signal.SIGUSR1, lambda *_: standin.stop())
     standin.run()
+    standin.close()
+    # the loop's end is the process's, as SGLang's scheduler's is: nothing is left to wait
+    # for (its sockets closed without linger), and a rank that lingered at interpreter exit
+    # was SIGKILLed 15 s into SGLang's shutdown
+    logging.shutdown()
+    os._exit(0)
 
 
 def _bind(params: tuple[str, ...], args: tuple[Any, ...],
@@ -375,6 +381,7 @@ class Standin:
                          span=release.span, speculative=host.speculative)
         release.core = self.core
         ctx = zmq.Context(2)
+        self.ctx = ctx
         self.zmq = zmq
         self.recv = ctx.socket(zmq.PULL)
         self.recv.connect(port_args.scheduler_input_ipc_name)
@@ -420,6 +427,15 @@ class Standin:
                       for t in BUILTIN_TEXTS]
         return Synthetic(corpus, min(self.eos) if self.eos else 0, self.cfg.length,
                          self.cfg.spread, self.cfg.ids_per_step, self.cfg.by_prompt)
+
+    def close(self) -> None:
+        """Sockets closed without linger (SGLang is shutting down: nobody reads what is
+        unsent), the ledger flushed."""
+        for sock in (self.recv, self.to_detok, self.to_tok):
+            sock.close(linger=0)
+        self.ctx.term()
+        if self.ledger is not None:
+            self.ledger.close()
 
     def stop(self) -> None:
         """A peer rank was told to shut down (SIGUSR1 from `stop_peers`)."""
