@@ -41,9 +41,9 @@ pytestmark = [pytest.mark.skipif(PYTHON is None, reason="SGLANG_PYTHON unset or 
 _wanted = {m for m in os.environ.get("SGLANG_MODES", "").split(",") if m}
 CHOSEN = [m for m in MODES if not _wanted or m.name in _wanted]
 PORT = 32400
-# a stopped launcher's whole tree is gone by then: SGLang drains (5 s), waits for its
-# schedulers (15 s), then kills the rest; with DP its controller never exits before that,
-# stock or plugin (about 18 s on a loaded 2-core box)
+# a stopped launcher's whole tree is gone by then: SGLang drains (up to 5 s), waits up to
+# 15 s for its schedulers to exit, then kills the rest (DP's controller among them); the
+# stand-in's ranks exit at once, a server stops in about 5 s, so 40 s is a loaded box's bound
 STOP_S = 40.0
 
 
