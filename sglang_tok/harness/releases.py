@@ -53,6 +53,7 @@ READY = ".ready"
 # the packages a release's wheel pins that its folder gets (the rest: the side environment's)
 PINNED = ("transformers", "tokenizers", "huggingface-hub", "kernels")
 PLUGINS_STOCK = "sglang_tok_standin"
+READY_IDS = [30602, 14, 2058]  # a short prompt as ids (" Jess, world" in DeepSeek-V4's)
 PLUGINS_PLUGIN = "sglang_tok,sglang_tok_standin"
 
 
@@ -239,6 +240,22 @@ def free_port() -> int:
     raise OSError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
 
 
+def _running(proc: psutil.Process) -> bool:
+    """A process of the tree still running (our own zombie child reaped, not counted)."""
+    try:
+        if proc.pid == os.getpid():
+            return False
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            try:
+                os.waitpid(proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            return False
+        return bool(proc.is_running())
+    except psutil.Error:
+        return False
+
+
 class ServerExited(RuntimeError):
     """The server stopped before it served (`refusal`: the plugin's one line, if so)."""
 
@@ -300,7 +317,8 @@ class Server:
             except OSError:
                 time.sleep(1.0)
         try:
-            post(self.url + "/generate", {"text": "ready?",
+            # ids, not text: a server with --skip-tokenizer-init takes only ids
+            post(self.url + "/generate", {"input_ids": READY_IDS,
                                           "sampling_params": {"max_new_tokens": 2}},
                  max(30.0, timeout - (time.monotonic() - t0)))
         except OSError as exc:
@@ -336,6 +354,30 @@ class Server:
         if any("sglang-tok" in t for t in titles):
             return "sglang-tok"
         return "sglang" if any("sglang::detokenizer" in t for t in titles) else "?"
+
+    def stop_alone(self, timeout: float = 30.0) -> tuple[float, list[str]]:
+        """SIGTERM to the launcher alone, as a user stops a server: (seconds until its
+        whole process tree was gone, what was still running at `timeout`); `stop` then
+        ends whatever is left."""
+        try:
+            tree = [psutil.Process(self.proc.pid),
+                    *psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0, []
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        while time.monotonic() - t0 < timeout:
+            if not any(map(_running, tree)):
+                break
+            time.sleep(0.1)
+        left = []
+        for p in tree:
+            if _running(p):
+                try:
+                    left.append(f"{p.pid} {' '.join(p.cmdline())[:80]}")
+                except psutil.Error:
+                    pass
+        return time.monotonic() - t0, left
 
     def stop(self) -> None:
         try:

@@ -28,6 +28,9 @@ class StandinConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # synthetic streams: ids before EOS, varied per request by +-spread of it
     length: Annotated[int, Meta(ge=1)] = 256
     spread: Annotated[float, Meta(ge=0, le=1)] = 0.5
+    # synthetic streams chosen by the prompt alone, not also by arrival order: requests sent
+    # at once get the same ids on two servers (a comparison of two detokenizers)
+    by_prompt: bool = False
     # a file to append one JSON line per ended request to (rid, ids, finish): the ledger
     # a benchmark checks every text against
     ledger: str = ""

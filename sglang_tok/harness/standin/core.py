@@ -52,7 +52,7 @@ class Core:
                  stream_interval: int = 1, dp_rank: int = 0,
                  wrap: Callable[[Any], Any] | None = None,
                  time_stats: Callable[[], Any] | None = None,
-                 span: Callable[..., Any] | None = None) -> None:
+                 span: Callable[..., Any] | None = None, speculative: bool = False) -> None:
         self.source = source
         self.decode = decode
         self.eos = eos
@@ -64,6 +64,9 @@ class Core:
         self.wrap = wrap
         self.new_time_stats = time_stats
         self.span = span
+        # SGLang's scheduler with --speculative-algorithm counts verify steps per request
+        # and sends them per row; its TokenizerManager then reads them for every row
+        self.speculative = speculative
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.arrived = 0
@@ -112,7 +115,8 @@ class Core:
         self.steps += 1
         rows = StepRows(any(r.ask.return_logprob for r in self.running), self.decode,
                         self.stream_interval, self.dp_rank, self.wrap,
-                        *([self.span] if self.span is not None else []))
+                        *([self.span] if self.span is not None else []),
+                        speculative=self.speculative)
         still: list[Request] = []
         for req in self.running:
             if self._advance(req):
@@ -144,6 +148,8 @@ class Core:
             return True
         if ids:
             self.ids += len(ids)
+            if self.speculative and not first:  # the prefill samples; decode steps verify
+                req.verified(len(ids))
             if req.logprobs is not None:
                 self._logprobs(req, ids, next(req.stream.logprobs, None)
                                if req.stream.logprobs is not None else None)

@@ -27,6 +27,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,8 @@ import msgspec
 from . import pickles
 from .config import StandinConfig
 from .core import Core, Ended
+from .grid import StepGrid
+from .loads import TITLE, LoadWriter, stop_peers
 from .message import Plan
 from .requests import Ask, Sampling
 from .streams import Replayed, Synthetic
@@ -63,7 +66,7 @@ def run_standin(cfg: StandinConfig, params: tuple[str, ...], *args: Any,
     server_args, port_args = bound["server_args"], bound["port_args"]
     pipe_writer = bound.get("pipe_writer")
     kill_itself_when_parent_died()
-    setproctitle.setproctitle("sglang::scheduler (sglang-tok stand-in)")
+    setproctitle.setproctitle(TITLE)
     logging.basicConfig(level=getattr(server_args, "log_level", "info").upper(),
                         format="[%(asctime)s standin] %(message)s")
     started = time.perf_counter()
@@ -83,7 +86,14 @@ def run_standin(cfg: StandinConfig, params: tuple[str, ...], *args: Any,
         raise
     if pipe_writer is not None:
         pipe_writer.send(ready)
+    signal.signal(signal.SIGUSR1, lambda *_: standin.stop())
     standin.run()
+    standin.close()
+    # the loop's end is the process's, as SGLang's scheduler's is: nothing is left to wait
+    # for (its sockets closed without linger), and a rank that lingered at interpreter exit
+    # was SIGKILLed 15 s into SGLang's shutdown
+    logging.shutdown()
+    os._exit(0)
 
 
 def _bind(params: tuple[str, ...], args: tuple[Any, ...],
@@ -117,6 +127,7 @@ class Host(msgspec.Struct, frozen=True):
     stream_interval: int = 1
     enable_metrics: bool = False
     max_running_requests: int | None = None
+    speculative: bool = False
 
 
 class Release:
@@ -189,7 +200,9 @@ class Release:
                     skip_tokenizer_init=bool(getattr(serving, "skip_tokenizer_init", False)),
                     stream_interval=int(getattr(serving, "stream_interval", 1) or 1),
                     enable_metrics=bool(getattr(observe, "enable_metrics", False)),
-                    max_running_requests=getattr(server_args, "max_running_requests", None))
+                    max_running_requests=getattr(server_args, "max_running_requests", None),
+                    speculative=getattr(server_args, "speculative_algorithm", None)
+                    not in (None, "", "NONE"))
 
     # ------------------------------------------------------------------ the message
     def _fills(self, fields: tuple[str, ...]) -> dict[str, Callable[[Any], Any]]:
@@ -365,9 +378,10 @@ class Standin:
                                          host.max_running_requests or cfg.max_running),
                          stream_interval=host.stream_interval, dp_rank=release.dp_rank,
                          wrap=release.wrap, time_stats=lambda: _time_stats(metrics),
-                         span=release.span)
+                         span=release.span, speculative=host.speculative)
         release.core = self.core
         ctx = zmq.Context(2)
+        self.ctx = ctx
         self.zmq = zmq
         self.recv = ctx.socket(zmq.PULL)
         self.recv.connect(port_args.scheduler_input_ipc_name)
@@ -379,6 +393,7 @@ class Standin:
         self.ledger: IO[str] | None = open(cfg.ledger, "a") if cfg.ledger else None
         self.unhandled: set[str] = set()
         self.stopping = False
+        self.load_writer = LoadWriter(port_args, release)
         self.next_status = 0.0
         log.info("sglang-tok stand-in scheduler for SGLang %s (%s IPC, %d message fields): "
                  "%s, %s ms steps, %d ids per step", release.version,
@@ -411,27 +426,38 @@ class Standin:
             corpus = [self.tokenizer.encode(t, add_special_tokens=False).ids
                       for t in BUILTIN_TEXTS]
         return Synthetic(corpus, min(self.eos) if self.eos else 0, self.cfg.length,
-                         self.cfg.spread, self.cfg.ids_per_step)
+                         self.cfg.spread, self.cfg.ids_per_step, self.cfg.by_prompt)
+
+    def close(self) -> None:
+        """Sockets closed without linger (SGLang is shutting down: nobody reads what is
+        unsent), the ledger flushed."""
+        for sock in (self.recv, self.to_detok, self.to_tok):
+            sock.close(linger=0)
+        self.ctx.term()
+        if self.ledger is not None:
+            self.ledger.close()
+
+    def stop(self) -> None:
+        """A peer rank was told to shut down (SIGUSR1 from `stop_peers`)."""
+        self.stopping = True
 
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        step_s = self.cfg.step_ms / 1000.0
-        next_step = time.monotonic()
+        grid = StepGrid(self.cfg.step_ms / 1000.0)
         while not self.stopping:
-            now = time.monotonic()
-            if self.core.busy:
-                wait_ms = max(0, int((next_step - now) * 1000))
-            else:
-                wait_ms = IDLE_POLL_MS
+            busy = self.core.busy
+            wait_ms = int(grid.wait_s(time.monotonic()) * 1000) if busy else IDLE_POLL_MS
             if self.recv.poll(wait_ms):
                 self._drain()
-            now = time.monotonic()
             if not self.core.busy:
-                next_step = now
+                if busy:
+                    self.load_writer.write(self.core)  # idle now: the DP controller sees it
+                grid.idle()
                 continue
-            if now >= next_step:
+            now = time.monotonic()
+            if grid.due(now):
                 self._step()
-                next_step = max(next_step + step_s, now) if step_s else now
+                grid.stepped(now)
         log.info("stand-in scheduler: shut down after %d steps, %d ids", self.core.steps,
                  self.core.ids)
 
@@ -446,6 +472,7 @@ class Standin:
 
     def _step(self) -> None:
         cols = self.core.step()
+        self.load_writer.write(self.core)
         if cols is not None:
             self.release.send(self.to_detok, self.release.message(cols))
         if self.core.ended:
@@ -493,6 +520,7 @@ class Standin:
                 internal_state=state, http_worker_ipc=getattr(obj, "http_worker_ipc", None)))
         elif name == "ShutdownReq":
             self.stopping = True
+            stop_peers()
         elif type(obj).__name__ not in self.unhandled:
             self.unhandled.add(type(obj).__name__)
             log.warning("stand-in scheduler: %s is not served (ignored)", type(obj).__name__)

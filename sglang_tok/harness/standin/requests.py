@@ -84,7 +84,8 @@ class Request:
                  "finished_output", "send_token_offset", "send_decode_id_offset",
                  "send_logprob_offset", "surr_offset", "read_offset", "surr_and_decode_ids",
                  "cur_decode_ids_len", "input_logprob_sent", "logprobs", "stream",
-                 "time_stats", "beams", "beam_ids")
+                 "time_stats", "beams", "beam_ids", "spec_verify_ct",
+                 "spec_num_correct_drafts", "spec_correct_drafts_histogram")
 
     def __init__(self, ask: Ask, stream: Any) -> None:
         self.ask = ask
@@ -107,6 +108,11 @@ class Request:
         self.time_stats: Any = None  # SGLang's SchedulerReqTimeStats, where SGLang is
         self.beams: Any = None  # a finished beam group's sequences (a BeamSearchOutput)
         self.beam_ids: array[int] = array("q")  # a beam group's best beam so far
+        # speculative decoding as SGLang's `Req` counts it: verify steps, drafts accepted,
+        # and how many steps accepted each count of drafts
+        self.spec_verify_ct = 0
+        self.spec_num_correct_drafts = 0
+        self.spec_correct_drafts_histogram: list[int] = []
 
     # ------------------------------------------------------------------ state
     def finished(self) -> bool:
@@ -132,6 +138,17 @@ class Request:
             self.surr_and_decode_ids.extend(out[self.cur_decode_ids_len:])
         self.cur_decode_ids_len = len(out)
         return self.surr_and_decode_ids, self.read_offset - self.surr_offset
+
+    def verified(self, accepted: int) -> None:
+        """One speculative verify step that accepted `accepted` ids: the target model's
+        own id and `accepted - 1` drafts (`update_spec_correct_drafts_histogram`)."""
+        correct = max(accepted - 1, 0)
+        self.spec_verify_ct += 1
+        self.spec_num_correct_drafts += correct
+        hist = self.spec_correct_drafts_histogram
+        if len(hist) <= correct:
+            hist.extend([0] * (correct - len(hist) + 1))
+        hist[correct] += 1
 
     # ------------------------------------------------------------------ a step
     def extend(self, ids: Sequence[int], decode: Decode | None, eos: frozenset[int]) -> None:

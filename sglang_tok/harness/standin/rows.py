@@ -82,7 +82,7 @@ class StepRows:
     def __init__(self, return_logprob: bool, decode: Decode | None,
                  stream_interval: int = 1, dp_rank: int = 0,
                  wrap: Callable[[Any], Any] | None = None,
-                 span: Callable[..., Any] = Span) -> None:
+                 span: Callable[..., Any] = Span, speculative: bool = False) -> None:
         self.return_logprob = return_logprob
         self.decode = decode
         self.stream_interval = stream_interval
@@ -91,6 +91,8 @@ class StepRows:
         self.span = span  # SGLang's WeightVersionSpan, where SGLang has one
         self.cols: dict[str, list[Any]] = {name: [] for name in _PER_ROW}
         self.time_stats: list[Any] = []
+        self.speculative = speculative
+        self.spec: dict[str, list[Any]] = {name: [] for name in _SPEC}
         if return_logprob:
             for name in (*_INPUT_LOGPROBS, *_FLAT, *_OUTPUT_LOGPROBS):
                 self.cols[name] = []
@@ -155,9 +157,22 @@ class StepRows:
             [self.span(version=WEIGHT_VERSION, start=0, end=len(out))] if req.finished()
             else None)
         self.time_stats.append(req.time_stats)
+        if self.speculative:
+            self._spec(req)
         if self.return_logprob:
             self._logprobs(req, len(out), lp_sent)
         return True
+
+    def _spec(self, req: Request) -> None:
+        """A row's speculative counters so far (SGLang appends one per row when
+        --speculative-algorithm is set); no block or cap drafts here."""
+        s = self.spec
+        s["spec_verify_ct"].append(req.spec_verify_ct)
+        s["spec_num_correct_drafts"].append(req.spec_num_correct_drafts)
+        s["spec_num_block_accept_tokens"].append(0)
+        s["spec_num_cap_tokens"].append(0)
+        s["spec_correct_drafts_histogram"].append(list(req.spec_correct_drafts_histogram))
+        s["spec_cap_lens_histogram"].append([])
 
     def _logprobs(self, req: Request, out_len: int, lp_sent: int) -> None:
         c, lp = self.cols, req.logprobs
@@ -197,8 +212,8 @@ class StepRows:
             c["weight_versions"] = None
         c["time_stats"] = self.wrap(self.time_stats) if self.wrap is not None else None
         c["dp_ranks"] = [self.dp_rank] * n if n else None
-        for name in _SPEC:  # not speculative: each an empty list
-            c[name] = []
+        for name in _SPEC:  # one per row when speculative, else each an empty list
+            c[name] = self.spec[name]
         for name in (*_NIL, *_INPUT_LOGPROBS, *_FLAT, *_OUTPUT_LOGPROBS):
             c.setdefault(name, None)
         return c

@@ -48,7 +48,7 @@ class Synthetic:
     `spread`), then EOS, then goes on (a request with `ignore_eos` keeps generating)."""
 
     def __init__(self, corpus: Sequence[Sequence[int]], eos: int, length: int = 256,
-                 spread: float = 0.5, ids_per_step: int = 1) -> None:
+                 spread: float = 0.5, ids_per_step: int = 1, by_prompt: bool = False) -> None:
         flat = [t for text in corpus for t in text]
         if not flat:
             raise ValueError("an empty corpus")
@@ -57,9 +57,11 @@ class Synthetic:
         self.length = max(1, length)
         self.spread = min(max(spread, 0.0), 1.0)
         self.ids_per_step = max(1, ids_per_step)
+        self.by_prompt = by_prompt
 
     def stream(self, ask: Ask, index: int) -> Stream:
-        key = zlib.crc32(f"{ask.input_ids}/{index}".encode())
+        key = zlib.crc32(f"{ask.input_ids}".encode() if self.by_prompt
+                         else f"{ask.input_ids}/{index}".encode())
         mean = ask.length or self.length
         lo = max(1, round(mean * (1 - self.spread)))
         hi = max(lo, round(mean * (1 + self.spread)))
