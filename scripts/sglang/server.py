@@ -60,6 +60,11 @@ def main() -> int:
     ap.add_argument("--model-cores", default="16,32,64", help="the field model's cores")
     ap.add_argument("--model-from", default="",
                     help="a --json of an earlier run: its tables and the field model, no run")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to read each process's idle CPU before the loads, then "
+                         "taken out of its CPU per id (0: not taken out)")
+    ap.add_argument("--ready-timeout", type=float, default=480.0,
+                    help="seconds a server may take to start (minutes on a busy 2-core box)")
     ap.add_argument("--port", type=int, default=31000)
     ap.add_argument("--json", default="")
     return sglang_server.main(ap.parse_args())

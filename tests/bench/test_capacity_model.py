@@ -11,7 +11,7 @@ import pytest
 
 from sglang_tok.harness.bench import capacity_model as cm
 from sglang_tok.harness.bench.capacity import CORES, Stage, capacity
-from sglang_tok.harness.bench.sglang_server import Run, field_model, rank_files
+from sglang_tok.harness.bench.sglang_server import Run, between, field_model, rank_files
 from sglang_tok.harness.standin.config import for_rank
 
 US = 1e-6
@@ -130,3 +130,16 @@ def test_the_bench_reads_the_files_each_dp_rank_writes(tmp_path: Path) -> None:
     path = tmp_path / "ledger.jsonl"
     assert [str(p) for p in rank_files(path, 3)] == [for_rank(str(path), k) for k in range(3)]
     assert for_rank("", 2) == ""
+
+
+def test_a_process_read_as_other_at_one_mark_keeps_its_role() -> None:
+    """A tokenizer worker whose title read as "other" at the first mark: its CPU in the
+    window goes to the worker stage, not its whole CPU since it started."""
+    m0 = {1: ("router", 1.0), 2: ("other", 50.0), 3: ("tm workers", 40.0)}
+    m1 = {1: ("router", 1.5), 2: ("tm workers", 52.0), 3: ("tm workers", 43.0),
+          4: ("egress", 0.25)}
+    cpu, count = between(m0, m1)
+    assert cpu == {"router": 0.5, "tm workers": 5.0, "egress": 0.25}
+    assert count == {"router": 1, "tm workers": 2, "egress": 1}
+    cpu, _ = between({2: ("tm workers", 50.0)}, {2: ("other", 51.0)})
+    assert cpu == {"tm workers": 1.0}

@@ -11,7 +11,10 @@ process group spent (CPU microseconds per streamed id: HTTP + TokenizerManager, 
 detokenizer's processes, the stand-in, the clients), checks every finished stream's text
 against the full decode of the ids the stand-in sent (its ledger), and models the
 capacity the measured per-id costs imply on bigger machines (`capacity.py`): a 2-core
-run says what 16 and 32 cores would stream and which stage is the wall.
+run says what 16 and 32 cores would stream and which stage is the wall. With `--dp 2`
+(two stand-in schedulers behind SGLang's DataParallelController) and tokenizer workers,
+the runs are carried to the field's configurations by `capacity_model.py`: dp 8, 16-32
+tokenizer workers, speculative steps, each system's capacity and wall (`field_model`).
 
 Every SGLang process, the clients included, runs in `--sglang-python` (an environment with
 SGLang 0.5.23 and sglang-tok installed: `bash ../shared/tools/sglang-venv.sh`, then
@@ -111,23 +114,51 @@ def role_of(proc: psutil.Process, root: int, workers: int) -> str:
     return "other"
 
 
-def cpu_by_role(root: int, workers: int) -> tuple[dict[str, float], dict[str, int]]:
-    """CPU seconds so far and process count, per role, over the server's tree."""
-    cpu: dict[str, float] = {}
-    count: dict[str, int] = {}
+Mark = dict[int, tuple[str, float]]  # pid -> (role, CPU seconds so far)
+
+
+def cpu_by_pid(root: int, workers: int) -> Mark:
+    """Each process's role and CPU seconds so far, over the server's tree."""
+    out: Mark = {}
     try:
         procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
     except psutil.Error:
-        return cpu, count
+        return out
     for p in procs:
         try:
             t = p.cpu_times()
         except psutil.Error:
             continue
-        role = role_of(p, root, workers)
-        cpu[role] = cpu.get(role, 0.0) + t.user + t.system
+        out[p.pid] = (role_of(p, root, workers), t.user + t.system)
+    return out
+
+
+def between(m0: Mark, m1: Mark) -> tuple[dict[str, float], dict[str, int]]:
+    """CPU seconds and processes per role from one mark to the next, a process at a time:
+    a process read as "other" at one mark (its title not yet set, or unreadable for an
+    instant) keeps the role the other mark gave it, instead of carrying its whole CPU
+    from one role to another."""
+    cpu: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for pid, (role, sec) in m1.items():
+        role0, sec0 = m0.get(pid, (role, 0.0))
+        role = role if role != "other" else role0
+        cpu[role] = cpu.get(role, 0.0) + sec - sec0
         count[role] = count.get(role, 0) + 1
     return cpu, count
+
+
+def idle_cpu(server: Server, seconds: float) -> dict[str, float]:
+    """Each role's CPU seconds per second with no request in flight: what a process spends
+    on its timers and polls whatever the load (SGLang's DataParallelController spins a
+    core), taken out of its CPU per id (`run_load`)."""
+    if seconds <= 0:
+        return {}
+    root, workers = server.proc.pid, server.tokenizer_workers
+    m0, t0 = cpu_by_pid(root, workers), time.monotonic()
+    time.sleep(seconds)
+    cpu, _ = between(m0, cpu_by_pid(root, workers))
+    return {role: max(0.0, sec) / (time.monotonic() - t0) for role, sec in cpu.items()}
 
 
 class Server:
@@ -227,10 +258,11 @@ class Run:
     dp: int = 1
     ids_per_step: int = 1
     logprobs: float = 0.0
+    idle: dict[str, float] = field(default_factory=dict)  # role -> cores spent idle
 
 
 def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
-             expected: Expected) -> Run:
+             expected: Expected, idle: dict[str, float] | None = None) -> Run:
     """One load for --seconds after --warmup. A stage's CPU is per id it handled: the
     stand-in's and the detokenizer's per id the stand-in generated in the window (its
     status file), HTTP + TokenizerManager's and the clients' per id streamed. They differ
@@ -250,24 +282,27 @@ def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
         clients.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
                                          env=package_env()), out))
     root, workers = server.proc.pid, server.tokenizer_workers
-    marks: list[tuple[dict[str, float], dict[str, int], float, int]] = []
+    marks: list[tuple[Mark, float, int, float]] = []
     lead = clients[0][0]
     assert lead.stdout is not None
     for line in lead.stdout:  # the processes' windows open and close together
         if line.startswith("WINDOW"):
             own = sum(sum(psutil.Process(c.pid).cpu_times()[:2]) for c, _ in clients)
-            cpu, count = cpu_by_role(root, workers)
-            marks.append((cpu, count, own, server.generated()))
+            marks.append((cpu_by_pid(root, workers), own, server.generated(),
+                          time.monotonic()))
     codes = [c.wait() for c, _ in clients]
     if any(codes) or len(marks) != 2:
         raise RuntimeError(f"the clients failed ({codes})")
     result = merged([json.loads(out.read_text()) for _, out in clients])
-    (c0, _, k0, g0), (c1, count, k1, g1) = marks
+    (c0, k0, g0, t0), (c1, k1, g1, t1) = marks
     streamed = max(result["ids"], 1)
     generated = max(g1 - g0, 1)
     per = {"http+tm": streamed, "detokenizer": generated, "stand-in": generated,
            "dp controller": generated, "other": generated, "clients": streamed}
-    role_cpu = {r: c1.get(r, 0.0) - c0.get(r, 0.0) for r in c1}
+    role_cpu, count = between(c0, c1)
+    for role, rate in (idle or {}).items():  # net of what the role spends idle
+        if role in role_cpu:
+            role_cpu[role] = max(0.0, role_cpu[role] - rate * (t1 - t0))
     groups: dict[str, float] = {}
     for role, sec in role_cpu.items():
         groups[GROUPS[role]] = groups.get(GROUPS[role], 0.0) + sec
@@ -279,7 +314,8 @@ def run_load(server: Server, load: Load, args: argparse.Namespace, work: Path,
                generated / args.seconds, result["itl_p50_ms"], result["itl_p99_ms"],
                {g: 1e6 * s / per[g] for g, s in groups.items()}, stages, checked, exact,
                result["error_count"], result["cut_off"], dp=server.dp,
-               ids_per_step=load.ids_per_step, logprobs=load.logprobs)
+               ids_per_step=load.ids_per_step, logprobs=load.logprobs,
+               idle={r: round(v, 4) for r, v in (idle or {}).items()})
 
 
 def merged(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -427,6 +463,8 @@ def print_model(runs: list[Run], args: argparse.Namespace) -> None:
     print()
     print(cm.table(rows))
     short = cm.goal_met(rows)
+    if not any(r.system == cm.PLUGIN for r in rows):
+        return
     print("\nthe goal (plugin never the wall, >= 3x stock x1, >= 1.5x stock router+N): "
           + ("met on every row" if not short else f"short on {len(short)}:"))
     for line in short:
@@ -441,6 +479,8 @@ def main(args: argparse.Namespace) -> int:
         saved = json.loads(Path(args.model_from).read_text())["runs"]
         runs = [Run(**{**r, "stages": {n: tuple(v) for n, v in r["stages"].items()}})
                 for r in saved]
+        for r in runs:  # the model as this checkout draws it, not as the run did
+            r.model = model(r, System.parse(r.system).workers)
         print(table(runs))
         print_model(runs, args)
         return 0
@@ -465,12 +505,16 @@ def main(args: argparse.Namespace) -> int:
             port += 1
             server = Server(system, tw, args.sglang_python, work, port, dp=dp)
             try:
-                server.wait_ready()
+                server.wait_ready(args.ready_timeout)
                 expected = Expected(server.ledger, server.dp)
+                idle = idle_cpu(server, args.idle)
+                if idle:
+                    print(f"idle CPU (cores): {', '.join(f'{r} {v:.3f}' for r, v in idle.items())}",
+                          flush=True)
                 for load in loads:
                     if args.per_worker:
                         load = Load(load.clients * tw, load.ids_per_step, load.logprobs)
-                    run = run_load(server, load, args, work, expected)
+                    run = run_load(server, load, args, work, expected, idle)
                     run.model = model(run, system.workers)
                     runs.append(run)
                     print(table([run]).splitlines()[-1], flush=True)
