@@ -151,9 +151,12 @@ def between(m0: Mark, m1: Mark) -> tuple[dict[str, float], dict[str, int]]:
 def idle_cpu(server: Server, seconds: float) -> dict[str, float]:
     """Each role's CPU seconds per second with no request in flight: what a process spends
     on its timers and polls whatever the load (SGLang's DataParallelController spins a
-    core), taken out of its CPU per id (`run_load`)."""
+    core), taken out of its CPU per id (`run_load`). Read after as long again to settle:
+    a tokenizer worker goes on starting up for seconds after the server answers (a fifth
+    of a core on a 2-core box), which is no idle cost."""
     if seconds <= 0:
         return {}
+    time.sleep(seconds)
     root, workers = server.proc.pid, server.tokenizer_workers
     m0, t0 = cpu_by_pid(root, workers), time.monotonic()
     time.sleep(seconds)
@@ -218,11 +221,27 @@ class Server:
                                      "sampling_params": {"max_new_tokens": 2}}).encode(),
                     headers={"content-type": "application/json"})
                 with urllib.request.urlopen(req, timeout=10) as r:
-                    if r.status == 200:
+                    if r.status == 200 and self.workers_up(deadline):
                         return
             except OSError:
                 time.sleep(1.0)
         raise RuntimeError(f"the server was not ready in {timeout:.0f}s")
+
+    def workers_up(self, deadline: float) -> bool:
+        """Every tokenizer worker started (its title set), or the deadline past: the server
+        answers once one is up, and a worker still starting is read as "other" and
+        spends a core on a 2-core box for a minute."""
+        while self.tokenizer_workers > 1 and time.monotonic() < deadline:
+            try:
+                tree = psutil.Process(self.proc.pid).children(recursive=True)
+                up = sum(role_of(p, self.proc.pid, self.tokenizer_workers) == "tm workers"
+                         for p in tree)
+            except psutil.Error:
+                up = 0
+            if up >= self.tokenizer_workers:
+                return True
+            time.sleep(1.0)
+        return True
 
     def stop(self) -> None:
         try:
