@@ -143,3 +143,15 @@ def test_a_process_read_as_other_at_one_mark_keeps_its_role() -> None:
     assert count == {"router": 1, "tm workers": 2, "egress": 1}
     cpu, _ = between({2: ("tm workers", 50.0)}, {2: ("other", 51.0)})
     assert cpu == {"tm workers": 1.0}
+
+
+def test_a_saved_run_models_as_the_measured_one(tmp_path: Path) -> None:
+    """`--model-from`: the JSON a run writes gives the same field model as the run did."""
+    from sglang_tok.harness.bench.figures import write_json
+    from sglang_tok.harness.bench.sglang_server import load_runs
+
+    runs = [_run("sglang x1", 2, 2, 1, STOCK_X1), _run("sglang x2", 2, 2, 1, STOCK_ROUTER),
+            _run("sglang-tok x2", 2, 2, 1, PLUGIN)]
+    write_json(str(tmp_path / "runs.json"), {"runs": [r.__dict__ for r in runs]})
+    targets = [cm.Target(8, 32, 8, 64)]
+    assert field_model(load_runs(tmp_path / "runs.json"), targets) == field_model(runs, targets)

@@ -490,18 +490,23 @@ def print_model(runs: list[Run], args: argparse.Namespace) -> None:
         print("  " + line)
 
 
+def load_runs(path: Path) -> list[Run]:
+    """A --json's runs, their per-run model as this checkout draws it."""
+    runs = [Run(**{**r, "stages": {n: tuple(v) for n, v in r["stages"].items()}})
+            for r in json.loads(path.read_text())["runs"]]
+    for r in runs:
+        r.model = model(r, System.parse(r.system).workers)
+    return runs
+
+
 def main(args: argparse.Namespace) -> int:
     """`scripts/sglang/server.py`: per DP size, tokenizer worker count and system, one
     server and every load on it; the table (and the JSON after each run), then the field
     model (`capacity_model`)."""
     if args.model_from:
-        saved = json.loads(Path(args.model_from).read_text())["runs"]
-        runs = [Run(**{**r, "stages": {n: tuple(v) for n, v in r["stages"].items()}})
-                for r in saved]
-        for r in runs:  # the model as this checkout draws it, not as the run did
-            r.model = model(r, System.parse(r.system).workers)
-        print(table(runs))
-        print_model(runs, args)
+        saved = load_runs(Path(args.model_from))
+        print(table(saved))
+        print_model(saved, args)
         return 0
     if args.quick:
         args.systems, args.tokenizer_workers, args.loads = "sglang x1,sglang-tok x1", "1", \
