@@ -6,10 +6,16 @@ detokenizer against sglang-tok's plugin, driven by streaming HTTP clients.
     python scripts/sglang/server.py --json out.json         # the full table
     python scripts/sglang/server.py --systems "sglang x1,sglang-tok x1" \\
         --tokenizer-workers 4 --loads 256x1 --logprobs 0.05
+    python scripts/sglang/server.py --dp 2 --tokenizer-workers 2 --logprobs 0 \\
+        --systems "sglang x1,sglang x2,sglang-tok x2" --loads 128x1,64x3,64x4 \\
+        --json dp2.json                                  # dp 2, then the field model
+    python scripts/sglang/server.py --model-from dp2.json --model-detok-workers 8,16
 
 Streamed ids/s, the gap between a stream's chunks, each process group's CPU per id, every
 finished text checked, and the capacity those costs imply on 16 and 32 cores
-(`sglang_tok/harness/bench/sglang_server.py`). Every SGLang process and the clients run in
+(`sglang_tok/harness/bench/sglang_server.py`); from runs at dp 2 with tokenizer workers,
+the field model: dp 8, 16-32 tokenizer workers, each system's capacity and wall
+(`capacity_model.py`). Every SGLang process and the clients run in
 --sglang-python (SGLang 0.5.23 and sglang-tok installed: `bash ../shared/tools/sglang-venv.sh`,
 then `pip install -e .`).
 """
@@ -45,6 +51,20 @@ def main() -> int:
                     help="seconds streams may run on after the window (then cut off)")
     ap.add_argument("--client-procs", type=int, default=1,
                     help="client processes (one streams at most ~30k ids/s)")
+    ap.add_argument("--dp", default="1", help="--dp-size values (a stand-in per rank)")
+    ap.add_argument("--model-dp", default="8", help="the field model's dp sizes")
+    ap.add_argument("--model-tm-workers", default="16,32",
+                    help="the field model's tokenizer worker counts")
+    ap.add_argument("--model-detok-workers", default="8",
+                    help="the field model's N: stock's detokenizer workers, the plugin's shards")
+    ap.add_argument("--model-cores", default="16,32,64", help="the field model's cores")
+    ap.add_argument("--model-from", default="",
+                    help="a --json of an earlier run: its tables and the field model, no run")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to read each process's idle CPU before the loads, then "
+                         "taken out of its CPU per id (0: not taken out)")
+    ap.add_argument("--ready-timeout", type=float, default=480.0,
+                    help="seconds a server may take to start (minutes on a busy 2-core box)")
     ap.add_argument("--port", type=int, default=31000)
     ap.add_argument("--json", default="")
     return sglang_server.main(ap.parse_args())

@@ -8,7 +8,10 @@ may be wrong, and new requests must be served exactly.
 Every finished stream is checked against the full decode of the ids the stand-in sent
 (its ledger); a stream that ended with an error must have streamed a prefix of it (a
 character cut short may end in U+FFFD). A stream with no chunk for --hang-after seconds is
-hung. Prints one JSON report (and writes it with --json).
+hung. After the kills, new requests must all be exact (`after`). Under --dp 2 (two
+stand-in schedulers behind SGLang's DataParallelController) and under --tokenizer-workers
+2 (the rows go to the worker each request came from) as in the plain server. Prints one
+JSON report (and writes it with --json); exits 1 unless `ok`.
 """
 
 from __future__ import annotations
@@ -129,20 +132,57 @@ def measure_capacity(python: str, server: Server, work: Path) -> float:
     return float(result["ids_per_s"])
 
 
+def after(python: str, server: Server, expected: Expected, work: Path, clients: int = 24,
+          seconds: float = 5.0) -> dict[str, Any]:
+    """New requests once the kills are over (the egress's replacement's grace past): every
+    one must finish exactly, none may fail."""
+    result = run_clients(python, server, clients, seconds, 20.0, work / "after.json")
+    got = judge(result, expected, [])
+    got["exact"] = got["completed"] > 0 and got["errored"] == got["hung"] == got["wrong"] == 0
+    return got
+
+
+def demo(python: str, server: Server, work: Path, clients: int, seconds: float,
+         plan: list[tuple[float, str | None]], hang_after: float,
+         rng: random.Random) -> dict[str, Any]:
+    """Clients for `seconds` while `plan`'s kills land; then new requests
+    (`after`). The verdict: `ok` is the server up, every kill landed, 0 hung, 0 wrong,
+    the new requests exact."""
+    killer = Killer(server, plan, rng)
+    killer.start()
+    result = run_clients(python, server, clients, seconds, hang_after, work / "clients.json")
+    killer.stop.set()
+    killer.join()
+    expected = Expected(server.ledger, server.dp)
+    report = judge(result, expected, killer.kills)
+    report["kills"] = len([k for k in killer.kills if k["pid"]])
+    report["kills_by_role"] = {r: sum(k["role"] == r and bool(k["pid"]) for k in killer.kills)
+                               for r in sorted({k["role"] for k in killer.kills if k["role"]})}
+    time.sleep(3.0)  # the replacements' start-up
+    report["after"] = after(python, server, expected, work)
+    report["server_alive"] = server.proc.poll() is None
+    report["ok"] = (report["server_alive"] and report["kills"] == len(plan)
+                    and report["hung"] == 0 and report["wrong"] == 0
+                    and report["after"]["exact"])
+    return report
+
+
 def main(args: argparse.Namespace) -> int:
     """`scripts/sglang/faults.py`: demo (a shard, then the egress) or soak (random kills at
-    a share of the measured capacity); the report."""
+    a share of the measured capacity), at --dp and --tokenizer-workers; the report."""
     shards = args.shards or (2 if args.mode == "demo" else 4)
     work = Path(tempfile.mkdtemp(prefix="sglang-faults-"))
-    server = Server(System.parse(f"sglang-tok x{shards}"), 1, args.sglang_python, work,
-                    args.port)
+    server = Server(System.parse(f"sglang-tok x{shards}"), args.tokenizer_workers,
+                    args.sglang_python, work, args.port, dp=args.dp)
     rng = random.Random(args.seed)
-    report: dict[str, Any] = {"mode": args.mode, "shards": shards}
+    report: dict[str, Any] = {"mode": args.mode, "shards": shards, "dp": args.dp,
+                              "tokenizer_workers": args.tokenizer_workers}
     try:
         server.wait_ready()
         if args.mode == "demo":
-            seconds, clients = 40.0, args.clients
-            plan: list[tuple[float, str | None]] = [(10.0, "shard 0"), (25.0, "egress")]
+            seconds, clients = args.seconds, args.clients
+            plan: list[tuple[float, str | None]] = [(seconds / 4, "shard 0"),
+                                                    (seconds * 5 / 8, "egress")]
         else:
             capacity = measure_capacity(args.sglang_python, server, work)
             clients = max(1, round(args.load * capacity * STEP_MS / 1000 / IDS_PER_STEP))
@@ -154,21 +194,11 @@ def main(args: argparse.Namespace) -> int:
                     break
                 plan.append((at, None))
             report.update(capacity_ids_per_s=round(capacity), clients=clients)
-        killer = Killer(server, plan, rng)
-        killer.start()
-        result = run_clients(args.sglang_python, server, clients, seconds, args.hang_after,
-                             work / "clients.json")
-        killer.stop.set()
-        killer.join()
-        report.update(judge(result, Expected(server.ledger), killer.kills))
-        report["kills"] = len([k for k in killer.kills if k["pid"]])
-        report["kills_by_role"] = {r: sum(k["role"] == r for k in killer.kills)
-                                   for r in sorted({k["role"] for k in killer.kills
-                                                    if k["role"]})}
-        report["server_alive"] = server.proc.poll() is None
+        report.update(demo(args.sglang_python, server, work, clients, seconds, plan,
+                           args.hang_after, rng))
     finally:
         server.stop()
     print(json.dumps(report, indent=1))
     if args.json:
         write_json(args.json, report)
-    return 0
+    return 0 if report.get("ok") else 1

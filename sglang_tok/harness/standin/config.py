@@ -41,6 +41,13 @@ class StandinConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     status: str = ""
 
 
+def for_rank(path: str, dp_rank: int) -> str:
+    """A DP rank's own ledger or status file: with --dp-size N, N stand-ins run, and one file
+    written by all would lose counts (each rewrites the status) and interleave ledger lines;
+    rank 0 keeps the path named, so a run without DP reads what it always read."""
+    return f"{path}.dp{dp_rank}" if path and dp_rank else path
+
+
 def parse(text: str) -> StandinConfig:
     """`key=value,key=value`, or a JSON object."""
     text = text.strip()

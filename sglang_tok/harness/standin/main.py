@@ -36,7 +36,7 @@ from typing import IO, Any
 import msgspec
 
 from . import pickles
-from .config import StandinConfig
+from .config import StandinConfig, for_rank
 from .core import Core, Ended
 from .grid import StepGrid
 from .loads import TITLE, LoadWriter, stop_peers
@@ -390,7 +390,9 @@ class Standin:
                               else port_args.detokenizer_ipc_name)
         self.to_tok = ctx.socket(zmq.PUSH)
         self.to_tok.connect(port_args.tokenizer_ipc_name)
-        self.ledger: IO[str] | None = open(cfg.ledger, "a") if cfg.ledger else None
+        self.ledger_path = for_rank(cfg.ledger, release.dp_rank)
+        self.status_path = for_rank(cfg.status, release.dp_rank)
+        self.ledger: IO[str] | None = open(self.ledger_path, "a") if cfg.ledger else None
         self.unhandled: set[str] = set()
         self.stopping = False
         self.load_writer = LoadWriter(port_args, release)
@@ -480,18 +482,18 @@ class Standin:
             if self.ledger is not None:
                 self.ledger.write("".join(map(_ledger_line, ended)))
                 self.ledger.flush()
-        if self.cfg.status:
+        if self.status_path:
             now = time.monotonic()
             if now >= self.next_status:
                 self.next_status = now + STATUS_EVERY_S
                 self._write_status()
 
     def _write_status(self) -> None:
-        tmp = self.cfg.status + ".tmp"
+        tmp = self.status_path + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"ids": self.core.ids, "steps": self.core.steps,
                        "running": len(self.core.running), "waiting": len(self.core.waiting)}, f)
-        os.replace(tmp, self.cfg.status)
+        os.replace(tmp, self.status_path)
 
     # ------------------------------------------------------------------ requests
     def _handle(self, obj: Any) -> None:
