@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import msgspec
 
 from .requests import Ask, Decode, Finish, Request, finish_abort, finish_stop
-from .rows import Logprobs, StepRows
+from .rows import Logprobs, Span, StepRows
 from .streams import ChunkLogprobs, Stream, input_logprobs, synthetic_logprob, top_logprobs
 
 _DRY: Any = object()  # what a stream that ran out of ids gives
@@ -115,7 +115,7 @@ class Core:
         self.steps += 1
         rows = StepRows(any(r.ask.return_logprob for r in self.running), self.decode,
                         self.stream_interval, self.dp_rank, self.wrap,
-                        *([self.span] if self.span is not None else []),
+                        Span if self.span is None else self.span,
                         speculative=self.speculative)
         still: list[Request] = []
         for req in self.running:
