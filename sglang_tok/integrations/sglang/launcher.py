@@ -43,6 +43,10 @@ class TokenizerNotFound(RuntimeError):
     pass
 
 
+# seconds each of the service's processes has to its first heartbeat inside SGLang
+BOOT_TIMEOUT_S = 180
+
+
 def tokenizer_of(tokenizer_path: str | None, skip_tokenizer_init: bool) -> str:
     """The `--tokenizer` for SGLang's `tokenizer_path`: a directory or file holding
     `tokenizer.json` (an HF hub name is looked up in the local HF cache), or `none`."""
@@ -133,7 +137,10 @@ def service_args(serving: Any, port_args: Any, keep_stop_ids: frozenset[int] = f
             "--tokenizer", tokenizer_of(serving.tokenizer_path, serving.skip_tokenizer_init),
             "--http", "127.0.0.1:0", "--exit-with-parent",
             "--max-row-ids", str(MAX_ROW_IDS), "--max-rid-length", str(MAX_RID_LENGTH),
-            "--shards", str(workers_of(serving))]
+            "--shards", str(workers_of(serving)),
+            # a shard that cuts SGLang's pickled columns imports SGLang first: tens of
+            # seconds on a busy host, where the service's own 30 s boot limit killed it
+            "--boot-timeout", str(BOOT_TIMEOUT_S)]
     if workers_of(serving) == 1:  # SGLang's default: one process decodes, as its own does
         args += ["--inline-shard"]
     args += ["--cores", cpu_list_text(cores)] if cores else ["--no-pin"]
