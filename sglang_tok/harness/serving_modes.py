@@ -84,6 +84,10 @@ MODES: tuple[Mode, ...] = (
     Mode(name="skip-tokenizer-init", args=("--skip-tokenizer-init", *METRICS), asks=_IDS,
          ids_only=True),
     Mode(name="engine", engine=True),
+    # a PD decode server (the KV cache "transferred" by SGLang's fake backend; the
+    # TokenizerManager gives each request a fake bootstrap room)
+    Mode(name="pd-decode", args=("--disaggregation-mode", "decode",
+                                 "--disaggregation-transfer-backend", "fake", *METRICS)),
 )
 
 
