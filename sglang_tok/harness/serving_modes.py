@@ -66,6 +66,14 @@ _N_STOP = (
     _ask("Once upon a time", max_new_tokens=64),
 )
 
+# a decode server's requests, two of them aborted before any output (their KV cache never
+# arrived: the stand-in's sglang_tok_abort_first), one streamed, one not
+_PD_DECODE = (*ASKS,
+              _ask("Lost transfer", max_new_tokens=32,
+                   custom_params={"sglang_tok_abort_first": 1}),
+              _ask("Lost transfer too", stream=False, max_new_tokens=32,
+                   custom_params={"sglang_tok_abort_first": 1}))
+
 # ids in and out: no stop strings (SGLang needs its tokenizer for them)
 _IDS = tuple(a for a in ASKS if "stop" not in a["sampling_params"])
 METRICS = ("--enable-metrics",)
@@ -87,7 +95,8 @@ MODES: tuple[Mode, ...] = (
     # a PD decode server (the KV cache "transferred" by SGLang's fake backend; the
     # TokenizerManager gives each request a fake bootstrap room)
     Mode(name="pd-decode", args=("--disaggregation-mode", "decode",
-                                 "--disaggregation-transfer-backend", "fake", *METRICS)),
+                                 "--disaggregation-transfer-backend", "fake", *METRICS),
+         asks=_PD_DECODE),
 )
 
 

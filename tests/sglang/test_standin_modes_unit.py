@@ -144,3 +144,26 @@ def test_meta_info_is_compared_key_by_key_clocks_aside() -> None:
                                       "completion_tokens: 3 != 4"]
     assert is_clock("forward_entry_time") and not is_clock("cached_tokens")
     assert len({m.name for m in MODES}) == len(MODES)
+
+
+def test_a_decode_servers_lost_transfer_is_aborted_before_any_output() -> None:
+    """sglang_tok_abort_first: the request's one row has no ids and an abort finish (status
+    500), as a PD decode server's scheduler sends it when the KV cache never arrived; a
+    request beside it runs as usual."""
+    import msgspec
+
+    core = _core(False, per_step=1)
+    core.add(msgspec.structs.replace(_ask("lost"), abort_first=True))
+    core.add(_ask("kept", max_new=3))
+    seen: dict[str, list[tuple[object, object]]] = {}
+    while core.busy:
+        cols = core.step()
+        if cols is None:
+            continue
+        for i, rid in enumerate(cols["rids"]):
+            ids = list(cols["decode_ids"][i])[cols["read_offsets"][i]:]  # after the context
+            seen.setdefault(rid, []).append((ids, cols["finished_reasons"][i]))
+    (ids, fin), = seen["lost"]
+    assert ids == [] and isinstance(fin, dict) and fin["type"] == "abort"
+    assert fin["status_code"] == 500 and "KV cache" in fin["message"]
+    assert seen["kept"][-1][1] is not None and len(seen["kept"]) == 3

@@ -19,6 +19,8 @@ from .requests import Ask, Decode, Finish, Request, finish_abort, finish_stop
 from .rows import Logprobs, Span, StepRows
 from .streams import ChunkLogprobs, Stream, input_logprobs, synthetic_logprob, top_logprobs
 
+# a PD decode server's abort of a request whose KV cache did not arrive (as SGLang words it)
+TRANSFER_FAILED = "Failed to receive KV cache from the prefill server (stand-in)"
 _DRY: Any = object()  # what a stream that ran out of ids gives
 
 
@@ -134,6 +136,10 @@ class Core:
         if req.finished():
             return True
         first = not req.output_ids
+        if first and req.ask.abort_first:  # its KV transfer failed: a row without ids
+            req.to_finish = finish_abort(TRANSFER_FAILED, 500)
+            req.extend([], self.decode, self.eos)
+            return True
         # an aborted request still runs the step it was told in (SGLang applies
         # `to_finish` after the step's ids are in)
         ids = next(req.stream.chunks, _DRY)

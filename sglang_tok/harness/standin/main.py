@@ -554,6 +554,7 @@ class Standin:
         return Ask(rid=req.rid, input_ids=tuple(req.input_ids or ()), sampling=sampling,
                    ids_per_step=_int(steer.get("sglang_tok_ids_per_step")),
                    length=_int(steer.get("sglang_tok_length")),
+                   abort_first=bool(steer.get("sglang_tok_abort_first")),
                    stream=bool(req.stream), http_worker_ipc=getattr(req, "http_worker_ipc", None),
                    return_logprob=bool(getattr(req, "return_logprob", False)),
                    top_logprobs_num=getattr(req, "top_logprobs_num", None) or 0,

@@ -75,6 +75,9 @@ class Ask(msgspec.Struct, frozen=True):
     # sglang_tok_ids_per_step and sglang_tok_length): 0 keeps the stand-in's setting
     ids_per_step: int = 0
     length: int = 0
+    # sglang_tok_abort_first: a PD decode server's request whose KV cache never arrived,
+    # aborted before any output (SGLang's `prepare_abort`, status 500)
+    abort_first: bool = False
 
 
 class Request:
