@@ -24,12 +24,16 @@ class Workload:
     """Requests stepped as SGLang's scheduler steps them: a row per live request per step,
     new requests joining as others finish."""
 
-    def __init__(self, prefix: str, n: int, seed: int, per_row: int = 1) -> None:
+    def __init__(self, prefix: str, n: int, seed: int, per_row: int = 1,
+                 workers: list[str] | None = None) -> None:
         rng = random.Random(seed)
         corpus = [INFO.tokenizer.encode(t, add_special_tokens=False).ids for t in BUILTIN_TEXTS]
         self.ids = {f"{prefix}-{k}": rng.choice(corpus)[: rng.randint(12, 40)] for k in range(n)}
         self.pos = dict.fromkeys(self.ids, 0)
         self.per_row = per_row
+        # with tokenizer workers: each request's, named on every one of its rows
+        self.ipc = {rid: workers[k % len(workers)] for k, rid in enumerate(self.ids)} \
+            if workers else {}
 
     def steps(self, concurrency: int) -> list[bytes]:
         waiting, active, out = list(self.ids), [], []
@@ -44,6 +48,7 @@ class Workload:
                 self.pos[rid] = at + len(chunk)
                 done = self.pos[rid] >= len(ids)
                 rows.append({"rid": rid, "ids": chunk, "completion": self.pos[rid],
+                             "ipc": self.ipc.get(rid),
                              "prompt": [671] if at == 0 else [],
                              "finish": {"type": "length", "length": len(ids)} if done else None})
             active = [r for r in active if self.pos[r] < len(self.ids[r])]
@@ -54,14 +59,20 @@ class Workload:
         return INFO.tokenizer.decode(self.ids[rid])
 
 
-@pytest.mark.parametrize("slot,name", [(1, "shard"), (0, "egress"), (0, "inline")])
+@pytest.mark.parametrize("slot,name", [(1, "shard"), (0, "egress"), (0, "inline"),
+                                       (1, "shard-workers"), (0, "egress-workers")])
 def test_kill_9_in_flight_requests_end_none_wrong_new_ones_exact(tmp_path: Path, slot: int,
                                                                   name: str) -> None:
     """"inline": the egress holding the one shard (--inline-shard) dies with it; the
-    replacement fails what the journal left open."""
+    replacement fails what the journal left open. "-workers": SGLang's tokenizer workers
+    (two), each row naming its request's: every request's last row, the service's errors
+    included, must reach its own worker (SGLang's router takes no row without one)."""
     shards, args = (1, ["--inline-shard"]) if name == "inline" else (2, [])
+    if name.endswith("-workers"):
+        args = [*args, "--sglang-tokenizer-workers", "2"]
     with SglangService(tmp_path, shards=shards, args=args) as s:
-        work = Workload(name, 96, seed=slot)
+        workers = list(s.where.values())[:2] if name.endswith("-workers") else None
+        work = Workload(name, 96, seed=slot, workers=workers)
         steps = work.steps(concurrency=48)
         victim = 0
         for k, msg in enumerate(steps):
@@ -85,10 +96,12 @@ def test_kill_9_in_flight_requests_end_none_wrong_new_ones_exact(tmp_path: Path,
                 assert text == work.exact(rid), rid
             finals = [r for r in s.side.rows[rid] if r["finished_reasons"] is not None]
             assert len(finals) >= 1
+            if workers:  # every row on its request's own worker, the errors too
+                assert set(s.side.where[rid]) == {work.ipc[rid]}, (rid, s.side.where[rid])
         assert aborted, "the kill hit no request in flight"
         # after the restart (and the egress's grace), new requests are exact
         time.sleep(0.5)
-        again = Workload(f"{name}-after", 32, seed=10 + slot, per_row=3)
+        again = Workload(f"{name}-after", 32, seed=10 + slot, per_row=3, workers=workers)
         for msg in again.steps(concurrency=16):
             s.send(msg)
         assert s.side.wait(again.ids, timeout=30), s.svc.logs()
