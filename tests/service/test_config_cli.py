@@ -138,7 +138,8 @@ def test_every_flag_the_docs_name_exists() -> None:
              # the serving modes docs/sglang.md names
              "--enable-dp-attention", "--dp-size", "--tp-size", "--speculative-algorithm",
              "--stream-interval", "--incremental-streaming-output", "--load-balance-method",
-             "--disaggregation-mode", "--nnodes"}
+             "--disaggregation-mode", "--disaggregation-transfer-backend", "--nnodes",
+             "--dist-init-addr"}
     real |= {"--no-deps", "--no-index", "--target"}  # pip's, in the install lines
     for doc in ("docs/operations.md", "docs/kit.md", "docs/sglang.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
