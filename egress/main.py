@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -391,15 +391,6 @@ class Egress:
             rids = [rid for rid, _ in ended]
             self._forward(k, link.drop(message, rids, self._workers_of(rids)), ended)
 
-    def _ended(self, rids: Iterable[str]) -> None:
-        """Rids whose end is certain (their shard acknowledged it, or ended them itself):
-        journaled, and their tokenizer workers forgotten (kept until now so that a shard's
-        death before the acknowledgment still sends their error where they were going)."""
-        rids = list(rids)
-        self.journal.write(ended=rids)
-        if self.workers is not None:
-            self.workers.ended(rids)
-
     def _workers_of(self, rids: list[str]) -> list[str | None]:
         return [] if self.workers is None else self.workers.of(rids)
 
@@ -460,7 +451,9 @@ class Egress:
                 self.router.self_ended(k, rids)
                 for rid in rids:
                     self.replayed.pop(rid, None)
-                self._ended(r for r in rids if r not in self.router.live)
+                # journaled as ended; their workers stay until the shard's next ACK: a shard
+                # that dies first fails them again (its output may not have left it)
+                self.journal.write(ended=(r for r in rids if r not in self.router.live))
             case link.Hello(token=token) if token == self.token:
                 self._on_hello(note)
             case link.ShardDown(shard=k, pid=pid) if pid == self.pids[k]:
@@ -477,9 +470,13 @@ class Egress:
     def _acked(self, ack: link.Ack) -> None:
         """The shard processed messages up to `count`: the rids they ended are done."""
         done = self.router.acked(ack.shard, ack.count, ack.sent, ack.usage)
+        live = self.router.live
         if done:
-            live = self.router.live
-            self._ended(rid for rid in done if rid not in live)
+            self.journal.write(ended=(rid for rid in done if rid not in live))
+        gone = self.router.ledgers[ack.shard].take_gone()
+        if gone and self.workers is not None:
+            # their last deltas have left the shard: no error of theirs can follow
+            self.workers.ended([rid for rid in gone if rid not in live])
 
     def _on_hello(self, note: link.Hello) -> None:
         """A shard answered our SYNC: START it ahead of what waits for it."""

@@ -70,7 +70,7 @@ class Ledger:
     only unacknowledged endings keep frames in the router's log.
     """
 
-    __slots__ = ("entries", "unacked", "acks", "mins", "keep")
+    __slots__ = ("entries", "unacked", "acks", "mins", "keep", "gone")
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
@@ -79,6 +79,8 @@ class Ledger:
         self.unacked: deque[tuple[int, Ended, int]] = deque()
         self.acks: deque[tuple[int, int]] = deque()  # (count, outputs sent then)
         self.mins: deque[tuple[int, int]] = deque()  # (number, first): unacked's minimum
+        # rids whose endings left the window since `take_gone`: their death can undo nothing
+        self.gone: list[str] = []
 
     def add(self, entry: tuple[int, Ended, int]) -> None:
         self.entries.append(entry)
@@ -109,14 +111,19 @@ class Ledger:
         safe = -1
         while acks and acks[0][1] <= sent - self.keep:
             safe = acks.popleft()[0]
-        entries = self.entries
+        entries, gone = self.entries, self.gone
         while entries and entries[0][0] <= safe:
-            entries.popleft()
+            gone.extend(rid for rid, _ in entries.popleft()[1])
         return done
+
+    def take_gone(self) -> list[str]:
+        gone, self.gone = self.gone, []
+        return gone
 
     def clear(self) -> None:
         for q in (self.entries, self.unacked, self.acks, self.mins):
             q.clear()
+        self.gone = []
 
 
 class SlotPool:

@@ -44,3 +44,21 @@ def test_a_reused_rid_takes_its_new_worker() -> None:
     workers.note(["a", "b"], [W1, None])  # a new life of "a", from the other worker
     assert workers.of(["a", "b"]) == [W1, None]
     assert workers.route("a", last=False) == W1 and workers.of(["a"]) == [W1]
+
+
+def test_an_ending_leaves_the_window_only_after_its_output_left_the_shard() -> None:
+    """The egress forgets a request's worker when its ending leaves the ledger's window:
+    acknowledged, and `keep` more output messages sent since, so its last delta cannot
+    still be in the dead shard's queue (before that a death fails it again, to its
+    worker)."""
+    from egress.router import Ledger, Live
+
+    ledger = Ledger(keep=2)
+    ledger.add((1, [("a", Live(0))], 0))
+    ledger.add((2, [("b", Live(0))], 0))
+    assert [rid for rid, _ in ledger.ack(2, sent=10)] == ["a", "b"]  # acknowledged ...
+    assert ledger.take_gone() == []  # ... but their deltas may wait in the output queue
+    ledger.ack(2, sent=11)
+    assert ledger.take_gone() == []
+    ledger.ack(2, sent=12)  # two more output messages since: both have left
+    assert ledger.take_gone() == ["a", "b"] and ledger.take_gone() == []

@@ -434,7 +434,7 @@ class SglangReader:
         self.workers.note([rids[i] for i in firsts], [ipcs[i] for i in firsts])
         # a finished row does not forget its worker here: until its shard acknowledges the
         # row, a shard that dies fails the request, and that error goes to the same worker
-        # (the egress forgets it once the end is certain: `forget_ended`)
+        # (the egress forgets it once the last delta left the shard: `Ledger.take_gone`)
 
 
 def _beam_rows(fields: list[Raw], at: int) -> frozenset[int]:
