@@ -183,3 +183,16 @@ def test_a_release_served_by_the_plugin_as_by_stock(release: str, tmp_path: Path
     assert row.plugin.texts.checked >= len(mc.probes(False))
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left, left
+
+
+def test_the_ledger_reads_every_dp_ranks_file(tmp_path: Path) -> None:
+    """With --dp-size 2 rank 1's stand-in writes PATH.dp1 beside rank 0's PATH: both are
+    the run's ledger."""
+    path = tmp_path / "ledger.jsonl"
+    one = {"rid": "a", "ids": [5], "finish": {"type": "length", "length": 1}}
+    two = {**one, "rid": "b"}
+    path.write_text(dumps(Entry(**one)) + "\n")
+    (tmp_path / "ledger.jsonl.dp1").write_text(dumps(Entry(**two)) + "\n")
+    ledger = Ledger(path)
+    assert sorted(ledger.entries()) == ["a", "b"]
+    assert sorted(e.rid for e in ledger.new()) == ["a", "b"] and ledger.new() == []

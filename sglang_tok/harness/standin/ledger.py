@@ -96,34 +96,42 @@ _line = msgspec.json.Decoder(Entry)
 
 
 class Ledger:
-    """A ledger file, read as it grows (`new`: the lines since the last call)."""
+    """A ledger file, read as it grows (`new`: the lines since the last call); with
+    --dp-size N, rank k's stand-in writes its own beside it (`PATH.dpK`, `config.for_rank`),
+    read here with rank 0's."""
 
     def __init__(self, path: Path, tokenizer: str = "deepseek-v4") -> None:
         from sglang_tok.tokenizer import load_tokenizer
 
         self.path = path
         self.tok = load_tokenizer(tokenizer)
-        self._at = 0
+        self._at: dict[Path, int] = {}
+
+    def files(self) -> list[Path]:
+        """Rank 0's ledger and every other rank's, those that exist."""
+        ranks = sorted(self.path.parent.glob(self.path.name + ".dp*"))
+        return [p for p in (self.path, *ranks) if p.exists()]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return str(self.tok.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
     def entries(self) -> dict[str, Entry]:
         """Every entry so far, by rid."""
-        if not self.path.exists():
-            return {}
-        return {e.rid: e for e in map(_line.decode, self.path.read_bytes().splitlines())}
+        return {e.rid: e for path in self.files() for e in
+                (_line.decode(line) for line in path.read_bytes().splitlines() if line.strip())}
 
     def new(self) -> list[Entry]:
         """The entries written since the last call (whole lines only)."""
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as f:
-            f.seek(self._at)
-            data = f.read()
-        end = data.rfind(b"\n") + 1
-        self._at += end
-        return [_line.decode(line) for line in data[:end].splitlines() if line.strip()]
+        out: list[Entry] = []
+        for path in self.files():
+            at = self._at.get(path, 0)
+            with open(path, "rb") as f:
+                f.seek(at)
+                data = f.read()
+            end = data.rfind(b"\n") + 1
+            self._at[path] = at + end
+            out += [_line.decode(line) for line in data[:end].splitlines() if line.strip()]
+        return out
 
     def text(self, e: Entry | dict[str, Any], release: str = LAST_TESTED) -> str:
         entry = e if isinstance(e, Entry) else msgspec.convert(e, Entry)
