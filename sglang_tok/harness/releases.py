@@ -40,6 +40,7 @@ from typing import Any
 
 import psutil
 
+from sglang_tok.harness.bench.processes import stop_group
 from sglang_tok.harness.kernel_standin import FOLDER as KERNEL_STANDIN
 from sglang_tok.harness.sglang_side import model_dir
 from sglang_tok.protocols.sglang.layout import known_releases, release_key
@@ -380,16 +381,7 @@ class Server:
         return time.monotonic() - t0, left
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        stop_group(self.proc)
         self.log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
 

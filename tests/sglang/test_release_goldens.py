@@ -79,11 +79,18 @@ class Release:
         return list(seen)
 
     def moved(self, msg: bytes) -> bytes:
-        """A msgpack message with its workers' endpoints the test's own."""
+        """A scheduler message with its workers' endpoints the test's own."""
+        return self._renamed(msg, self.layout.token_ids)
+
+    def moved_back(self, msg: bytes) -> bytes:
+        """The release's reply with its workers named as ours are (the test's sockets)."""
+        return self._renamed(msg, self.layout.str_output)
+
+    def _renamed(self, msg: bytes, names: tuple[str, ...]) -> bytes:
         if self.pickle or not self.workers:
             return msg
         fields = msgspec.msgpack.decode(msg, type=list[msgspec.Raw])
-        at = self.layout.token_ids.index("http_worker_ipcs") + 1
+        at = names.index("http_worker_ipcs") + 1
         ipcs = msgspec.msgpack.decode(fields[at])
         if ipcs:
             fields[at] = msgspec.Raw(msgspec.msgpack.encode(
@@ -114,17 +121,6 @@ class Release:
             self.rows([self.moved_back(m) for m in frames(folder / f"{case}.out.bin")],
                       tmp / "theirs.bin")
 
-    def moved_back(self, msg: bytes) -> bytes:
-        """The release's reply with its workers named as ours are (the test's sockets)."""
-        if self.pickle or not self.workers:
-            return msg
-        fields = msgspec.msgpack.decode(msg, type=list[msgspec.Raw])
-        at = self.layout.str_output.index("http_worker_ipcs") + 1
-        ipcs = msgspec.msgpack.decode(fields[at])
-        if ipcs:
-            fields[at] = msgspec.Raw(msgspec.msgpack.encode(
-                [self.workers.get(i, i) if i else i for i in ipcs]))
-        return msgspec.msgpack.encode(fields)
 
     def rows(self, msgs: list[bytes], path: Path) -> list[dict[str, Any]]:
         if not self.pickle:

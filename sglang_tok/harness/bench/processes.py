@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -73,6 +74,22 @@ def wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float, wha
             proc.kill()
             raise RuntimeError(f"{what} failed to start")
         time.sleep(0.05)
+
+
+def stop_group(proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """A whole server started in its own session: SIGTERM to its process group, then, after
+    `timeout` seconds or once its leader is gone, SIGKILL to whatever of the group is left
+    (SGLang's children outlive a launcher that exits first)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float = 30, group: bool = False) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -41,7 +40,7 @@ from sglang_tok.harness.bench import capacity_model as cm
 from sglang_tok.harness.bench.capacity import Stage, capacity, scaled
 from sglang_tok.harness.bench.figures import markdown, write_json
 from sglang_tok.harness.bench.gap_hist import percentile
-from sglang_tok.harness.bench.processes import package_env
+from sglang_tok.harness.bench.processes import package_env, stop_group
 from sglang_tok.harness.sglang_side import model_dir
 from sglang_tok.tokenizer import load_tokenizer
 
@@ -244,16 +243,7 @@ class Server:
         return True
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        stop_group(self.proc)
         self.log.close()
 
 
