@@ -50,12 +50,10 @@ from sglang_tok.protocols.interface import (
     LATE,
     Control,
     Idle,
-    Passer,
     PassOn,
     Probe,
     Rows,
 )
-from sglang_tok.protocols.native import batch as native_batch
 from sglang_tok.protocols.native import control, tags
 from sglang_tok.protocols.native.control import Open, Pong
 from sglang_tok.protocols.native.deltas import Delta, DeltasOut, Usage, terminal
@@ -252,7 +250,7 @@ class Egress:
         if not len(frame):
             return self._drop(FrameError("empty", "zero-length frame"))
         try:
-            event = self.reader.read(frame, self.router.where)
+            event = self.reader.read(frame, self.router.where, self.router.ended)
         except FrameError as err:
             return self._drop(err)
         match event:
@@ -265,7 +263,7 @@ class Egress:
                     if event.fresh and self.router.quarantine:
                         for rid in event.fresh:  # a first row is no suspect
                             self.router.open(rid)
-                    self._route_batch(event.batch, stamp, event.passed, opens)
+                    self._route_batch(event, stamp, opens)
                 except Exception:  # a bug costs these rows' requests, told; never the ring
                     log.exception("internal error routing a frame's rows; dropping it")
                     self._drop(FrameError("internal", "internal error", event.batch.rids))
@@ -335,12 +333,13 @@ class Egress:
             frame = fwd if part is msg else link.forward(stamp, control.encode_control(part))
             self._forward(k, frame, ended)
 
-    def _route_batch(self, batch: native_batch.Batch, stamp: float, passer: Passer | None = None,
+    def _route_batch(self, event: Rows, stamp: float,
                      opens: dict[int, list[Open]] | None = None) -> None:
         router = self.router
+        batch = event.batch
         if router.quarantine and self.grace_until and time.monotonic() > self.grace_until:
             router.quarantine = False
-        owner, tokens, finished = router.route(batch)
+        owner, tokens, finished = router.route(batch, event.codes, event.finished)
         if router.opened:  # before any row of theirs can reach a shard
             if self.replayed:
                 for rid in router.opened:
@@ -357,10 +356,8 @@ class Egress:
         new_rows, router.new_rows = router.new_rows, []
         if late == len(owner):
             return
-        inline = self.inline is not None
-        passed = passer(owner, self.n, inline) if passer is not None else None
-        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, passed, opens,
-                                  inline):
+        for k, msg in split_frame(stamp, batch, owner, self.n, new_rows, event.carry, opens,
+                                  self.inline is not None):
             self._forward(k, msg, finished.get(k))
 
     def _journal_opened(self, rids: list[str]) -> None:

@@ -166,8 +166,9 @@ class Router:
                  log_frames: int = LOG_FRAMES, output_queue: int = 1000) -> None:
         self.nshards = nshards
         self.live: dict[str, Live] = {}
-        # every rid that has had rows -> its shard, and every remembered ended rid -> LATE:
-        # the one lookup a known rid's row costs
+        # every live rid that has had rows -> its route code: the one lookup a known rid's
+        # row costs (live rids only: a small, hot table; an ended rid's late row misses it
+        # and is found in `ended`, the remembered ended rids, oldest first)
         self.where: dict[str, int] = {}
         self.ended: dict[str, None] = {}
         self.ended_memory = ended_memory
@@ -201,14 +202,11 @@ class Router:
         return rid in self.ended
 
     def end(self, rid: str) -> Live | None:
-        ended, where = self.ended, self.where
+        ended = self.ended
         ended[rid] = None
-        where[rid] = LATE
+        self.where.pop(rid, None)
         if len(ended) > self.ended_memory:
-            old = next(iter(ended))
-            del ended[old]
-            if where.get(old) == LATE:
-                del where[old]
+            del ended[next(iter(ended))]
         st = self.live.pop(rid, None)
         if st is not None:
             if st.slot >= 0:
@@ -223,26 +221,43 @@ class Router:
         """OPEN: a live rid keeps its state; an ended one may be reused."""
         st = self.live.get(rid)
         if st is None:
-            self.ended.pop(rid, None)
-            self.where.pop(rid, None)  # was LATE; its first row makes it routable again
+            self.ended.pop(rid, None)  # its first row makes it routable again
             st = self.live[rid] = Live(shard_of(rid, self.nshards))
         return st.shard
 
-    def route(self, batch: Batch) -> tuple[list[int], int, dict[int, Ended]]:
+    def route(self, batch: Batch, codes: list[int] | None = None,
+              ends: list[int] | None = None) -> tuple[list[int], int, dict[int, Ended]]:
         """Route code per row (slot * nshards + shard; LATE: its rid has ended, no shard
         sees it), the frame's iteration tokens (new ids plus computed prompt tokens of
         first rows), and the rids each shard's part ends. `new_rows` then lists the rows
-        whose rid took a slot in this frame."""
+        whose rid took a slot in this frame. `codes` and `ends`: each row's route code
+        (-1: none) and the rows with a finish, where the reader looked them up already
+        (rows it found without a route, or LATE, are looked up again: the egress may have
+        opened or ended their rids since). A row whose rid has no route and has ended is
+        LATE."""
         h = batch.header
         rids, fins = h.rids, h.finish_reasons
         n = len(rids)
         self.frames += 1
-        owner: list[int] = list(map(self.where.get, rids, repeat(-1)))
+        if codes is None:
+            owner: list[int] = list(map(self.where.get, rids, repeat(-1)))
+        else:
+            owner = codes
+            if LATE in owner:
+                where = self.where
+                i = -1
+                while True:
+                    try:
+                        i = owner.index(LATE, i + 1)
+                    except ValueError:
+                        break
+                    owner[i] = where.get(rids[i], -1)
         prompt_computed = self._first_rows(batch, owner) if -1 in owner else 0
         finished: dict[int, Ended] = {}
-        if fins.count(None) != n:
-            for i in compress(range(n), fins):
-                self._last_row(rids, owner, i, finished)
+        if ends is None:
+            ends = list(compress(range(n), fins)) if fins.count(None) != n else []
+        for i in ends:
+            self._last_row(rids, owner, i, finished)
         self.log.append((self.frames, rids, h.tok_lens))
         # trimmed every TRIM_EVERY frames (a frame kept longer only counts toward nothing:
         # `_count` and `_fold` look at each rid's own frames), or when the log is full;
@@ -256,6 +271,7 @@ class Router:
         """Rows whose rid has no route yet: a new rid, an OPENed one, or a quarantined one."""
         h = batch.header
         rids, where, live, firsts = h.rids, self.where, self.live, self.firsts
+        ended = self.ended
         prompt_computed = 0
         i = -1
         while True:
@@ -267,6 +283,9 @@ class Router:
             k = where.get(rid)  # a rid new to this frame may have had its first row already
             if k is not None:
                 owner[i] = k
+                continue
+            if rid in ended:  # a late row (or one after its request was failed)
+                owner[i] = LATE
                 continue
             st = live.get(rid)
             if st is None:

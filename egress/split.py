@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from ring import link
 from ring.link import Family, Sparse
-from sglang_tok.protocols.interface import LATE
+from sglang_tok.protocols.interface import LATE, Carry
 from sglang_tok.protocols.native.batch import FAMILIES, HEADER_FIELDS, Batch
 from sglang_tok.protocols.native.control import Open
 from sglang_tok.ragged import ragged_index, small_ints, starts_of, u32s
@@ -31,17 +31,18 @@ _OUTPUT_FAMILIES = {name: (idx, kind) for name, idx, kind in FAMILIES
 
 
 def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
-                new_rows: list[tuple[int, str]],
-                passed: dict[int, Any] | None = None,
+                new_rows: list[tuple[int, str]], carry: Carry | None = None,
                 opens: dict[int, list[Open]] | None = None,
                 inline: bool = False) -> list[tuple[int, Any]]:
-    """(shard, ARRAYS message) for every shard that owns a row of the frame; `passed` is
-    each shard's part of what an SGLang reply passes on (`Sparse.extra`), `opens` its
-    first rows' options (`Sparse.opens`). `inline`: the one shard lives in this process,
-    and its message is the `link.Arrays` object itself (`passed[0]` the object too).
+    """(shard, ARRAYS message) for every shard that owns a row of the frame; `carry` is
+    what an SGLang reply passes on, cut here into each shard's part (`Sparse.extra`),
+    `opens` the shards' first rows' options (`Sparse.opens`). `inline`: the one shard
+    lives in this process, and its message is the `link.Arrays` object itself (its part
+    the object too).
 
-    Rows are grouped by shard with one stable sort, so each shard's slots and ids are
-    slices of two gathers, whatever the number of shards.
+    Rows are grouped by shard with one stable sort (and within a shard by the reply
+    endpoint `carry.keys`, where the rows name several), so each shard's slots, ids and
+    carried columns are slices of one gather each, whatever the number of shards.
     """
     header = batch.header
     n_rows = len(codes)
@@ -51,14 +52,17 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     end_rows = [] if fins.count(None) == n_rows else list(compress(range(n_rows), fins))
     reasoning = np.array(header.reasoning_tokens, np.uint32) \
         if header.reasoning_tokens.count(0) != n_rows else None
-    if nshards == 1 and LATE not in codes:  # every row is shard 0's, in frame order
+    keys = carry.keys if carry is not None else None
+    if nshards == 1 and keys is None and LATE not in codes:  # shard 0's, in frame order
+        extra = carry.whole(inline) if carry is not None else b""
         return [_whole(stamp, batch, codes, one_each, lens, new_rows, end_rows, reasoning,
-                       passed[0] if passed else b"", opens[0] if opens else [], inline)]
+                       extra, opens[0] if opens else [], inline)]
     code = u32s(codes).astype(np.int64)
     shard_of = code % nshards
     if LATE in codes:
         shard_of[code == LATE] = nshards  # LATE rows sort last, in no shard's part
-    order = np.argsort(shard_of, kind="stable")
+    order = np.argsort(shard_of if keys is None else shard_of * (int(keys.max()) + 1) + keys,
+                       kind="stable")
     per_shard = np.bincount(shard_of, minlength=nshards + 1)
     first = starts_of(per_shard)
     pos = np.empty(n_rows, np.int64)  # frame row -> its row in its shard's message
@@ -69,8 +73,11 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
     families = _families(batch, (order, first))
     shards_of_events = shard_of[[i for i, _ in new_rows] + end_rows].tolist() \
         if new_rows or end_rows else []
-    out: list[tuple[int, bytes]] = []
-    for shard in np.flatnonzero(per_shard[:nshards]).tolist():
+    shards = np.flatnonzero(per_shard[:nshards]).tolist()
+    parts = carry.parts(order, first, shards, None if keys is None else keys[order],
+                        inline) if carry is not None else None
+    out: list[tuple[int, Any]] = []
+    for shard in shards:
         row_from, row_to = int(first[shard]), int(first[shard + 1])
         sparse = Sparse()
         if counts is not None:
@@ -81,11 +88,15 @@ def split_frame(stamp: float, batch: Batch, codes: list[int], nshards: int,
             sparse.reasoning = reasoning[order[row_from:row_to]].tobytes()
         if families:
             sparse.families = [f.part(shard) for f in families]
-        if passed:
-            sparse.extra = passed[shard]
         if opens and shard in opens:
             sparse.opens = opens[shard]
         shard_ids = ids_sorted[int(id_first[shard]):int(id_first[shard + 1])]
+        if inline:
+            out.append((shard, link.Arrays(stamp, slots[row_from:row_to], shard_ids, sparse,
+                                           parts[shard] if parts else None)))
+            continue
+        if parts:
+            sparse.extra = parts[shard]
         out.append((shard, link.arrays(stamp, slots[row_from:row_to], shard_ids, sparse)))
     return out
 

@@ -9,7 +9,7 @@ rids); the events are plain data the egress routes the same way whatever the pro
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,10 +27,24 @@ Routed = Open | Error | Abort | Result  # the control frames the egress routes t
 Message = tuple[str | None, bytes]  # (endpoint, None: --output; the message)
 
 
-class Passer(Protocol):
-    def __call__(self, codes: list[int], nshards: int, inline: bool = False
-                 ) -> dict[int, Any]:
-        """Each shard's part, packed (or, `inline`, the one shard's as an object)."""
+class Carry(Protocol):
+    """What a protocol's replies carry of the input message beside the decoded texts (SGLang:
+    the fields its detokenizer passes on), cut by the egress into each shard's part once it
+    knows where the rows go. `keys`: each row's reply endpoint as a small int where the
+    rows name several (a shard's rows are then ordered by it), else None."""
+
+    keys: Any
+
+    def whole(self, inline: bool) -> Any:
+        """The one part of a message whose rows all go to one shard and one endpoint,
+        packed (`inline`: the object, for a shard in the egress's process)."""
+        ...
+
+    def parts(self, order: Any, first: Any, shards: list[int], keys: Any,
+              inline: bool) -> dict[int, Any]:
+        """Each shard's part, packed unless `inline`: its rows are `order[first[s]:
+        first[s + 1]]` (grouped by shard, then by key); `keys`: each row's key in that order
+        (None: one endpoint)."""
         ...
 
 
@@ -38,7 +52,9 @@ class Rows(msgspec.Struct):
     """A frame's rows to route. `opens` (first rows' options), `fresh` (first rows with
     the default ones), `ends` ((rid, why): requests to end on their shards before the rows)
     and `lost` (rids first seen mid-stream) are what a protocol whose first rows carry a
-    request's start says; `passed(codes, nshards)` cuts what each shard's replies pass on.
+    request's start says. A reader that has looked the rows up already gives their route
+    codes (`codes`: -1 for a rid with none) and the rows with a finish (`finished`), so
+    the router reads neither again; `carry` is what each shard's replies pass on.
     A struct with shared empty defaults: a native BATCH frame builds one per frame."""
 
     batch: Batch
@@ -47,7 +63,9 @@ class Rows(msgspec.Struct):
     fresh: Sequence[str] = ()
     ends: Sequence[tuple[str, str]] = ()
     lost: Sequence[str] = ()
-    passed: Passer | None = None
+    codes: list[int] | None = None
+    finished: list[int] | None = None
+    carry: Carry | None = None
 
 
 @dataclass
@@ -88,9 +106,10 @@ Event = Rows | Control | Probe | PassOn | Idle
 
 
 class Reader(Protocol):
-    def read(self, frame: memoryview, where: dict[str, int]) -> Event:
-        """The frame's event (`where`: the router's route code of each live rid); raise
-        FrameError to drop it whole."""
+    def read(self, frame: memoryview, where: dict[str, int],
+             ended: Container[str] = ()) -> Event:
+        """The frame's event (`where`: the router's route code of each live rid, `ended`
+        the rids it remembers ended); raise FrameError to drop it whole."""
         ...
 
 

@@ -93,29 +93,45 @@ def test_time_stats_and_customized_info_go_with_their_rows(
 
 
 def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
-    """From an ipc:// input (SGLang's launcher's) each shard's part carries its rows' stats;
-    from a tcp:// peer nothing is unpickled: the parts carry nil."""
+    """A pickled list of per-row objects (`time_stats`) is cut by its items, which
+    unpickles nothing: each shard's part carries its rows' stats from any peer. A pickle of
+    another shape (`customized_info`, a map of per-row lists) is cut by unpickling, only
+    from an ipc:// input (SGLang's launcher's); from a tcp:// peer the parts carry nil."""
+    import numpy as np
+
     from sglang_tok.config import Config, finalize, from_sglang
+    from sglang_tok.protocols.sglang.part import Fields
+    from sglang_tok.protocols.sglang.pickled import cut_rows
     from sglang_tok.protocols.sglang.reader import SglangReader
-    from sglang_tok.protocols.sglang.reply import Passed
     from sglang_tok.protocols.sglang.workers import WorkerMap
 
     rows = [{"rid": f"p-{k}", "ids": [14], "completion": 1} for k in range(12)]
     stats = [{"row": k} for k in range(12)]
-    msg = token_ids_message(rows, time_stats=_pickled(stats))
+    info = {"score": [k / 2 for k in range(12)]}
+    msg = token_ids_message(rows, time_stats=_pickled(stats), customized_info=_pickled(info))
     fields = msgspec.msgpack.decode(msg, type=list[msgspec.Raw])
-    codes = [k % 2 for k in range(12)]  # rows alternate between shards 0 and 1
+    # rows alternate between shards 0 and 1: each shard's rows in frame order
+    order = np.array([*range(0, 12, 2), *range(1, 12, 2)])
+    first = np.array([0, 6, 12, 12])
     plan = Plan(builtin())
-    at = plan.passed.index("time_stats")
+    stats_at, info_at = plan.passed.index("time_stats"), plan.passed.index("customized_info")
     for per_row in (True, False):
-        step = SglangReader(plan, 512, 4096, frozenset(), WorkerMap(), per_row).step(fields, {})
-        parts = step.passed(codes, 2)
+        rows_of = SglangReader(plan, 512, 4096, frozenset(), WorkerMap(), per_row).step(
+            fields, {})
+        assert rows_of.carry is not None
+        parts = rows_of.carry.cut(order, first, [0, 1], None)  # type: ignore[attr-defined]
         for k, part in parts.items():
-            got = msgspec.msgpack.decode(msgspec.msgpack.decode(part, type=Passed).columns[at])
+            got = Fields(part, cut_rows if per_row else None)
+            mine = [s for s in stats if s["row"] % 2 == k]
+            assert _unpickled(msgspec.msgpack.decode(got.field(stats_at, 0, 6))) == mine
+            assert _unpickled(msgspec.msgpack.decode(got.field(stats_at, 1, 3))) == mine[1:3]
+            cut = msgspec.msgpack.decode(got.field(info_at, 0, 6))
             if per_row:
-                assert _unpickled(got) == [s for s in stats if s["row"] % 2 == k]
+                assert _unpickled(cut) == {"score": info["score"][k::2]}
+                assert _unpickled(msgspec.msgpack.decode(got.field(info_at, 2, 4))) == {
+                    "score": info["score"][k::2][2:4]}
             else:
-                assert got is None
+                assert cut is None
     ipc = Config(protocol="sglang", input="ipc:///tmp/x.ipc")
     assert from_sglang(ipc) and not from_sglang(
         Config(protocol="sglang", input="tcp://127.0.0.1:5555"))

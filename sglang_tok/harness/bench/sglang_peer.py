@@ -11,7 +11,8 @@ DetokenizerManager, or N behind SGLang's MultiDetokenizerRouter. The detokenizer
 Importing SGLang takes many CPU seconds, so one peer serves every SGLang system of a bench
 run: it reads one JSON command per stdin line and answers one JSON line on stdout.
 
-    {"cmd": "start", "workers": 2, "input": "ipc://...", "output": "ipc://..."}
+    {"cmd": "start", "workers": 2, "input": "ipc://...", "output": "ipc://...",
+     "tokenizer_workers": 1, "metrics": false}
         -> {"pids": [...], "names": [...], "launch": "sglang.srt.entrypoints..."}
     {"cmd": "stop"}   -> {"stopped": [exit codes], "failed": a child SIGQUIT us}
     (end of input)    -> stops what runs, exits
@@ -60,7 +61,11 @@ class Peer:
         self.failed = True
         print("sglang_peer: a detokenizer process failed (SIGQUIT)", file=sys.stderr, flush=True)
 
-    def start(self, workers: int, input_ep: str, output_ep: str) -> dict[str, Any]:
+    def start(self, workers: int, input_ep: str, output_ep: str, tokenizer_workers: int = 1,
+              metrics: bool = False) -> dict[str, Any]:
+        """SGLang's detokenizer for `workers` (above 1: its router and that many workers),
+        its replies to each row's tokenizer worker where `tokenizer_workers` > 1 (SGLang's
+        `--tokenizer-worker-num`), `--enable-metrics` as asked."""
         from sglang.srt.entrypoints.engine import Engine
         from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
         from sglang.srt.plugins import load_plugins
@@ -76,7 +81,8 @@ class Peer:
                                "SGLANG_PLUGINS was not honoured")
         server_args = ServerArgs(model_path=str(self.model), tokenizer_path=str(self.model),
                                  device="cpu", detokenizer_worker_num=workers,
-                                 log_level="warning")
+                                 tokenizer_worker_num=tokenizer_workers,
+                                 enable_metrics=metrics, log_level="warning")
         port_args = PortArgs.init_new(server_args)
         port_args.detokenizer_ipc_name = input_ep
         port_args.tokenizer_ipc_name = output_ep
@@ -126,8 +132,9 @@ def main() -> int:
             cmd = json.loads(line)
             try:
                 if cmd["cmd"] == "start":
-                    out: dict[str, Any] = peer.start(int(cmd["workers"]), cmd["input"],
-                                                     cmd["output"])
+                    out: dict[str, Any] = peer.start(
+                        int(cmd["workers"]), cmd["input"], cmd["output"],
+                        int(cmd.get("tokenizer_workers", 1)), bool(cmd.get("metrics")))
                 elif cmd["cmd"] == "stop":
                     failed = peer.failed
                     out = {"stopped": peer.stop(), "failed": failed}

@@ -3,6 +3,8 @@ sections 2-4), each read into one event of the protocols' interface."""
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from sglang_tok.protocols.errors import FrameError
 from sglang_tok.protocols.interface import Control, Event, Probe, Rows
 from sglang_tok.protocols.native.batch import decode_batch
@@ -17,7 +19,8 @@ class NativeReader:
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
 
-    def read(self, frame: memoryview, where: dict[str, int]) -> Event:
+    def read(self, frame: memoryview, where: dict[str, int],
+             ended: Container[str] = ()) -> Event:
         tag = frame[0]
         if tag == TAG_BATCH:
             return Rows(decode_batch(frame, self.max_rid_length, self.max_row_ids))

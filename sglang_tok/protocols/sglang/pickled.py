@@ -72,33 +72,31 @@ def preload_sglang() -> threading.Thread:
     return thread
 
 
-def cut_pickled(columns: Sequence[Any], parts: list[list[int]], out: list[list[Raw]],
-                pickled: frozenset[int], names: Sequence[str]) -> None:
-    """The pickled columns (`time_stats`, a list per row; `customized_info`, per key a list
-    per row) cut per part as SGLang's own scheduler would have wrapped each part's rows:
-    unpickled once, each part's rows pickled again. Only for a message from SGLang's own
-    process tree (the caller's to know); a column that will not unpickle stays nil."""
+def cut_rows(field: Raw | bytes, parts: list[list[int]]) -> list[bytes] | None:
+    """A pickled column (`time_stats`, a list per row; `customized_info`, per key a list
+    per row) cut per part as SGLang's own router cuts it: unpickled once, each part's rows
+    pickled again, each part's field as msgpack. Only for a message from SGLang's own
+    process tree (the caller's to know), and only where `pickle_rows` cannot cut it without
+    unpickling; None where it will not unpickle (the parts then carry nil)."""
     global _unpickle_failed
     if _loading is not None and not _loading.is_set():
-        return  # SGLang still loading (preload_sglang): nil this once
-    for i in pickled:
-        col = columns[i]
-        if col is None or col == wire.NIL:
-            continue
-        try:
-            whole = pickle.loads(_wrapper_decoder.decode(col).data)
-        except Exception:  # SGLang's classes not importable here, or not a wrapper
-            if not _unpickle_failed:
-                _unpickle_failed = True
-                log.warning("a pickled column (%s) will not unpickle here; it goes as nil",
-                            names[i], exc_info=True)
-            continue
-        for part, rows in zip(out, parts):
-            if isinstance(whole, dict):
-                sub: Any = {key: [values[r] for r in rows] for key, values in whole.items()}
-            else:
-                sub = [whole[r] for r in rows]
-            part[i] = Raw(_encoder.encode(PickleWrapper(pickle.dumps(sub))))
+        return None  # SGLang still loading (preload_sglang): nil this once
+    try:
+        whole = pickle.loads(_wrapper_decoder.decode(field).data)
+    except Exception:  # SGLang's classes not importable here, or not a wrapper
+        if not _unpickle_failed:
+            _unpickle_failed = True
+            log.warning("a pickled column will not unpickle here; it goes as nil",
+                        exc_info=True)
+        return None
+    out = []
+    for rows in parts:
+        if isinstance(whole, dict):
+            sub: Any = {key: [values[r] for r in rows] for key, values in whole.items()}
+        else:
+            sub = [whole[r] for r in rows]
+        out.append(_encoder.encode(PickleWrapper(pickle.dumps(sub))))
+    return out
 
 
 # --------------------------------------------------------------------------- pickle IPC

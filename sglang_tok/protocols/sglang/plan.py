@@ -52,6 +52,7 @@ class Plan:
         self.beams = self.passed.index("beam_search_output") \
             if "beam_search_output" in self.passed else -1
         self.beams_at = self.at.get("beam_search_output", 0)
+        self.rids_k = self.passed.index("rids")  # refusal() made sure a reply carries them
         passed_k = {name: k for k, name in enumerate(self.passed)}
         # (reply position, source) : a passed column's index, or a fixed value
         self.out_count = len(layout.str_output)

@@ -1,11 +1,18 @@
-"""SGLang's scheduler messages (`--protocol sglang`) read into what the egress routes.
+"""SGLang's scheduler messages (`--protocol sglang`) read into what the egress routes, once.
 
 A `BatchTokenIDOutput` becomes the same `Batch` a BATCH frame decodes to (rids, finish
 reasons, counts, every row's new ids as one int64 buffer), so routing, slots, the ledger
 and the shards' decoding are the native protocol's. What OPEN carries in that protocol
 comes from a request's first row here: its prompt context (the ids before
 `read_offsets[i]`) and its flags. What SGLang's detokenizer passes through to the
-TokenizerManager is cut per shard as raw msgpack (`reply.Passed`), never decoded.
+TokenizerManager is cut per shard as byte ranges (`carry.Carried`), never decoded.
+
+The message is read in one pass: its fields split once (each still raw bytes); the columns
+routing needs decoded (rids, finish reasons, ids, the token counts); the columns only a
+request's first row needs (its read offset, flags, completion count) decoded only when the
+message has rows of rids the router does not route; every other column checked by its
+length alone. The route codes (`where`) are looked up once and handed to the router with
+the finished rows, so nothing reads the message again.
 
 Where each column sits is the running release's (`plan.Plan`, by field name from its
 `Layout`): a message whose field count is not that release's is dropped whole, never read
@@ -22,7 +29,8 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
+from itertools import compress, repeat
 from typing import Annotated, Any
 
 import msgspec
@@ -37,28 +45,22 @@ from sglang_tok.protocols.native.batch import Batch, BatchHeader
 from sglang_tok.protocols.native.control import Open, Ping, decode_control
 from sglang_tok.protocols.native.tags import TAG_PING
 from sglang_tok.protocols.sglang import wire
-from sglang_tok.protocols.sglang.pickled import cut_pickled, from_pickle
+from sglang_tok.protocols.sglang.carry import Carried
+from sglang_tok.protocols.sglang.pickled import from_pickle
 from sglang_tok.protocols.sglang.plan import CONFIGURE_LOGGING, EMBEDDING, FREEZE_GC, Plan
-from sglang_tok.protocols.sglang.reply import (
-    Passed,
-    Reply,
-    beam_flags,
-    by_worker,
-    cut,
-    encode_passed,
-)
+from sglang_tok.protocols.sglang.reply import Reply, beam_flags, by_worker
+from sglang_tok.protocols.sglang.spans import Locator
 from sglang_tok.protocols.sglang.workers import WorkerMap
 
 _ENDPOINTS = ("ipc://", "tcp://")
 _EMPTY = Raw(b"\x90")  # [] in msgpack
 NonNeg = Annotated[int, Meta(ge=0)]
-# the columns the egress reads, each decoded from its raw field alone (validated by type:
+# the columns the egress may decode, each from its raw field alone (validated by type:
 # counts are not negative); every other field is passed on as it came
-_READ: dict[str, msgspec.msgpack.Decoder[Any]] = {
+_DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {
     name: msgspec.msgpack.Decoder(kind) for name, kind in (
         ("rids", list[str] | None), ("http_worker_ipcs", list[str | None] | None),
         ("finished_reasons", list[Finish | None] | None),
-        ("decoded_texts", list[str] | None),
         ("decode_ids", list[msgspec.msgpack.Ext] | None),  # SGLang's: one array ext per row
         ("read_offsets", list[NonNeg] | None),
         ("skip_special_tokens", list[bool] | None),
@@ -66,60 +68,19 @@ _READ: dict[str, msgspec.msgpack.Decoder[Any]] = {
         ("no_stop_trim", list[bool] | None), ("prompt_tokens", list[NonNeg] | None),
         ("reasoning_tokens", list[NonNeg] | None), ("completion_tokens", list[NonNeg] | None),
         ("cached_tokens", list[NonNeg] | None))}
-# finish reasons the typed decode refused, read again as any maps to say why (`_columns`)
+# decoded for every message: what routing, slots and usage need
+_ALWAYS = ("prompt_tokens", "cached_tokens", "reasoning_tokens")
+# decoded only for a message with rows of rids the router does not route
+_FIRST_ROWS = ("read_offsets", "skip_special_tokens", "spaces_between_special_tokens",
+               "no_stop_trim", "completion_tokens")
+# finish reasons the typed decode refused, read again as any maps to say why
 _loose_finishes = msgspec.msgpack.Decoder(list[dict[str, Any] | None] | None)
 _ipcs_decoder = msgspec.msgpack.Decoder(list[str | None] | None)
 _level_decoder = msgspec.msgpack.Decoder(str | None)
 _tag_decoder = msgspec.msgpack.Decoder(str)
-
-
-class Step:
-    """One scheduler message as the egress routes it."""
-
-    __slots__ = ("plan", "batch", "rids", "ipcs", "columns", "opens", "fresh", "lost",
-                 "refused", "per_row", "flags")
-
-    def __init__(self, plan: Plan, batch: Batch, cols: Columns, columns: list[Raw],
-                 firsts: FirstRows, per_row: bool) -> None:
-        self.plan = plan
-        self.batch = batch
-        self.rids = cols.rids
-        self.ipcs = cols.ipcs
-        # rows with beam search output: the shard decodes their sequences with each row's
-        # options, which only the first row of a request told it otherwise
-        self.flags = beam_flags(cols.skip, cols.spaces, cols.no_stop_trim) \
-            if plan.beams >= 0 and columns[plan.beams] != wire.NIL else []
-        self.columns = columns  # the passed-through fields, in the plan's `passed` order
-        self.opens = firsts.opens
-        self.fresh = firsts.fresh
-        self.lost = firsts.lost
-        self.refused = firsts.refused
-        self.per_row = per_row  # the pickled columns may be cut per row (their sender's ours)
-
-    def passed(self, codes: list[int], nshards: int, inline: bool = False) -> dict[int, Any]:
-        """Each shard's rows of the passed-through fields, in the order `split_frame` gives
-        its rows (frame order within a shard; LATE rows in no shard); `inline`: the one
-        shard inside the egress's process takes the `Passed` itself."""
-        rids, ipcs, flags = self.rids, self.ipcs, self.flags
-        if nshards == 1 and LATE not in codes:  # the usual one-shard message: no array work
-            if inline:
-                return {0: Passed(rids, ipcs, self.columns, flags)}
-            return {0: encode_passed(rids, ipcs, self.columns, flags)}
-        code = np.array(codes, np.int64)
-        live = code != LATE
-        shard = code % nshards
-        owners = np.unique(shard[live]).tolist()
-        if len(owners) == 1 and live.all():  # one shard's whole message: nothing to cut
-            return {owners[0]: encode_passed(rids, ipcs, self.columns, flags)}
-        parts = [np.flatnonzero(live & (shard == k)).tolist() for k in owners]
-        pickled = self.plan.pickled_passed
-        cols = cut(self.columns, len(rids), parts, pickled)
-        if self.per_row:
-            cut_pickled(self.columns, parts, cols, pickled, self.plan.passed)
-        return {k: encode_passed([rids[i] for i in rows],
-                                 None if ipcs is None else [ipcs[i] for i in rows], part,
-                                 [flags[i] for i in rows] if flags else [])
-                for k, rows, part in zip(owners, parts, cols)}
+_pairs_decoder = msgspec.msgpack.Decoder(list[tuple[str, bytes]] | None)
+_ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]] | None)
+_raw_rows = msgspec.msgpack.Decoder(list[Raw])
 
 
 class FirstRows:
@@ -137,36 +98,54 @@ class FirstRows:
         self.refused: list[tuple[str, str]] = []
 
 
-class Columns:
-    """The columns of a `BatchTokenIDOutput` the egress reads, each checked to have one
-    entry per row (`SglangReader._columns`), beside the message's raw fields."""
+class Message:
+    """One `BatchTokenIDOutput`'s fields, each still raw, and its columns decoded on demand
+    (each once, validated: an entry per row of the right type, or FrameError naming the
+    message's rids)."""
 
-    __slots__ = ("fields", "rids", "ipcs", "finished", "decode_ids", "read_offsets", "skip",
-                 "spaces", "no_stop_trim", "prompt", "reasoning", "completion", "cached")
+    __slots__ = ("fields", "at", "have", "rids", "n", "got", "pairs")
 
-    def __init__(self, fields: list[Raw], got: dict[str, Any]) -> None:
+    def __init__(self, fields: list[Raw], plan: Plan, rids: list[str], pairs: bool) -> None:
         self.fields = fields
-        self.rids: list[str] = got["rids"]
-        self.ipcs: list[str | None] | None = got["http_worker_ipcs"]
-        self.finished: list[Finish | None] = got["finished_reasons"]
-        self.decode_ids: list[Any] = got["decode_ids"]
-        self.read_offsets: list[int] = got["read_offsets"]
-        self.skip: list[bool] = got["skip_special_tokens"]
-        self.spaces: list[bool] = got["spaces_between_special_tokens"]
-        self.no_stop_trim: list[bool] = got["no_stop_trim"]
-        self.prompt: list[int] = got["prompt_tokens"]
-        self.reasoning: list[int] = got["reasoning_tokens"]
-        self.completion: list[int] = got["completion_tokens"]
-        self.cached: list[int] = got["cached_tokens"]
+        self.at = plan.at
+        self.have = len(fields)
+        self.rids = rids
+        self.n = len(rids)
+        self.got: dict[str, Any] = {}
+        self.pairs = pairs
+
+    def raw(self, name: str) -> Raw:
+        i = self.at[name]
+        return self.fields[i] if i < self.have else wire.NIL
+
+    def col(self, name: str) -> Any:
+        """A read column, typed, one entry per row."""
+        got = self.got.get(name)
+        if got is None:
+            got = self.got[name] = self._decode(name)
+        return got
+
+    def _decode(self, name: str) -> Any:
+        raw, rids = self.raw(name), self.rids
+        try:
+            col = _DECODERS[name].decode(raw)
+        except msgspec.ValidationError as exc:
+            raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
+        except msgspec.DecodeError as exc:
+            raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
+        if col is None or len(col) != self.n:
+            raise FrameError("columns", f"{name} has {'nil' if col is None else len(col)} "
+                             f"entries, expected {self.n}", rids)
+        return col
 
 
 class SglangReader:
     """Reads and validates scheduler messages whole: a message is accepted or dropped.
     `workers` keeps each live request's tokenizer worker (shared with the egress's
     writer, which sends the service's own last rows there). `per_row`: the input is
-    SGLang's own process tree (ipc://), so the pickled columns (per-row time stats,
-    customized info) may be unpickled to cut them per shard; from a tcp:// peer they are
-    never unpickled (a part of a message then carries them as nil)."""
+    SGLang's own process tree (ipc://), so a pickled column that only unpickling cuts
+    (customized info) may be unpickled to cut it per shard; from a tcp:// peer it never is
+    (a part of a message then carries it as nil)."""
 
     def __init__(self, plan: Plan, max_rid_length: int, max_row_ids: int,
                  keep_stop_ids: frozenset[int], workers: WorkerMap, per_row: bool = False,
@@ -187,8 +166,15 @@ class SglangReader:
         self.zero_kept = not plan.layout.stop_id_zero_trimmed
         self.workers = workers
         self.per_row = per_row
+        # the tokenizer workers seen, each a small key (rows are grouped by it per shard)
+        self.worker_key: dict[str | None, int] = {}
+        self.worker_names: list[str | None] = []
+        # the fields every message is checked by length alone (all but the read ones)
+        self.others = plan.other_columns
+        self.locate = Locator()  # where the passed columns' rows lie, message to message
 
-    def read(self, frame: memoryview, where: dict[str, int]) -> Event:
+    def read(self, frame: memoryview, where: dict[str, int],
+             ended: Container[str] = ()) -> Event:
         """One scheduler message; or the HTTP process's deep health probe, a native PING
         (no msgpack array starts with its tag), whose PONGs never go to SGLang."""
         if frame[0] == TAG_PING:
@@ -209,9 +195,7 @@ class SglangReader:
             rids = fields[plan.at["rids"]]
             if rids == wire.NIL or rids == _EMPTY:
                 return Idle("sglang_idle")  # an idle batch: nothing to decode or answer
-            step = self.step(fields, where)
-            return interface.Rows(step.batch, opens=step.opens, fresh=step.fresh,
-                                  ends=step.refused, lost=step.lost, passed=step.passed)
+            return self.step(fields, where, ended)
         return self._other(fields, frame)
 
     def _other(self, fields: list[Raw], frame: memoryview) -> Event:
@@ -259,110 +243,205 @@ class SglangReader:
             return []
         return [r for r in rids if isinstance(r, str) and r]
 
-    def step(self, fields: list[Raw], where: dict[str, int]) -> Step:
-        """The message as a Batch, validated whole; raise FrameError."""
-        cols = self._columns(fields)
+    # ------------------------------------------------------------------ the one pass
+    def step(self, fields: list[Raw], where: dict[str, int],
+             ended: Container[str] = ()) -> interface.Rows:
+        """The message's rows as the egress routes them, validated whole; raise
+        FrameError. `where`: the route of each live rid; `ended`: the rids that ended."""
         try:
-            return self._step(cols, where)
+            rids = _DECODERS["rids"].decode(fields[self.plan.at["rids"]])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise FrameError("header", f"rids: {str(exc)[:160]}") from None
+        if rids is None:
+            raise FrameError("columns", "rids is nil")
+        msg = Message(fields, self.plan, rids, self.pairs)
+        self._check_lengths(msg)
+        try:
+            return self._rows(msg, where, ended)
         except ValueError as exc:  # an ids ext that is not integer ids
-            raise FrameError("header", str(exc)[:200], cols.rids) from None
+            raise FrameError("header", str(exc)[:200], rids) from None
 
-    def _step(self, r: Columns, where: dict[str, int]) -> Step:
-        rids, n = r.rids, len(r.rids)
-        flat, counts = wire.ids_of_pairs(r.decode_ids) if self.pairs \
-            else wire.ids_column(r.decode_ids)
-        owner = list(map(where.get, rids))
+    def _rows(self, msg: Message, where: dict[str, int], ended: Container[str]
+              ) -> interface.Rows:
+        rids = msg.rids
+        fins, finished = self._finishes(msg)
+        flat, counts, ids_ext = self._ids(msg)
+        prompt, cached, reasoning = (msg.col(name) for name in _ALWAYS)
+        codes: list[int] = list(map(where.get, rids, repeat(-1)))
+        unrouted = _all(codes, -1)
+        for i in unrouted:  # no route: a new rid, or a late row of an ended one
+            if rids[i] in ended:
+                codes[i] = LATE
         firsts = FirstRows()
-        self._refuse(r, counts, owner, firsts)
-        unrouted = [i for i, code in enumerate(owner) if code is None or code == LATE] \
-            if None in owner or LATE in owner else []
+        self._refuse(msg, counts, codes, firsts, unrouted)
         if unrouted:
-            flat = self._first_rows(r, flat, counts, unrouted, owner, firsts)
-        fins = r.finished
-        if fins.count(None) != n:
-            fins = fins.copy()
-            for i, fin in enumerate(fins):
-                if fin is not None:
-                    fins[i] = self._for_shard(fin)
-        header = BatchHeader(rids, fins, r.prompt, counts, r.cached, r.reasoning)
+            flat = self._first_rows(msg, flat, counts, unrouted, codes, firsts)
+        header = BatchHeader(rids, fins, prompt, counts, cached, reasoning)
         batch = Batch(header, memoryview(flat.data).cast("B"), len(flat), [])
-        ipcs = r.ipcs
-        if ipcs is not None and ipcs.count(None) != n:
-            self._track_workers(r, ipcs, unrouted)
-        return Step(self.plan, batch, r, self._passed_columns(r.fields), firsts, self.per_row)
+        ipcs = self._ipcs(msg, unrouted)
+        carry = Carried(self.plan, self.locate, self._passed_columns(msg.fields), rids, counts,
+                        *self._worker_keys(ipcs, msg), self._beam_flags(msg), self.per_row,
+                        ids_ext)
+        return interface.Rows(batch, opens=firsts.opens, fresh=firsts.fresh,
+                              ends=firsts.refused, lost=firsts.lost, codes=codes,
+                              finished=finished, carry=carry)
 
-    def _columns(self, fields: list[Raw]) -> Columns:
-        """The read columns, typed, each one entry per row; the others one entry per row
-        or absent; or FrameError naming the message's rids."""
-        at = self.plan.at
-        have = len(fields)
-        got: dict[str, Any] = {}
-        rids: list[str] = []
-        loose = None  # finish reasons the typed decode refused
-        for name, decoder in _READ.items():
-            i = at[name]
-            if name == "decode_ids" and self.pairs:
-                decoder = _pairs_decoder
-            try:
-                got[name] = decoder.decode(fields[i]) if i < have else None
-            except msgspec.ValidationError as exc:
-                if name == "finished_reasons":
-                    got[name] = loose = _any_finishes(fields[i], rids)
-                elif name != "decode_ids" or self.pairs:
-                    raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
-                else:
-                    got[name] = _any_ids(fields[i], rids)
-            except msgspec.DecodeError as exc:
-                raise FrameError("header", f"{name}: {str(exc)[:160]}", rids) from None
-            if name == "rids":
-                rids = got[name] or []
-        n = len(rids)
-        for name in _ROW_FIELDS:
-            col = got[name]
-            if col is None or len(col) != n:
-                raise FrameError("columns", f"{name} has {'nil' if col is None else len(col)} "
-                                 f"entries, expected {n}", rids)
-        at_out = at["output_ids"]
-        if at_out >= have or wire.array_length(fields[at_out]) != n:
-            raise FrameError("columns", f"output_ids is not a list of {n} arrays", rids)
-        self._other_columns(fields, n, rids, self.plan.other_columns)
-        cols = Columns(fields, got)
-        if cols.ipcs is not None and cols.ipcs.count(None) != n:
-            _check_ipcs(cols.ipcs, n, rids)
-        if loose is not None:
-            cols.finished = checked_finishes(loose, rids)
-        return cols
-
-    @staticmethod
-    def _other_columns(fields: list[Raw], n: int, rids: list[str],
-                       others: tuple[tuple[str, int], ...]) -> None:
-        """Every other column is nil, [] (absent for every row) or one entry per row."""
-        have, nil = len(fields), wire.NIL
-        for name, i in others:
+    def _check_lengths(self, msg: Message) -> None:
+        """Every column the egress does not decode is nil, [] (absent for every row), one
+        pickle of the whole message's value, or one entry per row: checked by its length."""
+        fields, have, n, rids, nil = msg.fields, msg.have, msg.n, msg.rids, wire.NIL
+        for name, i in self.others:
             if i >= have or fields[i] == nil or wire.is_wrapped(fields[i]):
-                continue  # absent, or one pickle of the whole message's value
+                continue
             got = wire.array_length(fields[i])
             if got == -2:
                 raise FrameError("columns", f"{name} is not a list", rids)
             if got > 0 and got != n:
                 raise FrameError("columns", f"{name} has {got} entries, expected {n}", rids)
+        for name in ("decoded_texts", "output_ids", *_FIRST_ROWS):
+            got = wire.array_length(msg.raw(name))
+            if got != n:
+                raise FrameError("columns", f"{name} has {'nil' if got == -1 else got} "
+                                 f"entries, expected {n}", rids)
+
+    def _finishes(self, msg: Message) -> tuple[list[Finish | None], list[int]]:
+        """Each row's finish as the shard trims by it (SGLang's own goes on in the reply),
+        and the rows that have one: a column of nils (no row finished) is not decoded."""
+        raw, n, rids = msg.raw("finished_reasons"), msg.n, msg.rids
+        if wire.array_length(raw) == n and bytes(raw).endswith(b"\xc0" * n) \
+                and len(raw) == n + wire.array_head_size(n):
+            return [None] * n, []
+        try:
+            fins = _DECODERS["finished_reasons"].decode(raw)
+        except msgspec.ValidationError as exc:
+            try:  # read again as any maps, to say why
+                loose = _loose_finishes.decode(raw)
+            except msgspec.ValidationError:
+                raise FrameError("header", f"finished_reasons: {str(exc)[:160]}",
+                                 rids) from None
+            fins = checked_finishes(loose, rids) if loose is not None else None
+        except msgspec.DecodeError as exc:
+            raise FrameError("header", f"finished_reasons: {str(exc)[:160]}", rids) from None
+        if fins is None or len(fins) != n:
+            raise FrameError("columns", f"finished_reasons has "
+                             f"{'nil' if fins is None else len(fins)} entries, expected {n}",
+                             rids)
+        finished = list(compress(range(n), fins))
+        if finished:
+            fins = fins.copy()
+            for i in finished:
+                fins[i] = self._for_shard(fins[i])
+        return fins, finished
+
+    def _ids(self, msg: Message) -> tuple[np.ndarray, list[int], bool]:
+        """Every row's ids as one int64 array, each row's count, and whether the column is
+        SGLang's own form (an `array("q")` ext per row: its rows' sizes follow from the
+        counts). The uniform case (every row as many ids) reads the field's bytes as one
+        2-d view; any other is read row by row by msgspec."""
+        raw = msg.raw("decode_ids")
+        if self.pairs:
+            try:
+                values = _pairs_decoder.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise FrameError("header", f"decode_ids: {str(exc)[:160]}", msg.rids) \
+                    from None
+            if values is None or len(values) != msg.n:
+                raise FrameError("columns", f"decode_ids has {len(values or [])} entries, "
+                                 f"expected {msg.n}", msg.rids)
+            flat, counts = wire.ids_of_pairs(values)
+            return flat, counts, False
+        got = wire.uniform_ids(raw, msg.n)
+        if got is not None:
+            return got[0], got[1], True
+        try:
+            values = _DECODERS["decode_ids"].decode(raw)
+        except msgspec.ValidationError:
+            try:
+                values = _ids_rows.decode(raw)
+            except msgspec.ValidationError as exc:
+                raise FrameError("header", f"decode_ids: {str(exc)[:160]}", msg.rids) \
+                    from None
+        except msgspec.DecodeError as exc:
+            raise FrameError("header", f"decode_ids: {str(exc)[:160]}", msg.rids) from None
+        if values is None or len(values) != msg.n:
+            raise FrameError("columns", f"decode_ids has {len(values or [])} entries, "
+                             f"expected {msg.n}", msg.rids)
+        flat, counts, q = wire.ids_column(values)
+        return flat, counts, q
 
     def _passed_columns(self, fields: list[Raw]) -> list[Raw]:
         """The fields a reply passes on, as they came (the per-row tensors in base64, as
         SGLang's detokenizer sends them)."""
         nil = wire.NIL
-        cols = [fields[i] for i in self.plan.passed_at]
+        cols = [fields[i] if i < len(fields) else nil for i in self.plan.passed_at]
         for k in self.plan.b64:
             if cols[k] != nil:
                 cols[k] = wire.b64_tensors(cols[k], self.pairs)
         return cols
 
-    def _refuse(self, r: Columns, counts: list[int], owner: list[int | None],
-                firsts: FirstRows) -> None:
+    def _beam_flags(self, msg: Message) -> list[int]:
+        """Rows with beam search output: the shard decodes their sequences with each row's
+        options, which only the first row of a request told it otherwise."""
+        at = self.plan.beams_at
+        if not at or at >= msg.have or msg.fields[at] == wire.NIL:
+            return []
+        return beam_flags(msg.col("skip_special_tokens"),
+                          msg.col("spaces_between_special_tokens"), msg.col("no_stop_trim"))
+
+    def _ipcs(self, msg: Message, firsts: list[int]) -> list[str | None] | None:
+        """The rows' tokenizer workers (None: the message names none), each live request's
+        remembered from its first row (for the egress's own last rows)."""
+        raw = msg.raw("http_worker_ipcs")
+        n = msg.n
+        if raw == wire.NIL:
+            return None
+        try:
+            ipcs = _ipcs_decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise FrameError("header", f"http_worker_ipcs: {str(exc)[:160]}", msg.rids) \
+                from None
+        if ipcs is None:
+            return None
+        if len(ipcs) != n:
+            raise FrameError("columns", f"http_worker_ipcs has {len(ipcs)} entries, "
+                             f"expected {n}", msg.rids)
+        if firsts and ipcs.count(None) != n:
+            rids = msg.rids
+            self.workers.note([rids[i] for i in firsts], [ipcs[i] for i in firsts])
+            # a finished row does not forget its worker here: until its shard acknowledges
+            # the row, a shard that dies fails the request, and that error goes to the same
+            # worker (the egress forgets it once the last delta left the shard)
+        return ipcs
+
+    def _worker_keys(self, ipcs: list[str | None] | None, msg: Message
+                     ) -> tuple[list[str | None] | None, np.ndarray | None]:
+        """(the workers by key, each row's key where the rows name several): a shard's
+        rows are grouped by worker, one reply per worker."""
+        if ipcs is None:
+            return None, None
+        key = self.worker_key
+        keys = list(map(key.get, ipcs))
+        if None in keys:
+            new = [ipc for ipc in dict.fromkeys(ipcs) if ipc not in key]
+            bad = [ipc for ipc in new if ipc is not None and not ipc.startswith(_ENDPOINTS)]
+            if bad:
+                raise FrameError("columns", f"http_worker_ipcs entry {bad[0]!r:.80} is not an "
+                                 "ipc:// or tcp:// endpoint", msg.rids)
+            for ipc in new:
+                key[ipc] = len(self.worker_names)
+                self.worker_names.append(ipc)
+            keys = list(map(key.get, ipcs))
+        first = keys[0]
+        if keys.count(first) == len(keys):
+            return [self.worker_names[first]], None  # type: ignore[index]
+        return self.worker_names, np.array(keys, np.int64)
+
+    def _refuse(self, msg: Message, counts: list[int], codes: list[int],
+                firsts: FirstRows, unrouted: list[int]) -> None:
         """Rows the service will not decode end their own request, not the message: a rid
         that is empty or over --max-rid-length, a row over --max-row-ids."""
         limit, most = self.max_rid_length, self.max_row_ids
-        rids = r.rids
+        rids = msg.rids
         bad: list[tuple[int, str]] = []
         if not all(rids) or (limit and max(map(len, rids), default=0) > limit):
             bad += [(i, f"rid longer than --max-rid-length {limit}" if rid else "empty rid")
@@ -371,27 +450,36 @@ class SglangReader:
             bad += [(i, f"a row of more than --max-row-ids {most} ids")
                     for i, count in enumerate(counts) if count > most]
         for i, why in bad:
-            if owner[i] != LATE:  # once per request: then its rows are late
+            if codes[i] != LATE:  # once per request: then its rows are late
                 firsts.refused.append((rids[i], why))
-            owner[i] = LATE
+            if codes[i] != LATE and codes[i] != -1:
+                unrouted.append(i)
+            codes[i] = LATE
+        if bad:
+            unrouted.sort()
 
-    def _first_rows(self, r: Columns, flat: np.ndarray, counts: list[int], unrouted: list[int],
-                    owner: list[int | None], firsts: FirstRows) -> np.ndarray:
+    def _first_rows(self, msg: Message, flat: np.ndarray, counts: list[int],
+                    unrouted: list[int], codes: list[int], firsts: FirstRows) -> np.ndarray:
         """Rows of rids the router does not route: a first row's options and prompt context
         (its ids before `read_offsets[i]`, cut out of `flat`), or a late or lost row; the
         ids without the context."""
         refused = {rid for rid, _ in firsts.refused}
-        starts = np.cumsum(counts) - counts if unrouted else counts
+        starts = np.cumsum(counts) - counts
         cut: list[tuple[int, int]] = []
-        beams = _beam_rows(r.fields, self.plan.beams_at)
+        beams = _beam_rows(msg.fields, self.plan.beams_at)
+        rids = msg.rids
+        offsets, completion = msg.col("read_offsets"), msg.col("completion_tokens")
+        skips, spaces_col = msg.col("skip_special_tokens"), \
+            msg.col("spaces_between_special_tokens")
+        no_trims = msg.col("no_stop_trim")
         for i in unrouted:
-            rid, at = r.rids[i], r.read_offsets[i]
+            rid, at = rids[i], offsets[i]
             if rid in refused:
                 continue
             # a beam group's leader sends one row, at its end, counting every sequence's
             # ids: it is its first row whatever it counts
-            if r.completion[i] != counts[i] - at and i not in beams:  # not its first row
-                if owner[i] is None:
+            if completion[i] != counts[i] - at and i not in beams:  # not its first row
+                if codes[i] == -1:
                     firsts.lost.append(rid)
                 continue  # else a late row of an ended request
             prompt: list[int] = []
@@ -400,8 +488,8 @@ class SglangReader:
                 prompt = flat[start:start + at].tolist()
                 cut.append((start, at))
                 counts[i] -= at
-            skip, no_trim, spaces = r.skip[i], r.no_stop_trim[i], r.spaces[i]
-            if prompt or not skip or no_trim or not spaces or owner[i] == LATE:
+            skip, no_trim, spaces = skips[i], no_trims[i], spaces_col[i]
+            if prompt or not skip or no_trim or not spaces or codes[i] == LATE:
                 firsts.opens.append(Open(rid, skip_special_tokens=skip,
                                          spaces_between_special_tokens=spaces,
                                          no_stop_trim=no_trim, prompt_ids=prompt,
@@ -428,13 +516,18 @@ class SglangReader:
             return msgspec.structs.replace(fin, matched=msgspec.UNSET)
         return fin
 
-    def _track_workers(self, r: Columns, ipcs: list[str | None], firsts: list[int]) -> None:
-        """Remember each live request's tokenizer worker, for the egress's own last rows."""
-        rids = r.rids
-        self.workers.note([rids[i] for i in firsts], [ipcs[i] for i in firsts])
-        # a finished row does not forget its worker here: until its shard acknowledges the
-        # row, a shard that dies fails the request, and that error goes to the same worker
-        # (the egress forgets it once the last delta left the shard: `Ledger.take_gone`)
+
+def _all(values: list[int], value: int) -> list[int]:
+    """Where `value` is in `values`, at C speed (the steady state has few or none)."""
+    out: list[int] = []
+    i = -1
+    index = values.index
+    try:
+        while True:
+            i = index(value, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
 
 
 def _beam_rows(fields: list[Raw], at: int) -> frozenset[int]:
@@ -442,40 +535,3 @@ def _beam_rows(fields: list[Raw], at: int) -> frozenset[int]:
     if not at or at >= len(fields) or fields[at] == wire.NIL:
         return frozenset()
     return frozenset(i for i, b in enumerate(wire.rows_of(fields[at])) if b != wire.NIL)
-
-
-# per-row columns every BatchTokenIDOutput row has
-_ROW_FIELDS = ("finished_reasons", "decoded_texts", "decode_ids", "read_offsets",
-               "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-               "prompt_tokens", "reasoning_tokens", "completion_tokens", "cached_tokens")
-_pairs_decoder = msgspec.msgpack.Decoder(list[tuple[str, bytes]] | None)
-_ids_rows = msgspec.msgpack.Decoder(list[msgspec.msgpack.Ext | list[int]] | None)
-
-
-def _any_finishes(raw: Raw, rids: list[str]) -> list[Any]:
-    """finished_reasons the typed decode refused, as any maps (or FrameError, as a column
-    that is not a list of maps or nils)."""
-    try:
-        got = _loose_finishes.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise FrameError("header", f"finished_reasons: {str(exc)[:160]}", rids) from None
-    return [] if got is None else got
-
-
-def _any_ids(raw: Raw, rids: list[str]) -> list[Any] | None:
-    """decode_ids in another form than an ext per row (plain lists of ints too)."""
-    try:
-        return _ids_rows.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise FrameError("header", f"decode_ids: {str(exc)[:160]}", rids) from None
-
-
-def _check_ipcs(ipcs: list[str | None], n: int, rids: list[str]) -> None:
-    """Every worker named is an endpoint (a column of n nils is fine: checked by count)."""
-    if len(ipcs) != n:
-        raise FrameError("columns", f"http_worker_ipcs has {len(ipcs)} entries, expected {n}",
-                         rids)
-    bad = [i for i in ipcs if i is not None and not i.startswith(_ENDPOINTS)]
-    if bad:
-        raise FrameError("columns", f"http_worker_ipcs entry {bad[0]!r:.80} is not an ipc:// "
-                         "or tcp:// endpoint", rids)

@@ -2,11 +2,12 @@
 and the service's own last rows (a dead shard's requests, a dropped message's).
 
 The egress hands each shard, beside its rows' ids, the fields SGLang's detokenizer passes
-through, already cut to that shard's rows (`Passed`): this module only puts the shard's
-texts among them. With tokenizer workers (`http_worker_ipcs` set), rows are grouped by
-their worker's endpoint, one reply per worker, as SGLang's detokenizer sends them.
-Every cut of a message into parts (per shard, per worker) is `cut`, one rule for all.
-Where each reply field comes from is the running release's (`plan.Plan.reply`).
+through, already cut to that shard's rows as byte ranges and grouped by tokenizer worker
+(`part.Part`): this module only puts the shard's texts among them, one reply per worker as
+SGLang's detokenizer sends them. A reply is its fields' bytes laid end to end (`Shape`):
+what is the same for every group of a part is joined once, and a group's own fields are a
+header and one slice each. Where each reply field comes from is the running release's
+(`plan.Plan`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from sglang_tok.protocols.native.columns import ColumnsOut
 from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.protocols.sglang import wire
 
-from .pickled import cut_pickled
+from .part import AS_IS, Fields, Part, array_head, part_decoder
+from .pickled import cut_rows
 from .plan import STR_OUTPUT, Plan, encode_message
 from .workers import WorkerMap
 
@@ -33,20 +35,7 @@ SERVICE_UNAVAILABLE = 503
 Reply = tuple[str | None, bytes]  # (tokenizer worker endpoint, or None: --output; message)
 
 
-class Passed(msgspec.Struct, array_like=True, gc=False):
-    """One shard's rows of a scheduler message: the columns SGLang passes through, in
-    the plan's `passed` order, each a per-row list (or nil) of this shard's rows; `rids`
-    and `ipcs` are two of them, decoded once by the egress. `flags`: when a row carries
-    beam search output, each row's decoding options (`beam_flags`), which its sequences'
-    texts are decoded with."""
-
-    rids: list[str]
-    ipcs: list[str | None] | None
-    columns: list[Raw]
-    flags: list[int] = []
-
-
-SKIP, SPACES, NO_TRIM = 1, 2, 4  # a row's options in `Passed.flags`
+SKIP, SPACES, NO_TRIM = 1, 2, 4  # a row's options in `Part.flags`
 
 
 def beam_flags(skip: Sequence[bool], spaces: Sequence[bool], no_trim: Sequence[bool]
@@ -103,22 +92,13 @@ def _set_text(seq: dict[str, Any], text: str) -> None:
     seq.update(rest)
 
 
-_passed_decoder = msgspec.msgpack.Decoder(Passed)
 _encoder = msgspec.msgpack.Encoder()
-
-
-def encode_passed(rids: list[str], ipcs: list[str | None] | None,
-                  columns: Sequence[Any], flags: list[int] | None = None) -> bytes:
-    return _encoder.encode(Passed(rids, ipcs, [_as_raw(c) for c in columns], flags or []))
-
-
-def _as_raw(value: Any) -> Raw:
-    return value if isinstance(value, Raw) else Raw(_encoder.encode(value))
 
 
 def cut(columns: Sequence[Any], n: int, parts: list[list[int]],
         whole: frozenset[int]) -> list[list[Raw]]:
-    """Each part's rows of every column (a column is read once for all parts): a list of n
+    """Each part's rows of every column of a message passed on whole (a
+    `BatchEmbeddingOutput`, cut per tokenizer worker: rare, so by rows): a list of n
     entries is cut to the part's rows; nil and `[]` (absent for every row) go as they are;
     a column in `whole` (a pickle of every row, which the service never unpickles), or one
     that is not an entry per row, is nil in a part."""
@@ -140,6 +120,64 @@ def cut(columns: Sequence[Any], n: int, parts: list[list[int]],
     return out
 
 
+_strs = msgspec.msgpack.Decoder(list[str])
+TEXTS = -1  # where a reply's texts go among a `Shape`'s pieces
+
+
+class Shape:
+    """A `BatchStrOutput` of one part's kinds, as pieces laid end to end: the bytes every
+    group of the part shares (the array header, the tag, the fixed fields and the AS_IS
+    columns, runs of them joined), and where a group's own go (a passed column's index,
+    or TEXTS)."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, plan: Plan, kinds: bytes, values: Sequence[bytes]) -> None:
+        from_passed = dict(plan.from_passed)
+        pieces: list[bytes | int] = []
+        run = [array_head(plan.out_count + 1), _encoder.encode(STR_OUTPUT)]
+        for at in range(plan.out_count):
+            k = from_passed.get(at)
+            if k is not None and kinds[k] == AS_IS:
+                run.append(values[k])
+            elif k is None and at != plan.texts_at:
+                fixed = plan.fixed[at]
+                run.append(b"\xc0" if fixed is None else bytes(fixed))
+            else:
+                pieces.append(b"".join(run))
+                run = []
+                pieces.append(TEXTS if k is None else k)
+        pieces.append(b"".join(run))
+        self.pieces = [p for p in pieces if p != b""]
+
+    def build(self, fields: Fields, a: int, b: int, texts: list[str]) -> bytes:
+        """The reply of the part's rows [a, b), with their texts."""
+        return b"".join([p if p.__class__ is bytes else  # type: ignore[misc]
+                         _encoder.encode(texts) if p == TEXTS else
+                         fields.field(p, a, b)  # type: ignore[arg-type]
+                         for p in self.pieces])
+
+
+class Shapes:
+    """The shapes of the parts a shard has seen (a few: a part's kinds and constant
+    columns change only when the scheduler's batch does)."""
+
+    __slots__ = ("plan", "known")
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.known: dict[tuple[bytes, tuple[bytes, ...]], Shape] = {}
+
+    def of(self, part: Part) -> Shape:
+        key = (part.kinds, tuple(v for k, v in zip(part.kinds, part.values) if k == AS_IS))
+        shape = self.known.get(key)
+        if shape is None:
+            if len(self.known) >= 64:
+                self.known.clear()
+            shape = self.known[key] = Shape(self.plan, part.kinds, part.values)
+        return shape
+
+
 def abort_finish(message: str) -> Abort:
     return Abort(message, SERVICE_UNAVAILABLE, None)
 
@@ -159,7 +197,7 @@ class Replies:
     row of the service's whose worker is unknown (`workers`) is logged and dropped instead.
     """
 
-    __slots__ = ("plan", "workers", "routed", "unroutable", "per_row", "beams")
+    __slots__ = ("plan", "workers", "routed", "unroutable", "per_row", "beams", "shape")
 
     def __init__(self, plan: Plan, workers: WorkerMap, routed: bool = False,
                  per_row: bool = False, beams: BeamTexts | None = None) -> None:
@@ -172,26 +210,32 @@ class Replies:
         # per row (reply.cut_pickled) when a message's rows go to several workers
         self.per_row = per_row
         self.beams = beams  # the shard's decoder for beam search sequences
+        self.shape = Shapes(plan)
 
     # ------------------------------------------------------------------ decoded rows
-    def rows(self, out: ColumnsOut, extra: bytes | Passed) -> list[Reply]:
-        """Replies for one ARRAYS message: the decoded rows, in the scheduler's row order,
-        with its passed-through fields; a row the shard ended with an error of its own, or
-        a delta without a row, is a last row of the service's. `out` is the shard's sink
-        as it stands: the texts go on as the lists the decoders made."""
-        passed = extra if isinstance(extra, Passed) else _passed_decoder.decode(extra)
+    def rows(self, out: ColumnsOut, extra: bytes | Part) -> list[Reply]:
+        """Replies for one ARRAYS message: the decoded rows, in the part's row order, with
+        its passed-through fields; a row the shard ended with an error of its own, or a
+        delta without a row, is a last row of the service's. `out` is the shard's sink as
+        it stands: the texts go on as the lists the decoders made."""
+        part = extra if isinstance(extra, Part) else part_decoder.decode(extra)
         errors = out.sparse.get("error")
-        if passed.ipcs is not None and passed.ipcs.count(None) != len(passed.ipcs):
-            self._remember(passed, {out.rids[r] for r, _ in out.sparse.get("finish", ())})
         at = self.plan.beams
-        if passed.flags and self.beams is not None and at >= 0:
-            passed.columns[at] = self.beams.fill(passed.columns[at], passed.flags,
-                                                 self.plan.sequences_at)
-        if out.rids == passed.rids and not errors:  # a delta per row, in row order
-            return self._split(passed, out.texts)
-        return self._matched(out, passed, {out.rids[r] for r, _ in errors or ()})
+        if part.flags and self.beams is not None and at >= 0:
+            part = self._beams(part, at)
+        fields = Fields(part, self._cut)
+        rids_field = fields.field(self.plan.rids_k, 0, part.count)
+        aligned = not errors and len(out.rids) == part.count \
+            and _encoder.encode(out.rids) == rids_field  # a delta per row, in row order
+        if part.ipcs is not None:
+            self._remember(part, out.rids if aligned else _strs.decode(rids_field), out)
+        if aligned:
+            return self._split(fields, out.texts)
+        return self._matched(out, part, _strs.decode(rids_field),
+                             {out.rids[r] for r, _ in errors or ()})
 
-    def _matched(self, out: ColumnsOut, passed: Passed, failed: set[str]) -> list[Reply]:
+    def _matched(self, out: ColumnsOut, part: Part, rids: list[str],
+                 failed: set[str]) -> list[Reply]:
         """The general join: each row takes its rid's next delta, in order."""
         texts = out.texts
         rows_of: dict[str, list[int]] = {}
@@ -200,7 +244,7 @@ class Replies:
         taken: dict[str, int] = {}
         keep: list[int] = []
         strs: list[str] = []
-        for i, rid in enumerate(passed.rids):
+        for i, rid in enumerate(rids):
             at = taken.get(rid, 0)
             mine = rows_of.get(rid)
             if mine is not None and at < len(mine) and rid not in failed:
@@ -209,46 +253,51 @@ class Replies:
                 strs.append(texts[mine[at]])
         replies: list[Reply] = []
         if keep:
-            if len(keep) != len(passed.rids):
-                ipcs = passed.ipcs
-                passed = Passed([passed.rids[i] for i in keep],
-                                None if ipcs is None else [ipcs[i] for i in keep],
-                                self._cut(passed.columns, len(passed.rids), [keep])[0])
-            replies += self._split(passed, strs)
+            if len(keep) != len(rids):
+                part = part.take(keep)
+            replies += self._split(Fields(part, self._cut), strs)
         spare = [r for rid, rs in rows_of.items() for r in rs[taken.get(rid, 0):]]
         if spare:
             deltas = out.build(0, 0).deltas
             replies += self.last_rows([deltas[r] for r in sorted(spare)])
         return replies
 
-    def _split(self, passed: Passed, texts: list[str]) -> list[Reply]:
-        """One reply, or one per tokenizer worker when the rows name several."""
-        ipcs = passed.ipcs
-        if ipcs is None or ipcs.count(None) == len(ipcs):
-            return [(None, self._build(passed.columns, texts))]
-        groups = _groups(ipcs)
-        if len(groups) == 1:
-            return [(ipcs[0], self._build(passed.columns, texts))]
-        parts = list(groups.values())
-        return [(ipc, self._build(columns, [texts[i] for i in rows]))
-                for ipc, rows, columns in zip(groups, parts,
-                                              self._cut(passed.columns, len(texts), parts))]
+    def _split(self, fields: Fields, texts: list[str]) -> list[Reply]:
+        """One reply per group of the part's rows (one per tokenizer worker)."""
+        part = fields.part
+        shape = self.shape.of(part)
+        ipcs = part.ipcs
+        bounds = part.bounds()
+        if len(bounds) == 1:
+            return [(ipcs[0] if ipcs else None, shape.build(fields, 0, part.count, texts))]
+        assert ipcs is not None
+        return [(ipc, shape.build(fields, a, b, texts[a:b]))
+                for ipc, (a, b) in zip(ipcs, bounds)]
 
-    def _cut(self, columns: list[Raw], n: int, parts: list[list[int]]) -> list[list[Raw]]:
-        pickled = self.plan.pickled_passed
-        out = cut(columns, n, parts, pickled)
-        if self.per_row:
-            cut_pickled(columns, parts, out, pickled, self.plan.passed)
-        return out
+    def _cut(self, field: bytes, parts: list[list[int]]) -> list[bytes] | None:
+        """A pickled column only unpickling cuts, cut per group (SGLang's own process
+        tree only; elsewhere a group carries it as nil)."""
+        return cut_rows(field, parts) if self.per_row else None
 
-    def _remember(self, passed: Passed, ended: set[str]) -> None:
-        """Keep each live request's worker, for a last row of the service's."""
-        assert passed.ipcs is not None
-        self.workers.note(passed.rids, passed.ipcs)
-        self.workers.ended(ended)
+    def _beams(self, part: Part, at: int) -> Part:
+        """The part with each beam search sequence's text filled in."""
+        assert self.beams is not None
+        column = Fields(part).field(at, 0, part.count)
+        filled = self.beams.fill(Raw(column), part.flags, self.plan.sequences_at)
+        return part.with_rows(at, [bytes(r) for r in wire.rows_of(filled)])
 
-    def _build(self, columns: list[Raw], texts: list[str]) -> bytes:
-        return encode_message(STR_OUTPUT, self.plan.reply(columns, texts))
+    def _remember(self, part: Part, rids: list[str], out: ColumnsOut) -> None:
+        """Keep each live request's worker, for a last row of the service's: its first
+        row's group's; forget those whose last row this is."""
+        ipc_of = self.workers.ipc_of
+        assert part.ipcs is not None
+        for ipc, (a, b) in zip(part.ipcs, part.bounds()):
+            if ipc is not None:
+                for rid in set(rids[a:b]).difference(ipc_of):
+                    ipc_of[rid] = ipc
+        finish = out.sparse.get("finish")
+        if finish:
+            self.workers.ended([out.rids[r] for r, _ in finish])
 
     # ------------------------------------------------------------------ own last rows
     def last_rows(self, deltas: Sequence[Delta]) -> list[Reply]:

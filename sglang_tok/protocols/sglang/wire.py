@@ -172,9 +172,37 @@ _data_of = attrgetter("data")
 _code_of = attrgetter("code")
 
 
-def ids_column(values: list[Any]) -> tuple[np.ndarray, list[int]]:
-    """Every row's ids as one flat int64 array, and each row's count: the column SGLang's
-    scheduler sends as one `array("q")` ext per row is read with a few whole-column steps
+def array_head_size(count: int) -> int:
+    """The size of a msgpack array's header of `count` entries."""
+    return 1 if count < 16 else 3 if count < 1 << 16 else 5
+
+
+def uniform_ids(raw: Raw | bytes, n: int) -> tuple[np.ndarray, list[int]] | None:
+    """`ids_column` read straight from a column's bytes where every row is an `array("q")`
+    ext of as many ids (a decode step's usual message): one 2-d view of the field, no
+    object per row. None for any other column."""
+    mv = memoryview(raw)
+    if not n or array_length(mv) != n:
+        return None
+    body = mv[array_head_size(n):]
+    width, left = divmod(len(body), n)
+    if left or width < 3 + _Q_AT:
+        return None
+    head = 3 if width - 3 < 1 << 8 else 4  # ext8, or ext16
+    size = width - head - _Q_AT
+    if size & 7 or (head == 4 and width - head >= 1 << 16):
+        return None
+    rows = np.frombuffer(body, np.uint8).reshape(n, width)
+    want = bytes((0xC7, width - 3, EXT_ARRAY)) if head == 3 else \
+        bytes((0xC8, (width - 4) >> 8, (width - 4) & 0xFF, EXT_ARRAY))
+    if not (rows[:, :head + _Q_AT] == np.frombuffer(want + _Q_PREFIX, np.uint8)).all():
+        return None
+    return rows[:, head + _Q_AT:].copy().view("<i8").ravel(), [size >> 3] * n
+
+
+def ids_column(values: list[Any]) -> tuple[np.ndarray, list[int], bool]:
+    """Every row's ids as one flat int64 array, each row's count, and whether every row was
+    an `array("q")` ext (SGLang's form): that column is read with a few whole-column steps
     (the exts' payloads joined, their 6-byte heads checked and cut out at once); any other
     form (other typecodes, numpy exts, plain lists) row by row (`int64_bytes`)."""
     n = len(values)
@@ -193,7 +221,7 @@ def ids_column(values: list[Any]) -> tuple[np.ndarray, list[int]]:
         rows = np.frombuffer(b"".join(datas), np.uint8).reshape(n, size)
         if not (rows[:, :_Q_AT] == _Q_HEAD).all():
             return _ids_by_row(values)
-        return rows[:, _Q_AT:].copy().view("<i8").ravel(), [(size - _Q_AT) >> 3] * n
+        return rows[:, _Q_AT:].copy().view("<i8").ravel(), [(size - _Q_AT) >> 3] * n, True
     lens = np.fromiter(map(len, datas), np.int64, n)
     body = lens - _Q_AT
     if body.min() < 0 or (body & 7).any():
@@ -204,12 +232,12 @@ def ids_column(values: list[Any]) -> tuple[np.ndarray, list[int]]:
         return _ids_by_row(values)
     keep = np.ones(len(raw), bool)
     keep[heads.ravel()] = False
-    return raw[keep].view("<i8"), (body >> 3).tolist()
+    return raw[keep].view("<i8"), (body >> 3).tolist(), True
 
 
-def _ids_by_row(values: list[Any]) -> tuple[np.ndarray, list[int]]:
+def _ids_by_row(values: list[Any]) -> tuple[np.ndarray, list[int], bool]:
     rows = list(map(int64_bytes, values))
-    return np.frombuffer(b"".join(rows), "<i8"), [len(b) >> 3 for b in rows]
+    return np.frombuffer(b"".join(rows), "<i8"), [len(b) >> 3 for b in rows], False
 
 
 def b64_tensors(raw: Raw, pairs: bool = False) -> Raw:
