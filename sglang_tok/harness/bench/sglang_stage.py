@@ -338,8 +338,14 @@ def main(a: argparse.Namespace) -> int:
              for w in a.workers for m in a.metrics for k in a.ids for lp in a.logprobs]
     peer = Peer(python, root) if STOCK in a.systems else None
     t0 = time.monotonic()
-    traces = build_traces(specs, python, root)
-    print(f"{len(traces)} traces built in {time.monotonic() - t0:.0f}s", flush=True)
+    if a.traces and Path(a.traces).exists():
+        traces = read(Path(a.traces))
+        print(f"{len(traces)} traces read from {a.traces}", flush=True)
+    else:
+        traces = build_traces(specs, python, root)
+        print(f"{len(traces)} traces built in {time.monotonic() - t0:.0f}s", flush=True)
+        if a.traces:
+            Path(a.traces).write_bytes((root / "traces.bin").read_bytes())
     if peer is not None:
         peer.wait_ready()
     results: dict[tuple[int, int, bool, str], dict[str, list[dict[str, Any]]]] = {}
@@ -391,6 +397,9 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--window", type=int, default=4, help="messages in flight")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--sglang-python", default=DEFAULT_SGLANG_PYTHON)
+    ap.add_argument("--traces", default="",
+                    help="a file of traces: read if it exists (its specs win), else built and "
+                         "kept there (the workers' endpoints name the folder of that run)")
     ap.add_argument("--json", default="")
 
 

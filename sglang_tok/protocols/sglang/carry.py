@@ -25,7 +25,7 @@ from . import wire
 from .part import AS_IS, NIL, PICKLED, Part, encode_part, whole
 from .pickled import cut_rows
 from .plan import Plan
-from .spans import Column, Cut, Locator, ext_sizes, locate_items, str_sizes
+from .spans import Column, Cut, Locator, ext_sizes, int_sizes, locate_items, str_sizes
 
 I64 = npt.NDArray[np.int64]
 
@@ -36,13 +36,15 @@ class Carried:
     or none); `rids` and `counts` (each row's output ids) size the columns they match."""
 
     __slots__ = ("plan", "locate", "fields", "n", "rids", "counts", "names", "keys", "flags",
-                 "per_row", "ids_ext")
+                 "per_row", "ids_ext", "decoded")
 
     def __init__(self, plan: Plan, locate: Locator, fields: list[Raw], rids: list[str],
                  counts: list[int], names: list[str | None] | None, keys: I64 | None,
-                 flags: list[int], per_row: bool, ids_ext: bool) -> None:
+                 flags: list[int], per_row: bool, ids_ext: bool,
+                 decoded: dict[str, Any] | None = None) -> None:
         self.plan = plan
         self.locate = locate  # the reader's: it knows the last message's columns
+        self.decoded = decoded or {}  # the columns the reader decoded, by name
         self.fields = fields
         self.n = len(rids)
         self.rids = rids
@@ -103,11 +105,20 @@ class Carried:
         col = locate_items(field, self.n)
         return col if col is not None else Column(PICKLED, NIL)
 
-    def _sizes(self, k: int) -> I64 | None:
-        """Each row's size in passed column k where it is known beforehand."""
+    def _sizes(self, k: int) -> tuple[I64, bool] | None:
+        """Each row's size in passed column k where it is known beforehand, and whether it
+        is a lower bound of each (read from the column's own values) or a guess."""
         name = self.plan.passed[k]
         if name == "rids":
-            return str_sizes(self.rids)
+            return str_sizes(self.rids), True
         if name == "output_ids" and self.ids_ext:
-            return ext_sizes(self.counts)
+            return ext_sizes(self.counts), False  # the counts are decode_ids'
+        values = self.decoded.get(name)
+        if values is not None and name in _INT_COLUMNS:
+            return int_sizes(values), True
         return None
+
+
+# the passed columns of ints the reader may have decoded (their sizes follow from them)
+_INT_COLUMNS = frozenset(("prompt_tokens", "cached_tokens", "completion_tokens",
+                          "reasoning_tokens"))

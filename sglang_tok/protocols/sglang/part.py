@@ -19,11 +19,9 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import msgspec
 import numpy as np
-import numpy.typing as npt
 from msgspec import Raw
 
 from .pickle_rows import TAIL
@@ -60,17 +58,19 @@ class Part(msgspec.Struct, array_like=True, gc=False):
     """A shard's `count` rows of the passed columns (the plan's `passed` order). `kinds`
     per column; `values` per column: AS_IS its bytes, SAME one row's, ITEMS the pickle's
     prelude (`pickle_rows.Items`), PICKLED the part's rows' field, SPANS nothing.
-    `data`: the SPANS and ITEMS columns' rows, column after column; `ends`: u32, per such
-    column its rows' ends in `data`.
-    `groups`: u32, where each tokenizer worker's rows start (b"": one group), `ipcs` each
-    group's worker (None: the message names none). `flags`: per row its decoding options
-    when a row carries beam search output (`reply.beam_flags`)."""
+    `data`: the SPANS and ITEMS columns' rows, column after column; `widths`: per such
+    column, its rows' size where they are all one size, else 0; `sizes`: u32, row by row,
+    each row's size in each column of several sizes. `groups`: u32, where each tokenizer
+    worker's rows start (b"": one group), `ipcs` each group's worker (None: the message
+    names none). `flags`: per row its decoding options when a row carries beam search
+    output (`reply.beam_flags`)."""
 
     count: int
     kinds: bytes
     values: list[bytes]
     data: bytes = b""
-    ends: bytes = b""
+    widths: list[int] = []
+    sizes: bytes = b""
     groups: bytes = b""
     ipcs: list[str | None] | None = None
     flags: list[int] = []
@@ -93,15 +93,10 @@ class Part(msgspec.Struct, array_like=True, gc=False):
         starts = np.frombuffer(self.groups, np.uint32).tolist()
         return list(zip(starts, [*starts[1:], self.count]))
 
-    def row_ends(self) -> npt.NDArray[np.uint32]:
-        return np.frombuffer(self.ends, np.uint32)
-
     def rows_of(self, c: int) -> list[bytes]:
         """Each row's bytes of SPANS or ITEMS column c (cold paths)."""
-        j, k = self.spans_at()[c], self.count
-        ends = self.row_ends().tolist()[j * k:(j + 1) * k]
-        first = int(self.row_ends()[j * k - 1]) if j else 0
-        return [self.data[s:e] for s, e in zip([first, *ends[:-1]], ends)]
+        fields = Fields(self)
+        return [fields.body(c, r, r + 1) for r in range(self.count)]
 
     def take(self, rows: Sequence[int]) -> Part:
         """These rows of the part (in increasing order), each still in its worker's group
@@ -127,30 +122,31 @@ class Part(msgspec.Struct, array_like=True, gc=False):
         """The part with column c as these rows' values (beam search texts filled in)."""
         cols = {j: self.rows_of(j) for j, kind in enumerate(self.kinds) if kind >= SPANS}
         cols[c] = rows
-        part = _built(self, self.count, cols, self.flags)
-        part.groups, part.ipcs = self.groups, self.ipcs
-        return part
+        return _built(self, self.count, cols, self.flags)
 
 
 def _built(like: Part, count: int, cols: dict[int, list[bytes]], flags: list[int]) -> Part:
-    """A part of `count` rows with `like`'s AS_IS and SAME columns and these rows' values
-    of the others (a column given here becomes SPANS unless it is ITEMS)."""
+    """A part of `count` rows with `like`'s AS_IS and SAME columns, groups and workers,
+    and these rows' values of the others (a column given here becomes SPANS unless it is
+    ITEMS)."""
     kinds = bytearray(like.kinds)
     values = list(like.values)
     data: list[bytes] = []
-    ends: list[int] = []
-    at = 0
-    for c in range(len(kinds)):
-        if c not in cols:
-            continue
+    widths: list[int] = []
+    sizes: list[list[int]] = []
+    for c in sorted(cols):
         if kinds[c] < SPANS:
             kinds[c], values[c] = SPANS, b""
-        for piece in cols[c]:
-            data.append(piece)
-            at += len(piece)
-            ends.append(at)
-    return Part(count, bytes(kinds), values, b"".join(data),
-                np.array(ends, np.uint32).tobytes(), like.groups, like.ipcs, flags)
+        rows = cols[c]
+        lens = [len(r) for r in rows]
+        data += rows
+        same = len(set(lens)) == 1
+        widths.append(lens[0] if same else 0)
+        if not same:
+            sizes.append(lens)
+    return Part(count, bytes(kinds), values, b"".join(data), widths,
+                np.array(sizes, np.uint32).T.tobytes() if sizes else b"", like.groups,
+                like.ipcs, flags)
 
 
 def whole(columns: Sequence[Raw], count: int, ipc: str | None = None,
@@ -170,10 +166,11 @@ def encode_part(part: Part) -> bytes:
 
 
 class Fields:
-    """A part's columns read back per group of rows, for the reply's fields: built once per
-    part, then each group's field is a few slices (`field`)."""
+    """A part's columns read back per group of rows, for the reply's fields: where each
+    SPANS and ITEMS column's rows lie is worked out once per part, then each group's field
+    is a header and one slice (`field`)."""
 
-    __slots__ = ("part", "spans", "ends", "same", "cut")
+    __slots__ = ("part", "spans", "cols", "same", "cut")
 
     def __init__(self, part: Part, cut: Callable[[bytes, list[list[int]]], list[bytes] | None]
                  | None = None) -> None:
@@ -182,8 +179,33 @@ class Fields:
         self.part = part
         self.cut = cut
         self.spans = part.spans_at()
-        self.ends: list[int] = part.row_ends().tolist() if part.ends else []
         self.same: dict[tuple[int, int], bytes] = {}  # (column, rows): a SAME field
+        # per SPANS or ITEMS column: (where it starts in data, its rows' width or 0, the
+        # ends of its rows from its start where they are of several sizes)
+        k, widths = part.count, part.widths
+        var = [j for j, w in enumerate(widths) if not w]
+        ends: list[list[int]] = []
+        if var and k:
+            ends = np.frombuffer(part.sizes, np.uint32).reshape(k, len(var)).astype(
+                np.int64).cumsum(axis=0).T.tolist()
+        self.cols: list[tuple[int, int, list[int]]] = []
+        base, v = 0, 0
+        for w in widths:
+            if w:
+                self.cols.append((base, w, []))
+                base += k * w
+            else:
+                mine = ends[v]
+                v += 1
+                self.cols.append((base, 0, mine))
+                base += mine[-1] if mine else 0
+
+    def body(self, c: int, a: int, b: int) -> bytes:
+        """Rows [a, b) of SPANS or ITEMS column c, laid end to end."""
+        base, w, ends = self.cols[self.spans[c]]
+        if w:
+            return self.part.data[base + a * w:base + b * w]
+        return self.part.data[base + (ends[a - 1] if a else 0):base + ends[b - 1]]
 
     def field(self, c: int, a: int, b: int) -> bytes:
         """Column c's rows [a, b) as one msgpack value."""
@@ -202,15 +224,6 @@ class Fields:
             if got is None:
                 got = self.same[(c, k)] = array_head(k) + part.values[c] * k
             return got
-        j = self.spans[c]
-        n = part.count
-        ends = self.ends
-        start = (ends[j * n + a - 1] if a else (ends[j * n - 1] if j else 0))
-        body = part.data[start:ends[j * n + b - 1]]
         if kind == SPANS:
-            return array_head(k) + body
-        return wrapped(b"".join((part.values[c], body, TAIL)))
-
-    def column(self, c: int) -> Any:
-        """Column c's rows as Python values (cold paths: beam search)."""
-        return msgspec.msgpack.decode(self.field(c, 0, self.part.count))
+            return array_head(k) + self.body(c, a, b)
+        return wrapped(b"".join((part.values[c], self.body(c, a, b), TAIL)))

@@ -58,6 +58,8 @@ _FIXED: dict[int, tuple[int, int, int]] = {
 _SIZED: dict[int, int] = {0x8C: 1, ord("X"): 4, 0x8D: 8,  # SHORT_BINUNICODE, BINUNICODE(8)
                           ord("C"): 1, ord("B"): 4, 0x8E: 8,  # SHORT_BINBYTES, BINBYTES(8)
                           0x8A: 1, 0x8B: 4}  # LONG1, LONG4
+# opcodes that change the object below what they read in place (it stays that object)
+_IN_PLACE = frozenset((ord("b"), ord("s"), APPEND))
 # opcodes whose argument is a number that may differ from row to row
 _NUMBERS = frozenset((BINFLOAT, BININT, BININT1, BININT2))
 
@@ -91,11 +93,14 @@ class Segment:
     list. ValueError unless they push exactly one object without touching anything
     pushed before them (so that, placed anywhere in a list, they are one item)."""
 
-    __slots__ = ("defined", "refs", "numbers")
+    __slots__ = ("defined", "refs", "numbers", "top")
 
     def __init__(self, data: bytes, start: int, end: int, memo: int) -> None:
         self.refs: list[int] = []  # memo entries it reads
         self.numbers: list[tuple[int, int]] = []  # (offset, size) of number payloads
+        # the memo entry that holds the object it builds (-1: none), so that the object
+        # can be pushed again by a BINGET of it
+        self.top = -1
         depth = 0
         marks: list[int] = []
         at = start
@@ -116,15 +121,23 @@ class Segment:
         if depth - floor < need:
             raise ValueError("reads what was pushed before it")
         if op == MEMOIZE:
+            if depth == 1 and not marks:
+                self.top = memo
             return depth, memo + 1
         if op in (BINGET, LONG_BINGET):
             self.refs.append(int.from_bytes(data[arg:arg + size], "little"))
+            if depth == 0:
+                self.top = self.refs[-1]
         elif op in _NUMBERS:
             self.numbers.append((arg, size))
+        if not marks and depth - need < 1 and op not in _IN_PLACE and need:
+            self.top = -1  # the object is replaced by what the opcode makes of it
         if effect <= -8:  # to the mark: a container built from what was pushed after it
             if not marks:
                 raise ValueError("pops a mark it did not push")
             depth = marks.pop() + (1 if effect == -9 else 0)
+            if effect == -9 and depth == 1 and not marks:
+                self.top = -1
         else:
             depth += effect
         if depth < (marks[-1] if marks else 0) or (effect == -8 and depth < 1):
@@ -156,17 +169,24 @@ class Items:
     `data[starts[r]:starts[r] + sizes[r]]`. A part of rows R is `prelude` (the list's
     start, item 0 for its memo entries, POP, MARK), R's items, then `TAIL`."""
 
-    __slots__ = ("prelude", "data", "starts", "sizes")
+    __slots__ = ("prelude", "data", "starts", "sizes", "width")
 
-    def __init__(self, prelude: bytes, data: bytes, starts: I64, sizes: I64) -> None:
+    def __init__(self, prelude: bytes, data: bytes, starts: I64, sizes: I64,
+                 width: int = 0) -> None:
         self.prelude = prelude
         self.data = data
         self.starts = starts
         self.sizes = sizes
+        # width: `data` is every row's item laid end to end, each `width` bytes (row 0's a
+        # BINGET of item 0's object, which the prelude built, padded with MEMOIZEs)
+        self.width = width
 
     def part(self, rows: list[int]) -> bytes:
         """The pickle of `[whole[r] for r in rows]` (rows in any order, repeats allowed)."""
-        data, starts, sizes = self.data, self.starts.tolist(), self.sizes.tolist()
+        data, w = self.data, self.width
+        if w:
+            return b"".join([self.prelude, *(data[r * w:(r + 1) * w] for r in rows), TAIL])
+        starts, sizes = self.starts.tolist(), self.sizes.tolist()
         return b"".join([self.prelude, *(data[starts[r]:starts[r] + sizes[r]] for r in rows),
                          TAIL])
 
@@ -180,11 +200,12 @@ class Known:
     where its first item lies, its items' size, and which of their bytes are numbers'
     payloads. A message of that shape is cut without reading its opcodes again."""
 
-    __slots__ = ("at", "size0", "size", "item0", "fixed0", "item1", "allowed")
+    __slots__ = ("at", "size0", "size", "item0", "fixed0", "item1", "allowed", "again")
 
     def __init__(self, data: bytes, at: int, end0: int, size: int, first: Segment,
                  second: Segment) -> None:
         self.at, self.size0, self.size = at, end0 - at, size
+        self.again = _again_item(first.top, size)  # row 0's item as a uniform row, or b""
         self.item0 = np.frombuffer(data, np.uint8, end0 - at, at).copy()
         self.fixed0 = ~_mask(end0 - at, at, first.numbers)
         self.item1 = np.frombuffer(data, np.uint8, size, end0).copy()
@@ -253,7 +274,16 @@ def _again(data: bytes, n: int, body: int, known: Known) -> Items | None:
     if not (item0[known.fixed0] == known.item0[known.fixed0]).all() or \
             ((item1 != known.item1) & ~known.allowed).any():
         return None
-    return _uniform(data, n, at, end0, size, known.allowed)
+    return _uniform(data, n, at, end0, size, known.allowed, known.again)
+
+
+def _again_item(top: int, size: int) -> bytes:
+    """Item 0's object pushed again (a BINGET of its memo entry) in `size` bytes, padded
+    with MEMOIZEs of it (each a memo entry nothing reads); b"" where that cannot be."""
+    if top < 0:
+        return b""
+    get = bytes((BINGET, top)) if top < 256 else bytes((LONG_BINGET,)) + _U32.pack(top)
+    return get + bytes((MEMOIZE,)) * (size - len(get)) if size >= len(get) else b""
 
 
 def _items(data: bytes, n: int, at: int, body: int) -> Items | None:
@@ -269,15 +299,16 @@ def _items(data: bytes, n: int, at: int, body: int) -> Items | None:
         if any(ref == 0 or ref >= memo for ref in second.refs):
             continue  # an item that reads another item's memo entries is not cut by rows
         allowed = _mask(size, end0, second.numbers)
-        items = _uniform(data, n, at, end0, size, allowed)
+        first = Segment(data, at, end0, 1)
+        items = _uniform(data, n, at, end0, size, allowed, _again_item(first.top, size))
         if items is not None:
-            _known = Known(data, at, end0, size, Segment(data, at, end0, 1), second)
+            _known = Known(data, at, end0, size, first, second)
             return items
     return None
 
 
 def _uniform(data: bytes, n: int, at: int, end0: int, size: int,
-             allowed: npt.NDArray[np.bool_]) -> Items | None:
+             allowed: npt.NDArray[np.bool_], again: bytes = b"") -> Items | None:
     """Every item after the first is the second's bytes but for its numbers' payloads."""
     k = np.arange(n - 1, dtype=np.int64)
     if n <= 1000:  # one batch: the items are one run of bytes
@@ -300,9 +331,15 @@ def _uniform(data: bytes, n: int, at: int, end0: int, size: int,
         rows = raw[starts[:, None] + np.arange(size)]
         if ((rows != rows[0]) & ~allowed).any():
             return None
+    prelude = HEAD + data[at:end0] + bytes((POP, MARK))
+    if again and n <= 1000:  # every row `size` bytes: row 0 pushes item 0's object again
+        return Items(prelude, again + data[end0:end0 + (n - 1) * size], _NONE, _NONE, size)
     all_starts = np.empty(n, np.int64)
     all_starts[0] = at
     all_starts[1:] = starts
     sizes = np.full(n, size, np.int64)
     sizes[0] = end0 - at
-    return Items(HEAD + data[at:end0] + bytes((POP, MARK)), data, all_starts, sizes)
+    return Items(prelude, data, all_starts, sizes)
+
+
+_NONE = np.zeros(0, np.int64)

@@ -281,7 +281,7 @@ class SglangReader:
         ipcs = self._ipcs(msg, unrouted)
         carry = Carried(self.plan, self.locate, self._passed_columns(msg.fields), rids, counts,
                         *self._worker_keys(ipcs, msg), self._beam_flags(msg), self.per_row,
-                        ids_ext)
+                        ids_ext, msg.got)
         return interface.Rows(batch, opens=firsts.opens, fresh=firsts.fresh,
                               ends=firsts.refused, lost=firsts.lost, codes=codes,
                               finished=finished, carry=carry)

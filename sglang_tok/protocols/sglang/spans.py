@@ -56,64 +56,111 @@ _BASE, _ADD8, _ADD16 = _sizes_table()
 
 
 def sizes_at(body: npt.NDArray[np.uint8], starts: I64) -> I64:
-    """The size of the msgpack value at each offset of `body`, read from its first bytes
-    (0 where they do not tell: a non-empty container, a 32-bit length)."""
+    """The size of the msgpack value at each offset of `body` (padded with two bytes past
+    its end: `padded`), read from its first bytes (0 where they do not tell: a non-empty
+    container, a 32-bit length)."""
     lead = body[starts]
     size = _BASE[lead]
-    if _ADD8[lead].any() or _ADD16[lead].any():
-        pad = np.concatenate((body, np.zeros(2, np.uint8)))
-        one = pad[starts + 1].astype(np.int64)
-        two = pad[starts + 2].astype(np.int64)
-        size = size + _ADD8[lead] * one + _ADD16[lead] * (one * 256 + two)
+    wide8, wide16 = _ADD8[lead], _ADD16[lead]
+    if wide8.any() or wide16.any():
+        one = body[starts + 1].astype(np.int64)
+        size = size + wide8 * one + wide16 * ((one << 8) + body[starts + 2])
     return size
+
+
+def padded(body: bytes) -> npt.NDArray[np.uint8]:
+    """A value's bytes and two zeros (a length read past the end reads zeros)."""
+    return np.frombuffer(body + b"\0\0", np.uint8)
+
+
+def size_at(body: bytes, at: int) -> int:
+    """The size of the one msgpack value at `at` (0 where its first bytes do not tell)."""
+    lead = body[at]
+    size = _SIZES[lead]
+    if _WIDE[lead]:
+        size += body[at + 1] if _WIDE[lead] == 1 else int.from_bytes(body[at + 1:at + 3], "big")
+    return size
+
+
+def _uniform(body: bytes, width: int) -> bool:
+    """Every `width`-byte row of the column is one value: the first is one value of `width`
+    bytes, and every row's first bytes are the first row's (read as strided views), so row
+    1 starts at `width`, is one value of `width` bytes, and so on."""
+    if size_at(body, 0) != width:
+        return False
+    u8 = np.frombuffer(body, np.uint8)
+    if not (u8[::width] == u8[0]).all():
+        return bool((sizes_at(padded(body), np.arange(0, len(body), width)) == width).all())
+    wide = _WIDE[body[0]]
+    return not wide or (u8[1::width] == u8[1]).all() and (
+        wide == 1 or (u8[2::width] == u8[2]).all())
+
+
+_SIZES = _BASE.tolist()
+_WIDE = (_ADD8 + 2 * _ADD16).tolist()
+_ZERO = np.zeros(1, np.int64)
 
 
 class Column:
     """One passed column of one message: its kind (part.py), the value an AS_IS or SAME
     column gives every part (an ITEMS column: its pickle's prelude), and for SPANS and
-    ITEMS where each row's bytes lie in `buf`."""
+    ITEMS where each row's bytes lie in `buf`: every row `width` bytes from 0, or at
+    `starts` with `sizes`."""
 
-    __slots__ = ("kind", "value", "buf", "starts", "sizes", "width")
+    __slots__ = ("kind", "value", "buf", "starts", "sizes", "width", "count")
 
     def __init__(self, kind: int, value: bytes, buf: bytes = b"",
-                 starts: I64 | None = None, sizes: I64 | None = None, width: int = 0) -> None:
+                 starts: I64 | None = None, sizes: I64 | None = None, width: int = 0,
+                 count: int = 0) -> None:
         self.kind, self.value, self.buf = kind, value, buf
         self.starts, self.sizes = starts, sizes
-        self.width = width  # every row this many bytes, laid end to end from starts[0]
+        self.width = width  # every row this many bytes, laid end to end from 0
+        self.count = count  # its rows
 
 
-def locate(field: Raw | bytes, n: int, sizes: I64 | None = None) -> Column:
-    """Where each of the n rows of a column lies; `sizes`: each row's size if known
-    beforehand (checked, never trusted). A column that is nil or `[]` goes to every part as
-    it is, one that is not an entry per row (a pickle of every row the caller did not cut)
-    as nil."""
+def locate(field: Raw | bytes, n: int,
+           sizes: Callable[[], tuple[I64, bool] | None] | None = None) -> Column:
+    """Where each of the n rows of a column lies; `sizes`: each row's size where it can be
+    known beforehand, and whether that is a lower bound of each row's size (the sizes read
+    from the column's own values: then their sum being the column's proves each one);
+    otherwise each is checked at its offset, never trusted. A column that is nil or `[]`
+    goes to every part as it is, one that is not an entry per row as nil (a pickle of every
+    row the caller did not cut)."""
     raw = bytes(field)
     count = wire.array_length(raw)
     if count in (-1, 0):
         return Column(AS_IS, raw)
-    if count != n or not n:
+    if count != n or not n or wire.is_wrapped(raw):
         return Column(AS_IS, NIL)
-    head = 1 if count < 16 else 3 if raw[0] == 0xDC else 5
-    body = raw[head:]
+    body = raw[wire.array_head_size(n):]
     size = len(body)
     width, left = divmod(size, n)
-    if not left and body[:width] * n == body:
-        return Column(SAME, body[:width])
-    u8 = np.frombuffer(body, np.uint8)
     if not left:
-        starts = np.arange(0, size, width, dtype=np.int64)
-        if width == 1 or (sizes_at(u8, starts) == width).all():
-            return Column(SPANS, b"", body, starts, np.full(n, width, np.int64), width)
-    if sizes is not None and int(sizes.sum()) == size:
-        starts = np.zeros(n, np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        if (sizes_at(u8, starts) == sizes).all():
-            return Column(SPANS, b"", body, starts, sizes)
-    rows = _raw_rows.decode(raw)
-    got = np.fromiter(map(len, rows), np.int64, n)
-    starts = np.zeros(n, np.int64)
-    np.cumsum(got[:-1], out=starts[1:])
-    return Column(SPANS, b"", body, starts, got)
+        if body[:width] * n == body:
+            return Column(SAME, body[:width])
+        if width == 1 or _uniform(body, width):
+            return Column(SPANS, b"", body, width=width, count=n)
+    known = sizes() if sizes is not None else None
+    if known is not None and int(known[0].sum()) == size:
+        hint, bound = known
+        starts = hint.cumsum() - hint
+        if bound or (sizes_at(padded(body), starts) == hint).all():
+            return Column(SPANS, b"", body, starts, hint, count=n)
+    got = np.fromiter(map(len, _raw_rows.decode(raw)), np.int64, n)
+    return Column(SPANS, b"", body, got.cumsum() - got, got, count=n)
+
+
+def int_sizes(values: Sequence[int]) -> I64:
+    """Each int's msgpack size, as msgspec writes it (the smallest form)."""
+    v = np.fromiter(values, np.int64, len(values))
+    if int(v.min(initial=0)) < 0:
+        return 1 + (v < -32) + (v < -128) + 2 * (v < -32768) + 4 * (v < -(1 << 31)) \
+            + (v > 127) + (v > 255) + 2 * (v > 65535) + 4 * (v > 0xFFFFFFFF)
+    return _INT_SIZES[_INT_BOUNDS.searchsorted(v)]
+
+
+_INT_BOUNDS = np.array([127, 255, 65535, 0xFFFFFFFF], np.int64)
+_INT_SIZES = np.array([1, 2, 3, 5, 9], np.int64)
 
 
 class Locator:
@@ -127,13 +174,13 @@ class Locator:
         self.last: dict[int, tuple[Raw, Column]] = {}
 
     def __call__(self, k: int, field: Raw, n: int,
-                 sizes: Callable[[], I64 | None]) -> Column:
+                 sizes: Callable[[], tuple[I64, bool] | None]) -> Column:
         if field == wire.NIL:
             return _NIL_COLUMN
         last = self.last.get(k)
         if last is not None and last[0] == field:
             return last[1]
-        col = locate(field, n, sizes())
+        col = locate(field, n, sizes)
         if col.kind != SPANS:  # a SPANS column's rows differ message to message
             self.last[k] = (field, col)
         return col
@@ -150,7 +197,9 @@ def locate_items(field: Raw | bytes, n: int) -> Column | None:
     items = items_of(pickle, n)
     if items is None:
         return None
-    return Column(ITEMS, items.prelude, pickle, items.starts, items.sizes)
+    if items.width:
+        return Column(ITEMS, items.prelude, items.data, width=items.width, count=n)
+    return Column(ITEMS, items.prelude, pickle, items.starts, items.sizes, count=n)
 
 
 _NIL_COLUMN = Column(AS_IS, NIL)
@@ -191,6 +240,7 @@ class Cut:
         spans = [c for c in cols if c.kind >= SPANS]
         live = int(first[len(first) - 2])  # the LATE rows sort last, in no part
         cut = _gather(spans, order[:live], first[:-1], shards) if spans else None
+        widths = [c.width for c in spans]
         names, flags = self.names, self.flags
         at = _group_starts(first, shards, groups) if groups is not None else None
         out: dict[int, Part] = {}
@@ -198,7 +248,8 @@ class Cut:
             a, b = int(first[s]), int(first[s + 1])
             part = Part(b - a, kinds, values)
             if cut is not None:
-                part.data, part.ends = cut[j]
+                part.data, part.sizes = cut[j]
+                part.widths = widths
             if at is not None:
                 assert names is not None and groups is not None
                 starts = at[j]
@@ -224,48 +275,38 @@ def _group_starts(first: I64, shards: list[int], groups: I64) -> list[I64]:
 
 def _gather(spans: list[Column], order: I64, first: I64, shards: list[int]
             ) -> list[tuple[bytes, bytes]]:
-    """Each shard's (data, ends): its rows of the SPANS and ITEMS columns, column after
-    column, rows in `order`, and where each row ends. A column of equal-sized rows is
-    gathered row by row (one copy of each row); the others byte by byte, together."""
+    """Each shard's (data, sizes): its rows of the SPANS and ITEMS columns, column after
+    column, rows in `order`, and each row's size in each column of rows of several sizes
+    (row by row: `Part`). A column of equal-sized rows is gathered row by row (one copy of
+    each row); the others byte by byte, together."""
     m, live = len(spans), len(order)
-    sizes = np.empty((m, live), np.int64)
     sorted_rows: list[bytes] = [b""] * m
-    var: list[int] = []
+    var = [j for j, c in enumerate(spans) if not c.width]
+    at = first[shards + [shards[-1] + 1]].tolist()  # each shard's rows in `order`
+    bounds: list[list[int]] = [[]] * m  # each column's bytes per shard, in sorted_rows[j]
     for j, c in enumerate(spans):
         if c.width:
-            rows = np.frombuffer(c.buf, np.uint8, len(c.starts) * c.width,  # type: ignore[arg-type]
-                                 int(c.starts[0])).reshape(-1, c.width)  # type: ignore[index]
+            rows = np.frombuffer(c.buf, np.uint8).reshape(c.count, c.width)
             sorted_rows[j] = rows[order].tobytes()
-            sizes[j] = c.width
-        else:
-            sizes[j] = c.sizes[order]  # type: ignore[index]
-            var.append(j)
+            bounds[j] = [a * c.width for a in at]
+    sizes_t = b""
     if var:
-        base = np.cumsum([0] + [len(spans[j].buf) for j in var[:-1]])
+        sizes = np.stack([spans[j].sizes[order] for j in var])  # type: ignore[index]
+        base = np.array([0] + [len(spans[j].buf) for j in var[:-1]], np.int64).cumsum()
         seg_starts = np.concatenate([spans[j].starts[order] + b  # type: ignore[index]
                                      for j, b in zip(var, base.tolist())])
-        seg_sizes = sizes[var].ravel()
         buf = np.frombuffer(b"".join(spans[j].buf for j in var), np.uint8)
-        joined = buf[ragged_index(seg_starts, seg_sizes)].tobytes()
-        totals = np.cumsum(sizes[var].sum(axis=1)).tolist()
-        for j, lo, hi in zip(var, [0, *totals[:-1]], totals):
-            sorted_rows[j] = joined[lo:hi]
-    # where each row starts in its column's sorted bytes, and each shard's bounds there
-    offsets = np.zeros((m, live + 1), np.int64)
-    np.cumsum(sizes, axis=1, out=offsets[:, 1:])
-    bounds = offsets[:, np.append(first[shards], first[shards[-1] + 1])]
-    # a shard's ends: its rows' ends within its data (column after column)
-    spans_of = bounds[:, 1:] - bounds[:, :-1]  # (m, shards): each column's bytes per shard
-    before = np.cumsum(spans_of, axis=0) - spans_of  # a column's start in a shard's data
-    k = np.diff(first)[shards]
-    which = np.repeat(np.arange(len(shards)), k)
-    row_first = np.repeat(first[shards], k)
-    ends = offsets[:, 1:] - offsets[:, row_first] + before[:, which]
-    bounds_list = bounds.tolist()
+        joined = buf[ragged_index(seg_starts, sizes.ravel())].tobytes()
+        offsets = np.zeros((len(var), live + 1), np.int64)
+        sizes.cumsum(axis=1, out=offsets[:, 1:])
+        lo = 0
+        for j, row, total in zip(var, offsets[:, at].tolist(), offsets[:, -1].tolist()):
+            sorted_rows[j] = joined[lo:lo + total]
+            bounds[j] = row
+            lo += total
+        sizes_t = sizes.T.astype(np.uint32)  # row by row
     out = []
-    for i, s in enumerate(shards):
-        a, b = int(first[s]), int(first[s + 1])
-        data = b"".join([sorted_rows[j][bounds_list[j][i]:bounds_list[j][i + 1]]
-                         for j in range(m)])
-        out.append((data, ends[:, a:b].astype(np.uint32).tobytes()))
+    for i in range(len(shards)):
+        data = b"".join([sorted_rows[j][bounds[j][i]:bounds[j][i + 1]] for j in range(m)])
+        out.append((data, sizes_t[at[i]:at[i + 1]].tobytes() if var else b""))
     return out
