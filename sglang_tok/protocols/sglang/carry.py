@@ -22,10 +22,10 @@ import numpy.typing as npt
 from msgspec import Raw
 
 from . import wire
-from .part import AS_IS, NIL, PICKLED, Part, encode_part, whole
+from .part import AS_IS, NIL, PICKLED, Columns, Part, encode_part, packed, whole
 from .pickled import cut_rows
 from .plan import Plan
-from .spans import Column, Cut, Locator, ext_sizes, int_sizes, locate_items, str_sizes
+from .spans import Column, Cut, Locator, ext_sizes, locate_items, str_sizes
 
 I64 = npt.NDArray[np.int64]
 
@@ -85,7 +85,8 @@ class Carried:
                 if col.kind == PICKLED:
                     pickled.append(k)
             else:
-                col = locate(k, field, n, lambda: self._sizes(k))  # noqa: B023
+                col = locate(k, field, n, lambda: self._sizes(k),  # noqa: B023
+                             self._numbers(k))
             columns.append(col)
         parts = Cut(columns, self.names, self.flags).parts(order, first, shards, keys)
         if pickled:  # the unpickling cut: each part's rows of the column, pickled
@@ -95,8 +96,10 @@ class Carried:
                     if self.per_row else None
                 for j, s in enumerate(shards):
                     part = parts[s]
-                    part.values = list(part.values)
-                    part.values[k] = NIL if got is None else got[j]
+                    shape = part.shape
+                    values = list(shape.values)
+                    values[k] = NIL if got is None else got[j]
+                    part.columns = packed(Columns(shape.kinds, values, shape.widths))
         return parts
 
     def _pickled(self, field: Raw) -> Column:
@@ -104,6 +107,11 @@ class Carried:
             return Column(AS_IS, NIL)
         col = locate_items(field, self.n)
         return col if col is not None else Column(PICKLED, NIL)
+
+    def _numbers(self, k: int) -> Any:
+        """Passed column k's values, where it is a column of ints the reader decoded."""
+        name = self.plan.passed[k]
+        return self.decoded.get(name) if name in _INT_COLUMNS else None
 
     def _sizes(self, k: int) -> tuple[I64, bool] | None:
         """Each row's size in passed column k where it is known beforehand, and whether it
@@ -113,9 +121,6 @@ class Carried:
             return str_sizes(self.rids), True
         if name == "output_ids" and self.ids_ext:
             return ext_sizes(self.counts), False  # the counts are decode_ids'
-        values = self.decoded.get(name)
-        if values is not None and name in _INT_COLUMNS:
-            return int_sizes(values), True
         return None
 
 

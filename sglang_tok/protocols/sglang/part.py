@@ -2,16 +2,19 @@
 the TokenizerManager, cut to the shard's rows as byte ranges (egress -> shard), and put
 back together per tokenizer worker into `BatchStrOutput` fields (the shard).
 
-A column of a message is one of five kinds (`spans.py` finds which, once per message):
+A column of a message is one of six kinds (`spans.py` finds which, once per message):
 AS_IS (one value for every part: nil, `[]`, a column that is not one entry per row), SAME
-(an entry per row, every row's the same bytes: a column of nils, zeros, empty lists), SPANS
-(each row's own bytes), ITEMS (SGLang's pickled list of per-row objects, cut by its items:
-`pickle_rows.py`) and PICKLED (a pickle only unpickling cuts: the part's rows pickled
-together by the egress, cut per group by unpickling again, in SGLang's own process tree).
-Only SPANS and ITEMS rows travel one by one, and together: the part's `data` holds them
-column after column, its `ends` where each row ends. A group of the part's rows (those of
-one tokenizer worker: the egress orders a shard's rows by worker) is a range [a, b) of
-every column, so a reply's field is at most a header and one slice.
+(an entry per row, every row's the same bytes: a column of nils, zeros, empty lists),
+PICKLED (a pickle only unpickling cuts: the part's rows pickled together by the egress,
+cut per group by unpickling again, in SGLang's own process tree), NUMBERS (ints the egress
+decoded anyway: the rows' values travel, the shard writes them), SPANS (each row's own
+bytes) and ITEMS (SGLang's pickled list of per-row objects, cut by its items:
+`pickle_rows.py`). Only the last three travel row by row, in three blocks of the part: the
+columns whose rows are all one size as records (a row's bytes of each such column, row
+after row: one slice per part), the other byte columns column after column with each
+row's size, and the numbers as int64 rows. A group of the part's rows (those of one
+tokenizer worker: the egress orders a shard's rows by worker) is a range [a, b) of every
+column, so a reply's field is at most a header and one slice.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from msgspec import Raw
 
 from .pickle_rows import TAIL
 
-AS_IS, SAME, PICKLED, SPANS, ITEMS = 0, 1, 2, 3, 4
+AS_IS, SAME, PICKLED, NUMBERS, SPANS, ITEMS = 0, 1, 2, 3, 4, 5
 NIL = b"\xc0"
 _WRAPPER = b"\x92\xadPickleWrapper"  # SGLang's PickleWrapper: [tag, bytes]
 _U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
+_encoder = msgspec.msgpack.Encoder()
 
 
 def array_head(count: int) -> bytes:
@@ -54,37 +58,50 @@ def wrapped(pickle: bytes) -> bytes:
     return b"".join((_WRAPPER, bin_head(len(pickle)), pickle))
 
 
-class Part(msgspec.Struct, array_like=True, gc=False):
-    """A shard's `count` rows of the passed columns (the plan's `passed` order). `kinds`
-    per column; `values` per column: AS_IS its bytes, SAME one row's, ITEMS the pickle's
-    prelude (`pickle_rows.Items`), PICKLED the part's rows' field, SPANS nothing.
-    `data`: the SPANS and ITEMS columns' rows, column after column; `widths`: per such
-    column, its rows' size where they are all one size, else 0; `sizes`: u32, row by row,
-    each row's size in each column of several sizes. `groups`: u32, where each tokenizer
-    worker's rows start (b"": one group), `ipcs` each group's worker (None: the message
-    names none). `flags`: per row its decoding options when a row carries beam search
-    output (`reply.beam_flags`)."""
+class Columns(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """What every part of one message shares: per passed column (the plan's `passed`
+    order) its kind and value (AS_IS its bytes, SAME one row's, ITEMS the pickle's prelude
+    (`pickle_rows.Items`), PICKLED the part's rows' field, else nothing), and per SPANS or
+    ITEMS column its rows' size where they are all one size (else 0). Packed once per
+    message; a shard reads each packing once (`columns_of`): they repeat message to
+    message."""
 
-    count: int
     kinds: bytes
     values: list[bytes]
-    data: bytes = b""
     widths: list[int] = []
+
+
+class Part(msgspec.Struct, array_like=True, gc=False):
+    """A shard's `count` rows of the passed columns: `columns` (packed `Columns`, or the
+    object from an egress in the shard's own process), then the rows. `records`: row after
+    row, the bytes of each column of one size; `data`: the other SPANS and ITEMS columns'
+    rows, column after column, and `sizes` (u32, row by row) each row's size in each of
+    them; `numbers`: int64, row by row, each NUMBERS column's value. `groups`: u32, where
+    each tokenizer worker's rows start (b"": one group), `ipcs` each group's worker (None:
+    the message names none). `flags`: per row its decoding options when a row carries
+    beam search output (`reply.beam_flags`)."""
+
+    count: int
+    columns: Raw
+    records: bytes = b""
+    data: bytes = b""
     sizes: bytes = b""
+    numbers: bytes = b""
     groups: bytes = b""
     ipcs: list[str | None] | None = None
     flags: list[int] = []
 
-    def spans_at(self) -> list[int]:
-        """The index among the SPANS and ITEMS columns of each column (-1: neither)."""
-        out, j = [], 0
-        for kind in self.kinds:
-            if kind >= SPANS:
-                out.append(j)
-                j += 1
-            else:
-                out.append(-1)
-        return out
+    @property
+    def shape(self) -> Columns:
+        return columns_of(self.columns)
+
+    @property
+    def kinds(self) -> bytes:
+        return self.shape.kinds
+
+    @property
+    def values(self) -> list[bytes]:
+        return self.shape.values
 
     def bounds(self) -> list[tuple[int, int]]:
         """Each group's rows [a, b)."""
@@ -94,20 +111,19 @@ class Part(msgspec.Struct, array_like=True, gc=False):
         return list(zip(starts, [*starts[1:], self.count]))
 
     def rows_of(self, c: int) -> list[bytes]:
-        """Each row's bytes of SPANS or ITEMS column c (cold paths)."""
+        """Each row's bytes of a SPANS, ITEMS or NUMBERS column (cold paths)."""
         fields = Fields(self)
+        if self.kinds[c] == NUMBERS:
+            return [_encoder.encode(v) for v in fields.numbers(c, 0, self.count)]
         return [fields.body(c, r, r + 1) for r in range(self.count)]
 
     def take(self, rows: Sequence[int]) -> Part:
         """These rows of the part (in increasing order), each still in its worker's group
         (cold paths: a reply that skips rows)."""
         cols = {c: [mine[r] for r in rows] for c, kind in enumerate(self.kinds)
-                if kind >= SPANS for mine in (self.rows_of(c),)}
+                if kind >= NUMBERS for mine in (self.rows_of(c),)}
         part = _built(self, len(rows), cols, [self.flags[r] for r in rows] if self.flags
-                      else [])
-        if PICKLED in part.kinds:  # only unpickling cuts it: these rows carry it as nil
-            part.values = [NIL if kind == PICKLED else v
-                           for kind, v in zip(part.kinds, part.values)]
+                      else [], nil_pickled=True)
         starts, ipcs = [], []
         for (a, b), ipc in zip(self.bounds(), self.ipcs or [None] * len(self.bounds())):
             at = bisect_left(rows, a)
@@ -120,17 +136,22 @@ class Part(msgspec.Struct, array_like=True, gc=False):
 
     def with_rows(self, c: int, rows: list[bytes]) -> Part:
         """The part with column c as these rows' values (beam search texts filled in)."""
-        cols = {j: self.rows_of(j) for j, kind in enumerate(self.kinds) if kind >= SPANS}
+        cols = {j: self.rows_of(j) for j, kind in enumerate(self.kinds) if kind >= NUMBERS}
         cols[c] = rows
-        return _built(self, self.count, cols, self.flags)
+        part = _built(self, self.count, cols, self.flags)
+        part.groups, part.ipcs = self.groups, self.ipcs
+        return part
 
 
-def _built(like: Part, count: int, cols: dict[int, list[bytes]], flags: list[int]) -> Part:
-    """A part of `count` rows with `like`'s AS_IS and SAME columns, groups and workers,
-    and these rows' values of the others (a column given here becomes SPANS unless it is
-    ITEMS)."""
+def _built(like: Part, count: int, cols: dict[int, list[bytes]], flags: list[int],
+           nil_pickled: bool = False) -> Part:
+    """A part of `count` rows with `like`'s AS_IS, SAME and PICKLED columns (the last nil,
+    `nil_pickled`: only unpickling cuts them), groups and workers, and these rows' bytes of
+    the others (each SPANS unless it is ITEMS): cold."""
     kinds = bytearray(like.kinds)
-    values = list(like.values)
+    values = [NIL if nil_pickled and kind == PICKLED else v
+              for kind, v in zip(like.kinds, like.values)]
+    records: list[list[bytes]] = [[] for _ in range(count)]
     data: list[bytes] = []
     widths: list[int] = []
     sizes: list[list[int]] = []
@@ -139,13 +160,17 @@ def _built(like: Part, count: int, cols: dict[int, list[bytes]], flags: list[int
             kinds[c], values[c] = SPANS, b""
         rows = cols[c]
         lens = [len(r) for r in rows]
-        data += rows
-        same = len(set(lens)) == 1
+        same = bool(lens) and len(set(lens)) == 1
         widths.append(lens[0] if same else 0)
-        if not same:
+        if same:
+            for record, row in zip(records, rows):
+                record.append(row)
+        else:
+            data += rows
             sizes.append(lens)
-    return Part(count, bytes(kinds), values, b"".join(data), widths,
-                np.array(sizes, np.uint32).T.tobytes() if sizes else b"", like.groups,
+    return Part(count, packed(Columns(bytes(kinds), values, widths)),
+                b"".join(b"".join(r) for r in records), b"".join(data),
+                np.array(sizes, np.uint32).T.tobytes() if sizes else b"", b"", like.groups,
                 like.ipcs, flags)
 
 
@@ -153,24 +178,43 @@ def whole(columns: Sequence[Raw], count: int, ipc: str | None = None,
           named: bool = False, flags: list[int] | None = None) -> Part:
     """A part that is its message's every row, of one tokenizer worker: every column as it
     came. `named`: the message has an ipcs column (`ipc` its one worker)."""
-    return Part(count, bytes(len(columns)), [bytes(c) for c in columns],
+    return Part(count, packed(Columns(bytes(len(columns)), [bytes(c) for c in columns])),
                 ipcs=[ipc] if named else None, flags=flags or [])
 
 
 _part_encoder = msgspec.msgpack.Encoder()
 part_decoder = msgspec.msgpack.Decoder(Part)
+_columns_decoder = msgspec.msgpack.Decoder(Columns)
+_read: dict[bytes, Columns] = {}  # the packings a shard has read (a few)
 
 
 def encode_part(part: Part) -> bytes:
     return _part_encoder.encode(part)
 
 
+def packed(columns: Columns) -> Raw:
+    """`Columns` packed once for every part of a message (a Raw goes out as it is)."""
+    return Raw(_part_encoder.encode(columns))
+
+
+def columns_of(raw: Raw) -> Columns:
+    """A packing read back; each distinct one is read once."""
+    key = bytes(raw)
+    got = _read.get(key)
+    if got is None:
+        if len(_read) >= 256:
+            _read.clear()
+        got = _read[key] = _columns_decoder.decode(key)
+    return got
+
+
 class Fields:
     """A part's columns read back per group of rows, for the reply's fields: where each
-    SPANS and ITEMS column's rows lie is worked out once per part, then each group's field
-    is a header and one slice (`field`)."""
+    column's rows lie is worked out once per part, then each group's field is a header and
+    one slice (`field`)."""
 
-    __slots__ = ("part", "spans", "cols", "same", "cut")
+    __slots__ = ("part", "where", "same", "cut", "records", "ends", "numbers_", "kinds",
+                 "values")
 
     def __init__(self, part: Part, cut: Callable[[bytes, list[list[int]]], list[bytes] | None]
                  | None = None) -> None:
@@ -178,52 +222,72 @@ class Fields:
         unpickles), or None (a group's share of it is then nil)."""
         self.part = part
         self.cut = cut
-        self.spans = part.spans_at()
         self.same: dict[tuple[int, int], bytes] = {}  # (column, rows): a SAME field
-        # per SPANS or ITEMS column: (where it starts in data, its rows' width or 0, the
-        # ends of its rows from its start where they are of several sizes)
-        k, widths = part.count, part.widths
-        var = [j for j, w in enumerate(widths) if not w]
-        ends: list[list[int]] = []
-        if var and k:
-            ends = np.frombuffer(part.sizes, np.uint32).reshape(k, len(var)).astype(
-                np.int64).cumsum(axis=0).T.tolist()
-        self.cols: list[tuple[int, int, list[int]]] = []
-        base, v = 0, 0
-        for w in widths:
-            if w:
-                self.cols.append((base, w, []))
-                base += k * w
+        shape = part.shape
+        self.kinds, self.values = shape.kinds, shape.values
+        k, widths = part.count, shape.widths
+        record = sum(widths)
+        self.records = np.frombuffer(part.records, np.uint8).reshape(k, record) \
+            if record and k else None
+        var = widths.count(0)
+        self.ends: list[list[int]] = np.frombuffer(part.sizes, np.uint32).reshape(
+            k, var).astype(np.int64).cumsum(axis=0).T.tolist() if var and k else []
+        nums = self.kinds.count(NUMBERS)
+        self.numbers_ = np.frombuffer(part.numbers, np.int64).reshape(k, nums) \
+            if nums and k else None
+        # per column: (its block, where it starts there, its width, its ends or number)
+        self.where: list[tuple[int, int, int, int]] = []
+        at_record = at_data = v = num = w = 0
+        for kind in self.kinds:
+            if kind == NUMBERS:
+                self.where.append((NUMBERS, num, 0, 0))
+                num += 1
+            elif kind >= SPANS:
+                width = widths[w]
+                w += 1
+                if width:
+                    self.where.append((1, at_record, width, 0))
+                    at_record += width
+                else:
+                    self.where.append((2, at_data, 0, v))
+                    at_data += self.ends[v][-1] if k else 0
+                    v += 1
             else:
-                mine = ends[v]
-                v += 1
-                self.cols.append((base, 0, mine))
-                base += mine[-1] if mine else 0
+                self.where.append((0, 0, 0, 0))
 
     def body(self, c: int, a: int, b: int) -> bytes:
         """Rows [a, b) of SPANS or ITEMS column c, laid end to end."""
-        base, w, ends = self.cols[self.spans[c]]
-        if w:
-            return self.part.data[base + a * w:base + b * w]
-        return self.part.data[base + (ends[a - 1] if a else 0):base + ends[b - 1]]
+        block, at, width, v = self.where[c]
+        if block == 1:
+            assert self.records is not None
+            if width == self.records.shape[1]:  # the only column of one size
+                return self.part.records[a * width:b * width]
+            return self.records[a:b, at:at + width].tobytes()
+        ends = self.ends[v]
+        return self.part.data[at + (ends[a - 1] if a else 0):at + ends[b - 1]]
+
+    def numbers(self, c: int, a: int, b: int) -> list[int]:
+        assert self.numbers_ is not None
+        return self.numbers_[a:b, self.where[c][1]].tolist()
 
     def field(self, c: int, a: int, b: int) -> bytes:
         """Column c's rows [a, b) as one msgpack value."""
-        part = self.part
-        kind = part.kinds[c]
+        kind, values = self.kinds[c], self.values
         if kind == AS_IS:
-            return part.values[c]
+            return values[c]
         k = b - a
-        if kind == PICKLED:
-            if k == part.count or part.values[c] == NIL:
-                return part.values[c]
-            got = self.cut(part.values[c], [list(range(a, b))]) if self.cut else None
-            return NIL if got is None else got[0]
         if kind == SAME:
             got = self.same.get((c, k))
             if got is None:
-                got = self.same[(c, k)] = array_head(k) + part.values[c] * k
+                got = self.same[(c, k)] = array_head(k) + values[c] * k
             return got
+        if kind == NUMBERS:
+            return _encoder.encode(self.numbers(c, a, b))
+        if kind == PICKLED:
+            if k == self.part.count or values[c] == NIL:
+                return values[c]
+            got = self.cut(values[c], [list(range(a, b))]) if self.cut else None
+            return NIL if got is None else got[0]
         if kind == SPANS:
             return array_head(k) + self.body(c, a, b)
-        return wrapped(b"".join((part.values[c], self.body(c, a, b), TAIL)))
+        return wrapped(b"".join((values[c], self.body(c, a, b), TAIL)))

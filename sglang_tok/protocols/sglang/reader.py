@@ -68,8 +68,9 @@ _DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {
         ("no_stop_trim", list[bool] | None), ("prompt_tokens", list[NonNeg] | None),
         ("reasoning_tokens", list[NonNeg] | None), ("completion_tokens", list[NonNeg] | None),
         ("cached_tokens", list[NonNeg] | None))}
-# decoded for every message: what routing, slots and usage need
-_ALWAYS = ("prompt_tokens", "cached_tokens", "reasoning_tokens")
+# decoded for every message: what routing, slots and usage need (and the completion
+# counts, which a reply passes on: decoded, they travel as numbers)
+_ALWAYS = ("prompt_tokens", "cached_tokens", "reasoning_tokens", "completion_tokens")
 # decoded only for a message with rows of rids the router does not route
 _FIRST_ROWS = ("read_offsets", "skip_special_tokens", "spaces_between_special_tokens",
                "no_stop_trim", "completion_tokens")
@@ -172,6 +173,7 @@ class SglangReader:
         # the fields every message is checked by length alone (all but the read ones)
         self.others = plan.other_columns
         self.locate = Locator()  # where the passed columns' rows lie, message to message
+        self.checked: dict[int, Any] = {}  # the fields of the last message checked by length
 
     def read(self, frame: memoryview, where: dict[str, int],
              ended: Container[str] = ()) -> Event:
@@ -266,7 +268,7 @@ class SglangReader:
         rids = msg.rids
         fins, finished = self._finishes(msg)
         flat, counts, ids_ext = self._ids(msg)
-        prompt, cached, reasoning = (msg.col(name) for name in _ALWAYS)
+        prompt, cached, reasoning, _ = (msg.col(name) for name in _ALWAYS)
         codes: list[int] = list(map(where.get, rids, repeat(-1)))
         unrouted = _all(codes, -1)
         for i in unrouted:  # no route: a new rid, or a late row of an ended one
@@ -290,9 +292,17 @@ class SglangReader:
         """Every column the egress does not decode is nil, [] (absent for every row), one
         pickle of the whole message's value, or one entry per row: checked by its length."""
         fields, have, n, rids, nil = msg.fields, msg.have, msg.n, msg.rids, wire.NIL
+        checked = self.checked  # the last message's fields that passed (a column of
+        if checked.get(-1) != n:  # nils or zeros repeats message to message)
+            checked.clear()
+            checked[-1] = n
         for name, i in self.others:
-            if i >= have or fields[i] == nil or wire.is_wrapped(fields[i]):
+            if i >= have:
                 continue
+            field = fields[i]
+            if field == nil or checked.get(i) == field or wire.is_wrapped(field):
+                continue
+            checked[i] = field
             got = wire.array_length(fields[i])
             if got == -2:
                 raise FrameError("columns", f"{name} is not a list", rids)
@@ -350,7 +360,7 @@ class SglangReader:
                                  f"expected {msg.n}", msg.rids)
             flat, counts = wire.ids_of_pairs(values)
             return flat, counts, False
-        got = wire.uniform_ids(raw, msg.n)
+        got = wire.uniform_ids(raw, msg.n) or wire.raw_ids(raw, msg.n)
         if got is not None:
             return got[0], got[1], True
         try:

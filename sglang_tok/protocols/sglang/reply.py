@@ -166,15 +166,16 @@ class Shapes:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.known: dict[tuple[bytes, tuple[bytes, ...]], Shape] = {}
+        self.known: dict[bytes, Shape] = {}
 
     def of(self, part: Part) -> Shape:
-        key = (part.kinds, tuple(v for k, v in zip(part.kinds, part.values) if k == AS_IS))
+        key = bytes(part.columns)  # one packing per message's shape: they repeat
         shape = self.known.get(key)
         if shape is None:
             if len(self.known) >= 64:
                 self.known.clear()
-            shape = self.known[key] = Shape(self.plan, part.kinds, part.values)
+            columns = part.shape
+            shape = self.known[key] = Shape(self.plan, columns.kinds, columns.values)
         return shape
 
 

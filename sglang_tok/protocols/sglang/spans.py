@@ -24,7 +24,7 @@ from msgspec import Raw
 from sglang_tok.ragged import ragged_index
 
 from . import wire
-from .part import AS_IS, ITEMS, NIL, SAME, SPANS, Part
+from .part import AS_IS, ITEMS, NIL, NUMBERS, SAME, SPANS, Columns, Part, packed
 from .pickle_rows import items_of
 
 I64 = npt.NDArray[np.int64]
@@ -107,25 +107,28 @@ class Column:
     ITEMS where each row's bytes lie in `buf`: every row `width` bytes from 0, or at
     `starts` with `sizes`."""
 
-    __slots__ = ("kind", "value", "buf", "starts", "sizes", "width", "count")
+    __slots__ = ("kind", "value", "buf", "starts", "sizes", "width", "count", "numbers")
 
     def __init__(self, kind: int, value: bytes, buf: bytes = b"",
                  starts: I64 | None = None, sizes: I64 | None = None, width: int = 0,
-                 count: int = 0) -> None:
+                 count: int = 0, numbers: Sequence[int] | None = None) -> None:
         self.kind, self.value, self.buf = kind, value, buf
         self.starts, self.sizes = starts, sizes
         self.width = width  # every row this many bytes, laid end to end from 0
         self.count = count  # its rows
+        self.numbers = numbers  # NUMBERS: each row's value
 
 
 def locate(field: Raw | bytes, n: int,
-           sizes: Callable[[], tuple[I64, bool] | None] | None = None) -> Column:
+           sizes: Callable[[], tuple[I64, bool] | None] | None = None,
+           numbers: Sequence[int] | None = None) -> Column:
     """Where each of the n rows of a column lies; `sizes`: each row's size where it can be
     known beforehand, and whether that is a lower bound of each row's size (the sizes read
     from the column's own values: then their sum being the column's proves each one);
     otherwise each is checked at its offset, never trusted. A column that is nil or `[]`
     goes to every part as it is, one that is not an entry per row as nil (a pickle of every
-    row the caller did not cut)."""
+    row the caller did not cut). `numbers`: the column's values, where the caller decoded
+    them (ints: their rows travel as numbers, written again where the reply is built)."""
     raw = bytes(field)
     count = wire.array_length(raw)
     if count in (-1, 0):
@@ -135,9 +138,11 @@ def locate(field: Raw | bytes, n: int,
     body = raw[wire.array_head_size(n):]
     size = len(body)
     width, left = divmod(size, n)
+    if not left and body[:width] * n == body:
+        return Column(SAME, body[:width])
+    if numbers is not None:
+        return Column(NUMBERS, b"", numbers=numbers, count=n)
     if not left:
-        if body[:width] * n == body:
-            return Column(SAME, body[:width])
         if width == 1 or _uniform(body, width):
             return Column(SPANS, b"", body, width=width, count=n)
     known = sizes() if sizes is not None else None
@@ -174,14 +179,15 @@ class Locator:
         self.last: dict[int, tuple[Raw, Column]] = {}
 
     def __call__(self, k: int, field: Raw, n: int,
-                 sizes: Callable[[], tuple[I64, bool] | None]) -> Column:
+                 sizes: Callable[[], tuple[I64, bool] | None],
+                 numbers: Sequence[int] | None = None) -> Column:
         if field == wire.NIL:
             return _NIL_COLUMN
         last = self.last.get(k)
         if last is not None and last[0] == field:
             return last[1]
-        col = locate(field, n, sizes)
-        if col.kind != SPANS:  # a SPANS column's rows differ message to message
+        col = locate(field, n, sizes, numbers)
+        if col.kind < NUMBERS:  # the others' rows differ message to message
             self.last[k] = (field, col)
         return col
 
@@ -237,29 +243,36 @@ class Cut:
         cols = self.columns
         kinds = bytes(c.kind for c in cols)
         values = [c.value for c in cols]
-        spans = [c for c in cols if c.kind >= SPANS]
         live = int(first[len(first) - 2])  # the LATE rows sort last, in no part
-        cut = _gather(spans, order[:live], first[:-1], shards) if spans else None
-        widths = [c.width for c in spans]
+        order = order[:live]
+        at = first[shards + [shards[-1] + 1]].tolist()  # each shard's rows in `order`
+        spans = [c for c in cols if c.kind >= SPANS]
+        shape = packed(Columns(kinds, values, [c.width for c in spans]))
+        records = _records([c for c in spans if c.width], order)
+        var = _spans([c for c in spans if not c.width], order, at)
+        numbers = _numbers([c for c in cols if c.kind == NUMBERS], order)
         names, flags = self.names, self.flags
-        at = _group_starts(first, shards, groups) if groups is not None else None
+        starts = _group_starts(first, shards, groups) if groups is not None else None
         out: dict[int, Part] = {}
-        for j, s in enumerate(shards):
-            a, b = int(first[s]), int(first[s + 1])
-            part = Part(b - a, kinds, values)
-            if cut is not None:
-                part.data, part.sizes = cut[j]
-                part.widths = widths
-            if at is not None:
+        for i, s in enumerate(shards):
+            a, b = at[i], at[i + 1]
+            part = Part(b - a, shape)
+            if records is not None:
+                part.records = records[a:b].tobytes()
+            if var is not None:
+                part.data, part.sizes = var[i]
+            if numbers is not None:
+                part.numbers = numbers[a:b].tobytes()
+            if starts is not None:
                 assert names is not None and groups is not None
-                starts = at[j]
-                if len(starts) > 1:
-                    part.groups = (starts - a).astype(np.uint32).tobytes()
-                part.ipcs = [names[k] for k in groups[starts].tolist()]
+                mine = starts[i]
+                if len(mine) > 1:
+                    part.groups = (mine - a).astype(np.uint32).tobytes()
+                part.ipcs = [names[k] for k in groups[mine].tolist()]
             elif names is not None:
                 part.ipcs = [names[0]]
             if flags:
-                part.flags = [flags[i] for i in order[a:b].tolist()]
+                part.flags = [flags[r] for r in order[a:b].tolist()]
             out[s] = part
         return out
 
@@ -273,40 +286,44 @@ def _group_starts(first: I64, shards: list[int], groups: I64) -> list[I64]:
     return np.split(at, np.searchsorted(at, starts)[1:])
 
 
-def _gather(spans: list[Column], order: I64, first: I64, shards: list[int]
-            ) -> list[tuple[bytes, bytes]]:
-    """Each shard's (data, sizes): its rows of the SPANS and ITEMS columns, column after
-    column, rows in `order`, and each row's size in each column of rows of several sizes
-    (row by row: `Part`). A column of equal-sized rows is gathered row by row (one copy of
-    each row); the others byte by byte, together."""
-    m, live = len(spans), len(order)
-    sorted_rows: list[bytes] = [b""] * m
-    var = [j for j, c in enumerate(spans) if not c.width]
-    at = first[shards + [shards[-1] + 1]].tolist()  # each shard's rows in `order`
-    bounds: list[list[int]] = [[]] * m  # each column's bytes per shard, in sorted_rows[j]
-    for j, c in enumerate(spans):
-        if c.width:
-            rows = np.frombuffer(c.buf, np.uint8).reshape(c.count, c.width)
-            sorted_rows[j] = rows[order].tobytes()
-            bounds[j] = [a * c.width for a in at]
-    sizes_t = b""
-    if var:
-        sizes = np.stack([spans[j].sizes[order] for j in var])  # type: ignore[index]
-        base = np.array([0] + [len(spans[j].buf) for j in var[:-1]], np.int64).cumsum()
-        seg_starts = np.concatenate([spans[j].starts[order] + b  # type: ignore[index]
-                                     for j, b in zip(var, base.tolist())])
-        buf = np.frombuffer(b"".join(spans[j].buf for j in var), np.uint8)
-        joined = buf[ragged_index(seg_starts, sizes.ravel())].tobytes()
-        offsets = np.zeros((len(var), live + 1), np.int64)
-        sizes.cumsum(axis=1, out=offsets[:, 1:])
-        lo = 0
-        for j, row, total in zip(var, offsets[:, at].tolist(), offsets[:, -1].tolist()):
-            sorted_rows[j] = joined[lo:lo + total]
-            bounds[j] = row
-            lo += total
-        sizes_t = sizes.T.astype(np.uint32)  # row by row
-    out = []
-    for i in range(len(shards)):
-        data = b"".join([sorted_rows[j][bounds[j][i]:bounds[j][i + 1]] for j in range(m)])
-        out.append((data, sizes_t[at[i]:at[i + 1]].tobytes() if var else b""))
-    return out
+def _records(fixed: list[Column], order: I64) -> npt.NDArray[np.uint8] | None:
+    """The columns whose rows are all one size, as one record per row (a row's bytes of
+    each, side by side), in `order`: one gather; a shard's rows are one slice of it."""
+    if not fixed:
+        return None
+    mats = [np.frombuffer(c.buf, np.uint8).reshape(c.count, c.width) for c in fixed]
+    return (mats[0] if len(mats) == 1 else np.hstack(mats))[order]
+
+
+def _spans(var: list[Column], order: I64, at: list[int]) -> list[tuple[bytes, bytes]] | None:
+    """Each shard's (data, sizes) of the columns whose rows are of several sizes: its rows'
+    bytes, column after column, rows in `order` (one gather of every column's bytes), and
+    each row's size in each (row by row)."""
+    if not var:
+        return None
+    sizes = np.stack([c.sizes[order] for c in var])  # type: ignore[index]
+    base = np.array([0] + [len(c.buf) for c in var[:-1]], np.int64).cumsum()
+    seg_starts = np.concatenate([c.starts[order] + b  # type: ignore[index]
+                                 for c, b in zip(var, base.tolist())])
+    buf = np.frombuffer(b"".join(c.buf for c in var), np.uint8)
+    joined = buf[ragged_index(seg_starts, sizes.ravel())].tobytes()
+    offsets = np.zeros((len(var), len(order) + 1), np.int64)
+    sizes.cumsum(axis=1, out=offsets[:, 1:])
+    rows: list[bytes] = []
+    bounds: list[list[int]] = []
+    lo = 0
+    for row, total in zip(offsets[:, at].tolist(), offsets[:, -1].tolist()):
+        rows.append(joined[lo:lo + total])
+        bounds.append(row)
+        lo += total
+    by_row = sizes.T.astype(np.uint32)
+    return [(b"".join([col[bound[i]:bound[i + 1]] for col, bound in zip(rows, bounds)]),
+             by_row[at[i]:at[i + 1]].tobytes()) for i in range(len(at) - 1)]
+
+
+def _numbers(cols: list[Column], order: I64) -> npt.NDArray[np.int64] | None:
+    """The NUMBERS columns as int64 rows (a row's value of each), in `order`."""
+    if not cols:
+        return None
+    values = np.array([c.numbers for c in cols], np.int64).T
+    return values[order]

@@ -23,6 +23,8 @@ import numpy as np
 from msgspec import Raw
 from msgspec.msgpack import Ext
 
+from sglang_tok.ragged import ragged_index
+
 from .layout import Layout, builtin
 
 EXT_ARRAY, EXT_TORCH, EXT_NUMPY = 1, 2, 3
@@ -198,6 +200,42 @@ def uniform_ids(raw: Raw | bytes, n: int) -> tuple[np.ndarray, list[int]] | None
     if not (rows[:, :head + _Q_AT] == np.frombuffer(want + _Q_PREFIX, np.uint8)).all():
         return None
     return rows[:, head + _Q_AT:].copy().view("<i8").ravel(), [size >> 3] * n
+
+
+def raw_ids(raw: Raw | bytes, n: int) -> tuple[np.ndarray, list[int]] | None:
+    """`ids_column` for SGLang's form (an `array("q")` ext per row) of rows of several
+    sizes, read from the column's bytes: each row's size from msgspec's raw rows, every
+    row's ext head checked at once, the ids gathered. None for any other column."""
+    try:
+        rows = _raw_rows.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if len(rows) != n or not n:
+        return None
+    sizes = np.fromiter(map(len, rows), np.int64, n)
+    body = np.frombuffer(raw, np.uint8)
+    starts = sizes.cumsum() - sizes + array_head_size(n)
+    lead = body[starts]
+    wide = lead == 0xC8  # ext16: a row of over 31 ids
+    if wide.any():
+        if not ((lead == 0xC7) | wide).all():
+            return None
+        head = 3 + wide
+    elif not (lead == 0xC7).all():
+        return None
+    else:
+        head = 3
+    at = starts + head  # the ext's type, then the payload's 6-byte head
+    if not (body[(at - 1)[:, None] + _EXT_SPAN] == _EXT_HEAD).all():
+        return None
+    payload = sizes - head - _Q_AT
+    if (payload & 7).any():
+        return None
+    return body[ragged_index(at + _Q_AT, payload)].view("<i8"), (payload >> 3).tolist()
+
+
+_EXT_HEAD = np.frombuffer(bytes((EXT_ARRAY,)) + _Q_PREFIX, np.uint8)
+_EXT_SPAN = np.arange(len(_EXT_HEAD))
 
 
 def ids_column(values: list[Any]) -> tuple[np.ndarray, list[int], bool]:
