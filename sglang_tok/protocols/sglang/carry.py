@@ -22,7 +22,7 @@ import numpy.typing as npt
 from msgspec import Raw
 
 from . import wire
-from .part import AS_IS, NIL, PICKLED, Columns, Part, encode_part, packed, whole
+from .part import AS_IS, NIL, PICKLED, WORKER, Columns, Part, encode_part, packed, whole
 from .pickled import cut_rows
 from .plan import Plan
 from .spans import Column, Cut, Locator, ext_sizes, locate_items, str_sizes
@@ -79,8 +79,11 @@ class Carried:
         columns: list[Column] = []
         pickled: list[int] = []
         locate, n, pickles = self.locate, self.n, plan.pickled_passed
+        workers = plan.passed.index("http_worker_ipcs") if keys is not None else -1
         for k, field in enumerate(self.fields):
-            if k in pickles:
+            if k == workers:  # rows of several workers: a group's rows name its own
+                col = _WORKER
+            elif k in pickles:
                 col = self._pickled(field)
                 if col.kind == PICKLED:
                     pickled.append(k)
@@ -124,6 +127,7 @@ class Carried:
         return None
 
 
+_WORKER = Column(WORKER, b"")
 # the passed columns of ints the reader may have decoded (their sizes follow from them)
 _INT_COLUMNS = frozenset(("prompt_tokens", "cached_tokens", "completion_tokens",
                           "reasoning_tokens"))

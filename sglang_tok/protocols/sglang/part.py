@@ -2,11 +2,12 @@
 the TokenizerManager, cut to the shard's rows as byte ranges (egress -> shard), and put
 back together per tokenizer worker into `BatchStrOutput` fields (the shard).
 
-A column of a message is one of six kinds (`spans.py` finds which, once per message):
+A column of a message is one of seven kinds (`spans.py` finds which, once per message):
 AS_IS (one value for every part: nil, `[]`, a column that is not one entry per row), SAME
 (an entry per row, every row's the same bytes: a column of nils, zeros, empty lists),
 PICKLED (a pickle only unpickling cuts: the part's rows pickled together by the egress,
-cut per group by unpickling again, in SGLang's own process tree), NUMBERS (ints the egress
+cut per group by unpickling again, in SGLang's own process tree), WORKER (each row's
+tokenizer worker: a group's rows name one, its own), NUMBERS (ints the egress
 decoded anyway: the rows' values travel, the shard writes them), SPANS (each row's own
 bytes) and ITEMS (SGLang's pickled list of per-row objects, cut by its items:
 `pickle_rows.py`). Only the last three travel row by row, in three blocks of the part: the
@@ -29,7 +30,7 @@ from msgspec import Raw
 
 from .pickle_rows import TAIL
 
-AS_IS, SAME, PICKLED, NUMBERS, SPANS, ITEMS = 0, 1, 2, 3, 4, 5
+AS_IS, SAME, PICKLED, WORKER, NUMBERS, SPANS, ITEMS = 0, 1, 2, 3, 4, 5, 6
 NIL = b"\xc0"
 _WRAPPER = b"\x92\xadPickleWrapper"  # SGLang's PickleWrapper: [tag, bytes]
 _U16, _U32 = struct.Struct(">H"), struct.Struct(">I")
@@ -270,12 +271,14 @@ class Fields:
         assert self.numbers_ is not None
         return self.numbers_[a:b, self.where[c][1]].tolist()
 
-    def field(self, c: int, a: int, b: int) -> bytes:
-        """Column c's rows [a, b) as one msgpack value."""
+    def field(self, c: int, a: int, b: int, ipc: str | None = None) -> bytes:
+        """Column c's rows [a, b) as one msgpack value (`ipc`: their tokenizer worker)."""
         kind, values = self.kinds[c], self.values
         if kind == AS_IS:
             return values[c]
         k = b - a
+        if kind == WORKER:
+            return array_head(k) + _encoder.encode(ipc) * k
         if kind == SAME:
             got = self.same.get((c, k))
             if got is None:

@@ -150,11 +150,13 @@ class Shape:
         pieces.append(b"".join(run))
         self.pieces = [p for p in pieces if p != b""]
 
-    def build(self, fields: Fields, a: int, b: int, texts: list[str]) -> bytes:
-        """The reply of the part's rows [a, b), with their texts."""
+    def build(self, fields: Fields, a: int, b: int, texts: list[str],
+              ipc: str | None = None) -> bytes:
+        """The reply of the part's rows [a, b) (of tokenizer worker `ipc`), with their
+        texts."""
         return b"".join([p if p.__class__ is bytes else  # type: ignore[misc]
                          _encoder.encode(texts) if p == TEXTS else
-                         fields.field(p, a, b)  # type: ignore[arg-type]
+                         fields.field(p, a, b, ipc)  # type: ignore[arg-type]
                          for p in self.pieces])
 
 
@@ -270,9 +272,10 @@ class Replies:
         ipcs = part.ipcs
         bounds = part.bounds()
         if len(bounds) == 1:
-            return [(ipcs[0] if ipcs else None, shape.build(fields, 0, part.count, texts))]
+            ipc = ipcs[0] if ipcs else None
+            return [(ipc, shape.build(fields, 0, part.count, texts, ipc))]
         assert ipcs is not None
-        return [(ipc, shape.build(fields, a, b, texts[a:b]))
+        return [(ipc, shape.build(fields, a, b, texts[a:b], ipc))
                 for ipc, (a, b) in zip(ipcs, bounds)]
 
     def _cut(self, field: bytes, parts: list[list[int]]) -> list[bytes] | None:

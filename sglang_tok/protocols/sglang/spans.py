@@ -14,6 +14,7 @@ last, msgspec's list of raw entries. SGLang's pickled time stats are cut by thei
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -252,7 +253,7 @@ class Cut:
         var = _spans([c for c in spans if not c.width], order, at)
         numbers = _numbers([c for c in cols if c.kind == NUMBERS], order)
         names, flags = self.names, self.flags
-        starts = _group_starts(first, shards, groups) if groups is not None else None
+        runs = _runs(order, at, groups) if groups is not None else None
         out: dict[int, Part] = {}
         for i, s in enumerate(shards):
             a, b = at[i], at[i + 1]
@@ -263,12 +264,12 @@ class Cut:
                 part.data, part.sizes = var[i]
             if numbers is not None:
                 part.numbers = numbers[a:b].tobytes()
-            if starts is not None:
-                assert names is not None and groups is not None
-                mine = starts[i]
+            if runs is not None:
+                assert names is not None
+                mine, keys = runs[i]
                 if len(mine) > 1:
-                    part.groups = (mine - a).astype(np.uint32).tobytes()
-                part.ipcs = [names[k] for k in groups[mine].tolist()]
+                    part.groups = array("I", [r - a for r in mine]).tobytes()
+                part.ipcs = [names[k] for k in keys]
             elif names is not None:
                 part.ipcs = [names[0]]
             if flags:
@@ -277,13 +278,19 @@ class Cut:
         return out
 
 
-def _group_starts(first: I64, shards: list[int], groups: I64) -> list[I64]:
-    """Per shard, where its runs of one tokenizer worker's rows start (in `order`)."""
-    starts = first[shards]
-    end = int(first[shards[-1] + 1])
-    change = np.flatnonzero(groups[1:end] != groups[:end - 1]) + 1
-    at = np.union1d(change, starts)
-    return np.split(at, np.searchsorted(at, starts)[1:])
+def _runs(order: I64, at: list[int], groups: I64) -> list[tuple[list[int], list[int]]]:
+    """Per shard, where its runs of one tokenizer worker's rows start (in `order`) and
+    each run's worker key."""
+    live = len(order)
+    mark = np.empty(live, bool)
+    mark[0] = True
+    np.not_equal(groups[1:live], groups[:live - 1], out=mark[1:])
+    mark[at[:-1]] = True  # a shard's first row starts a run
+    starts = np.flatnonzero(mark)
+    keys = groups[starts].tolist()
+    bounds = starts.searchsorted(at).tolist()
+    starts_list = starts.tolist()
+    return [(starts_list[lo:hi], keys[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
 
 
 def _records(fixed: list[Column], order: I64) -> npt.NDArray[np.uint8] | None:
