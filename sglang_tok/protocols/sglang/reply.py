@@ -24,7 +24,7 @@ from sglang_tok.protocols.native.columns import ColumnsOut
 from sglang_tok.protocols.native.deltas import Delta
 from sglang_tok.protocols.sglang import wire
 
-from .part import AS_IS, Fields, Part, array_head, part_decoder
+from .part import AS_IS, SAME, Fields, Part, array_head, part_decoder
 from .pickled import cut_rows
 from .plan import STR_OUTPUT, Plan, encode_message
 from .workers import WorkerMap
@@ -126,29 +126,53 @@ TEXTS = -1  # where a reply's texts go among a `Shape`'s pieces
 
 class Shape:
     """A `BatchStrOutput` of one part's kinds, as pieces laid end to end: the bytes every
-    group of the part shares (the array header, the tag, the fixed fields and the AS_IS
-    columns, runs of them joined), and where a group's own go (a passed column's index,
-    or TEXTS)."""
+    group of the part shares (the array header, the tag, the fixed fields, the AS_IS
+    columns, and for a group of k rows the SAME ones: runs of them joined once per k), and
+    where a group's own go (a passed column's index, or TEXTS)."""
 
-    __slots__ = ("pieces",)
+    __slots__ = ("items", "by_rows")
 
     def __init__(self, plan: Plan, kinds: bytes, values: Sequence[bytes]) -> None:
         from_passed = dict(plan.from_passed)
-        pieces: list[bytes | int] = []
-        run = [array_head(plan.out_count + 1), _encoder.encode(STR_OUTPUT)]
+        # each field: bytes (every group's), (SAME's one row's value,), or where it comes from
+        items: list[bytes | tuple[bytes] | int] = [array_head(plan.out_count + 1),
+                                                    _encoder.encode(STR_OUTPUT)]
         for at in range(plan.out_count):
             k = from_passed.get(at)
             if k is not None and kinds[k] == AS_IS:
-                run.append(values[k])
+                items.append(values[k])
+            elif k is not None and kinds[k] == SAME:
+                items.append((values[k],))
             elif k is None and at != plan.texts_at:
                 fixed = plan.fixed[at]
-                run.append(b"\xc0" if fixed is None else bytes(fixed))
+                items.append(b"\xc0" if fixed is None else bytes(fixed))
             else:
-                pieces.append(b"".join(run))
-                run = []
-                pieces.append(TEXTS if k is None else k)
-        pieces.append(b"".join(run))
-        self.pieces = [p for p in pieces if p != b""]
+                items.append(TEXTS if k is None else k)
+        self.items = items
+        self.by_rows: dict[int, list[bytes | int]] = {}  # group size -> its pieces
+
+    def pieces(self, rows: int) -> list[bytes | int]:
+        """The pieces of a reply of `rows` rows: every run of shared bytes joined."""
+        got = self.by_rows.get(rows)
+        if got is None:
+            got, run = [], []
+            head = array_head(rows)
+            for item in self.items:
+                if isinstance(item, bytes):
+                    run.append(item)
+                elif isinstance(item, tuple):
+                    run.append(head + item[0] * rows)
+                else:
+                    if run:
+                        got.append(b"".join(run))
+                        run = []
+                    got.append(item)
+            if run:
+                got.append(b"".join(run))
+            if len(self.by_rows) >= 256:
+                self.by_rows.clear()
+            self.by_rows[rows] = got
+        return got
 
     def build(self, fields: Fields, a: int, b: int, texts: list[str],
               ipc: str | None = None) -> bytes:
@@ -157,7 +181,7 @@ class Shape:
         return b"".join([p if p.__class__ is bytes else  # type: ignore[misc]
                          _encoder.encode(texts) if p == TEXTS else
                          fields.field(p, a, b, ipc)  # type: ignore[arg-type]
-                         for p in self.pieces])
+                         for p in self.pieces(b - a)])
 
 
 class Shapes:
