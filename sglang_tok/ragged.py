@@ -24,8 +24,8 @@ def ragged_index(starts: I64, sizes: I64) -> I64:
     total = int(sizes.sum())
     if not total:
         return np.zeros(0, np.int64)
-    ends = sizes.cumsum()
-    shift = (starts - (ends - sizes)).repeat(sizes)
+    ends = np.cumsum(sizes)
+    shift = np.repeat(starts - (ends - sizes), sizes)
     return shift + np.arange(total, dtype=np.int64)
 
 

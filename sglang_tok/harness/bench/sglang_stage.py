@@ -307,18 +307,19 @@ def report(results: dict[tuple[int, int, bool, str], dict[str, list[dict[str, An
         egress, shards, aux = med(tok, "egress"), med(tok, "shards"), med(tok, "aux")
         stock_whole = router + wk
         tok_whole = egress + shards
-        row = {"n": n, "trace": name, "router": router, "workers": wk,
+        x_router = ratio(egress, router) if n > 1 else float("nan")
+        x_whole = ratio(tok_whole, stock_whole)
+        row: dict[str, Any] = {"n": n, "trace": name, "router": router, "workers": wk,
                "stock_whole": stock_whole, "egress": egress, "shards": shards, "aux": aux,
                "tok_whole": tok_whole,
-               "egress_x_router": ratio(egress, router) if n > 1 else float("nan"),
-               "whole_x_whole": ratio(tok_whole, stock_whole),
+               "egress_x_router": x_router, "whole_x_whole": x_whole,
                "exact": f"{min(r['exact'] for r in tok)}/{tok[0]['requests']}",
                "stock_exact": f"{min(r['exact'] for r in stock)}/{stock[0]['requests']}",
                "rounds": len(tok)}
         rows.append(row)
         lines.append([n, name, f"{router:.2f}", f"{wk:.2f}", f"{stock_whole:.2f}",
                       f"{egress:.2f}", f"{shards:.2f}", f"{tok_whole:.2f}",
-                      times(row["egress_x_router"]), times(row["whole_x_whole"]),
+                      times(x_router), times(x_whole),
                       row["exact"], row["stock_exact"]])
     head = ["N", "trace", "router", "workers", "stock whole", "egress", "shards",
             "sglang-tok whole", "egress / router", "whole / whole", "exact", "stock exact"]

@@ -87,14 +87,19 @@ class _Stats:
         return stats
 
 
+def _sglang_wrap() -> Any:
+    """SGLang's own `wrap_as_pickle`: its scheduler wraps the time stats list this way."""
+    from sglang.srt.managers.io_struct import wrap_as_pickle
+
+    return wrap_as_pickle
+
+
 def build(spec: StageSpec, info: TokenizerInfo, texts: list[str], run: str) -> StageTrace:
     """A scheduler's steps: up to `rows` requests active, a new one arriving as one ends,
     one message per step with the next row of every active request (the first with up to
     five prompt ids of context before `read_offsets`)."""
     stats = _Stats(spec.metrics) if spec.time_stats else None
-    wrap_as_pickle: Any = None
-    if stats is not None:  # SGLang's own: its scheduler wraps the list this way
-        from sglang.srt.managers.io_struct import wrap_as_pickle
+    wrap: Any = _sglang_wrap() if stats is not None else None
     plan = PlanSpec(requests=spec.requests or 3 * spec.rows, concurrency=spec.rows,
                     ids_per_row=(spec.ids_per_row, spec.ids_per_row),
                     min_tokens=spec.min_tokens, max_tokens=spec.max_tokens,
@@ -137,7 +142,7 @@ def build(spec: StageSpec, info: TokenizerInfo, texts: list[str], run: str) -> S
         if ipcs:
             cols["http_worker_ipcs"] = [ipcs[index[r["rid"]] % len(ipcs)] for r in rows]
         if stats is not None:
-            cols["time_stats"] = wrap_as_pickle(row_stats)
+            cols["time_stats"] = wrap(row_stats)
         messages.append(wire.encode_token_ids(cols))
         per_message.append(len(rows))
         clock += 0.02

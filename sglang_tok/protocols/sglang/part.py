@@ -289,8 +289,8 @@ class Fields:
         if kind == PICKLED:
             if k == self.part.count or values[c] == NIL:
                 return values[c]
-            got = self.cut(values[c], [list(range(a, b))]) if self.cut else None
-            return NIL if got is None else got[0]
+            cut = self.cut(values[c], [list(range(a, b))]) if self.cut else None
+            return NIL if cut is None else cut[0]
         if kind == SPANS:
             return array_head(k) + self.body(c, a, b)
         return wrapped(b"".join((values[c], self.body(c, a, b), TAIL)))

@@ -351,14 +351,14 @@ class SglangReader:
         raw = msg.raw("decode_ids")
         if self.pairs:
             try:
-                values = _pairs_decoder.decode(raw)
+                pairs = _pairs_decoder.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 raise FrameError("header", f"decode_ids: {str(exc)[:160]}", msg.rids) \
                     from None
-            if values is None or len(values) != msg.n:
-                raise FrameError("columns", f"decode_ids has {len(values or [])} entries, "
+            if pairs is None or len(pairs) != msg.n:
+                raise FrameError("columns", f"decode_ids has {len(pairs or [])} entries, "
                                  f"expected {msg.n}", msg.rids)
-            flat, counts = wire.ids_of_pairs(values)
+            flat, counts = wire.ids_of_pairs(pairs)
             return flat, counts, False
         got = wire.uniform_ids(raw, msg.n) or wire.raw_ids(raw, msg.n)
         if got is not None:
