@@ -215,7 +215,7 @@ class Fields:
     one slice (`field`)."""
 
     __slots__ = ("part", "where", "same", "cut", "records", "ends", "numbers_", "kinds",
-                 "values")
+                 "values", "columns", "lists")
 
     def __init__(self, part: Part, cut: Callable[[bytes, list[list[int]]], list[bytes] | None]
                  | None = None) -> None:
@@ -236,6 +236,8 @@ class Fields:
         nums = self.kinds.count(NUMBERS)
         self.numbers_ = np.frombuffer(part.numbers, np.int64).reshape(k, nums) \
             if nums and k else None
+        self.columns: dict[int, bytes] = {}  # a record column's rows, laid end to end
+        self.lists: list[list[int]] | None = None  # each NUMBERS column's values
         # per column: (its block, where it starts there, its width, its ends or number)
         self.where: list[tuple[int, int, int, int]] = []
         at_record = at_data = v = num = w = 0
@@ -260,16 +262,22 @@ class Fields:
         """Rows [a, b) of SPANS or ITEMS column c, laid end to end."""
         block, at, width, v = self.where[c]
         if block == 1:
-            assert self.records is not None
-            if width == self.records.shape[1]:  # the only column of one size
-                return self.part.records[a * width:b * width]
-            return self.records[a:b, at:at + width].tobytes()
+            column = self.columns.get(c)
+            if column is None:
+                assert self.records is not None
+                column = self.part.records if width == self.records.shape[1] else \
+                    self.records[:, at:at + width].tobytes()  # (the only column of one size)
+                self.columns[c] = column
+            return column[a * width:b * width]
         ends = self.ends[v]
         return self.part.data[at + (ends[a - 1] if a else 0):at + ends[b - 1]]
 
     def numbers(self, c: int, a: int, b: int) -> list[int]:
-        assert self.numbers_ is not None
-        return self.numbers_[a:b, self.where[c][1]].tolist()
+        lists = self.lists
+        if lists is None:
+            assert self.numbers_ is not None
+            lists = self.lists = self.numbers_.T.tolist()
+        return lists[self.where[c][1]][a:b]
 
     def field(self, c: int, a: int, b: int, ipc: str | None = None) -> bytes:
         """Column c's rows [a, b) as one msgpack value (`ipc`: their tokenizer worker)."""
