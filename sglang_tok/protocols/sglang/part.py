@@ -91,9 +91,14 @@ class Part(msgspec.Struct, array_like=True, gc=False):
     groups: bytes = b""
     ipcs: list[str | None] | None = None
     flags: list[int] = []
+    # a part that is its message's every row, of one worker: the fields as they came
+    # (`columns` then unused)
+    whole: list[Raw] = []
 
     @property
     def shape(self) -> Columns:
+        if self.whole:  # (cold paths only read a whole part this way)
+            return Columns(bytes(len(self.whole)), [bytes(f) for f in self.whole])
         return columns_of(self.columns)
 
     @property
@@ -179,12 +184,13 @@ def whole(columns: Sequence[Raw], count: int, ipc: str | None = None,
           named: bool = False, flags: list[int] | None = None) -> Part:
     """A part that is its message's every row, of one tokenizer worker: every column as it
     came. `named`: the message has an ipcs column (`ipc` its one worker)."""
-    return Part(count, packed(Columns(bytes(len(columns)), [bytes(c) for c in columns])),
-                ipcs=[ipc] if named else None, flags=flags or [])
+    return Part(count, _NO_COLUMNS, ipcs=[ipc] if named else None, flags=flags or [],
+                whole=list(columns))
 
 
 _part_encoder = msgspec.msgpack.Encoder()
 part_decoder = msgspec.msgpack.Decoder(Part)
+_NO_COLUMNS = Raw(b"\xc0")
 _columns_decoder = msgspec.msgpack.Decoder(Columns)
 _read: dict[bytes, Columns] = {}  # the packings a shard has read (a few)
 

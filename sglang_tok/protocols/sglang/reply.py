@@ -195,6 +195,9 @@ class Shapes:
         self.known: dict[bytes, Shape] = {}
 
     def of(self, part: Part) -> Shape:
+        if part.whole:  # a message's own fields: no other part has them
+            columns = part.shape
+            return Shape(self.plan, columns.kinds, columns.values)
         key = bytes(part.columns)  # one packing per message's shape: they repeat
         shape = self.known.get(key)
         if shape is None:
@@ -250,6 +253,15 @@ class Replies:
         at = self.plan.beams
         if part.flags and self.beams is not None and at >= 0:
             part = self._beams(part, at)
+        whole = part.whole
+        if whole and not errors and len(out.rids) == part.count \
+                and _encoder.encode(out.rids) == bytes(whole[self.plan.rids_k]):
+            # the message's every row, of one worker (SGLang's default server): its fields
+            # go on as they came, among them the texts
+            if part.ipcs is not None:
+                self._remember(part, out.rids, out)
+            return [(part.ipcs[0] if part.ipcs else None,
+                     encode_message(STR_OUTPUT, self.plan.reply(whole, out.texts)))]
         fields = Fields(part, self._cut)
         rids_field = fields.field(self.plan.rids_k, 0, part.count)
         aligned = not errors and len(out.rids) == part.count \
