@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import zmq
 
+from sglang_tok.harness.bench import capacity_model as cm
+from sglang_tok.harness.bench.capacity import Stage
 from sglang_tok.harness.bench.figures import markdown, median, ratio, times, write_json
 from sglang_tok.harness.bench.processes import cpu_seconds, package_env, tree_pids
 from sglang_tok.harness.bench.sglang_bench import (
@@ -60,7 +62,7 @@ class Setup:
     metrics: bool
 
 
-class Stage:
+class Started:
     """A started system: its input, the endpoints its replies go to, its processes' roles."""
 
     def __init__(self, setup: Setup, run: Path, peer: Peer | None) -> None:
@@ -118,7 +120,7 @@ def _title(pid: int) -> str:
 class Sockets:
     """The bench's ends: PUSH to the stage, PULL from its output and every worker's."""
 
-    def __init__(self, stage: Stage, ipcs: list[str]) -> None:
+    def __init__(self, stage: Started, ipcs: list[str]) -> None:
         self.ctx = zmq.Context()
         self.push = self.ctx.socket(zmq.PUSH)
         self.push.setsockopt(zmq.LINGER, 0)
@@ -133,7 +135,7 @@ class Sockets:
         for pull in self.pulls:
             self.poller.register(pull, zmq.POLLIN)
 
-    def connect(self, stage: Stage) -> None:
+    def connect(self, stage: Started) -> None:
         self.push.connect(stage.input)
 
     def replies(self, wait_ms: int) -> list[bytes]:
@@ -173,7 +175,7 @@ def warm_up(socks: Sockets, ipcs: list[str], tag: str, timeout: float = 180.0) -
         raise TimeoutError(f"{len(left)} of {n} warm-up rows unanswered in {timeout:.0f}s")
 
 
-def run_trace(trace: StageTrace, socks: Sockets, stage: Stage, window: int,
+def run_trace(trace: StageTrace, socks: Sockets, stage: Started, window: int,
               timeout: float) -> dict[str, Any]:
     """Every message flat out within `window` messages in flight (sent, some row not yet
     answered); the CPU of each role over the run; every request's texts checked."""
@@ -256,6 +258,16 @@ def build_traces(specs: list[StageSpec], python: str, run: Path) -> list[StageTr
     return read(out)
 
 
+def _key(text: str) -> tuple[int, int, bool, str]:
+    n, workers, metrics, name = text.split("|", 3)
+    return int(n), int(workers), metrics == "True", name
+
+
+def targets_of(a: argparse.Namespace) -> list[cm.Target]:
+    return [cm.Target(dp, tw, n, c) for dp in a.model_dp for tw in a.model_tm_workers
+            for n in a.model_detok_workers for c in a.model_cores]
+
+
 def setups(a: argparse.Namespace) -> list[Setup]:
     out = []
     for n in a.n:
@@ -275,7 +287,7 @@ def run_setup(setup: Setup, traces: list[StageTrace], peer: Peer | None, root: P
         return {}
     run = Path(tempfile.mkdtemp(prefix=f"{setup.system}-", dir=root))
     ipcs = mine[0].ipcs
-    stage = Stage(setup, run, peer)
+    stage = Started(setup, run, peer)
     socks = Sockets(stage, ipcs)
     out: dict[str, dict[str, Any]] = {}
     try:
@@ -283,7 +295,8 @@ def run_setup(setup: Setup, traces: list[StageTrace], peer: Peer | None, root: P
         socks.connect(stage)
         warm_up(socks, ipcs, run.name)
         for trace in mine:
-            out[StageSpec(**trace.spec).name] = run_trace(trace, socks, stage, window, timeout)
+            out[StageSpec(**trace.spec).name] = {**run_trace(trace, socks, stage, window,
+                                                             timeout), "spec": trace.spec}
     finally:
         failed = stage.stop()
         socks.close()
@@ -297,10 +310,11 @@ def report(results: dict[tuple[int, int, bool, str], dict[str, list[dict[str, An
     """One line per (N, trace): each role's CPU per id (median of rounds) and the ratios
     the issue reads: egress / router, whole / whole."""
     rows, lines = [], []
-    for (n, _, _, name), per in sorted(results.items()):
+    for (n, workers, metrics, name), per in sorted(results.items()):
         stock, tok = per.get(STOCK, []), per.get(TOK, [])
         if not stock or not tok:
             continue
+        spec = StageSpec(**tok[0]["spec"])
         def med(runs: list[dict[str, Any]], role: str) -> float:
             return median([r["us_per_id"].get(role, 0.0) for r in runs])
         router, wk = med(stock, "router"), med(stock, "workers")
@@ -309,7 +323,10 @@ def report(results: dict[tuple[int, int, bool, str], dict[str, list[dict[str, An
         tok_whole = egress + shards
         x_router = ratio(egress, router) if n > 1 else float("nan")
         x_whole = ratio(tok_whole, stock_whole)
-        row: dict[str, Any] = {"n": n, "trace": name, "router": router, "workers": wk,
+        row: dict[str, Any] = {"n": n, "trace": name, "tm_workers": workers,
+               "metrics": metrics, "ids_per_row": spec.ids_per_row,
+               "rows_per_step": spec.rows, "logprobs": spec.logprobs,
+               "router": router, "workers": wk,
                "stock_whole": stock_whole, "egress": egress, "shards": shards, "aux": aux,
                "tok_whole": tok_whole,
                "egress_x_router": x_router, "whole_x_whole": x_whole,
@@ -326,7 +343,79 @@ def report(results: dict[tuple[int, int, bool, str], dict[str, list[dict[str, An
     return markdown(head, lines), rows
 
 
+# ------------------------------------------------------------------------------- the model
+def stage_costs(rows: list[dict[str, Any]], n: int, workers: int, ids: int,
+                metrics: bool = False) -> dict[str, dict[str, Stage]]:
+    """The detokenizer's stages of each system as the stage benchmark measured them (CPU
+    seconds per id): stock x1 from N = 1, stock's router + N and the plugin's egress + N
+    shards from N = `n`; at the measured tokenizer worker count nearest `workers`, without
+    logprobs."""
+    def pick(n_: int) -> dict[str, Any] | None:
+        mine = [r for r in rows if r["n"] == n_ and r["ids_per_row"] == ids
+                and r["metrics"] == metrics and not r["logprobs"]]
+        if not mine:
+            return None
+        return min(mine, key=lambda r: (abs(r["tm_workers"] - workers), -r["tm_workers"]))
+    out: dict[str, dict[str, Stage]] = {}
+    one, many = pick(1), pick(n)
+    if one is not None:
+        out[cm.STOCK_X1] = {"detok": Stage(1, one["workers"] / 1e6)}
+    if many is not None:
+        out[cm.STOCK_ROUTER] = {"detok router": Stage(1, many["router"] / 1e6),
+                                "detok": Stage(n, many["workers"] / 1e6)}
+        out[cm.PLUGIN] = {"egress": Stage(1, many["egress"] / 1e6),
+                          "shards": Stage(n, many["shards"] / 1e6)}
+    return out
+
+
+def server_stages(runs: list[Any], ids: int) -> dict[str, Stage]:
+    """Every stage of a whole server but the detokenizer's (the TokenizerManager's
+    workers, SGLang's HTTP router, the DataParallelController), from a whole-server run at
+    dp 2 with tokenizer workers (`server.py --json`): stock x1's run at `ids` per row."""
+    usable = [r for r in runs if r.tokenizer_workers > 1 and r.dp > 1 and not r.logprobs
+              and r.ids_per_step == ids and r.system == "sglang x1"]
+    if not usable:
+        return {}
+    return {name: Stage(p, c) for name, (p, c) in usable[0].stages.items()
+            if name not in cm.DETOKENIZER}
+
+
+def model(rows: list[dict[str, Any]], runs: list[Any], targets: list[cm.Target],
+          metrics: bool = False) -> list[cm.Row]:
+    """The field model (`capacity_model.compare`) with the detokenizer's stages from the
+    stage benchmark and every other stage from a whole-server run."""
+    out: list[cm.Row] = []
+    for ids in sorted({r["ids_per_row"] for r in rows}):
+        rest = server_stages(runs, ids)
+        if not rest:
+            continue
+        for t in targets:
+            detok = stage_costs(rows, t.detok_workers, t.tm_workers, ids, metrics)
+            if len(detok) < 3:
+                continue
+            out += cm.compare({name: {**rest, **stages} for name, stages in detok.items()},
+                              [t], ids)
+    return out
+
+
 def main(a: argparse.Namespace) -> int:
+    if a.model_from:
+        saved = json.loads(Path(a.model_from).read_text())
+        table_, _ = report({_key(k): v for k, v in saved["runs"].items()})
+        print(table_)
+        if a.server_json:
+            from sglang_tok.harness.bench.sglang_server import load_runs
+
+            runs = load_runs(Path(a.server_json))
+            for metrics in (False, True):
+                modelled = model(saved["rows"], runs, targets_of(a), metrics)
+                if modelled:
+                    print(f"\nthe field model, --enable-metrics {'on' if metrics else 'off'} "
+                          "(detokenizer stages: this benchmark; the others: the server run)")
+                    print(cm.table(modelled))
+                    for line in cm.goal_met(modelled, 3.0, 2.5 if not metrics else 1.5):
+                        print(f"  short: {line}")
+        return 0
     root = Path(tempfile.mkdtemp(prefix="stage-"))
     python = side_python(a.sglang_python)
     if python is None:
@@ -368,11 +457,11 @@ def main(a: argparse.Namespace) -> int:
     finally:
         if peer is not None:
             peer.close()
-    table, rows = report(results)
+    table, measured = report(results)
     print()
     print(table)
     if a.json:
-        write_json(a.json, {"specs": [asdict(s) for s in specs], "rows": rows,
+        write_json(a.json, {"specs": [asdict(s) for s in specs], "rows": measured,
                             "runs": {"|".join(map(str, k)): v for k, v in results.items()}})
     bad = [r for per in results.values() for r in per.get(TOK, [])
            if r["exact"] < r["requests"] or not r["complete"]]
@@ -402,6 +491,14 @@ def add_args(ap: argparse.ArgumentParser) -> None:
                     help="a file of traces: read if it exists (its specs win), else built and "
                          "kept there (the workers' endpoints name the folder of that run)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--model-from", default="", help="a --json of an earlier run: its table "
+                    "and, with --server-json, the field model")
+    ap.add_argument("--server-json", default="", help="a whole-server run at dp 2 with "
+                    "tokenizer workers (`server.py --json`): every stage but the detokenizer's")
+    ap.add_argument("--model-dp", type=ints, default=[8])
+    ap.add_argument("--model-tm-workers", type=ints, default=[16, 32])
+    ap.add_argument("--model-detok-workers", type=ints, default=[8, 32])
+    ap.add_argument("--model-cores", type=ints, default=[64, 16])
 
 
 __all__ = ["add_args", "main"]
