@@ -74,11 +74,19 @@ _PD_DECODE = (*ASKS,
               _ask("Lost transfer too", stream=False, max_new_tokens=32,
                    custom_params={"sglang_tok_abort_first": 1}))
 
+# the field's shape (sglang#34740): 8 DP ranks, each scheduler's rows to 8 detokenizer
+# workers or shards; two requests per rank, streamed and not
+_DP8 = tuple(_ask(f"Rank {k}: tell me about the sea", stream=k % 3 != 2,
+                  max_new_tokens=24 + 8 * (k % 5)) for k in range(16))
+
 # ids in and out: no stop strings (SGLang needs its tokenizer for them)
 _IDS = tuple(a for a in ASKS if "stop" not in a["sampling_params"])
 METRICS = ("--enable-metrics",)
 MODES: tuple[Mode, ...] = (
     Mode(name="dp", args=("--dp-size", "2", *METRICS)),
+    # dp 8 with 8 shards (stock: its router and 8 workers): a test of shape, not of speed
+    Mode(name="dp8", args=("--dp-size", "8", "--detokenizer-worker-num", "8", *METRICS),
+         asks=_DP8),
     Mode(name="dp-attention", args=("--enable-dp-attention", "--dp-size", "2", "--tp-size",
                                     "2", "--detokenizer-worker-num", "2", *METRICS)),
     Mode(name="workers", args=("--tokenizer-worker-num", "2", "--detokenizer-worker-num", "2",
