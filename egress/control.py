@@ -1,6 +1,6 @@
 """Where a control message goes: the router's part of OPEN, ERROR, ABORT and RESULT.
 
-The egress and the in-process harness (sglang_tok/harness/local_route.py) both route
+The egress and the in-process harness (dev/sglang_tok_testkit/local_route.py) both route
 control messages through `route_control`, so a harness-driven table sees exactly what the
 running service would deliver: an ERROR or ABORT of an ended rid is late and goes nowhere,
 an ABORT is split into one per shard.
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sglang_tok.protocols.interface import Routed
-from sglang_tok.protocols.native.control import Abort, Error, Open, Result
+from sglang_tok.protocols.model.control import Abort, Error, Open, Result
+from sglang_tok.protocols.model.interface import Routed
 
-from .router import Ended, Live, Router
+from .router import Endings, Live, Router
 
 
 class Route(NamedTuple):
@@ -22,7 +22,7 @@ class Route(NamedTuple):
 
     shard: int
     msg: Routed
-    ended: Ended | None
+    ended: Endings | None
 
 
 def route_control(router: Router, msg: Routed) -> tuple[list[Route], int]:
@@ -44,7 +44,7 @@ def route_control(router: Router, msg: Routed) -> tuple[list[Route], int]:
 
 
 def _abort(router: Router, rids: list[str]) -> tuple[list[Route], int]:
-    by_shard: dict[int, Ended] = {}
+    by_shard: dict[int, Endings] = {}
     late = 0
     for rid in dict.fromkeys(rids):
         if router.is_ended(rid):

@@ -5,7 +5,7 @@ shard, which wakes the egress again with its acknowledgement. Inside SGLang, whe
 scheduler sends a message of a few hundred rows every step, those wakeups and the link's
 copy of each message cost the service more than its decoding (each process pays for a
 cold start per message). Here the shard is an object of the egress: the link to it is a
-call to `Shard.handle` with the same link message, and its notices (Hello, Ack, Ended)
+call to `Shard.handle` with the same link message, and its notices (Hello, Ack, EndedNotice)
 queue up for the egress's loop, so everything else (SYNC and START, the ledger of
 endings, PINGs, drains) is the same code as with shards of their own. The shard's slot
 in the status block beats with the egress's loop; the two live and die together.

@@ -40,24 +40,24 @@ from sglang_tok.process import (
     setup_child,
     shards_text,
 )
-from sglang_tok.protocols.errors import (
+from sglang_tok.protocols.model import control, tags
+from sglang_tok.protocols.model.control import Open, Pong
+from sglang_tok.protocols.model.deltas import Delta, DeltasOut, Usage, terminal
+from sglang_tok.protocols.model.errors import (
     EGRESS_RESTARTED,
     MALFORMED_FRAME,
     SHARD_RESTARTED,
     FrameError,
 )
-from sglang_tok.protocols.interface import (
+from sglang_tok.protocols.model.interface import (
     LATE,
     Control,
     Idle,
-    PassOn,
     Probe,
+    Relay,
     Rows,
 )
-from sglang_tok.protocols.native import control, tags
-from sglang_tok.protocols.native.control import Open, Pong
-from sglang_tok.protocols.native.deltas import Delta, DeltasOut, Usage, terminal
-from sglang_tok.protocols.native.tags import EGRESS
+from sglang_tok.protocols.model.tags import EGRESS
 from sglang_tok.protocols.registry import layout_of, protocol_of
 from sglang_tok.tracefile import Recorder
 
@@ -65,7 +65,7 @@ from .control import Routed, route_control
 from .inline import InlineShard
 from .journal import FILENAME as JOURNAL
 from .journal import Journal, replay
-from .router import Ended, Live, Router, shard_of
+from .router import Endings, Live, Router, shard_of
 from .split import split_frame
 
 log = logging.getLogger("sglang_tok.egress")
@@ -278,7 +278,7 @@ class Egress:
                 if counted:
                     self.frames[tags.TAG_PING].inc()
                 self._ping(nonce, link.forward(stamp, frame))
-            case PassOn(parts=parts):
+            case Relay(parts=parts):
                 for to, part in parts:
                     self._send_out(part, to=to)
             case Idle(what=what):
@@ -311,7 +311,7 @@ class Egress:
             by_shard.setdefault(self.router.open(o.rid), []).append(o)
         return by_shard
 
-    def _forward(self, k: int, msg: bytes, ended: Ended | None = None) -> None:
+    def _forward(self, k: int, msg: bytes, ended: Endings | None = None) -> None:
         """Queue a message for shard k; `ended` rids end when the shard acknowledges it."""
         self.router.dispatched(k, ended)
         self.pending[k].append(msg)
@@ -380,7 +380,7 @@ class Egress:
         queue is redone by the next one (a rid its shard never saw gets no other error).
         """
         self._journal_opened(rids)
-        by_shard: dict[int, Ended] = {}
+        by_shard: dict[int, Endings] = {}
         for rid in rids:
             k = self.router.owner(rid)
             by_shard.setdefault(k, []).append((rid, self.router.end(rid) or Live(k)))
@@ -423,7 +423,7 @@ class Egress:
 
     # ------------------------------------------------------------------ notices
     def _serve_inline(self) -> None:
-        """What an inline shard said since the last turn (its Hello, Acks, Ended)."""
+        """What an inline shard said since the last turn (its Hello, Acks, EndedNotice)."""
         if self.inline is None:
             return
         queue = self.inline.notices.queue
@@ -444,7 +444,7 @@ class Egress:
             case link.Ack(shard=k, token=token, pid=pid) if (token == self.token
                                                              and pid == self.pids[k]):
                 self._acked(note)  # else from before our SYNC, or a dead incarnation's
-            case link.Ended(shard=k, rids=rids):
+            case link.EndedNotice(shard=k, rids=rids):
                 self.router.self_ended(k, rids)
                 for rid in rids:
                     self.replayed.pop(rid, None)

@@ -18,9 +18,9 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from itertools import chain, compress, repeat
 
-from sglang_tok.protocols.interface import LATE
-from sglang_tok.protocols.native.batch import Batch
-from sglang_tok.protocols.native.deltas import Delta, Usage, terminal
+from sglang_tok.protocols.model.batch import Batch
+from sglang_tok.protocols.model.deltas import Delta, Usage, terminal
+from sglang_tok.protocols.model.interface import LATE
 
 NEVER = 1 << 62  # the first frame of a rid that is not live
 # frames of headers kept while some live rid is older; beyond, the oldest is folded into
@@ -53,7 +53,9 @@ class Live:
                      self.reasoning)
 
 
-Ended = list[tuple[str, Live]]
+# the rids a message ends on one shard, each with its usage so far: done once the shard acks
+# the message (its `Ledger`)
+Endings = list[tuple[str, Live]]
 # outputs a dead shard may have taken with it unsent: its socket queue (--link-capacity
 # messages) plus what libzmq's engine holds in its 8 KiB batch (small messages: < 512)
 ENGINE_BATCH_MESSAGES = 512
@@ -75,14 +77,14 @@ class Ledger:
     def __init__(self, keep: int) -> None:
         self.keep = keep
         # (message number, ended, oldest first frame), by message number
-        self.entries: deque[tuple[int, Ended, int]] = deque()
-        self.unacked: deque[tuple[int, Ended, int]] = deque()
+        self.entries: deque[tuple[int, Endings, int]] = deque()
+        self.unacked: deque[tuple[int, Endings, int]] = deque()
         self.acks: deque[tuple[int, int]] = deque()  # (count, outputs sent then)
         self.mins: deque[tuple[int, int]] = deque()  # (number, first): unacked's minimum
         # rids whose endings left the window since `take_gone`: their death can undo nothing
         self.gone: list[str] = []
 
-    def add(self, entry: tuple[int, Ended, int]) -> None:
+    def add(self, entry: tuple[int, Endings, int]) -> None:
         self.entries.append(entry)
         self.unacked.append(entry)
         n, _, first = entry
@@ -94,9 +96,9 @@ class Ledger:
     def oldest(self) -> int:
         return self.mins[0][1] if self.mins else NEVER
 
-    def ack(self, count: int, sent: int) -> Ended:
+    def ack(self, count: int, sent: int) -> Endings:
         """The endings newly acknowledged; those now past the window are forgotten."""
-        done: Ended = []
+        done: Endings = []
         q, mins = self.unacked, self.mins
         while q and q[0][0] <= count:
             n, ended, _ = q.popleft()
@@ -226,7 +228,7 @@ class Router:
         return st.shard
 
     def route(self, batch: Batch, codes: list[int] | None = None,
-              ends: list[int] | None = None) -> tuple[list[int], int, dict[int, Ended]]:
+              ends: list[int] | None = None) -> tuple[list[int], int, dict[int, Endings]]:
         """Route code per row (slot * nshards + shard; LATE: its rid has ended, no shard
         sees it), the frame's iteration tokens (new ids plus computed prompt tokens of
         first rows), and the rids each shard's part ends. `new_rows` then lists the rows
@@ -253,7 +255,7 @@ class Router:
                         break
                     owner[i] = where.get(rids[i], -1)
         prompt_computed = self._first_rows(batch, owner) if -1 in owner else 0
-        finished: dict[int, Ended] = {}
+        finished: dict[int, Endings] = {}
         if ends is None:
             ends = list(compress(range(n), fins)) if fins.count(None) != n else []
         for i in ends:
@@ -303,7 +305,7 @@ class Router:
             self.new_rows.append((i, rid))
 
     def _last_row(self, rids: list[str], owner: list[int], i: int,
-                  finished: dict[int, Ended]) -> None:
+                  finished: dict[int, Endings]) -> None:
         """A row with a finish ends its rid here. A later row of the same rid in the same
         frame (no scheduler sends one) still goes to the shard, which ignores it as late."""
         code = owner[i]
@@ -360,7 +362,7 @@ class Router:
                 if frame <= st.last:
                     st.completion += lens[i]
 
-    def dispatched(self, shard: int, ended: Ended | None = None) -> None:
+    def dispatched(self, shard: int, ended: Endings | None = None) -> None:
         """One more message went (or is queued) to a shard; `ended` rids end with it."""
         self.routed[shard] += 1
         if ended:
@@ -372,7 +374,7 @@ class Router:
         if ended:
             self._ledger(shard, ended)
 
-    def _ledger(self, shard: int, ended: Ended) -> None:
+    def _ledger(self, shard: int, ended: Endings) -> None:
         first = min((st.first for _, st in ended if st.first >= 0), default=NEVER)
         self.ledgers[shard].add((self.routed[shard], ended, first))
         for rid, st in ended:

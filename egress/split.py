@@ -19,9 +19,9 @@ import numpy.typing as npt
 
 from ring import link
 from ring.link import Family, Sparse
-from sglang_tok.protocols.interface import LATE, Carry
-from sglang_tok.protocols.native.batch import FAMILIES, HEADER_FIELDS, Batch
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.batch import FAMILIES, HEADER_FIELDS, Batch
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.interface import LATE, Carry
 from sglang_tok.ragged import ragged_index, small_ints, starts_of, u32s
 
 I64 = npt.NDArray[np.int64]
@@ -122,7 +122,7 @@ def _whole(stamp: float, batch: Batch, codes: list[int], one_each: bool, lens: l
     """A frame that is shard 0's whole: the frame's own ids buffer as is, slots by `array`
     (no numpy call for a small frame, whose latency is per-call overheads); with one shard
     a row's route code is its slot, so the codes go as they are. `inline`: the message
-    object itself, and `extra` is the passed object, not its bytes."""
+    object itself, and `extra` is the carried object, not its bytes."""
     header = batch.header
     sparse = None if one_each and not new_rows and not end_rows and reasoning is None \
         and not batch.layout and not extra and not opens else \

@@ -11,7 +11,7 @@ the prompt's first 40 characters, "n": 3}`). What is real is everything after th
 the service's detokenization, stop strings, logprob texts, reasoning and tool-call
 parsing, and the kit's client; `GET /debug/requests/{id}` shows what was generated.
 
-Starts the sglang-tok service (through the harness, `sglang_tok.harness.service.Service`), a
+Starts the sglang-tok service (the kit's `sglang_tok.kit.local_service.LocalService`), a
 simulated scheduler that pushes one BATCH per step through the kit's writer
 (`sim_scheduler.py`), and the kit's asyncio client on the service's output. Serves
 `POST /v1/completions` and `POST /v1/chat/completions` (SSE streaming with `data: [DONE]`,
@@ -58,11 +58,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sglang_tok.finish import Abort, Length
-from sglang_tok.harness.service import Service
 from sglang_tok.kit.client import Client, RequestStream
+from sglang_tok.kit.local_service import LocalService
 from sglang_tok.parsers import REASONING_PARSERS, TOOL_PARSERS, TOOL_STREAMS, pairing_error
 from sglang_tok.process import shards_text
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 _json = msgspec.json.Encoder().encode
@@ -329,7 +329,7 @@ class _Chunks:
 class App:
     """The service, the simulated scheduler and the client, behind the HTTP routes."""
 
-    def __init__(self, svc: Service, info: TokenizerInfo, model: str, step_s: float,
+    def __init__(self, svc: LocalService, info: TokenizerInfo, model: str, step_s: float,
                  idle_timeout: float, reasoning_parser: str = "", tool_parser: str = "") -> None:
         self.svc, self.info, self.model = svc, info, model
         self.reasoning_parser, self.tool_parser = reasoning_parser, tool_parser
@@ -566,7 +566,7 @@ def main() -> int:
     a = ap.parse_args()
     info = load(a.tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-openai-"))
-    svc = Service(tmp, shards=a.shards, tokenizer=a.tokenizer, frontend=False,
+    svc = LocalService(tmp, shards=a.shards, tokenizer=a.tokenizer, frontend=False,
                   args=["--output-format", a.output_format])
     try:
         svc.start(timeout=180)

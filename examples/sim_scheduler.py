@@ -18,9 +18,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_tok.harness.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
-from sglang_tok.harness.workload import BUILTIN_TEXTS
 from sglang_tok.kit.scheduler import Scheduler
+from sglang_tok.kit.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
+from sglang_tok.kit.workload import BUILTIN_TEXTS
 from sglang_tok.tokenizer import TokenizerInfo
 
 TEXTS = [

@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from sglang_tok.finish import Finish
 from sglang_tok.logprob_rows import Family  # (name, rows, lens, poslens, values, ids)
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 
 _FORWARD, _ARRAYS, _DROP, _SYNC = b"F", b"A", b"D", b"S"
 START, EXIT = b"G", b"X"
@@ -61,8 +61,8 @@ class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ends: list[tuple[int, Finish, int, int, int]] = []
     reasoning: bytes = b""  # u32 reasoning_tokens per row, when some row's is nonzero
     families: list[Family] = []
-    # --protocol sglang: the scheduler's fields a reply passes on, cut to these rows
-    # (msgpack `integrations.sglang.reply.Passed`)
+    # --protocol sglang: the scheduler's fields a reply carries, cut to these rows
+    # (sglang_tok/protocols/sglang/part.py `Part`, packed)
     extra: bytes = b""
     # --protocol sglang: the options of first rows that are not the defaults, which the
     # shard takes as OPENs before the rows (one message, not one per request)
@@ -71,14 +71,14 @@ class Sparse(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 
 class Arrays(msgspec.Struct, gc=False):
     """An ARRAYS message: row r of this shard's part of a frame is slot `slots[r]`.
-    `passed`: to a shard inside the egress's process, handed over as this object (never
+    `carried`: to a shard inside the egress's process, handed over as this object (never
     packed), what `sparse.extra` holds packed for a shard of its own."""
 
     stamp: float
     slots: npt.NDArray[np.uint32]
     ids: npt.NDArray[np.int64]
     sparse: Sparse
-    passed: Any = None
+    carried: Any = None
 
 
 class Drop(msgspec.Struct, array_like=True, gc=False):
@@ -170,7 +170,7 @@ def parse(msg: bytes | memoryview | Arrays) -> Inbound:
 
 # --------------------------------------------------------------------------- notices
 class Hello(msgspec.Struct, tag="hello", array_like=True, gc=False):
-    """A shard's answer to the SYNC carrying `token`: its live rids are failed (an `Ended`
+    """A shard's answer to the SYNC carrying `token`: its live rids are failed (an `EndedNotice`
     listing them went just before), it waits for START. A new pid is a new incarnation."""
 
     shard: int
@@ -178,7 +178,7 @@ class Hello(msgspec.Struct, tag="hello", array_like=True, gc=False):
     token: int
 
 
-class Ended(msgspec.Struct, tag="ended", array_like=True, gc=False):
+class EndedNotice(msgspec.Struct, tag="ended", array_like=True, gc=False):
     """Rids a shard ended on its own (service stop strings, refusals)."""
 
     shard: int
@@ -219,6 +219,6 @@ class Drain(msgspec.Struct, tag="drain", array_like=True, gc=False):
     deadline: float
 
 
-Notice = Hello | Ended | Ack | ShardDown | Drain
+Notice = Hello | EndedNotice | Ack | ShardDown | Drain
 notice_encoder = msgspec.msgpack.Encoder()
 notice_decoder = msgspec.msgpack.Decoder(Notice)

@@ -1,10 +1,10 @@
 """Tokenizer loading and the per-id facts the decoders need, computed once per process.
 
-`tokenizers.Tokenizer.decode` is the reference for every output. For byte-level BPE
-(GPT-2, Llama-3, DeepSeek, Qwen) the decoder is a pure concatenation of per-id bytes
-followed by lossy UTF-8, so we precompute an id -> bytes table, verify it against
-`decode([id])` for every id, and decode with it (no FFI call per token). Every other
-family goes through `decode` itself, on a bounded window.
+`tokenizers.Tokenizer.decode` is the reference for every output. What is known here is
+what every family reads: the vocabulary, the specials, each id's text alone, the <0xNN>
+byte tokens. Which family decodes a tokenizer is each family's own test, beside its decoder
+(shards/byte_level/table.py, shards/byte_fallback/table.py), chained in shards/decoders.py;
+the tables a family builds are kept on the tokenizer's `TokenizerInfo`, once per process.
 """
 
 from __future__ import annotations
@@ -62,39 +62,10 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
         raise TokenizerLoadError(f"{path} is not a valid tokenizer.json: {exc}") from None
 
 
-def _bytes_to_unicode() -> dict[str, int]:
-    """GPT-2's byte-level alphabet, inverted: printable char -> byte."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-          *range(ord("®"), ord("ÿ") + 1)]
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
-_CHAR_BYTES = _bytes_to_unicode()
-
-
-def _byte_level_bytes(token: str) -> bytes:
-    """What the ByteLevel decoder makes of one token (its raw UTF-8 if off-alphabet)."""
-    try:
-        return bytes(_CHAR_BYTES[c] for c in token)
-    except KeyError:
-        return token.encode("utf-8")
-
-
-def _is_byte_level(decoder: Any) -> bool:
-    if not isinstance(decoder, dict):
-        return False
-    if decoder.get("type") == "ByteLevel":
-        return True
-    if decoder.get("type") == "Sequence":
-        return all(d.get("type") == "ByteLevel" for d in decoder.get("decoders", []))
-    return False
+def decoder_spec(tokenizer: Tokenizer) -> Any:
+    """The tokenizer's decoder pipeline as its tokenizer.json writes it (None if it has none):
+    what each family's detection reads."""
+    return json.loads(tokenizer.to_str()).get("decoder")
 
 
 @dataclass
@@ -105,11 +76,7 @@ class TokenizerInfo:
     name: str
     vocab_size: int
     special_ids: frozenset[int]
-    # byte-level fast path: id -> bytes (specials included), and the same with specials
-    # mapped to b"". Index `vocab_size` is b"" for out-of-vocabulary ids.
-    byte_table: list[bytes] | None = None
-    byte_table_skip: list[bytes] | None = None
-    # generic path: ids of <0xNN> byte-fallback tokens, whose text is only final once the
+    # ids of <0xNN> byte-fallback tokens, whose text is only final once the
     # run of byte tokens they belong to has ended, and the byte each stands for
     byte_fallback_ids: frozenset[int] = frozenset()
     byte_values: dict[int, int] = field(default_factory=dict)
@@ -118,12 +85,14 @@ class TokenizerInfo:
     token_texts: dict[int, str] = field(default_factory=dict)
     # False for `--tokenizer none`: every id is kept, none is decoded
     has_text: bool = True
+    # the tables a decoder family built of this tokenizer (its own key), once per process
+    family_tables: dict[str, Any] = field(default_factory=dict)
 
     def token_text(self, tid: int) -> str:
         return self.token_texts.get(tid, "")
 
 
-def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> TokenizerInfo:
+def describe(tokenizer: Tokenizer, name: str = "") -> TokenizerInfo:
     spec = json.loads(tokenizer.to_str())
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     added = spec.get("added_tokens") or []
@@ -131,34 +100,16 @@ def describe(tokenizer: Tokenizer, name: str = "", verify: bool = True) -> Token
     info = TokenizerInfo(tokenizer, name, vocab, special)
     singles = tokenizer.decode_batch([[i] for i in range(vocab)], skip_special_tokens=False)
     info.token_texts = dict(enumerate(singles))
-    decoder = spec.get("decoder")
     # WordPiece's `cleanup` rewrites each token on its own, never across tokens, so it
     # needs no hold-back; the property tests hold every family to the full decode.
-    if _is_byte_level(decoder):
-        table = [b""] * (vocab + 1)
-        for tid in range(vocab):
-            tok = tokenizer.id_to_token(tid)
-            if tok is not None:
-                table[tid] = _byte_level_bytes(tok)
-        # the reference decode of every id, against the table: any tokenizer whose
-        # decoder is not plain byte-level after all falls back to the window path
-        if not verify or all(table[i].decode("utf-8", "replace") == singles[i]
-                             for i in range(vocab)):
-            info.byte_table = table
-            skip = table[:]
-            for tid in special:
-                if tid < vocab:
-                    skip[tid] = b""
-            info.byte_table_skip = skip
-    if info.byte_table is None:
-        values = {}
-        for tid in range(vocab):
-            tok = tokenizer.id_to_token(tid)
-            value = None if tok is None else byte_value(tok)
-            if value is not None:
-                values[tid] = value
-        info.byte_values = values
-        info.byte_fallback_ids = frozenset(values)
+    values = {}
+    for tid in range(vocab):
+        tok = tokenizer.id_to_token(tid)
+        value = None if tok is None else byte_value(tok)
+        if value is not None:
+            values[tid] = value
+    info.byte_values = values
+    info.byte_fallback_ids = frozenset(values)
     return info
 
 
@@ -174,24 +125,6 @@ def byte_value(token: str) -> int | None:
     if all(c in _HEX for c in hx) or (hx[0] == "+" and hx[1] in _HEX):
         return int(hx, 16)
     return None
-
-
-_KEEP_TABLES: dict[tuple[int, frozenset[int]], list[bytes]] = {}
-
-
-def keep_table(info: TokenizerInfo, keep: frozenset[int]) -> list[bytes]:
-    """The `skip_special_tokens` byte table with `keep` visible (a parser's markers), once
-    per tokenizer and set (byte-level tokenizers only)."""
-    key = (id(info), keep)
-    table = _KEEP_TABLES.get(key)
-    if table is None:
-        assert info.byte_table is not None and info.byte_table_skip is not None
-        table = info.byte_table_skip[:]
-        for tid in keep:
-            if 0 <= tid < info.vocab_size:
-                table[tid] = info.byte_table[tid]
-        _KEEP_TABLES[key] = table
-    return table
 
 
 def load(name_or_path: str) -> TokenizerInfo:

@@ -7,7 +7,7 @@
 A frame is any protocol input frame, so a recorded trace of a real scheduler replays as
 is. What each request must produce is derived from the frames themselves (`requests`):
 its OPEN options, every id it received, and how it ended, fed to the protocol's
-reference (`sglang_tok.harness.workload.expected`).
+reference (`sglang_tok.kit.workload.expected`).
 """
 
 from __future__ import annotations

@@ -17,12 +17,13 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
 from .byte_fallback.decoder import FallbackArrays, FallbackLoop
 from .byte_fallback.table import fallback_table
 from .byte_level.decoder import ByteLookup, ByteLoop
+from .byte_level.table import byte_level_table
 from .decoding.attribution import Attributor
 from .decoding.interface import Decoded, PlainRows, RowDecoder
 from .decoding.slots import Slots, SlotStart
@@ -55,7 +56,8 @@ def _array_decoder(info: TokenizerInfo, vectorised: bool,
                    min_rows: int | None) -> RowDecoder | None:
     if not info.has_text:
         return None
-    if info.byte_table is not None:
+    # each family's own test, in order: byte-level BPE, then SentencePiece byte fallback
+    if byte_level_table(info) is not None:
         if not vectorised:
             return ByteLoop(info)
         return ByteLookup(info) if min_rows is None else ByteLookup(info, min_rows)
@@ -65,6 +67,22 @@ def _array_decoder(info: TokenizerInfo, vectorised: bool,
     if not vectorised:
         return FallbackLoop(tab)
     return FallbackArrays(tab) if min_rows is None else FallbackArrays(tab, min_rows)
+
+
+def family_of(info: TokenizerInfo) -> str:
+    """The family that decodes this tokenizer, by each family's own test in order (for the
+    shard's log line)."""
+    if not info.has_text:
+        return "none"
+    if byte_level_table(info) is not None:
+        return "byte-level"
+    return "byte-fallback" if fallback_table(info) is not None else "window"
+
+
+def array_attributes(info: TokenizerInfo) -> bool:
+    """Whether the array path attributes this tokenizer's ids: byte-level BPE only, whose
+    ids' byte lengths give the anchors (shards/byte_level/attribution.py)."""
+    return byte_level_table(info) is not None
 
 
 class NullDecoder:

@@ -16,14 +16,14 @@ from sglang_tok import security
 from sglang_tok.config import Config
 from sglang_tok.metrics import PUBLISH_EVERY_S, LocalHistogram, Metrics
 from sglang_tok.process import Beat, Status, freeze_heap, parent_alive, pin, setup_child
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import control, output
-from sglang_tok.protocols.native.control import Ping, Pong
-from sglang_tok.protocols.native.deltas import DeltasOut
-from sglang_tok.protocols.native.dispatch import ControlDispatcher, rids_of, table_handlers
+from sglang_tok.protocols.model import control, errors, output
+from sglang_tok.protocols.model.control import Ping, Pong
+from sglang_tok.protocols.model.deltas import DeltasOut
+from sglang_tok.protocols.model.dispatch import ControlDispatcher, rids_of, table_handlers
 from sglang_tok.protocols.registry import protocol_of
 from sglang_tok.tokenizer import load
 
+from .decoders import family_of
 from .messages.table import RidTable
 
 log = logging.getLogger("sglang_tok.shard")
@@ -44,8 +44,7 @@ def main(cfg: Config, status: Status, shard: int, core: int | None, parent_pid: 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ["RAYON_NUM_THREADS"] = "1"
     info = load(cfg.tokenizer)
-    log.info("%s loaded tokenizer %s (%s path)", title, cfg.tokenizer,
-             "byte-table" if info.byte_table is not None else "window")
+    log.info("%s loaded tokenizer %s (%s decoder)", title, cfg.tokenizer, family_of(info))
     Shard(cfg, status, shard, info, parent_pid, restarted).run()
 
 
@@ -185,7 +184,7 @@ class Shard:
 
     def _sync(self, token: int) -> None:
         """An egress that does not know our live rids (a new one, or one that thought us
-        dead): end them now (`_send` tells it which, as `Ended`), then say Hello."""
+        dead): end them now (`_send` tells it which, as `EndedNotice`), then say Hello."""
         out = DeltasOut()
         self.table.fail_all(errors.EGRESS_RESTARTED, out)
         self._send(out)
@@ -207,7 +206,7 @@ class Shard:
                     table.on_open(opts, opened)
                 self._send(opened)
             table.on_arrays(msg, out)
-            extra = msg.passed if msg.passed is not None else msg.sparse.extra
+            extra = msg.carried if msg.carried is not None else msg.sparse.extra
         else:
             ctl = control.decode_control(msg.frame)
             if isinstance(ctl, Ping):  # no request's: answered here, no deltas, no decode time
@@ -256,7 +255,7 @@ class Shard:
         for to, msg in self.writer.messages(out, extra, self.shard):
             self.outs[to].send(msg)
         if self.table.self_ended:
-            ended = link.Ended(self.shard, self.table.self_ended)
+            ended = link.EndedNotice(self.shard, self.table.self_ended)
             self.back.send(link.notice_encoder.encode(ended))
             self.table.self_ended = []
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from sglang_tok.harness import zoo
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from sglang_tok_testkit import zoo
 from shards.decoders import Decoders, decoders_for
 from shards.decoding.interface import RowDecoder
 from shards.decoding.slots import Slots

@@ -6,7 +6,7 @@
 
 DecodeStream against a shard's decoder and its rid table on the same ids, in the same
 run: tokens/s and ratios, every output checked against a full decode
-(`sglang_tok/harness/bench/decoder.py`).
+(`dev/sglang_tok_bench/decoder.py`).
 """
 
 from __future__ import annotations
@@ -19,19 +19,12 @@ import sys
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
-from sglang_tok.harness.bench import decoder
+from sglang_tok_bench import decoder
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tokens", type=int, default=120_000)
-    ap.add_argument("--concurrency", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--tokenizer", default="deepseek-v4",
-                    help="deepseek-v4 (byte-level), llama2-style (byte fallback) or a path")
-    ap.add_argument("--only", default="",
-                    help="comma-separated modes to run (DecodeStream always runs), e.g. "
-                         "ours/plain,ours/attr,ours/attr per-row")
+    decoder.add_cli_args(ap)
     return decoder.main(ap.parse_args())
 
 

@@ -7,7 +7,7 @@
 
 Same traces, same sockets, same client, systems side by side: ids/s and CPU per id flat
 out, ids/s with a window of frames in flight, latencies at half the peer's rate; then each
-target with its ratio (`sglang_tok/harness/bench/peers.py`).
+target with its ratio (`dev/sglang_tok_bench/peers.py`).
 """
 
 from __future__ import annotations
@@ -15,18 +15,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglang_tok.harness.bench import peers
+from sglang_tok_bench import peers
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="quarter-size traces")
-    ap.add_argument("--systems", default=",".join(peers.SYSTEMS))
-    ap.add_argument("--traces", default="a,b", help="which standard traces: a, b or a,b")
-    ap.add_argument("--window", type=int, default=64, help="frames in flight")
-    ap.add_argument("--repeat", type=int, default=1, help="rounds; figures are medians")
-    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
-    ap.add_argument("--json", default="bench-out/bench.json")
+    peers.add_cli_args(ap)
     return peers.main(ap.parse_args())
 
 

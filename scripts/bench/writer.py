@@ -4,7 +4,7 @@
     python scripts/bench/writer.py [--rows 256 4096] [--ids-per-row 1]
 
 The kit's `encode_step` against a lean msgpack writer and SGLang's push_generation, the
-median over --repeats rounds of --number builds (`sglang_tok/harness/bench/writer.py`).
+median over --repeats rounds of --number builds (`dev/sglang_tok_bench/writer.py`).
 """
 
 from __future__ import annotations
@@ -12,15 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglang_tok.harness.bench import writer
+from sglang_tok_bench import writer
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[256, 4096])
-    ap.add_argument("--ids-per-row", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--number", type=int, default=0, help="builds per round (default: auto)")
+    writer.add_cli_args(ap)
     return writer.main(ap.parse_args())
 
 

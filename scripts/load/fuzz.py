@@ -4,7 +4,7 @@
     python scripts/load/fuzz.py --minutes 10
 
 Exits 1 unless no frame was dropped as `internal` and the service logged no traceback
-(`sglang_tok/harness/bench/fuzz.py`).
+(`dev/sglang_tok_bench/fuzz.py`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglang_tok.harness.bench import fuzz
+from sglang_tok_bench import fuzz
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--minutes", type=float, default=10.0)
+    fuzz.add_cli_args(ap)
     return fuzz.main(ap.parse_args())
 
 

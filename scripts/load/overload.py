@@ -5,7 +5,7 @@
 
 Memory must stay bounded by the high-water marks, the producer must be slowed
 (backpressure), and after the frontend catches up every request must be exact
-(`sglang_tok/harness/bench/overload.py`). Prints the bound it measured.
+(`dev/sglang_tok_bench/overload.py`). Prints the bound it measured.
 """
 
 from __future__ import annotations
@@ -13,15 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglang_tok.harness.bench import overload
+from sglang_tok_bench import overload
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--read-delay-ms", type=float, default=20)
-    ap.add_argument("--ring-capacity", type=int, default=64)
-    ap.add_argument("--link-capacity", type=int, default=64)
+    overload.add_cli_args(ap)
     return overload.main(ap.parse_args())
 
 

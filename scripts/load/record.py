@@ -13,18 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglang_tok.harness.bench import record
+from sglang_tok_bench import record
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out")
-    ap.add_argument("--input", required=True, help="endpoint to bind, where the scheduler pushes")
-    ap.add_argument("--forward", default="", help="a running service's input ring")
-    ap.add_argument("--tokenizer", default="deepseek-v4")
-    ap.add_argument("--seconds", type=float, default=0)
-    ap.add_argument("--frames", type=int, default=0)
-    ap.add_argument("--ready", default="", help="a file to create once the input is bound")
+    record.add_cli_args(ap)
     return record.main(ap.parse_args())
 
 

@@ -8,7 +8,7 @@
     python scripts/load/replay.py trace --start 2 --max --window 64  # at most 64 frames in flight
     python scripts/load/replay.py trace --baseline vllm --max  # a lean peer instead
 
-How it measures: `sglang_tok/harness/bench/replay.py`.
+How it measures: `dev/sglang_tok_bench/replay.py`.
 """
 
 from __future__ import annotations
@@ -16,26 +16,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglang_tok.harness.bench import replay
+from sglang_tok_bench import replay
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace")
-    ap.add_argument("--start", type=int, default=0, help="start sglang-tok with N shards")
-    ap.add_argument("--baseline", choices=["sglang", "vllm"], help="start a baseline instead")
-    ap.add_argument("--input", default="")
-    ap.add_argument("--output", default="")
-    ap.add_argument("--shards", type=int, default=1, help="shards of a running service")
-    pace = ap.add_mutually_exclusive_group()
-    pace.add_argument("--speed", type=float, default=1.0, help="multiple of the recorded pace")
-    pace.add_argument("--max", action="store_true", help="as fast as backpressure allows")
-    pace.add_argument("--rate", type=float, default=0.0, help="a fixed rate, frames/s")
-    ap.add_argument("--window", type=int, default=0,
-                    help="at most N BATCH frames in flight (sent, not every delta back)")
-    ap.add_argument("--output-format", default="", help="sglang-tok's --output-format")
-    ap.add_argument("--json", default="", help="write the summary here")
-    ap.add_argument("--chart", default="", help="write a PNG chart here")
+    replay.add_cli_args(ap)
     return replay.main(ap.parse_args())
 
 

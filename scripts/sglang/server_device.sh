@@ -34,8 +34,9 @@ if [ "${1:-}" = "--prepare" ]; then
       --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHEELS" "$pkg"
   done
-  rm -f "$WHEELS"/sglang_tok-*.whl
-  "$PY" -m pip wheel -q --no-deps -w "$WHEELS" "$ROOT"
+  # the service, the stand-in scheduler (its own distribution) and the benchmarks (dev)
+  rm -f "$WHEELS"/sglang_tok-*.whl "$WHEELS"/sglang_tok_standin-*.whl "$WHEELS"/sglang_tok_dev-*.whl
+  "$PY" -m pip wheel -q --no-deps -w "$WHEELS" "$ROOT" "$ROOT/standin" "$ROOT/dev"
   du -sh "$WHEELS"
   exit 0
 fi
@@ -49,7 +50,7 @@ export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
 ulimit -n 65536 || true
 # not from the checkout: SGLang's processes import from their working directory first
 cd "${TMPDIR:-/tmp}"
-"$PY" -c "import sglang, sglang_tok, zmq, msgspec; print('sglang', sglang.__version__)"
+"$PY" -c "import sglang, sglang_tok, sglang_tok_standin, sglang_tok_bench, zmq, msgspec; print('sglang', sglang.__version__)"
 "$PY" "$ROOT/scripts/sglang/server.py" --sglang-python "$(command -v "$PY")" \
   --systems "${SYSTEMS:-sglang x1,sglang-tok x1,sglang-tok x2,sglang-tok x4}" \
   --tokenizer-workers "${WORKERS:-8,4,1}" --loads "${LOADS:-256x1}" --per-worker \

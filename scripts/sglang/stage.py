@@ -9,7 +9,7 @@ scheduler messages (rows over W tokenizer workers, K ids per row, time stats wit
         --logprobs 0,0.05 --repeat 3 --json stage.json
 
 Needs the side environment's python (--sglang-python: ../shared/tools/sglang-venv.sh);
-`sglang_tok/harness/bench/sglang_stage.py` says how it measures.
+`dev/sglang_tok_bench/sglang_stage.py` says how it measures.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sglang_tok.harness.bench import sglang_stage
+from sglang_tok_bench import sglang_stage
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sglang_stage.add_args(ap)
+    sglang_stage.add_cli_args(ap)
     return sglang_stage.main(ap.parse_args())
 
 

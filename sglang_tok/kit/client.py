@@ -15,7 +15,7 @@ so only the frontend can end them.
 
 `Scheduler` (re-exported from `sglang_tok.kit.scheduler`) is the other half. The
 synchronous `Frontend` that tests and scripts use is the harness's
-(`sglang_tok.harness.frontend`).
+(`sglang_tok.kit.sync_frontend`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import zmq
 import zmq.asyncio
 
 from ring.sockets import BoundFile, make_socket
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import deltas as native_deltas
-from sglang_tok.protocols.native.control import Pong, Restarted
-from sglang_tok.protocols.native.deltas import Delta
-from sglang_tok.protocols.native.tags import EGRESS
+from sglang_tok.protocols.model import deltas as native_deltas
+from sglang_tok.protocols.model import errors
+from sglang_tok.protocols.model.control import Pong, Restarted
+from sglang_tok.protocols.model.deltas import Delta
+from sglang_tok.protocols.model.tags import EGRESS
 from sglang_tok.security import Curve
 
 from .frames import PackedRows, decode_frame

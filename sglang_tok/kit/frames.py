@@ -12,11 +12,10 @@ from typing import Any
 import numpy as np
 
 from sglang_tok.logprob_rows import FIELDS, RowFamilies
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import columns, output, packed
-from sglang_tok.protocols.native.columns import Columns
-from sglang_tok.protocols.native.control import Pong, Restarted
-from sglang_tok.protocols.native.deltas import Delta, Deltas
+from sglang_tok.protocols.model import columns, errors, output, packed
+from sglang_tok.protocols.model.columns import Columns
+from sglang_tok.protocols.model.control import Pong, Restarted
+from sglang_tok.protocols.model.deltas import Delta, Deltas
 
 __all__ = ["PackedRows", "decode_frame"]
 

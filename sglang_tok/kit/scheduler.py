@@ -29,8 +29,8 @@ import msgspec
 import zmq
 
 from ring.sockets import make_socket
-from sglang_tok.protocols.native import control
-from sglang_tok.protocols.native.batch import (
+from sglang_tok.protocols.model import control
+from sglang_tok.protocols.model.batch import (
     FAMILIES,
     HEADER_FIELDS,
     REQUIRED_COLUMNS,

@@ -10,7 +10,6 @@ API (everything a shard needs; each object is per request, the grammars are shar
                        include_stop_str: bool = False, min_tokens: int = 0,
                        tool_stream: str = "incremental", tools: list | None = None)
     marker_token_ids(info, markers) -> frozenset[int]     # specials the parser must see
-    skip_table(info, keep) -> list[bytes] | None          # skip_special byte table, keep visible
     ParsedStream.feed(text) -> ParsedDelta     # per decoded piece, in order
     ParsedStream.exempt_end() -> None          # after the text of the min_tokens-th id
     ParsedStream.finish() -> ParsedDelta       # once, at the end: the final flush, never skipped
@@ -39,8 +38,9 @@ Wiring into the shard (shards/messages/request.py), so that none of the usual bu
    ParsedStream once in `Request.__init__` (ParserError -> terminal error delta) and is
    not on the shard's inline fast path.
 2. Markers reach the parser whatever `skip_special_tokens` says (SGLang #28489): with
-   skip_special_tokens, decode with `skip_table(info, marker_token_ids(info,
-   stream.markers))` instead of `info.byte_table_skip` (window path: drop
+   skip_special_tokens, decode with the family's table that keeps them (byte-level:
+   shards/byte_level/table.py `keep_table(info, marker_token_ids(info, stream.markers))`
+   instead of its table of skipped specials; window path: drop
    `info.special_ids - keep` instead of `info.special_ids`). Other special tokens are still
    dropped by id, as the full decode drops them; nothing is stripped by string matching.
    Both are cached per tokenizer and marker set, so this costs nothing per request.
@@ -70,7 +70,7 @@ from typing import Any
 
 from .formats import FORMATS, REASONING_OF
 from .harmony import HarmonyParser
-from .markers import MarkerSet, marker_token_ids, skip_table
+from .markers import MarkerSet, marker_token_ids
 from .readers import CallReader, Event
 from .reasoning import ReasoningParser
 from .schema import Schemas, tool_schemas
@@ -101,8 +101,7 @@ __all__ = ["FORMATS", "REASONING_OF", "REASONING_PARSERS", "REASONING_STARTED",
            "CallReader", "Event", "MarkerSet", "ParsedDelta", "ParsedStream", "ParserError",
            "ReasoningParser", "Schemas", "ToolCallDelta", "ToolFormat", "ToolParser",
            "concat", "make_parsed_stream", "make_reasoning_parser", "make_tool_parser",
-           "pairing_error", "marker_token_ids", "merge", "merge_calls", "skip_table",
-           "tool_schemas"]
+           "pairing_error", "marker_token_ids", "merge", "merge_calls", "tool_schemas"]
 
 
 def pairing_error(reasoning_parser: str, tool_parser: str) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..tokenizer import TokenizerInfo, keep_table
+from ..tokenizer import TokenizerInfo
 
 
 class MarkerSet:
@@ -69,14 +69,3 @@ def marker_token_ids(info: TokenizerInfo, markers: Iterable[str]) -> frozenset[i
             keep.add(tid)
     return frozenset(keep)
 
-
-def skip_table(info: TokenizerInfo, keep: frozenset[int]) -> list[bytes] | None:
-    """The byte table of `skip_special_tokens` with the `keep` ids visible (byte-level only).
-
-    Built once per tokenizer and marker set, shared by every request of a process; None for
-    tokenizers decoded through the window path (there the drop set is
-    `info.special_ids - keep`).
-    """
-    if info.byte_table is None:
-        return None
-    return keep_table(info, keep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 # on the wire as is (Delta.tool_calls): defined with the other frames
-from sglang_tok.protocols.native.deltas import ToolCallDelta
+from sglang_tok.protocols.model.deltas import ToolCallDelta
 
 __all__ = ["Item", "ParsedDelta", "ParserError", "Thought", "ToolCallDelta", "concat", "merge",
            "merge_calls"]

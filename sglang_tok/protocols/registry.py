@@ -8,13 +8,13 @@ from typing import NamedTuple
 
 from sglang_tok.config import Config, from_sglang, refused
 from sglang_tok.errors import ConfigError
-from sglang_tok.protocols.interface import Reader, Writer
+from sglang_tok.protocols.model.interface import Reader, Writer
 from sglang_tok.protocols.native.reader import NativeReader
 from sglang_tok.protocols.native.writer import NativeWriter
 from sglang_tok.protocols.sglang import layout as sglang_layout
 from sglang_tok.protocols.sglang.layout import Layout
 from sglang_tok.protocols.sglang.pickled import PickleReplies, preload_sglang
-from sglang_tok.protocols.sglang.plan import Plan
+from sglang_tok.protocols.sglang.positions import Positions
 from sglang_tok.protocols.sglang.reader import SglangReader
 from sglang_tok.protocols.sglang.reply import BeamTexts, Replies
 from sglang_tok.protocols.sglang.workers import WorkerMap
@@ -39,15 +39,15 @@ def _native_shard(cfg: Config, info: TokenizerInfo) -> Writer:
 
 def _sglang_egress(cfg: Config) -> tuple[Reader, Writer]:
     """The reader and the writer share the tokenizer worker of each live request; both
-    place each field where the running release has it (its layout's plan)."""
-    plan = Plan(layout_of(cfg))
+    place each field where the running release has it (its layout's positions)."""
+    positions = Positions(layout_of(cfg))
     own_tree = from_sglang(cfg)
     if own_tree and (cfg.shards > 1 or cfg.sglang_tokenizer_workers > 1):
         preload_sglang()  # this process cuts pickled columns per shard and worker
     workers = WorkerMap()
-    writer = SglangWriter(Replies(plan, workers, cfg.sglang_tokenizer_workers > 1, own_tree),
-                          _pickled_replies(plan))
-    return (SglangReader(plan, cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids,
+    writer = SglangWriter(Replies(positions, workers, cfg.sglang_tokenizer_workers > 1, own_tree),
+                          _pickled_replies(positions))
+    return (SglangReader(positions, cfg.max_rid_length, cfg.max_row_ids, cfg.kept_stop_ids,
                          workers, own_tree, writer.out), writer)
 
 
@@ -57,17 +57,17 @@ def _sglang_shard(cfg: Config, info: TokenizerInfo) -> Writer:
     def decode(ids: list[int], skip: bool, spaces: bool) -> str:
         return tok.decode(ids, skip_special_tokens=skip)
 
-    plan = Plan(layout_of(cfg))
+    positions = Positions(layout_of(cfg))
     routed = cfg.sglang_tokenizer_workers > 1
     if routed and from_sglang(cfg):
         preload_sglang()  # a message's rows are cut per tokenizer worker here
-    return SglangWriter(Replies(plan, WorkerMap(), routed, from_sglang(cfg),
-                                BeamTexts(decode, cfg.kept_stop_ids)), _pickled_replies(plan))
+    return SglangWriter(Replies(positions, WorkerMap(), routed, from_sglang(cfg),
+                                BeamTexts(decode, cfg.kept_stop_ids)), _pickled_replies(positions))
 
 
-def _pickled_replies(plan: Plan) -> PickleReplies | None:
+def _pickled_replies(positions: Positions) -> PickleReplies | None:
     """A pickle-IPC release (0.5.12-0.5.14) reads its replies pickled, as its own classes."""
-    return PickleReplies(plan.layout) if plan.layout.ipc == "pickle" else None
+    return PickleReplies(positions.layout) if positions.layout.ipc == "pickle" else None
 
 
 PROTOCOLS: dict[str, Sides] = {"native": Sides(_native_egress, _native_shard),

@@ -116,7 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.requests, args.concurrency, args.shards or None, args.tokenizer)
     if args.cmd == "health":
         return health(args.http, args.deep, args.timeout)
+    from sglang_tok.own_packages import foreign_package
+
     from .arbiter import ExitCode
+    why = foreign_package()  # before anything imports ring, egress or shards
+    if why is not None:
+        print(f"{serve_parser.prog}: error: {why}", file=sys.stderr)
+        return ExitCode.CONFIG
     from .service import serve
     try:
         return serve(config_from(args))

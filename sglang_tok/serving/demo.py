@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from sglang_tok.config import default_shards
-from sglang_tok.harness.service import Service
-from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.kit.local_service import LocalService
+from sglang_tok.kit.workload import PlanSpec, make_requests, schedule, verify
 from sglang_tok.process import shards_text
 from sglang_tok.tokenizer import load
 
@@ -24,7 +24,7 @@ def run(requests: int, concurrency: int, shards: int | None, tokenizer: str) -> 
     shards = shards or default_shards()
     info = load(tokenizer)
     tmp = Path(tempfile.mkdtemp(prefix="sglang-tok-demo-"))
-    svc = Service(tmp, shards=shards, tokenizer=tokenizer)
+    svc = LocalService(tmp, shards=shards, tokenizer=tokenizer)
     print(f"starting: {' '.join(svc.cmd[2:])}", flush=True)
     try:
         try:

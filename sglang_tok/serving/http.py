@@ -23,7 +23,7 @@ from ring.sockets import make_socket
 from sglang_tok import security
 from sglang_tok.config import Config, refusing
 from sglang_tok.process import Beat, Status, parent_alive, service_roles, setup_child
-from sglang_tok.protocols.native import control, output
+from sglang_tok.protocols.model import control, output
 
 log = logging.getLogger("sglang_tok.http")
 MAX_REQUEST_BYTES = 8192

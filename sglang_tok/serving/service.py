@@ -73,7 +73,7 @@ class Service:
         """The encode service's broker and workers (none while --encode-workers is 0). They
         finish the requests they hold when `status.draining` is set, so they are drained
         like the data holders."""
-        from encoders import children
+        from sglang_tok.encoders.children import children
         return [Child(role, slot, target, args, holds_data=True, restart=again,
                       on_death=_mark_dead)
                 for role, slot, target, args in children(self.cfg, self.status, os.getpid())]

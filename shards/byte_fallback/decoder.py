@@ -15,14 +15,14 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 from sglang_tok.ragged import ragged_index
 
 from ..decoding.attribution import Attributor
 from ..decoding.interface import Decoded, PlainRows, row_in_vocab
 from ..decoding.runs import BYTE_ID, DROPPED, OUTSIDE, TEXT_ID, RunAttributor
 from ..decoding.slots import PEND, SEL, SKIP, STARTED, Slots, SlotStart
-from .rows import (
+from .codec import (
     FallbackDecoded,
     decode_rows_fallback,
     decode_rows_loop,

@@ -1,7 +1,7 @@
 """Which trailing bytes of each row are an incomplete UTF-8 character, for whole arrays of
 rows: what `codecs.utf_8_decode(..., final=False)` holds for the next row, found with
 vectorised byte tests instead of a codec call per row (the byte-fallback decoder,
-shards/byte_fallback/rows.py, decodes a message's rows as one buffer with these).
+shards/byte_fallback/codec.py, decodes a message's rows as one buffer with these).
 
 `codecs.utf_8_decode` is the reference for every rule here; the tests hold the two to each
 other.

@@ -62,9 +62,17 @@ def fallback_chain(decoder: Any) -> bool | None:
     return None
 
 
-def fallback_table(info: TokenizerInfo, verify: bool = True) -> FallbackTable | None:
-    """The table for a Metaspace + ByteFallback tokenizer, or None for any other. `verify`
-    checks every id against `tokenizers` itself (after an anchor id, and alone)."""
+def fallback_table(info: TokenizerInfo) -> FallbackTable | None:
+    """The table for a Metaspace + ByteFallback tokenizer, every id checked against
+    `tokenizers` itself (after an anchor id, and alone), or None for any other. Built once
+    per tokenizer (`info.family_tables`)."""
+    if "byte_fallback" not in info.family_tables:
+        info.family_tables["byte_fallback"] = _build(info)
+    table: FallbackTable | None = info.family_tables["byte_fallback"]
+    return table
+
+
+def _build(info: TokenizerInfo) -> FallbackTable | None:
     tok = info.tokenizer
     strip = fallback_chain(json.loads(tok.to_str()).get("decoder"))
     if strip is None or not info.has_text:
@@ -87,7 +95,7 @@ def fallback_table(info: TokenizerInfo, verify: bool = True) -> FallbackTable | 
     for tid in info.special_ids:
         if 0 <= tid < vocab:
             skip_pieces[tid], skip_kinds[tid] = b"", DROP
-    if verify and not _verified(info, pieces, kinds, skip_kinds, strip):
+    if not _verified(info, pieces, kinds, skip_kinds, strip):
         return None
     both, both_kinds = pieces + skip_pieces, kinds + skip_kinds
     size = np.fromiter(map(len, both), np.int64, len(both))

@@ -13,7 +13,7 @@ the pending bytes begin.
 
 The rule itself (`push_attributed`: the ids through the codec step one at a time, an
 `Attributor` fed as each text comes) is how a per-row request attributes its rows, how the
-reference loop (shards/byte_level/rows.py) attributes every row (`attributed_rows`), and
+reference loop (shards/byte_level/loop.py) attributes every row (`attributed_rows`), and
 how the id lookup's rows are attributed (`decode_attributed`) where they are not the simple
 case: broken UTF-8 (U+FFFD rows), a prompt's incomplete character, pending bytes. Every
 byte-level attribution is here; what a request's end adds is `ending.finish_row`."""

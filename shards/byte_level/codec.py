@@ -5,7 +5,7 @@ incomplete character it holds and, after a prompt that ended inside one, a chara
 pass over. `push` takes a row's bytes after the slot's pending ones and leaves an
 incomplete character pending; `flush_held` ends slots by the codec's final rules. Every
 byte-level path runs these: a per-row request's rows (`byte_level.ByteLoop.push`), the
-reference loop of a message's rows (shards/byte_level/rows.py), the rows the id lookup
+reference loop of a message's rows (shards/byte_level/loop.py), the rows the id lookup
 cannot look up (shards/byte_level/lookup.py), and attribution's id-by-id rule
 (shards/byte_level/attribution.py).
 """

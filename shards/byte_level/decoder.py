@@ -3,7 +3,7 @@
 A byte-level id is a fixed run of bytes, so a slot's whole state is the bytes of an
 incomplete character it holds and, after a prompt that ended inside one, a character to
 pass over; one codec step advances it (shards/byte_level/codec.py). `ByteLoop` decodes a
-message's rows one by one (shards/byte_level/rows.py) and a per-row request's rows as they
+message's rows one by one (shards/byte_level/loop.py) and a per-row request's rows as they
 come; `ByteLookup` looks a message's rows up by their ids' texts
 (shards/byte_level/lookup.py) when the message is large enough to pay for its fixed cost in
 numpy calls and names each slot once, and leaves every other message, and every per-row
@@ -16,8 +16,8 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.tokenizer import TokenizerInfo, keep_table
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.tokenizer import TokenizerInfo
 
 from ..decoding.attribution import Attributor
 from ..decoding.interface import Decoded, PlainRows, row_in_vocab
@@ -25,7 +25,8 @@ from ..decoding.slots import ATTR, SEL, Slots, SlotStart
 from .attribution import decode_attributed, push_attributed
 from .codec import flush_held, prompt_state, push
 from .lookup import IdTexts, decode_mapped
-from .rows import decode_loop
+from .loop import decode_loop
+from .table import byte_level_table, keep_table
 
 I64 = npt.NDArray[np.int64]
 # from this many rows a message is looked up, below them looped: about where the two cost
@@ -55,12 +56,13 @@ class ByteLoop:
     """The reference: every message's rows decoded one by one, in order."""
 
     def __init__(self, info: TokenizerInfo) -> None:
-        assert info.byte_table is not None and info.byte_table_skip is not None
+        tables = byte_level_table(info)
+        assert tables is not None, "ByteLoop of a tokenizer that is not byte-level"
         self.info = info
         self.vocab = info.vocab_size
         # per id table (a slot's `table_sel`): specials kept, specials skipped, then one
         # per parser marker set kept visible while skipping (`start`'s `keep`)
-        self.tables = [info.byte_table, info.byte_table_skip]
+        self.tables = [tables.kept, tables.skipped]
         # per table: the ids attribution makes zero-width (the skipped specials)
         self.drops: list[frozenset[int]] = [frozenset(), info.special_ids]
         self._kept: dict[frozenset[int], int] = {}

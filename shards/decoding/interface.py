@@ -22,7 +22,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 
 from .attribution import Attributor
 from .slots import Slots, SlotStart

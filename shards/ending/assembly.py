@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from sglang_tok.finish import Finish, stop_string
-from sglang_tok.protocols.native.deltas import Usage
+from sglang_tok.protocols.model.deltas import Usage
 
 from ..decoding.attribution import Attributor
 from ..decoding.interface import Attribution, Decoded, RowDecoder

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sglang_tok.finish import Finish, Stop, stop_token
-from sglang_tok.protocols.native.deltas import Usage
+from sglang_tok.protocols.model.deltas import Usage
 
 from ..decoding.attribution import ZERO_WIDTH
 from ..decoding.interface import Attribution, Carry

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 from sglang_tok.tokenizer import TokenizerInfo
+
+from ..decoders import array_attributes
 
 ARRAY = "array"
 # the rule a shard's table asks (`row_reason`, unless a test or a benchmark gives another):
@@ -37,7 +39,7 @@ def row_reason(opts: Open | None, info: TokenizerInfo, array_decoder: bool) -> s
         return "stop"
     if opts.logprob_text and not info.token_texts:
         return "logprob_text"
-    if opts.attribution and info.byte_table is None:
+    if opts.attribution and not array_attributes(info):
         # byte fallback: a byte run's ids are anchored per character when the run ends
         # (shards/decoding/runs.py), which the array decoder does not track
         return "attribution"

@@ -30,8 +30,8 @@ from sglang_tok.parsers import (
     merge_calls,
     pairing_error,
 )
-from sglang_tok.protocols.native.control import DEFAULT_OPEN_FIELDS, Open
-from sglang_tok.protocols.native.deltas import Delta, Usage
+from sglang_tok.protocols.model.control import DEFAULT_OPEN_FIELDS, Open
+from sglang_tok.protocols.model.deltas import Delta, Usage
 from sglang_tok.stops import StopMatcher
 from sglang_tok.tokenizer import NO_TOKENIZER, TokenizerInfo
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from ring.link import Arrays
 from sglang_tok.logprob_rows import FIELDS, RowFamilies
-from sglang_tok.protocols.native.output import Sink
+from sglang_tok.protocols.model.output import Sink
 from sglang_tok.tokenizer import TokenizerInfo
 
 from ..decoding.interface import Attribution, Decoded, PlainRows

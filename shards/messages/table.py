@@ -1,8 +1,8 @@
 """A shard's requests: the only owner of their state (no locks), by slot and by rid.
 
 Rows arrive as slots (ring/link.py, ARRAYS). Every message takes one path: its new rids are
-bound, its rows planned once (`Plan`: plain rows, the last rows that end with them, per-row
-rows, late rows), the plain ones decoded by the tokenizer family's decoder
+bound, its rows triaged once (`RowTriage`: plain rows, the last rows that end with them,
+per-row rows, late rows), the plain ones decoded by the tokenizer family's decoder
 (shards/decoders.py, or injected: tests choose the implementation), the last ones ended by
 shards/ending/rules.py's rules, and all written by one sink writer (`write_rows`). A
 request that needs more than the array path knows takes the per-row path: the table keeps
@@ -26,9 +26,9 @@ import numpy.typing as npt
 
 from ring.link import Arrays
 from sglang_tok.finish import ABORT, stop_string
-from sglang_tok.protocols.native.control import Abort, Error, Open, Result
-from sglang_tok.protocols.native.deltas import Delta, Usage, terminal
-from sglang_tok.protocols.native.output import Sink
+from sglang_tok.protocols.model.control import Abort, Error, Open, Result
+from sglang_tok.protocols.model.deltas import Delta, Usage, terminal
+from sglang_tok.protocols.model.output import Sink
 from sglang_tok.ragged import starts_of
 from sglang_tok.tokenizer import TokenizerInfo
 from shards.messages.request import Request, make_request, refusal
@@ -40,8 +40,8 @@ from ..ending.assembly import LastRow, end_rows
 from ..ending.rules import Ends, blank_stop_tokens, ends_of
 from ..ending.sent import SentLog
 from .paths import ARRAY, PathRule, row_reason
-from .plan import Plan, gather, per_row_rows, record, split_ends
 from .rows_out import Families, attributions, continuous_usage, logprob_texts, write_rows
+from .triage import RowTriage, gather, per_row_rows, record, split_ends
 
 I64 = npt.NDArray[np.int64]
 
@@ -196,19 +196,19 @@ class RidTable:
         return ends_of(sparse.ends)
 
     def on_arrays(self, msg: Arrays, out: Sink) -> None:
-        """One ARRAYS message: bind new rids, plan its rows, decode the plain ones with the
+        """One ARRAYS message: bind new rids, triage its rows, decode the plain ones with the
         tokenizer family's decoder, the others per row."""
-        plan = self._plan(msg, out)
-        fams = Families(msg.sparse.families, plan.n)
+        triage = self._triage(msg, out)
+        fams = Families(msg.sparse.families, triage.n)
         done = 0
-        if plan.plain is not None:
-            self._plain_rows(msg, plan, plan.plain, fams, out)
-            done = len(plan.plain.rows)
-        if plan.per_row:
-            done += self._row_path(plan, msg, fams, out)
-        self.counters.late_rows += plan.n - done
+        if triage.plain is not None:
+            self._plain_rows(msg, triage, triage.plain, fams, out)
+            done = len(triage.plain.rows)
+        if triage.per_row:
+            done += self._row_path(triage, msg, fams, out)
+        self.counters.late_rows += triage.n - done
 
-    def _plan(self, msg: Arrays, out: Sink) -> Plan:
+    def _triage(self, msg: Arrays, out: Sink) -> RowTriage:
         """Bind the message's new rids, then sort its rows by what each needs."""
         sparse, state = msg.sparse, self.state
         slots = msg.slots.astype(np.int64)
@@ -218,7 +218,7 @@ class RidTable:
         id_starts = starts_of(np.frombuffer(sparse.counts, np.uint32).astype(np.int64)) \
             if sparse.counts else None
         if not n:
-            return Plan(0, base, slots, id_starts, ends, None, [], {}, [])
+            return RowTriage(0, base, slots, id_starts, ends, None, [], {}, [])
         try:
             meta = state.meta[slots]
         except IndexError:  # late rows of a rid never bound, on a slot past the arrays
@@ -246,21 +246,21 @@ class RidTable:
                                             int(slots[r])), self.info.vocab_size, stops)
             got = gather(rows, slots, meta, in_vocab(ids, self.info.vocab_size), msg.ids,
                           id_starts, distinct)
-        return Plan(n, base, slots, id_starts, ends, got, quick, stops, per_row)
+        return RowTriage(n, base, slots, id_starts, ends, got, quick, stops, per_row)
 
-    def _plain_rows(self, msg: Arrays, plan: Plan, got: PlainRows, fams: Families,
+    def _plain_rows(self, msg: Arrays, triage: RowTriage, got: PlainRows, fams: Families,
                     out: Sink) -> None:
         """Decode the message's plain rows, end its quick last rows, write."""
         assert self.decoder is not None
-        state, quick = self.state, plan.quick
+        state, quick = self.state, triage.quick
         decoded = self.decoder.decode(state, got)
         record(state, got)
-        self.sent.add(plan.base, got.rows, got.slots, decoded)
+        self.sent.add(triage.base, got.rows, got.slots, decoded)
         end_at: list[int] = []  # where the last rows are among the plain rows
         ended: list[LastRow] = []
         if quick:
             end_at = quick if got.every else np.searchsorted(got.rows, quick).tolist()
-            ended = self._last_rows(plan, end_at, got.slots[end_at], quick)
+            ended = self._last_rows(triage, end_at, got.slots[end_at], quick)
             end_rows(self.decoder, state, decoded, ended)
         # a plain slot always holds its rid (Slots.bind_plain)
         rids = cast(list[str], state.rid_col.take(got.slots).tolist())
@@ -275,17 +275,17 @@ class RidTable:
         opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
         return opts is not None and opts.no_stop_trim
 
-    def _last_rows(self, plan: Plan, at: list[int], slots: I64, rows: list[int]
+    def _last_rows(self, triage: RowTriage, at: list[int], slots: I64, rows: list[int]
                    ) -> list[LastRow]:
         """The message's last rows of plain requests (at[k] among its plain rows), for the
         end rules: each with what its request sent before (`SentLog`, read only for a
         matched stop string), its final usage's numbers (its completion after the row)."""
-        state, ends, stops = self.state, plan.ends, plan.stops
+        state, ends, stops = self.state, triage.ends, triage.stops
         out = []
         for j, slot, row, done in zip(at, slots.tolist(), rows,
                                       state.completion[slots].tolist()):
             fin, prompt, cached, reasoning = ends[row]
-            older = self.sent.older(slot, int(state.since[slot]), plan.base + row) \
+            older = self.sent.older(slot, int(state.since[slot]), triage.base + row) \
                 if stop_string(fin) else ()
             opts = self.opts.get(slot)  # a plain slot opened with defaults has no entry
             kept = opts is not None and opts.no_stop_trim
@@ -328,17 +328,17 @@ class RidTable:
         if self.state.usage_live:  # continuous usage rows came first
             out.settle("usage")
 
-    def _row_path(self, plan: Plan, msg: Arrays, fams: Families, out: Sink) -> int:
+    def _row_path(self, triage: RowTriage, msg: Arrays, fams: Families, out: Sink) -> int:
         """Rows of per-row requests and last rows, in row order; returns how many ran."""
         reasoning = np.frombuffer(msg.sparse.reasoning, np.uint32).tolist() \
             if msg.sparse.reasoning else None
         ids = msg.ids.tolist()
-        st = list(range(plan.n + 1)) if plan.id_starts is None else plan.id_starts.tolist()
+        st = list(range(triage.n + 1)) if triage.id_starts is None else triage.id_starts.tolist()
         request = self.requests.get
         carrying = fams.get().carrying.tolist() if fams.families else None
-        ends, slots = plan.ends, plan.slots.tolist()
+        ends, slots = triage.ends, triage.slots.tolist()
         ran = 0
-        for row in plan.per_row:
+        for row in triage.per_row:
             slot = slots[row]
             req = request(slot)
             if req is None:

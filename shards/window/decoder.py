@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 from sglang_tok.tokenizer import TokenizerInfo
 
 from ..decoding.attribution import Attributor

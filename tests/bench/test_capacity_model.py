@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tok.harness.bench import capacity_model as cm
-from sglang_tok.harness.bench.capacity import CORES, Stage, capacity
-from sglang_tok.harness.bench.sglang_server import Run, between, field_model, rank_files
-from sglang_tok.harness.standin.config import for_rank
+from sglang_tok_bench import capacity_model as cm
+from sglang_tok_bench.capacity import CORES, Stage, capacity
+from sglang_tok_bench.sglang_server import Run, between, field_model, rank_files
+from sglang_tok_standin.config import for_rank
 
 US = 1e-6
 # a dp 2, 2-worker measurement: 40 µs/id per tokenizer worker stage, 8 in the router,
@@ -147,8 +147,8 @@ def test_a_process_read_as_other_at_one_mark_keeps_its_role() -> None:
 
 def test_a_saved_run_models_as_the_measured_one(tmp_path: Path) -> None:
     """`--model-from`: the JSON a run writes gives the same field model as the run did."""
-    from sglang_tok.harness.bench.figures import write_json
-    from sglang_tok.harness.bench.sglang_server import load_runs
+    from sglang_tok_bench.figures import write_json
+    from sglang_tok_bench.sglang_server import load_runs
 
     runs = [_run("sglang x1", 2, 2, 1, STOCK_X1), _run("sglang x2", 2, 2, 1, STOCK_ROUTER),
             _run("sglang-tok x2", 2, 2, 1, PLUGIN)]

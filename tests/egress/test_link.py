@@ -21,12 +21,11 @@ from ring import link
 from ring.sockets import make_socket
 from sglang_tok.config import Config
 from sglang_tok.finish import Length
-from sglang_tok.harness.frontend import Frontend
+from sglang_tok.kit.sync_frontend import Frontend
 from sglang_tok.process import Status, service_roles
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.interface import LATE
-from sglang_tok.protocols.native import batch as native_batch
-from sglang_tok.protocols.native import control, deltas
+from sglang_tok.protocols.model import batch as native_batch
+from sglang_tok.protocols.model import control, deltas, errors
+from sglang_tok.protocols.model.interface import LATE
 from sglang_tok.ragged import small_ints, u32s
 
 SPAWN = mp.get_context("spawn")
@@ -53,7 +52,7 @@ def test_every_link_message_parses_to_its_struct_without_copying_the_frame() -> 
 
 
 def test_notices_round_trip_and_drain_carries_an_absolute_deadline() -> None:
-    for note in (link.Hello(1, 2, 3), link.Ended(0, ["a"]), link.Ack(1, 9, 4, 3, 77, [("a", 2, 0)]),
+    for note in (link.Hello(1, 2, 3), link.EndedNotice(0, ["a"]), link.Ack(1, 9, 4, 3, 77, [("a", 2, 0)]),
                  link.ShardDown(2, 77), link.Drain(123.25)):
         assert link.notice_decoder.decode(link.notice_encoder.encode(note)) == note
 
@@ -335,8 +334,8 @@ def test_split_gives_each_shard_its_rows_in_order_and_an_ended_rids_rows_to_none
     message holds exactly its rows, in frame order, with their slots and ids; the rows of
     a rid that has ended (LATE) reach no shard."""
     from egress.router import shard_of
-    from sglang_tok.harness.local_route import LocalRoute
     from sglang_tok.kit.scheduler import encode_step
+    from sglang_tok_testkit.local_route import LocalRoute
 
     route = LocalRoute(nshards)
     rids = [f"r{i}" for i in range(14)]

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_tok.protocols.errors import FrameError
-from sglang_tok.protocols.native import control, deltas
-from sglang_tok.protocols.native.batch import decode_batch, encode_batch
+from sglang_tok.protocols.model import control, deltas
+from sglang_tok.protocols.model.batch import decode_batch, encode_batch
+from sglang_tok.protocols.model.errors import FrameError
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())

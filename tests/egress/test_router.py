@@ -6,10 +6,10 @@ from typing import Any
 
 from egress.router import ENGINE_BATCH_MESSAGES, TRIM_EVERY, Router, shard_of
 from sglang_tok.finish import ABORT
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.interface import LATE
-from sglang_tok.protocols.native import batch as native_batch
-from sglang_tok.protocols.native import deltas as native_deltas
+from sglang_tok.protocols.model import batch as native_batch
+from sglang_tok.protocols.model import deltas as native_deltas
+from sglang_tok.protocols.model import errors
+from sglang_tok.protocols.model.interface import LATE
 
 
 def test_shard_of_is_crc32_of_utf8_modulo_n() -> None:

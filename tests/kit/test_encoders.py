@@ -14,15 +14,15 @@ import msgspec
 import psutil
 import pytest
 import zmq
-from service import Service
+from local_service import LocalService
 from tokenizers import Tokenizer
 
-from encoders import cores as plan_mod
 from sglang_tok.config import Config, ConfigError, finalize
-from sglang_tok.harness import zoo
+from sglang_tok.encoders import cores as plan_mod
 from sglang_tok.kit.encode_client import AsyncEncodeClient, EncodeClient, EncodeError
 from sglang_tok.process import plan_cores
 from sglang_tok.tokenizer import load_tokenizer
+from sglang_tok_testkit import zoo
 
 TEXTS = [*zoo.CORPUS, "", " ", "<|im_start|>user\nhi<|im_end|>", "a" * 3000,
          "Ünïcödé — “quotes” ‘and’ …\u00a0nbsp", "🙂" * 50, "\n\n\t\r\n",
@@ -32,10 +32,10 @@ LIMITS = ["--encode-max-texts", "64", "--encode-max-text-chars", "200000",
 
 
 def _serve(tmp: Path, workers: int, tokenizer: str = "deepseek-v4",
-           extra: list[str] | None = None) -> Service:
+           extra: list[str] | None = None) -> LocalService:
     args = ["--encode-workers", str(workers), "--encode", f"ipc://{tmp}/encode.ipc",
             "--tokenizer", tokenizer, *LIMITS, *(extra or [])]
-    return Service(tmp, shards=1, args=args).start(timeout=120)
+    return LocalService(tmp, shards=1, args=args).start(timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +44,13 @@ def tok() -> Tokenizer:
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
     s = _serve(tmp_path_factory.mktemp("enc"), workers=2)
     yield s
     s.stop()
 
 
-def _endpoint(s: Service) -> str:
+def _endpoint(s: LocalService) -> str:
     return f"ipc://{s.runtime.parent}/encode.ipc"
 
 
@@ -79,14 +79,14 @@ class Raw:
         self.sock.close()
 
 
-def _encode_pids(s: Service) -> dict[str, int]:
+def _encode_pids(s: LocalService) -> dict[str, int]:
     return {p["role"]: p["pid"] for p in s.health()[1]["processes"]
             if p["role"].startswith("encode")}
 
 
 # ---------------------------------------------------------------------------------- exactness
 @pytest.mark.parametrize("special", [True, False])
-def test_ids_equal_tokenizer_encode_batched_and_not(svc: Service, tok: Tokenizer,
+def test_ids_equal_tokenizer_encode_batched_and_not(svc: LocalService, tok: Tokenizer,
                                                     special: bool) -> None:
     client = EncodeClient(_endpoint(svc))
     try:
@@ -99,7 +99,7 @@ def test_ids_equal_tokenizer_encode_batched_and_not(svc: Service, tok: Tokenizer
         client.close()
 
 
-def test_offsets_equal_the_tokenizers_and_are_character_offsets(svc: Service,
+def test_offsets_equal_the_tokenizers_and_are_character_offsets(svc: LocalService,
                                                                 tok: Tokenizer) -> None:
     client = EncodeClient(_endpoint(svc))
     try:
@@ -140,7 +140,7 @@ def test_every_decoder_family_encodes_exactly(tmp_path: Path, family: str) -> No
 
 
 # ---------------------------------------------------------------------------- requests, errors
-def test_ids_are_echoed_unknown_keys_ignored_and_req_sockets_work(svc: Service) -> None:
+def test_ids_are_echoed_unknown_keys_ignored_and_req_sockets_work(svc: LocalService) -> None:
     raw = Raw(_endpoint(svc))
     try:
         for rid in ("r-1", 7, 2.5, None, True):
@@ -176,7 +176,7 @@ MALFORMED: list[tuple[bytes | dict[str, Any], str]] = [
 ]
 
 
-def test_every_malformed_request_gets_an_error_reply(svc: Service) -> None:
+def test_every_malformed_request_gets_an_error_reply(svc: LocalService) -> None:
     before = _encode_pids(svc)
     m0 = svc.metrics().get('sglang_tok_encode_errors_total{reason="malformed"}', 0.0)
     raw = Raw(_endpoint(svc))
@@ -195,7 +195,7 @@ def test_every_malformed_request_gets_an_error_reply(svc: Service) -> None:
     assert m['sglang_tok_encode_errors_total{reason="malformed"}'] - m0 == len(MALFORMED)
 
 
-def test_limits_answer_with_the_limit_named(svc: Service) -> None:
+def test_limits_answer_with_the_limit_named(svc: LocalService) -> None:
     raw = Raw(_endpoint(svc))
     try:
         cases = [({"id": 1, "texts": ["x"] * 65}, "--encode-max-texts 64"),
@@ -214,7 +214,7 @@ def test_limits_answer_with_the_limit_named(svc: Service) -> None:
         assert m[f'sglang_tok_encode_errors_total{{reason="{reason}"}}'] >= 1
 
 
-def test_health_and_metrics_show_the_encode_service(svc: Service) -> None:
+def test_health_and_metrics_show_the_encode_service(svc: LocalService) -> None:
     code, health = svc.health()
     assert code == 200
     roles = [p["role"] for p in health["processes"]]
@@ -236,7 +236,7 @@ def test_health_and_metrics_show_the_encode_service(svc: Service) -> None:
     assert m["sglang_tok_encode_queue_depth"] == 0
 
 
-def test_async_client_keeps_many_requests_in_flight(svc: Service, tok: Tokenizer) -> None:
+def test_async_client_keeps_many_requests_in_flight(svc: LocalService, tok: Tokenizer) -> None:
     texts = TEXTS[-5:]  # 6 in flight: 2 held by the workers, 4 in the queue (--encode-queue)
 
     async def run() -> list[Any]:
@@ -268,7 +268,7 @@ def _long_prompt(tok: Tokenizer, tokens: int = 20_000) -> str:
     return long
 
 
-def _order_after_long(s: Service, long: str) -> list[Any]:
+def _order_after_long(s: LocalService, long: str) -> list[Any]:
     """Send a long prompt then 4 short ones (as many as --encode-queue 4 lets wait); the ids
     in the order their replies came."""
     raw = Raw(_endpoint(s))
@@ -284,7 +284,7 @@ def _order_after_long(s: Service, long: str) -> list[Any]:
         raw.close()
 
 
-def test_long_prompt_does_not_delay_short_ones(svc: Service, tok: Tokenizer) -> None:
+def test_long_prompt_does_not_delay_short_ones(svc: LocalService, tok: Tokenizer) -> None:
     """M = 2: the 60,000-token prompt holds one worker; the short ones go to the other (the
     control, M = 1, is in test_every_decoder_family_encodes_exactly). 20,000 tokens held
     it on an idle machine; a loaded one once let those finish first."""
@@ -292,7 +292,7 @@ def test_long_prompt_does_not_delay_short_ones(svc: Service, tok: Tokenizer) -> 
     assert order == [*range(4), "long"], order
 
 
-def test_a_full_queue_answers_with_an_error(svc: Service, tok: Tokenizer) -> None:
+def test_a_full_queue_answers_with_an_error(svc: LocalService, tok: Tokenizer) -> None:
     """Both workers busy, --encode-queue 4 waiting: the fifth waiting request is refused."""
     long = _long_prompt(tok, 40_000)
     raw = Raw(_endpoint(svc))
@@ -309,7 +309,7 @@ def test_a_full_queue_answers_with_an_error(svc: Service, tok: Tokenizer) -> Non
     assert svc.metrics()['sglang_tok_encode_errors_total{reason="queue_full"}'] >= 1
 
 
-def test_killed_worker_requests_get_errors_and_later_ones_succeed(svc: Service,
+def test_killed_worker_requests_get_errors_and_later_ones_succeed(svc: LocalService,
                                                                    tok: Tokenizer) -> None:
     """SIGKILL one of two workers while both hold a request (runs last: it restarts one).
 
@@ -379,10 +379,11 @@ def test_encode_workers_go_on_cores_the_shards_do_not_use(
 
 
 def test_no_pickle_in_the_encode_service() -> None:
-    """As test_security's walk, for encoders/: nothing that reads a socket unpickles."""
+    """As test_security's walk, for sglang_tok/encoders/: nothing that reads a socket
+    unpickles."""
     import ast
     root = Path(__file__).resolve().parents[2]
-    for path in [*root.glob("encoders/*.py"), root / "sglang_tok" / "kit" / "encode_client.py"]:
+    for path in [*root.glob("sglang_tok/encoders/*.py"), root / "sglang_tok" / "kit" / "encode_client.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] + [getattr(node, "module", "") or ""]
@@ -407,7 +408,7 @@ def test_bench_encode_runs_and_prints_ratios(tmp_path: Path) -> None:
     assert all(f["requests"] > 0 and f["errors"] == 0 for f in figures.values())
 
 
-def test_killed_broker_comes_back_and_finds_its_workers(svc: Service) -> None:
+def test_killed_broker_comes_back_and_finds_its_workers(svc: LocalService) -> None:
     """The workers re-announce themselves to a new broker; clients reconnect by themselves.
     (Placed after the worker-kill test: it restarts a process of the shared service.)"""
     victim = _encode_pids(svc)["encode-broker"]

@@ -12,9 +12,16 @@ from typing import Any
 import pytest
 
 from sglang_tok.finish import ABORT, Length, Stop
-from sglang_tok.harness.frontend import RequestOutput
-from sglang_tok.harness.service import Service
-from sglang_tok.harness.workload import (
+from sglang_tok.kit.client import (
+    IDLE_TIMEOUT_ERROR,
+    QUEUE_LIMIT_ERROR,
+    Client,
+    RequestStream,
+)
+from sglang_tok.kit.local_service import LocalService
+from sglang_tok.kit.scheduler import Scheduler
+from sglang_tok.kit.sync_frontend import RequestOutput
+from sglang_tok.kit.workload import (
     PlannedRequest,
     PlanSpec,
     expected,
@@ -22,17 +29,9 @@ from sglang_tok.harness.workload import (
     schedule,
     verify,
 )
-from sglang_tok.kit.client import (
-    IDLE_TIMEOUT_ERROR,
-    QUEUE_LIMIT_ERROR,
-    Client,
-    RequestStream,
-)
-from sglang_tok.kit.scheduler import Scheduler
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import deltas as native_deltas
-from sglang_tok.protocols.native import output, packed
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model import deltas as native_deltas
+from sglang_tok.protocols.model import errors, output, packed
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 
@@ -43,15 +42,15 @@ def info() -> TokenizerInfo:
 
 @pytest.fixture(scope="module", params=["deltas", "columnar", "packed"])
 def svc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-        ) -> Iterator[Service]:
-    s = Service(tmp_path_factory.mktemp(f"kit-{request.param}"), shards=2, frontend=False,
+        ) -> Iterator[LocalService]:
+    s = LocalService(tmp_path_factory.mktemp(f"kit-{request.param}"), shards=2, frontend=False,
                 args=["--output-format", request.param]).start()
     yield s
     s.stop()
 
 
 @contextlib.asynccontextmanager
-async def connected(svc: Service, **kw: Any) -> AsyncIterator[Client]:
+async def connected(svc: LocalService, **kw: Any) -> AsyncIterator[Client]:
     """A Client bound where the previous test's closed: ready before anything is sent, or
     what the service sends before it notices the old one is gone would be lost."""
     async with Client(svc.output, svc.shards, **kw) as client:
@@ -81,7 +80,7 @@ async def consume(stream: RequestStream) -> list[Delta]:
     return [d async for d in stream]
 
 
-def test_each_stream_is_exact_and_ends_at_its_terminal_delta(svc: Service,
+def test_each_stream_is_exact_and_ends_at_its_terminal_delta(svc: LocalService,
                                                               info: TokenizerInfo) -> None:
     reqs = make_requests(info, PlanSpec(requests=120, min_tokens=4, max_tokens=40,
                                         ids_per_row=(1, 3), stop_share=0.2, prompt_share=0.2,
@@ -105,7 +104,7 @@ def test_each_stream_is_exact_and_ends_at_its_terminal_delta(svc: Service,
     run(main())
 
 
-def test_logprobs_their_texts_and_usage_reach_each_stream(svc: Service,
+def test_logprobs_their_texts_and_usage_reach_each_stream(svc: LocalService,
                                                          info: TokenizerInfo) -> None:
     """Every output format, logprobs on half the requests, options (logprob texts,
     continuous usage, stream false...) on most: each stream's deltas carry what the oracle
@@ -133,7 +132,7 @@ def test_logprobs_their_texts_and_usage_reach_each_stream(svc: Service,
     run(main())
 
 
-def test_later_deltas_for_an_ended_rid_are_dropped_and_counted(svc: Service) -> None:
+def test_later_deltas_for_an_ended_rid_are_dropped_and_counted(svc: LocalService) -> None:
     async def main() -> None:
         async with connected(svc) as client:
             sched = svc.sched
@@ -158,7 +157,7 @@ def test_later_deltas_for_an_ended_rid_are_dropped_and_counted(svc: Service) -> 
     run(main())
 
 
-def test_a_slow_consumer_ends_its_own_request_not_the_others(svc: Service) -> None:
+def test_a_slow_consumer_ends_its_own_request_not_the_others(svc: LocalService) -> None:
     abandoned: list[str] = []
 
     async def main() -> None:
@@ -191,7 +190,7 @@ def test_a_slow_consumer_ends_its_own_request_not_the_others(svc: Service) -> No
     run(main())
 
 
-def test_a_silent_request_times_out_and_the_barrier_still_works(svc: Service) -> None:
+def test_a_silent_request_times_out_and_the_barrier_still_works(svc: LocalService) -> None:
     async def main() -> None:
         async with connected(svc, idle_timeout=0.3) as client:
             got = await consume(client.stream("silent-1"))
@@ -204,7 +203,7 @@ def test_a_silent_request_times_out_and_the_barrier_still_works(svc: Service) ->
     run(main())
 
 
-def test_a_client_bound_again_where_one_closed_loses_nothing_once_ready(svc: Service) -> None:
+def test_a_client_bound_again_where_one_closed_loses_nothing_once_ready(svc: LocalService) -> None:
     """A frontend restarting on the same endpoint: what the service sends before it notices
     the old socket is gone dies in the dead connection (seen without `ready`: one PING in
     ten lost its PONGs). After `ready`, every delta of every request arrives."""
@@ -226,7 +225,7 @@ def test_the_client_connects_when_it_is_not_the_binding_side(tmp_path: Path) -> 
     """bind=False: something else binds (a proxy); the client connects to it."""
     import zmq
 
-    from sglang_tok.protocols.native.deltas import Deltas, encode_deltas
+    from sglang_tok.protocols.model.deltas import Deltas, encode_deltas
 
     async def main() -> None:
         ep = f"ipc://{tmp_path}/proxy.ipc"
@@ -247,8 +246,8 @@ def test_an_egress_restart_ends_every_stream_in_flight(tmp_path: Path) -> None:
     """Protocol section 5.3, frames as the service sends them: after the egress's
     RESTARTED each open stream gets what already came, then the egress-restarted error;
     a shard's RESTARTED only starts its seq again."""
-    from sglang_tok.protocols.native.control import Restarted, encode_restarted
-    from sglang_tok.protocols.native.deltas import Deltas, encode_deltas
+    from sglang_tok.protocols.model.control import Restarted, encode_restarted
+    from sglang_tok.protocols.model.deltas import Deltas, encode_deltas
 
     abandoned: list[str] = []
 
@@ -282,8 +281,8 @@ def test_packed_rows_read_lazily_are_the_messages_deltas(tmp_path: Path, info: T
     """The client queues a PACKED message's running rows as (message, row) and makes each
     Delta when it is read: what a consumer reads equals the message's Deltas, logprobs,
     finishes and usage included, row for row."""
-    from sglang_tok.harness.local_route import LocalRoute
-    from sglang_tok.harness.workload import PlanSpec, make_requests, schedule
+    from sglang_tok.kit.workload import PlanSpec, make_requests, schedule
+    from sglang_tok_testkit.local_route import LocalRoute
     from shards.decoders import decoders_for
     from shards.messages.table import RidTable
 

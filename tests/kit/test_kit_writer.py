@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sglang_tok.kit.scheduler import encode_step
-from sglang_tok.protocols.native.batch import decode_batch, encode_batch
+from sglang_tok.protocols.model.batch import decode_batch, encode_batch
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())

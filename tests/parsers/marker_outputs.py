@@ -11,8 +11,9 @@ from typing import Any
 from hypothesis import strategies as st
 from parser_outputs import arguments, names, words
 
-from sglang_tok.harness import zoo
 from sglang_tok.tokenizer import TokenizerInfo
+from sglang_tok_testkit import zoo
+from shards.byte_level.table import byte_level_table
 
 KIMI = ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
         "<|tool_call_argument_begin|>", "<|tool_call_end|>"]
@@ -30,7 +31,7 @@ SPECIALS = ["<think>", "</think>", *KIMI, *HARMONY, *LLAMA]
 
 def marker_tokenizer() -> TokenizerInfo:
     info = zoo.with_markers(tuple(SPECIALS), "markers-as-specials")
-    assert info.byte_table is not None
+    assert byte_level_table(info) is not None
     return info
 
 

@@ -16,10 +16,11 @@ from decoding import byte_decoding
 from hypothesis import strategies as st
 from strategies import PIECES
 
-from sglang_tok.harness import zoo
-from sglang_tok.harness.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
+from sglang_tok.kit.tool_calls import glm_call, minimax_invoke, qwen3_coder_call
 from sglang_tok.parsers import ParsedDelta, ParsedStream
 from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok_testkit import zoo
+from shards.byte_level.table import byte_level_table
 
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]"]
 
@@ -27,7 +28,7 @@ QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "[TOOL_CA
 def qwen_style() -> TokenizerInfo:
     """Byte-level BPE whose reasoning and tool markers are special added tokens (as Qwen3's)."""
     info = zoo.with_markers(tuple(QWEN_SPECIALS), "qwen-style")
-    assert info.byte_table is not None
+    assert byte_level_table(info) is not None
     return info
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from decoding import decoding
 
-from sglang_tok.harness import zoo
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok_testkit import zoo
 
 DS: TokenizerInfo = load("deepseek-v4")
 QWEN_SPECIALS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>"]

@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes
 
 from sglang_tok.finish import Length
-from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge, skip_table
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo
+from shards.byte_level.table import byte_level_table, skip_table
 from shards.messages.request import ParsedRequest, make_request
 
 MODES = ["incremental", "whole"]
@@ -65,7 +66,7 @@ def rows_against_feed(info: TokenizerInfo, fmt: str, reasoning: str, started: bo
     assert isinstance(req, ParsedRequest)
     ref = make_parsed_stream(reasoning, started, fmt, tool_stream=mode, tools=tools)
     keep = marker_token_ids(info, ref.markers)
-    table = skip_table(info, keep) if skip else info.byte_table
+    table = skip_table(info, keep) if skip else byte_level_table(info).kept
     assert table is not None
     push, flush = byte_decoding(table)
     rows = chunk(ids, sizes)

@@ -21,6 +21,7 @@ from parser_cases_load import load_cases
 from parser_outputs import glm_style, stream_of
 
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, marker_token_ids, merge
+from shards.byte_level.table import byte_level_table
 
 FILES = ["glm45", "glm47", "reasoning-glm45"]
 CASES = [(f, c) for f in FILES for c in load_cases(f)]
@@ -84,8 +85,8 @@ def rows_result(case: dict[str, Any], mode: str, seed: int) -> tuple[ParsedDelta
     p = pipeline(case, mode)
     keep = marker_token_ids(info, p.markers)
     assert keep  # the markers are special tokens here
-    assert info.byte_table is not None
-    push, flush = byte_decoding(info.byte_table)
+    assert byte_level_table(info) is not None
+    push, flush = byte_decoding(byte_level_table(info).kept)
     rng, out, i = random.Random(seed), [], 0
     while i < len(ids):
         n = rng.randint(1, 4)

@@ -29,11 +29,11 @@ import pytest
 from parser_cases_load import load_cases
 
 from sglang_tok.finish import Length
-from sglang_tok.harness import zoo
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok_testkit import zoo
 from shards.messages.request import make_request, refusal
 
 # case file -> the tokenizer its text is encoded with ("deepseek-v4" or a list of specials)

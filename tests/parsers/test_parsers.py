@@ -45,9 +45,9 @@ from sglang_tok.parsers import (
     make_tool_parser,
     marker_token_ids,
     merge,
-    skip_table,
 )
 from sglang_tok.tokenizer import TokenizerInfo
+from shards.byte_level.table import byte_level_table, skip_table
 
 MODES = ["incremental", "whole"]
 
@@ -225,7 +225,7 @@ def test_min_tokens_never_reached_exempts_the_text_a_malformed_call_gives_back(
     p = make_parsed_stream("qwen3", started, "hermes", stop=["e"], min_tokens=min_tokens,
                            tool_stream="whole")
     keep = marker_token_ids(info, p.markers)
-    table = skip_table(info, keep) if skip else info.byte_table
+    table = skip_table(info, keep) if skip else byte_level_table(info).kept
     assert table is not None
     got = merge(decode_rows(info, ids, [[i] for i in ids], table, p, min_tokens))
     whole, want = batch_reference(info, ids, table, p, skip, keep, min_tokens)
@@ -410,7 +410,7 @@ def check_ids(info: TokenizerInfo, data: st.DataObject, reasoning: str, started:
     p = make_parsed_stream(reasoning, started, fmt, stop=stop, min_tokens=min_tokens,
                            tool_stream=mode, tools=tools)
     keep = marker_token_ids(info, p.markers)
-    table = skip_table(info, keep) if skip else info.byte_table
+    table = skip_table(info, keep) if skip else byte_level_table(info).kept
     assert table is not None
     shape = data.draw(st.sampled_from(["one", "all", "random"]), label="rows")
     sizes = {"one": [1], "all": [max(1, len(ids))]}.get(shape) or data.draw(chunk_sizes)

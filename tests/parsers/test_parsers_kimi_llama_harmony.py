@@ -29,10 +29,10 @@ from sglang_tok.parsers import (
     make_reasoning_parser,
     marker_token_ids,
     merge,
-    skip_table,
 )
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import DeltasOut
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import DeltasOut
+from shards.byte_level.table import byte_level_table, skip_table
 from shards.messages.table import RidTable
 
 MODES = ["incremental", "whole"]
@@ -192,7 +192,7 @@ def test_pythonic_a_comment_between_two_calls_is_python_in_both_modes(rows: list
     got = {}
     for mode in MODES:
         p = make_parsed_stream("", False, "pythonic", tool_stream=mode)
-        deltas = decode_rows(info, ids, chunk(ids, rows), info.byte_table, p, 0)
+        deltas = decode_rows(info, ids, chunk(ids, rows), byte_level_table(info).kept, p, 0)
         check_call_deltas(deltas, mode)
         merged = merge(deltas)
         assert merged == p.parse_full(text)
@@ -388,7 +388,7 @@ def test_marker_tokenizer_stream_equals_batch(fmt: str, wellformed: bool, mode: 
     skip = data.draw(st.booleans(), label="skip_special")
     p = make_parsed_stream(reasoning, False, fmt, tool_stream=mode)
     keep = marker_token_ids(info, p.markers)
-    table = skip_table(info, keep) if skip else info.byte_table
+    table = skip_table(info, keep) if skip else byte_level_table(info).kept
     assert table is not None
     sizes = data.draw(chunk_sizes, label="rows")
     deltas = decode_rows(info, ids, chunk(ids, sizes), table, p, 0)

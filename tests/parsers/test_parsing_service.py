@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from local_service import LocalService
 from parsing_cases import (
     DS,
     DS_OUTPUT,
@@ -21,24 +22,23 @@ from parsing_cases import (
     ref_channels,
     reference,
 )
-from service import Service
 from strategies import chunk
 
 from sglang_tok.finish import ABORT, Finish, Length, Stop
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo
 
 PARSED = {"reasoning_parser": "deepseek-r1", "tool_parser": "deepseekv4"}
 
 
 @pytest.fixture(scope="module")
-def ds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    with Service(tmp_path_factory.mktemp("ds"), shards=2) as svc:
+def ds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
+    with LocalService(tmp_path_factory.mktemp("ds"), shards=2) as svc:
         yield svc
 
 
-def drive(svc: Service, reqs: dict[str, tuple[dict[str, Any], list[list[int]]]],
+def drive(svc: LocalService, reqs: dict[str, tuple[dict[str, Any], list[list[int]]]],
           finish: Finish | None = None) -> dict[str, list[Delta]]:
     """OPEN each rid, send their rows interleaved one step per row index, end each with
     `finish` (default: length) on its last row; return each rid's deltas."""
@@ -69,7 +69,7 @@ def expect(info: TokenizerInfo, rid: str, opts: dict[str, Any], ids: list[int]) 
     return ref_channels(reference(info, Open(rid, **opts), ids))
 
 
-def test_reasoning_and_tool_calls_in_rows_of_1_and_4_ids_equal_parse_full(ds: Service) -> None:
+def test_reasoning_and_tool_calls_in_rows_of_1_and_4_ids_equal_parse_full(ds: LocalService) -> None:
     ids = enc(DS, DS_OUTPUT)
     reqs = {f"rt{size}-{k}": (PARSED, chunk(ids, [size])) for size in (1, 4) for k in range(3)}
     reqs["plain"] = ({}, chunk(ids, [1]))
@@ -87,7 +87,7 @@ def test_reasoning_and_tool_calls_in_rows_of_1_and_4_ids_equal_parse_full(ds: Se
         assert deltas[-1].usage is not None and deltas[-1].usage.completion_tokens == len(ids)
 
 
-def test_stop_strings_cut_content_never_reasoning(ds: Service) -> None:
+def test_stop_strings_cut_content_never_reasoning(ds: LocalService) -> None:
     ids = enc(DS, DS_OUTPUT)
     opts = {**PARSED, "stop": ["東京", "now"]}
     out = drive(ds, {"st": (opts, chunk(ids, [2]))})["st"]
@@ -98,7 +98,7 @@ def test_stop_strings_cut_content_never_reasoning(ds: Service) -> None:
     assert channels(out) == expect(DS, "st", opts, ids)
 
 
-def test_min_tokens_exempts_the_first_ids_from_stop_strings(ds: Service) -> None:
+def test_min_tokens_exempts_the_first_ids_from_stop_strings(ds: LocalService) -> None:
     ids = enc(DS, "ab STOP cd STOP ef")
     k = len(enc(DS, "ab STOP"))
     reqs = {f"mt{size}": ({"stop": ["STOP"], "min_tokens": k}, chunk(ids, [size]))
@@ -111,7 +111,7 @@ def test_min_tokens_exempts_the_first_ids_from_stop_strings(ds: Service) -> None
     assert "".join(d.text for d in out["mt0"]) == "ab "
 
 
-def test_bad_parser_names_end_the_request_with_a_terminal_error(ds: Service) -> None:
+def test_bad_parser_names_end_the_request_with_a_terminal_error(ds: LocalService) -> None:
     ids = enc(DS, "hello")
     out = drive(ds, {"bad-r": ({"reasoning_parser": "r9"}, [ids]),
                      "bad-t": ({"tool_parser": "nope"}, [ids]),
@@ -124,7 +124,7 @@ def test_bad_parser_names_end_the_request_with_a_terminal_error(ds: Service) -> 
     assert ds.health()[0] == 200
 
 
-def test_stream_false_equals_stream_true_concatenated(ds: Service) -> None:
+def test_stream_false_equals_stream_true_concatenated(ds: LocalService) -> None:
     ids = enc(DS, DS_OUTPUT)
     out = drive(ds, {"s1": (PARSED, chunk(ids, [3])),
                      "s0": ({**PARSED, "stream": False}, chunk(ids, [3]))})
@@ -133,7 +133,7 @@ def test_stream_false_equals_stream_true_concatenated(ds: Service) -> None:
     assert out["s0"][0].finish == out["s1"][-1].finish
 
 
-def test_abort_releases_what_the_parser_holds(ds: Service) -> None:
+def test_abort_releases_what_the_parser_holds(ds: LocalService) -> None:
     assert ds.sched is not None and ds.front is not None
     ids = enc(DS, "<think>a</think>x <｜DSML｜tool_ca")
     ds.sched.open("ab", **PARSED)
@@ -147,7 +147,7 @@ def test_abort_releases_what_the_parser_holds(ds: Service) -> None:
 
 def test_columnar_output_carries_the_parser_fields(tmp_path: Path) -> None:
     ids = enc(DS, DS_OUTPUT)
-    with Service(tmp_path, shards=1, args=["--output-format", "columnar"]) as svc:
+    with LocalService(tmp_path, shards=1, args=["--output-format", "columnar"]) as svc:
         out = drive(svc, {"c1": (PARSED, chunk(ids, [1])), "c4": (PARSED, chunk(ids, [4]))})
     want = expect(DS, "x", PARSED, ids)
     for deltas in out.values():
@@ -161,7 +161,7 @@ def test_special_token_markers_reach_the_parser_with_skip_special(tmp_path: Path
     info.tokenizer.save(str(path))
     ids = enc(info, QWEN_OUTPUT)
     opts = {"reasoning_parser": "qwen3", "tool_parser": "hermes"}
-    with Service(tmp_path, shards=1, tokenizer=str(path)) as svc:
+    with LocalService(tmp_path, shards=1, tokenizer=str(path)) as svc:
         out = drive(svc, {"q1": (opts, chunk(ids, [1])), "q4": (opts, chunk(ids, [4])),
                           "plain": ({}, [ids])})
     for rid in ("q1", "q4"):
@@ -173,7 +173,7 @@ def test_special_token_markers_reach_the_parser_with_skip_special(tmp_path: Path
 
 def test_no_tokenizer_mode_sends_ids_and_usage_without_text(tmp_path: Path) -> None:
     rows = [[5, 1_000_000], [7], [2**40, 3]]
-    with Service(tmp_path, shards=2, tokenizer="none") as svc:
+    with LocalService(tmp_path, shards=2, tokenizer="none") as svc:
         assert svc.health()[0] == 200
         out = drive(svc, {"n1": ({}, rows), "n2": ({"stream": False, "prompt_ids": [1]}, rows),
                           "n3": ({"stop": ["x"]}, rows), "n4": ({"tool_parser": "hermes"}, rows),

@@ -24,12 +24,13 @@ from parsing_cases import (
 from strategies import chunk, chunk_sizes
 
 from sglang_tok.finish import ABORT, Finish, Length, Stop
-from sglang_tok.harness import zoo
-from sglang_tok.protocols.native import columns, control, output
-from sglang_tok.protocols.native import deltas as native_deltas
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta, ToolCallDelta
+from sglang_tok.protocols.model import columns, control, output
+from sglang_tok.protocols.model import deltas as native_deltas
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta, ToolCallDelta
 from sglang_tok.tokenizer import TokenizerInfo, no_tokenizer
+from sglang_tok_testkit import zoo
+from shards.byte_level.table import byte_level_table
 from shards.messages.request import ParsedRequest, Request, make_request, refusal
 
 
@@ -238,7 +239,7 @@ def test_open_fields_default_and_decode() -> None:
 def test_window_path_keeps_markers(skip: bool) -> None:
     """A non-byte-level tokenizer (window path) drops `special_ids - keep`."""
     info = zoo.with_markers(tuple(QWEN_SPECIALS), "window", "metaspace_byte_fallback_bpe")
-    assert info.byte_table is None
+    assert byte_level_table(info) is None
     text = "<think>hmm</think>ok<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
     ids = enc(info, text)
     opts = Open("r", reasoning_parser="qwen3", tool_parser="hermes", skip_special_tokens=skip)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sglang_tok.finish import Stop
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 from sglang_tok.tokenizer import load
 from shards.messages.request import make_request
 

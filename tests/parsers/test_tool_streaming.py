@@ -16,8 +16,8 @@ import pytest
 from sglang_tok.finish import Stop
 from sglang_tok.parsers import ParsedDelta, ToolCallDelta, make_parsed_stream, merge
 from sglang_tok.parsers.schema import convert, tool_schemas
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import DeltasOut
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import DeltasOut
 from sglang_tok.tokenizer import load
 from shards.messages.request import make_request
 from shards.messages.table import RidTable

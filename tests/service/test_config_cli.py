@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import psutil
 import pytest
-from service import Service
+from local_service import LocalService
 
 from sglang_tok.config import Config, ConfigError, finalize, flag
 from sglang_tok.process import cpu_list_text, parse_cpu_list, plan_cores
@@ -102,7 +102,7 @@ def test_boot_deadline_exits_with_the_boot_failure_code(tmp_path: Path) -> None:
 
 
 def test_process_titles_and_health_lists_every_process(tmp_path: Path) -> None:
-    svc = Service(tmp_path, shards=2).start()
+    svc = LocalService(tmp_path, shards=2).start()
     try:
         # (the other child is multiprocessing's resource tracker)
         titles = {t for t in (" ".join(p.cmdline()).strip() for p in svc.children())
@@ -128,7 +128,8 @@ def test_every_flag_the_docs_name_exists() -> None:
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     real = {opt for p in subs.choices.values() for a in p._actions for opt in a.option_strings}
     for script in [*(root / "scripts").rglob("*.py"), *(root / "examples").glob("*.py"),
-                   *(root / "sglang_tok" / "harness" / "bench").glob("*.py")]:
+                   *(root / "dev" / "sglang_tok_bench").glob("*.py"),
+                   *(root / "dev" / "sglang_tok_testkit").glob("*.py")]:
         real |= set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", script.read_text()))
     for script in (root / "scripts").rglob("*.sh"):  # a shell script's own: [ "$1" = "--x" ]
         real |= set(re.findall(r"= \"(--[a-z0-9-]+)\" \]", script.read_text()))

@@ -13,16 +13,16 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from service import Service
+from local_service import LocalService
 
-from sglang_tok.harness.fuzzing import fuzz_round
+from sglang_tok_testkit.fuzzing import fuzz_round
 
 EXAMPLES = int(os.environ.get("SGLANG_TOK_FUZZ_EXAMPLES", "100"))
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = Service(tmp_path_factory.mktemp("fuzz"), shards=2).start()
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
+    svc = LocalService(tmp_path_factory.mktemp("fuzz"), shards=2).start()
     yield svc
     svc.stop()
 
@@ -31,5 +31,5 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large])
 @given(data=st.data())
-def test_fuzzed_ring_never_breaks_the_service(service: Service, data: st.DataObject) -> None:
+def test_fuzzed_ring_never_breaks_the_service(service: LocalService, data: st.DataObject) -> None:
     fuzz_round(service, data)

@@ -9,12 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service import Service
+from local_service import LocalService
 
-from sglang_tok.harness.frontend import Frontend, barrier, ready
 from sglang_tok.kit.client import Scheduler
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import batch, control
+from sglang_tok.kit.sync_frontend import Frontend, barrier, ready
+from sglang_tok.protocols.model import batch, control, errors
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")
@@ -23,15 +22,15 @@ FIN = {"type": "length", "length": 3}
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    svc = Service(tmp_path_factory.mktemp("limits"), shards=1, args=[
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
+    svc = LocalService(tmp_path_factory.mktemp("limits"), shards=1, args=[
         "--max-frame-bytes", "65536", "--max-rid-length", "16", "--max-row-ids", "8",
         "--max-requests", "3", "--max-stops", "2", "--max-stop-length", "5"]).start()
     yield svc
     svc.stop()
 
 
-def test_rid_and_row_limits_drop_the_frame_and_name_the_limit(small: Service) -> None:
+def test_rid_and_row_limits_drop_the_frame_and_name_the_limit(small: LocalService) -> None:
     small.send(batch.encode_batch([{"rid": "ok-a", "ids": IDS[:1]}, {"rid": "r" * 40, "ids": IDS[:1]}]))
     small.send(batch.encode_batch([{"rid": "ok-b", "ids": IDS[:1] * 9}]))
     small.barrier()
@@ -44,7 +43,7 @@ def test_rid_and_row_limits_drop_the_frame_and_name_the_limit(small: Service) ->
     assert "--max-rid-length 16" in small.logs() and "--max-row-ids 8" in small.logs()
 
 
-def test_stop_limits_end_the_request_with_a_message_naming_them(small: Service) -> None:
+def test_stop_limits_end_the_request_with_a_message_naming_them(small: LocalService) -> None:
     small.sched.open("st-1", stop=["a", "b", "c"])  # type: ignore[union-attr]
     small.sched.open("st-2", stop=["toolong"])  # type: ignore[union-attr]
     small.barrier()
@@ -53,7 +52,7 @@ def test_stop_limits_end_the_request_with_a_message_naming_them(small: Service) 
         assert "--max-stops 2" in err and "--max-stop-length 5" in err
 
 
-def test_max_requests_refuses_new_rids_and_evicts_nobody(small: Service) -> None:
+def test_max_requests_refuses_new_rids_and_evicts_nobody(small: LocalService) -> None:
     for n in range(3):
         small.send(batch.encode_batch([{"rid": f"cap-{n}", "ids": IDS[:1]}]))
     small.send(batch.encode_batch([{"rid": "cap-x", "ids": IDS[:1]}]))
@@ -68,7 +67,7 @@ def test_max_requests_refuses_new_rids_and_evicts_nobody(small: Service) -> None
     assert small.metrics()['sglang_tok_rejected_requests_total{shard="0"}'] == 1
 
 
-def test_oversized_frame_is_never_buffered_and_the_ring_goes_on(small: Service) -> None:
+def test_oversized_frame_is_never_buffered_and_the_ring_goes_on(small: LocalService) -> None:
     """libzmq enforces --max-frame-bytes while reading: it drops the sender's connection."""
     big = batch.encode_batch([{"rid": "huge", "ids": [1] * 20000}])
     assert len(big) > 65536
@@ -83,7 +82,7 @@ def test_oversized_frame_is_never_buffered_and_the_ring_goes_on(small: Service) 
     assert small.health()[0] == 200
 
 
-def test_scheduler_that_reconnects_and_frontend_that_restarts(small: Service) -> None:
+def test_scheduler_that_reconnects_and_frontend_that_restarts(small: LocalService) -> None:
     # a PING orders only the frames of its own connection: each scheduler pings for itself
     s1 = Scheduler(small.input)
     s1.send(batch.encode_batch([{"rid": "rc", "ids": IDS[:1]}]))
@@ -106,7 +105,7 @@ def test_scheduler_that_reconnects_and_frontend_that_restarts(small: Service) ->
 
 
 def test_killed_http_process_comes_back(tmp_path: Path) -> None:
-    svc = Service(tmp_path, shards=1).start()
+    svc = LocalService(tmp_path, shards=1).start()
     try:
         http = [q["pid"] for q in svc.health()[1]["processes"] if q["role"] == "http"]
         assert len(http) == 1 and http[0] in {p.pid for p in svc.children()}
@@ -131,8 +130,8 @@ def test_double_fault_shard_then_egress_leaves_no_request_waiting(tmp_path: Path
                                                                   gap_s: float) -> None:
     """A shard dies, then the egress, before the shard's error deltas left it: the
     replacement egress finds the dead shard's rids in the journal and fails them."""
-    from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
-    svc = Service(tmp_path, shards=2).start()
+    from sglang_tok.kit.workload import PlanSpec, make_requests, schedule, verify
+    svc = LocalService(tmp_path, shards=2).start()
     try:
         spec = PlanSpec(requests=120, concurrency=120, min_tokens=30, max_tokens=30, seed=4)
         reqs = make_requests(INFO, spec)
@@ -165,7 +164,7 @@ def test_requests_whose_every_frame_died_unread_in_the_egress_end(tmp_path: Path
     """Frames the scheduler handed to an egress that died before reading them die with it,
     and no process ever learns their rids. The replacement's RESTARTED makes the frontend
     end every request in flight (protocol section 5.3); before it, these never ended."""
-    svc = Service(tmp_path, shards=2).start()
+    svc = LocalService(tmp_path, shards=2).start()
     try:
         svc.barrier()
         egress = svc.child_pid(0)
@@ -201,7 +200,7 @@ def test_a_shard_killed_before_its_queued_deltas_left_it_ends_those_requests(
     """A shard acknowledges what it has processed, not what has left it: with the frontend
     behind, requests' last deltas can still sit in the shard's socket queue, after the egress
     has been told those requests ended, when the shard dies. They must end all the same."""
-    svc = Service(tmp_path, shards=1, frontend=False)
+    svc = LocalService(tmp_path, shards=1, frontend=False)
     front = svc.front = Frontend(svc.output, hwm=1)  # once it stops reading, little is taken
     svc.start()
     try:
@@ -226,7 +225,7 @@ def test_a_shard_killed_before_its_queued_deltas_left_it_ends_those_requests(
 
 
 def test_a_harness_killed_by_a_timeout_leaves_no_service_running(tmp_path: Path) -> None:
-    """`Service` starts `serve --exit-with-parent`: when the process that started it dies
+    """`LocalService` starts `serve --exit-with-parent`: when the process that started it dies
     without cleaning up (SIGKILL, a timeout), the service drains and exits on its own."""
     import signal
     import subprocess
@@ -236,8 +235,8 @@ def test_a_harness_killed_by_a_timeout_leaves_no_service_running(tmp_path: Path)
 
     code = ("import sys, time\n"
             "from pathlib import Path\n"
-            "from sglang_tok.harness.service import Service\n"
-            "s = Service(Path(sys.argv[1]), shards=1).start()\n"
+            "from sglang_tok.kit.local_service import LocalService\n"
+            "s = LocalService(Path(sys.argv[1]), shards=1).start()\n"
             "print(s.proc.pid, flush=True)\n"
             "time.sleep(600)\n")
     harness = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_tok.harness.workload import requests_of_trace as requests
+from sglang_tok.kit.workload import requests_of_trace as requests
 from sglang_tok.tracefile import read
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
@@ -97,9 +97,9 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
     """`stream: false` requests (one delta at the end) and requests a service stop string
     ended (later rows give no delta) must not turn request lifetimes into frame latencies:
     mapping a rid's k-th row to its k-th delta gave a p99.9 of whole lifetimes here."""
-    from sglang_tok.harness.workload import expected
-    from sglang_tok.protocols.native import batch as native_batch
-    from sglang_tok.protocols.native import tags
+    from sglang_tok.kit.workload import expected
+    from sglang_tok.protocols.model import batch as native_batch
+    from sglang_tok.protocols.model import tags
     from sglang_tok.tokenizer import load
 
     trace = tmp_path / "t.trace"
@@ -141,11 +141,11 @@ def test_latency_counts_only_rows_that_produce_a_delta(tmp_path: Path) -> None:
 def test_delta_map_follows_the_rows_that_produce_a_delta() -> None:
     """The frame each delta answers, and frames in flight, on hand-made frames and outputs
     (DELTAS and COLUMNS messages)."""
-    from sglang_tok.harness.frame_latency import DeltaMap
-    from sglang_tok.protocols.native import batch as native_batch
-    from sglang_tok.protocols.native import columns, control
-    from sglang_tok.protocols.native import deltas as native_deltas
-    from sglang_tok.protocols.native.deltas import Delta, Deltas
+    from sglang_tok.protocols.model import batch as native_batch
+    from sglang_tok.protocols.model import columns, control
+    from sglang_tok.protocols.model import deltas as native_deltas
+    from sglang_tok.protocols.model.deltas import Delta, Deltas
+    from sglang_tok_testkit.frame_latency import DeltaMap
 
     def batch(*rows: tuple[str, dict | None]) -> bytes:
         return native_batch.encode_batch([{"rid": r, "ids": [100], "finish": f} for r, f in rows])
@@ -276,7 +276,7 @@ def test_bench_sglang_runs_the_service_on_sglang_messages_exactly(tmp_path: Path
 def test_gap_histograms_of_several_client_processes_add_up() -> None:
     """The SGLang server bench's client processes send gap histograms; their sum gives the
     percentiles of all the gaps together (to the bin's 0.5 ms)."""
-    from sglang_tok.harness.bench.gap_hist import GAP_BIN_MS, gap_histogram, percentile
+    from sglang_tok_bench.gap_hist import GAP_BIN_MS, gap_histogram, percentile
 
     a, b = [0.001 * k for k in range(1, 51)], [0.001 * k for k in range(51, 101)]
     merged = [x + y for x, y in zip(gap_histogram(a), gap_histogram(b))]
@@ -323,7 +323,7 @@ def test_every_script_answers_help(script: Path) -> None:
 def test_scripts_are_thin_and_listed_where_they_live() -> None:
     """scripts/ holds entry points in folders by role, each listed (by its command) in its
     folder's README.md; none reaches into another through sys.path (their library parts
-    are the package's: sglang_tok/harness/bench/)."""
+    are the package's: dev/sglang_tok_bench/)."""
     scripts = [p for p in SCRIPTS.rglob("*") if p.suffix in (".py", ".sh")]
     assert scripts and all(p.parent != SCRIPTS for p in scripts), "a script outside a folder"
     for p in scripts:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import zmq
 import zmq.auth
-from service import Service
+from local_service import LocalService
 
 from sglang_tok import security
-from sglang_tok.harness.frontend import Frontend, barrier
 from sglang_tok.kit.client import Scheduler
-from sglang_tok.protocols.native import batch
+from sglang_tok.kit.sync_frontend import Frontend, barrier
+from sglang_tok.protocols.model import batch
 from sglang_tok.security import Curve
 from sglang_tok.tokenizer import load
 
@@ -50,7 +50,7 @@ def test_curve_only_authorised_peers_push_frames_and_read_deltas(tmp_path: Path)
                         capture_output=True, timeout=60).returncode
     assert rc == 0
     inp, out = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    svc = Service(tmp_path, shards=1, args=["--curve-keys", str(keys)])
+    svc = LocalService(tmp_path, shards=1, args=["--curve-keys", str(keys)])
     svc.front.close()
     svc.front = Frontend(out, curve=security.frontend_server(str(keys)))
     auth = security.authenticator(svc.front.ctx, str(keys), security.SERVICE)
@@ -91,7 +91,7 @@ def test_curve_only_authorised_peers_push_frames_and_read_deltas(tmp_path: Path)
 
 
 def test_runtime_dir_and_ipc_sockets_are_private(tmp_path: Path) -> None:
-    svc = Service(tmp_path, shards=1).start()
+    svc = LocalService(tmp_path, shards=1).start()
     try:
         assert stat.S_IMODE(svc.runtime.stat().st_mode) == 0o700
         for sock in svc.runtime.glob("*.ipc"):
@@ -108,18 +108,21 @@ def test_http_binds_loopback_by_default() -> None:
 # SGLang's own pickled columns, cut per row, from SGLang's own process tree only
 # (`config.from_sglang`: an ipc:// input; test_beams_and_time_stats has both sides)
 PICKLED = ROOT / "sglang_tok" / "protocols" / "sglang" / "pickled.py"
-# the stand-in scheduler (harness, never part of `sglang-tok serve`) is SGLang's scheduler:
-# on 0.5.12-0.5.14 SGLang's own IPC is pickles, every use of them in this one module
-STANDIN_PICKLES = ROOT / "sglang_tok" / "harness" / "standin" / "pickles.py"
+# the stand-in scheduler (a distribution of its own, never part of `sglang-tok serve`) is
+# SGLang's scheduler: on 0.5.12-0.5.14 SGLang's own IPC is pickles, every use of them in
+# this one module
+STANDIN_PICKLES = ROOT / "standin" / "sglang_tok_standin" / "pickles.py"
 UNPICKLERS = {"pickle", "_pickle", "cPickle", "cloudpickle", "dill", "marshal", "shelve"}
 
 
 def test_no_pickle_anywhere_in_the_service() -> None:
     """Nothing that touches a socket may deserialise code: no pickle, no recv_pyobj; but
     one module of the service, for SGLang's own pickles from SGLang's own process tree (and
-    one of the harness's stand-in scheduler, for the releases whose IPC is pickles)."""
-    paths = [p for d in ("sglang_tok", "ring", "egress", "shards", "encoders")
-             for p in (ROOT / d).rglob("*.py") if p not in (PICKLED, STANDIN_PICKLES)]
+    one of the stand-in scheduler's, for the releases whose IPC is pickles). The test kit
+    and the tools (dev/) touch sockets too."""
+    paths = [p for d in ("sglang_tok", "ring", "egress", "shards", "standin", "dev")
+             for p in (ROOT / d).rglob("*.py")
+             if p not in (PICKLED, STANDIN_PICKLES) and "build" not in p.parts]
     assert len(paths) > 30 and PICKLED.exists() and STANDIN_PICKLES.exists()
     for path in paths:
         tree = ast.parse(path.read_text())

@@ -10,28 +10,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service import Service
+from local_service import LocalService
 
 from sglang_tok.finish import ABORT, Length
-from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import batch
+from sglang_tok.kit.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.protocols.model import batch, errors
 from sglang_tok.tokenizer import TokenizerInfo, load
 
 INFO: TokenizerInfo = load("deepseek-v4")
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
     """One service for the tests below that take it, in file order: each leaves it healthy
     (a killed process is back before the test ends), uses rids of its own, and reads
     counters as differences, so what an earlier test did shows in none of them."""
-    svc = Service(tmp_path_factory.mktemp("service"), shards=2).start()
+    svc = LocalService(tmp_path_factory.mktemp("service"), shards=2).start()
     yield svc
     svc.stop()
 
 
-def run_plan(svc: Service, spec: PlanSpec) -> list:
+def run_plan(svc: LocalService, spec: PlanSpec) -> list:
     reqs = make_requests(INFO, spec)
     for step in schedule(reqs, spec.concurrency, spec.seed):
         for f in step.opens:
@@ -45,7 +44,7 @@ def run_plan(svc: Service, spec: PlanSpec) -> list:
     return reqs
 
 
-def test_thousands_of_interleaved_requests_are_exact(service: Service) -> None:
+def test_thousands_of_interleaved_requests_are_exact(service: LocalService) -> None:
     spec = PlanSpec(requests=2000, concurrency=256, ids_per_row=(1, 3), min_tokens=4,
                     max_tokens=40, logprob_share=0.1, stop_share=0.15, options_share=0.3,
                     special_share=0.2, abort_share=0.03, error_share=0.02, prompt_share=0.2,
@@ -64,7 +63,7 @@ def test_thousands_of_interleaved_requests_are_exact(service: Service) -> None:
     assert array > 0.5 * sum(by_path.values()) and len(by_path) > 2
 
 
-def test_logprobs_and_texts_reach_the_frontend(service: Service) -> None:
+def test_logprobs_and_texts_reach_the_frontend(service: LocalService) -> None:
     ids = INFO.tokenizer.encode("Hello 世界").ids
     service.sched.open("lp", logprob_text=True)  # type: ignore[union-attr]
     row = {"rid": "lp", "ids": ids, "finish": {"type": "length", "length": len(ids)},
@@ -80,7 +79,7 @@ def test_logprobs_and_texts_reach_the_frontend(service: Service) -> None:
     assert d.top_texts == [[INFO.token_text(t), INFO.token_text(7)] for t in ids]
 
 
-def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) -> None:
+def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: LocalService) -> None:
     ids = INFO.tokenizer.encode("good text").ids
     good = batch.encode_batch([{"rid": "good", "ids": ids[:1]}, {"rid": "victim", "ids": ids[:1]}])
     service.send(good)
@@ -106,7 +105,7 @@ def test_malformed_frame_is_dropped_whole_and_its_rids_fail(service: Service) ->
     assert service.health()[0] == 200
 
 
-def start_streams(svc: Service, requests: int, seed: int) -> tuple[list, list]:
+def start_streams(svc: LocalService, requests: int, seed: int) -> tuple[list, list]:
     """Requests of 30 ids each, all running: the first 10 steps sent and delivered."""
     spec = PlanSpec(requests=requests, concurrency=requests, min_tokens=30, max_tokens=30,
                     seed=seed)
@@ -118,7 +117,7 @@ def start_streams(svc: Service, requests: int, seed: int) -> tuple[list, list]:
     return reqs, steps
 
 
-def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -> None:
+def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: LocalService) -> None:
     restarts = service.metrics().get('sglang_tok_restarts_total{role="shard"}', 0.0)
     reqs, steps = start_streams(service, 200, 3)
     victim = service.kill(1)
@@ -146,9 +145,9 @@ def test_kill_shard_mid_stream_fails_its_rids_and_comes_back(service: Service) -
 def test_frontend_that_stops_reading_gets_backpressure_not_loss(tmp_path: Path) -> None:
     import zmq
 
-    from sglang_tok.harness.frontend import Frontend
     from sglang_tok.kit.client import Scheduler
-    svc = Service(tmp_path, shards=1, args=["--link-capacity", "2"], ring_capacity=2).start()
+    from sglang_tok.kit.sync_frontend import Frontend
+    svc = LocalService(tmp_path, shards=1, args=["--link-capacity", "2"], ring_capacity=2).start()
     try:
         svc.front.sock.close(linger=0)  # the frontend stops reading (nothing was sent yet)
         svc.sched.close()  # type: ignore[union-attr]
@@ -181,7 +180,7 @@ def test_frontend_that_stops_reading_gets_backpressure_not_loss(tmp_path: Path) 
 
 
 def test_sigterm_under_load_delivers_every_accepted_row(tmp_path: Path) -> None:
-    svc = Service(tmp_path, shards=2).start()
+    svc = LocalService(tmp_path, shards=2).start()
     reqs = make_requests(INFO, PlanSpec(requests=300, concurrency=300, min_tokens=20,
                                         max_tokens=20, seed=9))
     steps = list(schedule(reqs, 300, 9))
@@ -205,7 +204,7 @@ def test_sigterm_under_load_delivers_every_accepted_row(tmp_path: Path) -> None:
         svc.stop()
 
 
-def test_health_metrics_and_deep_probe(service: Service) -> None:
+def test_health_metrics_and_deep_probe(service: LocalService) -> None:
     ids = INFO.tokenizer.encode("count these tokens please").ids
     frames = [
         [{"rid": "m1", "ids": ids[:2], "prompt_tokens": 100, "cached_tokens": 40},
@@ -242,7 +241,7 @@ def test_health_metrics_and_deep_probe(service: Service) -> None:
     assert service.get("/nope")[0] == 404
 
 
-def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service) -> None:
+def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: LocalService) -> None:
     reqs, steps = start_streams(service, 100, 13)
     service.wait_back(0, service.kill(0))
     # every request that was live is ended by its shard with an error; none hangs
@@ -267,7 +266,7 @@ def test_kill_egress_mid_stream_fails_live_rids_and_comes_back(service: Service)
     assert not service.front.violations, service.front.violations[:5]
 
 
-def test_shard_killed_while_the_frontend_lags_ends_each_rid_once(service: Service) -> None:
+def test_shard_killed_while_the_frontend_lags_ends_each_rid_once(service: LocalService) -> None:
     """The dead shard's deltas still in socket buffers race the egress's errors for its
     rids (protocol section 5, rule 7): the frontend keeps the first terminal delta and
     drops what follows; the egress holds its errors so that little follows (without the
@@ -294,7 +293,7 @@ def test_shard_killed_while_the_frontend_lags_ends_each_rid_once(service: Servic
     assert failed and service.front.late - late < 200, (len(failed), service.front.late)
 
 
-def test_each_shard_start_is_logged_once(service: Service) -> None:
+def test_each_shard_start_is_logged_once(service: LocalService) -> None:
     """Once per shard process and egress: a shard or an egress that an earlier test
     killed is started again, and each egress logs the shards it meets."""
     service.barrier()
@@ -311,7 +310,7 @@ def test_the_harness_takes_the_shard_count_from_the_service(tmp_path: Path) -> N
     """A `--shards` among the flags passed through to `serve` wins there; the harness must
     barrier on the PONGs of every shard the service runs, as its /health reports them
     (issue 19: `faults.py --service-args "--shards 4"` waited for 2 and judged too early)."""
-    svc = Service(tmp_path, shards=1, args=["--shards", "3"]).start()
+    svc = LocalService(tmp_path, shards=1, args=["--shards", "3"]).start()
     try:
         assert svc.shards == 3 == svc.health()[1]["shards"]
         spec = PlanSpec(requests=60, concurrency=30, seed=19)

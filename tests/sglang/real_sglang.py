@@ -35,7 +35,7 @@ def main() -> None:
     from sglang.srt.runtime_context import publish
     from sglang.srt.server_args import PortArgs, ServerArgs
 
-    from sglang_tok.harness.sglang_side import frames, model_dir
+    from sglang_tok_testkit.sglang_side import frames, model_dir
 
     load_plugins()
     report: dict[str, Any] = {"pickle_ipc": io_struct._USE_PICKLE_IPC,

@@ -34,7 +34,7 @@ def main() -> None:
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import PortArgs, ServerArgs
 
-    from sglang_tok.harness.sglang_side import frames, model_dir
+    from sglang_tok_testkit.sglang_side import frames, model_dir
 
     load_plugins()
     receive = getattr(io_struct, "sock_recv", None) or (lambda sock: sock.recv_pyobj())

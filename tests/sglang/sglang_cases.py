@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from service import Service
+from local_service import LocalService
 
-from sglang_tok.harness.sglang_side import TokenizerSide, frames, rows_by_rid
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import Layout
+from sglang_tok_testkit.sglang_side import TokenizerSide, frames, rows_by_rid
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "sglang"
 MANIFEST: dict[str, Any] = json.loads((GOLDEN / "manifest.json").read_text())
@@ -59,7 +59,7 @@ class SglangService:
     def __init__(self, tmp: Path, shards: int, args: list[str] | None = None,
                  layout: Layout | None = None) -> None:
         self.where = {ipc: f"ipc://{tmp}/worker-{k}.ipc" for k, ipc in enumerate(worker_ipcs())}
-        self.svc = Service(tmp, shards=shards, args=["--protocol", "sglang", *(args or [])],
+        self.svc = LocalService(tmp, shards=shards, args=["--protocol", "sglang", *(args or [])],
                            frontend=False)
         self.side = TokenizerSide(self.svc.output, self.where.values(), layout)
 

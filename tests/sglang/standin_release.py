@@ -22,11 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from sglang_tok_standin.ledger import Ledger
+from sglang_tok_testkit.releases import Server, generate, server, site_path
 
-from sglang_tok.harness.releases import Server, generate, server, site_path  # noqa: E402
-from sglang_tok.harness.standin.ledger import Ledger  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SITES_ENV = "SGLANG_RELEASE_SITES"
 RELEASES = [f"0.5.{n}" for n in range(12, 24)]

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from sglang_cases import MANIFEST, SglangService, token_ids_message
 
-from sglang_tok.protocols.errors import MALFORMED_FRAME
+from sglang_tok.protocols.model.errors import MALFORMED_FRAME
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import builtin
 

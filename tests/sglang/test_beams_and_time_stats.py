@@ -14,7 +14,7 @@ from sglang_cases import SglangService, token_ids_message
 
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import builtin
-from sglang_tok.protocols.sglang.plan import Plan
+from sglang_tok.protocols.sglang.positions import Positions
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")
@@ -113,10 +113,10 @@ def test_pickled_columns_are_cut_only_from_sglangs_own_process_tree() -> None:
     # rows alternate between shards 0 and 1: each shard's rows in frame order
     order = np.array([*range(0, 12, 2), *range(1, 12, 2)])
     first = np.array([0, 6, 12, 12])
-    plan = Plan(builtin())
-    stats_at, info_at = plan.passed.index("time_stats"), plan.passed.index("customized_info")
+    positions = Positions(builtin())
+    stats_at, info_at = positions.carried.index("time_stats"), positions.carried.index("customized_info")
     for per_row in (True, False):
-        rows_of = SglangReader(plan, 512, 4096, frozenset(), WorkerMap(), per_row).step(
+        rows_of = SglangReader(positions, 512, 4096, frozenset(), WorkerMap(), per_row).step(
             fields, {})
         assert rows_of.carry is not None
         parts = rows_of.carry.cut(order, first, [0, 1], None)  # type: ignore[attr-defined]

@@ -35,7 +35,7 @@ from sglang_tok.protocols.sglang.part import (
     part_decoder,
 )
 from sglang_tok.protocols.sglang.pickled import cut_rows
-from sglang_tok.protocols.sglang.plan import Plan
+from sglang_tok.protocols.sglang.positions import Positions
 from sglang_tok.protocols.sglang.reader import SglangReader
 from sglang_tok.protocols.sglang.workers import WorkerMap
 
@@ -235,10 +235,10 @@ def test_every_part_carries_its_own_rows_of_every_column(data: Any) -> None:
             ["PickleWrapper", pickle.dumps({"score": [k / 3 for k in range(n)]})])),
     }
     msg = token_ids_message(rows, **extra)
-    plan = Plan(builtin())
+    positions = Positions(builtin())
     fields = wire.fields_decoder.decode(msg)
     where = {r["rid"]: k for k, r in enumerate(rows)}  # every rid routed: no first rows
-    got = SglangReader(plan, 512, 4096, frozenset(), WorkerMap(), True).step(fields, where)
+    got = SglangReader(positions, 512, 4096, frozenset(), WorkerMap(), True).step(fields, where)
     carry = got.carry
     assert carry is not None
     shard = np.array([data.draw(st.integers(0, nshards - 1)) for _ in range(n)])
@@ -250,7 +250,7 @@ def test_every_part_carries_its_own_rows_of_every_column(data: Any) -> None:
     parts = carry.parts(order, first, present, None if keys is None else keys[order],
                         data.draw(st.booleans()))
     whole = msgspec.msgpack.decode(msg)
-    by_name = dict(zip(plan.layout.token_ids, whole[1:]))
+    by_name = dict(zip(positions.layout.token_ids, whole[1:]))
     for s, part in parts.items():
         if not isinstance(part, Part):
             part = part_decoder.decode(part)
@@ -260,7 +260,7 @@ def test_every_part_carries_its_own_rows_of_every_column(data: Any) -> None:
             group = mine[a:b]
             if workers > 1:
                 assert {rows[i]["ipc"] for i in group} == {ipc}
-            for c, name in enumerate(plan.passed):
+            for c, name in enumerate(positions.carried):
                 value = msgspec.msgpack.decode(fields_of.field(c, a, b, ipc))
                 source = by_name.get(name)
                 if name in ("time_stats", "customized_info"):
@@ -288,14 +288,14 @@ def test_the_kinds_a_decode_step_takes() -> None:
     stats = [Stats(False, 1.0) for _ in range(n)]
     msg = token_ids_message(rows, time_stats=msgspec.Raw(msgspec.msgpack.encode(
         ["PickleWrapper", pickle.dumps(stats)])), retraction_counts=[0] * n)
-    plan = Plan(builtin())
-    got = SglangReader(plan, 512, 4096, frozenset(), WorkerMap()).step(
+    positions = Positions(builtin())
+    got = SglangReader(positions, 512, 4096, frozenset(), WorkerMap()).step(
         wire.fields_decoder.decode(msg), {r["rid"]: 0 for r in rows})
     carry = got.carry
     order = np.arange(n)
     first = np.array([0, 20, 40, 40])
     part = carry.parts(order, first, [0, 1], None, True)[0]  # type: ignore[union-attr]
-    kinds = dict(zip(plan.passed, part.kinds))
+    kinds = dict(zip(positions.carried, part.kinds))
     assert kinds["rids"] == SPANS and kinds["output_ids"] == SPANS
     assert part.shape.widths[:2] == [34, 17]
     assert kinds["prompt_tokens"] == kinds["completion_tokens"] == NUMBERS

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sglang_cases import SglangService, token_ids_message
 
-from sglang_tok.harness.workload import BUILTIN_TEXTS
+from sglang_tok.kit.workload import BUILTIN_TEXTS
 from sglang_tok.tokenizer import load
 
 INFO = load("deepseek-v4")

@@ -14,12 +14,12 @@ import pytest
 from sglang_cases import MANIFEST, SglangService, token_ids_message
 
 from sglang_tok.config import Config, ConfigError, finalize
-from sglang_tok.harness.sglang_side import frames
 from sglang_tok.protocols.registry import check
 from sglang_tok.protocols.sglang import layout as layouts
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import Layout, builtin, carry_of, known, reply_kwargs
-from sglang_tok.protocols.sglang.plan import Plan
+from sglang_tok.protocols.sglang.positions import Positions
+from sglang_tok_testkit.sglang_side import frames
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "sglang"
 RELEASES = [f"0.5.{k}" for k in range(12, 24)]
@@ -31,8 +31,8 @@ def test_every_release_with_plugin_hooks_has_a_layout_that_is_served() -> None:
     for release in RELEASES:
         layout = known(release)
         assert layout.release == release and layout.refusal() is None, release
-        plan = Plan(layout)
-        assert plan.count == len(layout.token_ids)
+        positions = Positions(layout)
+        assert positions.count == len(layout.token_ids)
         # the reply's fields come from the scheduler's fields of the same name, but the
         # texts, the placeholders SGLang always sends as None, and the base64 tensors
         for name, how in zip(layout.str_output, layout.carry):
@@ -46,7 +46,7 @@ def test_field_order_differs_between_releases_and_is_read_by_name() -> None:
     misplaced = [n for i, n in enumerate(old.token_ids)
                  if i >= len(new.token_ids) or new.token_ids[i] != n]
     assert len(misplaced) >= 20
-    p_old, p_new = Plan(old), Plan(new)
+    p_old, p_new = Positions(old), Positions(new)
     for name in ("time_stats", "customized_info", "dp_ranks", "rids", "decode_ids"):
         assert old.token_ids[p_old.at[name] - 1] == name == new.token_ids[p_new.at[name] - 1]
 
@@ -197,10 +197,10 @@ def test_a_message_of_another_release_is_dropped_whole_never_misread(
 
 def test_each_release_reads_only_its_own_messages() -> None:
     for release in RELEASES:
-        plan = Plan(known(release))
+        positions = Positions(known(release))
         for msg in frames(GOLDEN / "plain.in.bin"):
             fields = wire.fields_decoder.decode(msg)
-            assert (len(fields) - 1 == plan.count) == (
+            assert (len(fields) - 1 == positions.count) == (
                 len(known(release).token_ids) == len(NEW.token_ids)), release
 
 
@@ -255,9 +255,9 @@ def test_a_stop_id_zero_is_kept_where_the_release_keeps_it() -> None:
     from sglang_tok.protocols.sglang.reader import SglangReader
     from sglang_tok.protocols.sglang.workers import WorkerMap
 
-    old = SglangReader(Plan(known("0.5.20")), 512, 4096, frozenset(), WorkerMap())
-    new = SglangReader(Plan(known("0.5.21")), 512, 4096, frozenset(), WorkerMap())
+    old = SglangReader(Positions(known("0.5.20")), 512, 4096, frozenset(), WorkerMap())
+    new = SglangReader(Positions(known("0.5.21")), 512, 4096, frozenset(), WorkerMap())
     assert old._for_shard(Stop(0)) == Stop() and new._for_shard(Stop(0)) == Stop(0)
     assert old._for_shard(Stop(5)) == Stop(5)
-    assert old.through and not SglangReader(Plan(known("0.5.13")), 512, 4096, frozenset(),
+    assert old.through and not SglangReader(Positions(known("0.5.13")), 512, 4096, frozenset(),
                                             WorkerMap()).through

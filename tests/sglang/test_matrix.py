@@ -15,9 +15,9 @@ import psutil
 import pytest
 from sglang_cases import sglang_python
 
-from sglang_tok.harness import releases
-from sglang_tok.harness.bench import matrix_compare as mc
-from sglang_tok.harness.standin.ledger import Entry, Ledger, dumps, expected_beams, expected_text
+from sglang_tok_standin.ledger import Entry, Ledger, dumps, expected_beams, expected_text
+from sglang_tok_testkit import matrix_compare as mc
+from sglang_tok_testkit import releases
 
 STOP_STR = {"type": "stop", "matched": "cd"}
 
@@ -171,7 +171,7 @@ REAL = [r for r in os.environ.get("SGLANG_MATRIX_RELEASES", "0.5.16,0.5.23").spl
 @pytest.mark.timeout(300 * len(REAL))
 @pytest.mark.parametrize("release", REAL)
 def test_a_release_served_by_the_plugin_as_by_stock(release: str, tmp_path: Path) -> None:
-    from sglang_tok.harness.bench.sglang_matrix import run_release
+    from sglang_tok_testkit.matrix import run_release
 
     assert PYTHON is not None
     sites = os.environ.get("SGLANG_RELEASE_SITES", releases.DEFAULT_SITES)

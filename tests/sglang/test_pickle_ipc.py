@@ -17,15 +17,15 @@ from pathlib import Path
 import msgspec
 import pytest
 import zmq
+from local_service import LocalService
 from pickle_peer import LEN, fake_release, frames
-from service import Service
 from sglang_cases import GOLDEN, MANIFEST
 
 from sglang_tok.config import Config, ConfigError, finalize
-from sglang_tok.harness.sglang_side import rows_by_rid
 from sglang_tok.protocols.registry import check
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import builtin, known
+from sglang_tok_testkit.sglang_side import rows_by_rid
 
 PEER = Path(__file__).with_name("pickle_peer.py")
 RELEASE = "0.5.14"
@@ -47,16 +47,16 @@ def _peer(fake: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["1shard", "2shards"])
 def service(request: pytest.FixtureRequest, fake: Path,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalService]:
     tmp = tmp_path_factory.mktemp("pickle-ipc")
-    with Service(tmp, shards=request.param, frontend=False,
+    with LocalService(tmp, shards=request.param, frontend=False,
                  args=["--protocol", "sglang", "--sglang-layout", RELEASE],
                  env={"PYTHONPATH": str(fake)}) as svc:
         yield svc
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_a_pickle_release_is_read_and_answered_in_pickles(service: Service, fake: Path,
+def test_a_pickle_release_is_read_and_answered_in_pickles(service: LocalService, fake: Path,
                                                           tmp_path: Path, case: str) -> None:
     spec = MANIFEST["cases"][case]
     pickled, out = tmp_path / "in.bin", tmp_path / "out.bin"

@@ -3,7 +3,7 @@
 (`SGLANG_PYTHON`, or the side environment of `shared/tools/sglang-venv.sh`), the plugin
 inside SGLang's own launcher code:
 
-    SGLANG_PYTHON=$(bash ../shared/tools/sglang-venv.sh) && $SGLANG_PYTHON -m pip install -q -e .
+    SGLANG_PYTHON=$(bash ../shared/tools/sglang-venv.sh) && $SGLANG_PYTHON -m pip install -q -e . -e ./standin
     SGLANG_PYTHON=... .venv/bin/python -m pytest tests/sglang -k "sglang or plugin"
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from sglang_cases import GOLDEN, sglang_python
 
-from sglang_tok.harness.service import http_get
 from sglang_tok.integrations.sglang import launcher, plugin
+from sglang_tok.kit.local_service import http_get
 from sglang_tok.protocols.sglang.layout import known
 from sglang_tok.protocols.sglang.layout import read as read_layout
 

@@ -9,12 +9,12 @@ from pathlib import Path
 from sglang_cases import GOLDEN, MANIFEST, SglangService, moved_ipcs
 from test_standin_rows import EOS, TOKENIZER, fields, ids_of
 
-from sglang_tok.harness.sglang_side import frames
-from sglang_tok.harness.standin.core import Core, wire_beams
-from sglang_tok.harness.standin.record import recordings
-from sglang_tok.harness.standin.requests import Ask, Sampling
-from sglang_tok.harness.standin.streams import Replayed
 from sglang_tok.tracefile import read
+from sglang_tok_standin.core import Core, wire_beams
+from sglang_tok_standin.requests import Ask, Sampling
+from sglang_tok_standin.streams import Replayed
+from sglang_tok_standin.trace_reader import recordings
+from sglang_tok_testkit.sglang_side import frames
 
 
 def golden_streams(case: str) -> dict[str, tuple[list[list[int]], dict | None]]:

@@ -22,11 +22,11 @@ from typing import Any
 import msgspec
 import pytest
 import zmq
+from local_service import LocalService
 from pickle_peer import LEN, fake_release
-from service import Service
 
-from sglang_tok.harness.sglang_side import frames, rows_by_rid
 from sglang_tok.protocols.sglang.layout import known, known_releases
+from sglang_tok_testkit.sglang_side import frames, rows_by_rid
 
 RELEASES_DIR = Path(__file__).resolve().parent.parent / "golden" / "sglang" / "releases"
 PEER = Path(__file__).with_name("pickle_peer.py")
@@ -53,7 +53,7 @@ class Release:
             if self.pickle else None
         # one shard inside the egress's process, as the plugin runs SGLang's default
         inline = ["--inline-shard"] if shards == 1 else []
-        self.svc = Service(tmp, shards=shards, frontend=False,
+        self.svc = LocalService(tmp, shards=shards, frontend=False,
                            args=["--protocol", "sglang", "--sglang-layout", release, *inline],
                            env={"PYTHONPATH": str(self.fake)} if self.fake else None)
         self.ctx = zmq.Context()

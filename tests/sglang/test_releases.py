@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sglang_cases import sglang_python
 
-from sglang_tok.harness.kernel_standin import FOLDER as KERNEL_STANDIN
 from sglang_tok.protocols.sglang.layout import LAST_TESTED, known_releases
+from sglang_tok_standin.kernel import FOLDER as KERNEL_STANDIN
 
 HERE = Path(__file__).resolve().parent
 RELEASES = HERE.parent / "golden" / "sglang" / "releases"
@@ -79,7 +79,7 @@ from sglang.srt.entrypoints.engine import Engine
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.plugins import load_plugins
 from sglang.srt.server_args import PortArgs, ServerArgs
-from sglang_tok.harness.sglang_side import model_dir
+from sglang_tok_testkit.sglang_side import model_dir
 load_plugins()
 mdir = model_dir(sys.argv[1])
 args = ServerArgs(model_path=str(mdir), tokenizer_path=str(mdir), device="cpu")

@@ -4,7 +4,7 @@ endpoints, every text against the full decode of what the stand-in sent; with
 --enable-metrics, `meta_info` and /metrics as stock's; beam search as stock's; a trace
 recorded by one server replayed by another. Runs only with SGLANG_PYTHON (a python that
 imports SGLang 0.5.23 and this checkout: `bash ../shared/tools/sglang-venv.sh`, then
-`pip install -e .` into it); a few minutes of wall time, most of it SGLang starting up.
+`pip install -e . -e ./standin` into it); a few minutes of wall time, most of it SGLang starting up.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def metric_names(url: str) -> set[str]:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """SGLang's detokenizer, and the plugin with 2 shards recording a trace; both with
     --enable-metrics."""
-    from sglang_tok.harness.bench import sglang_server as bench
+    from sglang_tok_bench import sglang_server as bench
 
     work = tmp_path_factory.mktemp("server")
     trace = work / "recorded.trace"
@@ -135,7 +135,7 @@ def test_a_recorded_trace_replays_on_another_server(servers: dict[str, Any]) -> 
         want._read()
         entry = want.seen[out["meta_info"]["id"]]
         assert out["text"] == want.text(entry) and out["output_ids"] == entry["ids"]
-        from sglang_tok.harness.standin.record import recordings
+        from sglang_tok_standin.trace_reader import recordings
 
         recorded = [[t for chunk in chunks for t in chunk] for chunks, _ in recordings(trace)]
         assert out["output_ids"] in recorded  # one of the recorded server's streams

@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.skipif(PYTHON is None, reason="SGLANG_PYTHON unset or 
 
 @pytest.mark.parametrize("dp,workers", [(2, 1), (1, 2)], ids=["dp2", "tm-workers2"])
 def test_kill_9_shard_then_egress_server_up_none_hung_none_wrong(dp: int, workers: int) -> None:
-    from sglang_tok.harness.bench import sglang_faults as faults
-    from sglang_tok.harness.bench.sglang_server import Server, System
+    from sglang_tok_bench import sglang_faults as faults
+    from sglang_tok_bench.sglang_server import Server, System
 
     assert PYTHON is not None
     # the service's ipc:// paths live in TMPDIR: pytest's own tmp_path is too long for them

@@ -34,8 +34,8 @@ import pytest
 from fake_scheduler import CRASH
 from sglang_cases import sglang_python
 
-from sglang_tok.harness.sglang_side import model_dir
 from sglang_tok.integrations.sglang import cores
+from sglang_tok_testkit.sglang_side import model_dir
 
 HERE = Path(__file__).resolve().parent
 

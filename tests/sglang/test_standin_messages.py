@@ -1,5 +1,5 @@
 """The stand-in's messages built by field name for every SGLang release 0.5.12-0.5.23,
-without SGLang: the columns the stand-in makes (`rows.COLUMNS`) mapped onto each release's
+without SGLang: the columns the stand-in makes (`step_columns.COLUMNS`) mapped onto each release's
 `BatchTokenIDOutput` fields as its layout names them (`protocols/sglang/layouts/*.json`),
 with what a release requires that the stand-in does not make filled as that release's
 scheduler fills it, and anything else refused in one line.
@@ -8,7 +8,7 @@ Each golden case is stepped through the stand-in once; every step's columns are 
 0.5.23's message and as each other release's, and each field of the other release holds,
 by name, what the same field of 0.5.23's holds (or its fill). Pickle-IPC releases
 (0.5.12-0.5.14) are built as a dataclass of the layout's fields, every one required: a
-field the plan does not give, or one the class does not have, fails the build.
+field the field_map does not give, or one the class does not have, fails the build.
 """
 
 from __future__ import annotations
@@ -32,24 +32,24 @@ from test_standin_rows import (
     scripts,
 )
 
-from sglang_tok.harness.standin.core import Core, wire_beams
-from sglang_tok.harness.standin.message import (
+from sglang_tok_standin.core import Core, wire_beams
+from sglang_tok_standin.release_message import (
     FILLS,
-    NEWEST,
-    Plan,
+    LAST_TESTED,
+    FieldMap,
     encode,
     fields_of,
     known_fields,
     known_releases,
 )
-from sglang_tok.harness.standin.rows import COLUMNS
+from sglang_tok_standin.step_columns import COLUMNS
 
 RELEASES = known_releases()
 _plain = msgspec.msgpack.Decoder(ext_hook=lambda code, data: (code, bytes(data)))
 
 
 def test_the_layouts_of_every_release_are_here() -> None:
-    assert RELEASES[0] == "0.5.12" and RELEASES[-1] == NEWEST and len(RELEASES) == 12
+    assert RELEASES[0] == "0.5.12" and RELEASES[-1] == LAST_TESTED and len(RELEASES) == 12
     counts = {r: len(known_fields(r).token_ids) for r in RELEASES}
     assert counts["0.5.12"] == counts["0.5.13"] == 42 and counts["0.5.16"] == 49
     assert counts["0.5.20"] == 54 and counts["0.5.23"] == 53
@@ -60,17 +60,17 @@ def test_every_field_of_every_release_is_made_or_filled(release: str) -> None:
     """Every field, as if each were required (no class at hand to say which have
     defaults), is one of the stand-in's columns or a known fill."""
     names = known_fields(release).token_ids
-    plan = Plan(release, names, None)
-    assert plan.refusal() is None and plan.missing == ()
-    assert [n for n, _ in plan.taken] == [n for n in names if n in COLUMNS]
-    assert {n for n, _ in plan.filled} == {n for n in names if n not in COLUMNS}
-    assert {n for n, _ in plan.filled} <= set(FILLS)
-    assert plan.dropped == tuple(n for n in COLUMNS if n not in names)
+    field_map = FieldMap(release, names, None)
+    assert field_map.refusal() is None and field_map.missing == ()
+    assert [n for n, _ in field_map.taken] == [n for n in names if n in COLUMNS]
+    assert {n for n, _ in field_map.filled} == {n for n in names if n not in COLUMNS}
+    assert {n for n, _ in field_map.filled} <= set(FILLS)
+    assert field_map.dropped == tuple(n for n in COLUMNS if n not in names)
     if release in ("0.5.12", "0.5.13"):
-        assert {"load", "token_steps"} == {n for n, _ in plan.filled}
+        assert {"load", "token_steps"} == {n for n, _ in field_map.filled}
         # the columns 0.5.12 has no field for: newer counts, beam search, weight versions
         assert {"image_tokens", "beam_search_output", "weight_versions",
-                "spec_num_cap_tokens"} <= set(plan.dropped)
+                "spec_num_cap_tokens"} <= set(field_map.dropped)
 
 
 def golden_steps(case: str) -> list[dict[str, Any]]:
@@ -101,21 +101,21 @@ def dataclass_of(release: str) -> type:
 
 
 @pytest.mark.parametrize("case", ["logprobs", "stops", "random"])
-@pytest.mark.parametrize("release", [r for r in RELEASES if r != NEWEST])
+@pytest.mark.parametrize("release", [r for r in RELEASES if r != LAST_TESTED])
 def test_each_release_gets_the_same_fields_by_name(release: str, case: str) -> None:
     layout = known_fields(release)
-    plan = Plan(release, layout.token_ids, None)
-    filled = {n for n, _ in plan.filled}
+    field_map = FieldMap(release, layout.token_ids, None)
+    filled = {n for n, _ in field_map.filled}
     for k, cols in enumerate(golden_steps(case)):
         newest = fields(message(cols))
-        kwargs = plan.kwargs(cols)
+        kwargs = field_map.kwargs(cols)
         if layout.ipc == "pickle":  # built as the release's own (data)class, by name
             obj = dataclass_of(release)(**kwargs)
             assert obj.rids == cols["rids"] and obj.output_ids == cols["output_ids"]
             assert obj.spec_verify_ct == [] and obj.spec_correct_drafts_histogram == []
             got = fields(encode(kwargs, layout.token_ids), layout.token_ids)
         else:
-            got = fields(message(cols, plan), layout.token_ids)
+            got = fields(message(cols, field_map), layout.token_ids)
         for name in layout.token_ids:
             if name in filled:
                 assert got[name] is None, (k, name)  # load, token_steps, sampling logprobs
@@ -130,10 +130,10 @@ def test_a_release_whose_ids_are_lists() -> None:
         return [list(r) for r in rows]
 
     layout = known_fields("0.5.12")
-    plan = Plan("0.5.12", layout.token_ids, None,
+    field_map = FieldMap("0.5.12", layout.token_ids, None,
                 convert={"decode_ids": as_lists, "output_ids": as_lists})
     cols = golden_steps("plain")[0]
-    obj = dataclass_of("0.5.12")(**plan.kwargs(cols))
+    obj = dataclass_of("0.5.12")(**field_map.kwargs(cols))
     assert all(type(r) is list for r in (*obj.decode_ids, *obj.output_ids))
     assert obj.output_ids == [list(r) for r in cols["output_ids"]]
     assert [ids_of(x) for x in fields(message(cols))["output_ids"]] == obj.output_ids
@@ -145,21 +145,21 @@ def with_field(names: tuple[str, ...], at: int, name: str) -> tuple[str, ...]:
 
 def test_a_required_field_the_stand_in_does_not_make_is_refused_in_one_line() -> None:
     names = with_field(NAMES, 10, "draft_token_ids")
-    plan = Plan("0.6.0", names, None)
-    refusal = plan.refusal()
+    field_map = FieldMap("0.6.0", names, None)
+    refusal = field_map.refusal()
     assert refusal is not None and "\n" not in refusal
     assert "SGLang 0.6.0" in refusal and "draft_token_ids" in refusal
     # with a default, it is left at its default: SGLang's encoder writes it
     required = set(names) - {"draft_token_ids"}
-    plan = Plan("0.6.0", names, required)
-    assert plan.refusal() is None and plan.defaulted == ("draft_token_ids",)
+    field_map = FieldMap("0.6.0", names, required)
+    assert field_map.refusal() is None and field_map.defaulted == ("draft_token_ids",)
     cols = golden_steps("plain")[0]
-    assert "draft_token_ids" not in plan.kwargs(cols)
-    got = fields(encode(plan.kwargs(cols), names), names)
+    assert "draft_token_ids" not in field_map.kwargs(cols)
+    got = fields(encode(field_map.kwargs(cols), names), names)
     assert got["draft_token_ids"] is None and got["rids"] == cols["rids"]
     # a renamed column the release requires: refused, never sent under another name
     renamed = tuple("request_ids" if n == "rids" else n for n in NAMES)
-    refusal = Plan("0.6.0", renamed, None).refusal()
+    refusal = FieldMap("0.6.0", renamed, None).refusal()
     assert refusal is not None and "request_ids" in refusal
 
 
@@ -169,9 +169,9 @@ def test_a_field_moved_or_removed_is_placed_by_name() -> None:
     cols = golden_steps("multi_id_rows")[2]
     newest = fields(message(cols))
     for names in (moved, removed):
-        plan = Plan("0.6.0", names, None)
-        assert plan.refusal() is None
-        got = fields(encode(plan.kwargs(cols), names), names)
+        field_map = FieldMap("0.6.0", names, None)
+        assert field_map.refusal() is None
+        got = fields(encode(field_map.kwargs(cols), names), names)
         assert all(got[n] == newest[n] for n in names)
 
 
@@ -179,10 +179,10 @@ def test_a_fill_of_the_process_replaces_the_default_one() -> None:
     """`load` (0.5.12-0.5.13) is the scheduler's loads where the process can build them
     with the release's own class; nil otherwise."""
     layout = known_fields("0.5.13")
-    plan = Plan("0.5.13", layout.token_ids, None,
+    field_map = FieldMap("0.5.13", layout.token_ids, None,
                 fills={"load": lambda cols: {"num_running_reqs": len(cols["rids"])}})
     cols = golden_steps("random")[5]
-    assert plan.kwargs(cols)["load"] == {"num_running_reqs": len(cols["rids"])}
+    assert field_map.kwargs(cols)["load"] == {"num_running_reqs": len(cols["rids"])}
 
 
 def test_fields_read_from_a_layout_in_any_form() -> None:
@@ -221,8 +221,8 @@ def test_the_launchers_arguments_are_bound_by_the_releases_names() -> None:
     seven: the stand-in takes each by the name its release gives it."""
     import functools
 
-    from sglang_tok.harness.standin.main import StandinRefused, _bind
-    from sglang_tok.harness.standin.plugin import params_of
+    from sglang_tok_standin.main import StandinRefused, _bind
+    from sglang_tok_standin.plugin import params_of
 
     pipe = Pipe()
     old = params_of(run_scheduler_process_0_5_20)
@@ -241,7 +241,7 @@ def test_the_launchers_arguments_are_bound_by_the_releases_names() -> None:
 
 
 def test_a_class_s_fields_and_those_it_requires() -> None:
-    from sglang_tok.harness.standin.main import _keeps_lists, class_fields
+    from sglang_tok_standin.main import _keeps_lists, class_fields
 
     class Struct(msgspec.Struct, kw_only=True):
         rids: list[str]

@@ -1,5 +1,5 @@
 """Every serving mode of SGLang answered by the plugin as by SGLang's own detokenizer: each
-mode (`harness/serving_modes.py`) runs a whole server twice on the same stand-in streams,
+mode (`sglang_tok_testkit/serving_modes.py`) runs a whole server twice on the same stand-in streams,
 stock then plugin, with the same requests; every text is the stand-in's ledger's (the
 full decode of the ids it sent, after stops), every meta_info key is on both with the same
 value (clocks aside), and stopping the launcher leaves no process of the server behind.
@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 from sglang_cases import sglang_python
-from standin_release import ROOT, Ledger, Server
+from standin_release import Ledger, Server
 
-from sglang_tok.harness.serving_modes import (
+from sglang_tok_testkit.processes import PACKAGE_FOLDERS
+from sglang_tok_testkit.serving_modes import (
     MODES,
     PLUGINS,
     STANDIN,
@@ -34,7 +35,7 @@ from sglang_tok.harness.serving_modes import (
     meta_differences,
     replies,
 )
-from sglang_tok.harness.sglang_side import model_dir
+from sglang_tok_testkit.sglang_side import model_dir
 
 PYTHON = sglang_python()
 pytestmark = [pytest.mark.skipif(PYTHON is None, reason="SGLANG_PYTHON unset or unusable"),
@@ -123,7 +124,7 @@ def serve(mode: Mode, kind: str, work: Path, port: int) -> Run:
     assert PYTHON is not None
     run = Run()
     work.mkdir(parents=True, exist_ok=True)
-    s = Server(PYTHON, str(ROOT), work, port, standin=",".join(filter(None, (
+    s = Server(PYTHON, os.pathsep.join(PACKAGE_FOLDERS), work, port, standin=",".join(filter(None, (
         STANDIN, mode.standin))), env={"SGLANG_PLUGINS": PLUGINS[kind]}, args=mode.args)
     try:
         s.wait_ready()
@@ -155,10 +156,11 @@ def offline(mode: Mode, kind: str, work: Path) -> Run:
     run = Run()
     work.mkdir(parents=True, exist_ok=True)
     ledger_path = work / "ledger.jsonl"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SGLANG_PLUGINS": PLUGINS[kind],
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(PACKAGE_FOLDERS),
+           "SGLANG_PLUGINS": PLUGINS[kind],
            "SGLANG_TOK_STANDIN": f"step_ms=5,length=40,ledger={ledger_path},{STANDIN}"}
     asks = [{**a, "stream": False} for a in mode.requests()]
-    done = subprocess.run([PYTHON, "-m", "sglang_tok.harness.offline_engine",
+    done = subprocess.run([PYTHON, "-m", "sglang_tok_standin.offline_engine",
                            str(model_dir(work)), json.dumps(asks)], env=env, cwd=work,
                           capture_output=True, text=True, timeout=300)
     if done.returncode != 0:

@@ -10,12 +10,12 @@ import subprocess
 import sys
 import time
 
-from sglang_tok.harness.serving_modes import MODES, is_clock, meta_differences
-from sglang_tok.harness.standin.core import Core, wire_beams
-from sglang_tok.harness.standin.grid import StepGrid
-from sglang_tok.harness.standin.loads import TITLE, peers, snapshot_fields
-from sglang_tok.harness.standin.requests import Ask, Sampling
-from sglang_tok.harness.standin.streams import Synthetic
+from sglang_tok_standin.core import Core, wire_beams
+from sglang_tok_standin.grid import StepGrid
+from sglang_tok_standin.loads import TITLE, peers, snapshot_fields
+from sglang_tok_standin.requests import Ask, Sampling
+from sglang_tok_standin.streams import Synthetic
+from sglang_tok_testkit.serving_modes import MODES, is_clock, meta_differences
 
 CORPUS = [list(range(100, 400))]
 EOS = 2

@@ -66,7 +66,7 @@ def test_a_trace_of_one_release_replays_on_another(tmp_path: Path) -> None:
     which speaks pickles and has 42 fields."""
     from test_standin_replay import write_trace
 
-    from sglang_tok.harness.standin.record import recordings
+    from sglang_tok_standin.trace_reader import recordings
 
     path = path_of("0.5.13")
     trace = write_trace(tmp_path / "t.trace", "0.5.16", "random")
@@ -79,8 +79,8 @@ def test_a_trace_of_one_release_replays_on_another(tmp_path: Path) -> None:
 def test_a_trace_the_plugin_recorded_replays_on_an_older_release(tmp_path: Path) -> None:
     """The plugin (sglang-tok as SGLang 0.5.23's detokenizer) records a trace with its
     layout; SGLang 0.5.20 replays it with its own detokenizer."""
-    from sglang_tok.harness.standin.record import read_trace
     from sglang_tok.tracefile import read
+    from sglang_tok_standin.trace_reader import read_trace
 
     newest, older = path_of("0.5.23"), path_of("0.5.20")
     trace = tmp_path / "recorded.trace"

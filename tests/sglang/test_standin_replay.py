@@ -25,14 +25,14 @@ from sglang_cases import GOLDEN
 from test_record_replay import golden_streams
 from test_standin_rows import EOS, NAMES, TOKENIZER, fields, ids_of
 
-from sglang_tok.harness.sglang_side import frames
-from sglang_tok.harness.standin.core import Core, wire_beams
-from sglang_tok.harness.standin.message import Plan, encode, known_fields
-from sglang_tok.harness.standin.record import ReplayRefused, read_trace, recordings, replay_refusal
-from sglang_tok.harness.standin.requests import Ask, Sampling
-from sglang_tok.harness.standin.streams import Replayed
 from sglang_tok.protocols.sglang.layout import known
 from sglang_tok.tracefile import Recorder
+from sglang_tok_standin.core import Core, wire_beams
+from sglang_tok_standin.release_message import FieldMap, encode, known_fields
+from sglang_tok_standin.requests import Ask, Sampling
+from sglang_tok_standin.streams import Replayed
+from sglang_tok_standin.trace_reader import ReplayRefused, read_trace, recordings, replay_refusal
+from sglang_tok_testkit.sglang_side import frames
 
 _ext = msgspec.msgpack.Decoder(ext_hook=lambda code, data: msgspec.msgpack.Ext(code,
                                                                               bytes(data)))
@@ -108,7 +108,7 @@ def replay(recorded: list[Any], release: str) -> dict[str, list[int]]:
     """The recorded streams replayed into `release`: its message built by name each step
     (a dataclass of its fields for a pickle release), the ids read back by rid."""
     layout = known_fields(release)
-    plan = Plan(release, layout.token_ids, None)
+    field_map = FieldMap(release, layout.token_ids, None)
     core = Core(Replayed(recorded), None, EOS, TOKENIZER.get_vocab_size(), wire_beams)
     for k in range(len(recorded)):
         core.add(Ask(rid=f"new-{k}", input_ids=(5, 6), sampling=Sampling(
@@ -118,7 +118,7 @@ def replay(recorded: list[Any], release: str) -> dict[str, list[int]]:
         cols = core.step()
         if cols is None:
             continue
-        kwargs = plan.kwargs(cols)
+        kwargs = field_map.kwargs(cols)
         if layout.ipc == "pickle":
             obj = dataclasses.make_dataclass(
                 "BatchTokenIDOutput", [(n, Any) for n in layout.token_ids])(**kwargs)
@@ -198,13 +198,13 @@ def test_a_trace_without_what_a_replay_reads_is_refused(tmp_path: Path) -> None:
 def test_a_target_that_needs_what_neither_gives_is_refused(tmp_path: Path) -> None:
     trace = read_trace(write_trace(tmp_path / "t.trace", "0.5.16", "plain"))
     names = (*known_fields("0.5.23").token_ids, "draft_token_ids")
-    refusal = replay_refusal(trace, Plan("0.6.0", names, None))
+    refusal = replay_refusal(trace, FieldMap("0.6.0", names, None))
     assert refusal is not None and "\n" not in refusal
     assert "recorded on SGLang 0.5.16" in refusal and "SGLang 0.6.0" in refusal
     assert refusal.endswith("requires draft_token_ids, which the trace does not carry and "
                             "the stand-in does not make")
     for release in ("0.5.12", "0.5.20", "0.5.23"):
-        assert replay_refusal(trace, Plan(release, known_fields(release).token_ids,
+        assert replay_refusal(trace, FieldMap(release, known_fields(release).token_ids,
                                           None)) is None
 
 

@@ -22,12 +22,12 @@ import msgspec
 import pytest
 from sglang_cases import CASES, GOLDEN, MANIFEST
 
-from sglang_tok.harness.sglang_side import frames
-from sglang_tok.harness.standin.core import Core, wire_beams
-from sglang_tok.harness.standin.message import NEWEST, Plan, encode, known_fields
-from sglang_tok.harness.standin.requests import Ask, Sampling
-from sglang_tok.harness.standin.streams import ChunkLogprobs, Stream
 from sglang_tok.tokenizer import load_tokenizer
+from sglang_tok_standin.core import Core, wire_beams
+from sglang_tok_standin.release_message import LAST_TESTED, FieldMap, encode, known_fields
+from sglang_tok_standin.requests import Ask, Sampling
+from sglang_tok_standin.streams import ChunkLogprobs, Stream
+from sglang_tok_testkit.sglang_side import frames
 
 _plain = msgspec.msgpack.Decoder(ext_hook=lambda code, data: (code, bytes(data)))
 SPEC = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_block_accept_tokens",
@@ -35,8 +35,8 @@ SPEC = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_block_accept_toke
 BY_CONSTRUCTION = frozenset(("weight_versions", *SPEC))
 TOKENIZER = load_tokenizer("deepseek-v4")
 EOS = frozenset([MANIFEST["eos"]])
-NAMES = known_fields(NEWEST).token_ids  # the golden messages' release's fields
-PLAN = Plan(NEWEST, NAMES, None)
+NAMES = known_fields(LAST_TESTED).token_ids  # the golden messages' release's fields
+FIELD_MAP = FieldMap(LAST_TESTED, NAMES, None)
 
 
 def fields(msg: bytes, names: tuple[str, ...] = NAMES) -> dict[str, Any]:
@@ -45,9 +45,9 @@ def fields(msg: bytes, names: tuple[str, ...] = NAMES) -> dict[str, Any]:
     return dict(zip(names, decoded[1:]))
 
 
-def message(cols: dict[str, Any], plan: Plan = PLAN) -> bytes:
+def message(cols: dict[str, Any], field_map: FieldMap = FIELD_MAP) -> bytes:
     """A step's columns as the release's message (msgpack form), built by name."""
-    return encode(plan.kwargs(cols), plan.fields)
+    return encode(field_map.kwargs(cols), field_map.fields)
 
 
 def by_row(msg: dict[str, Any], name: str) -> Any:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from sglang_cases import CASES, GOLDEN, MANIFEST
 
-from sglang_tok.harness.sglang_side import frames, reply_rows
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.layout import builtin
-from sglang_tok.protocols.sglang.plan import Plan
+from sglang_tok.protocols.sglang.positions import Positions
+from sglang_tok_testkit.sglang_side import frames, reply_rows
 
 
 def test_the_builtin_layout_is_the_golden_messages_release() -> None:
@@ -91,8 +91,8 @@ def test_keep_stop_ids_leave_a_tool_call_closer_in_the_text() -> None:
     from sglang_tok.protocols.sglang.reader import SglangReader
     from sglang_tok.protocols.sglang.workers import WorkerMap
 
-    plan = Plan(builtin())
-    reader = SglangReader(plan, 512, 4096, frozenset({200012}), WorkerMap())
+    positions = Positions(builtin())
+    reader = SglangReader(positions, 512, 4096, frozenset({200012}), WorkerMap())
     assert reader._for_shard(Stop(200012)) == Stop()
     assert reader._for_shard(Stop(1)) == Stop(1)
     assert reader._for_shard(Stop([1, 2])) == Stop()

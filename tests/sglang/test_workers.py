@@ -9,7 +9,7 @@ import msgspec
 from sglang_cases import token_ids_message
 
 from sglang_tok.protocols.sglang.layout import builtin
-from sglang_tok.protocols.sglang.plan import Plan
+from sglang_tok.protocols.sglang.positions import Positions
 from sglang_tok.protocols.sglang.reader import SglangReader
 from sglang_tok.protocols.sglang.workers import WorkerMap
 
@@ -23,7 +23,7 @@ def read(reader: SglangReader, rows: list[dict], where: dict[str, int]) -> None:
 
 def test_a_finished_row_keeps_its_worker_until_the_end_is_certain() -> None:
     workers = WorkerMap()
-    reader = SglangReader(Plan(builtin()), 512, 4096, frozenset(), workers)
+    reader = SglangReader(Positions(builtin()), 512, 4096, frozenset(), workers)
     read(reader, [{"rid": "a", "ids": [5, 6], "ipc": W0},
                   {"rid": "b", "ids": [7], "ipc": W1}], {})
     assert workers.of(["a", "b", "c"]) == [W0, W1, None]

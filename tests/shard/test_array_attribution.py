@@ -21,15 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_tok.finish import Finish, Length, Stop, stop_string
-from sglang_tok.harness.frontend import RequestOutput
-from sglang_tok.harness.local_route import LocalRoute
-from sglang_tok.harness.workload import PlannedRequest, schedule, verify
-from sglang_tok.protocols.native import batch
-from sglang_tok.protocols.native.columns import ColumnsOut
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta, DeltasOut
-from sglang_tok.protocols.native.packed import PackedOut
+from sglang_tok.kit.sync_frontend import RequestOutput
+from sglang_tok.kit.workload import PlannedRequest, schedule, verify
+from sglang_tok.protocols.model import batch
+from sglang_tok.protocols.model.columns import ColumnsOut
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta, DeltasOut
+from sglang_tok.protocols.model.packed import PackedOut
 from sglang_tok.tokenizer import TokenizerInfo
+from sglang_tok_testkit.local_route import LocalRoute
+from shards.byte_level.table import byte_level_table
 from shards.messages.paths import PathRule, row_reason
 
 FORMATS = ("deltas", "columnar", "packed")
@@ -88,7 +89,7 @@ def plans(draw: st.DrawFn, info: TokenizerInfo) -> list[PlannedRequest]:
     corpus = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
     specials = sorted(info.special_ids)
     # ids whose bytes are not whole characters (a lead byte alone, continuation bytes)
-    assert info.byte_table is not None
+    assert byte_level_table(info) is not None
     partial = [i for i in range(min(vocab, 600))
                if info.token_texts.get(i, "") and "\ufffd" in info.token_texts[i]][:40]
     prompt_cut = tok.encode("前置🙂", add_special_tokens=False).ids
@@ -181,8 +182,8 @@ def test_attribution_rows_stay_on_the_array_path_with_carried_ids() -> None:
     """A character split over rows: the lead byte's id waits, then both are anchored at 0
     of the delta that completes it; a skipped special after a waiting id waits too."""
     info = tokenizer("deepseek-v4")
-    assert info.byte_table is not None
-    t = info.byte_table
+    assert byte_level_table(info) is not None
+    t = byte_level_table(info).kept
     e4, b8, ad = (next(i for i in range(info.vocab_size) if t[i] == b)
                   for b in (b"\xe4", b"\xb8", b"\xad"))
     eos = min(info.special_ids)

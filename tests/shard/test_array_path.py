@@ -20,14 +20,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sglang_tok.finish import Stop
-from sglang_tok.harness import zoo
-from sglang_tok.harness.frontend import RequestOutput
-from sglang_tok.harness.local_route import LocalRoute
-from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.protocols.native import batch
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta, DeltasOut
+from sglang_tok.kit.sync_frontend import RequestOutput
+from sglang_tok.kit.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.protocols.model import batch
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta, DeltasOut
 from sglang_tok.tokenizer import TokenizerInfo, describe
+from sglang_tok_testkit import zoo
+from sglang_tok_testkit.local_route import LocalRoute
+from shards.byte_level.table import byte_level_table
 from shards.decoders import decoders_for
 from shards.decoding.slots import Slots
 from shards.messages.paths import row_reason
@@ -195,7 +196,7 @@ def test_a_held_byte_does_not_join_the_broken_bytes_before_it_to_the_next_row(pa
     sends U+FFFD for E5 A7; with C2 cut off, E5 A7 must not join the next row's A1 into one
     character (U+59E1)."""
     info = tokenizer("deepseek-v4")
-    t = info.byte_table
+    t = byte_level_table(info).kept
     assert t is not None
     e5a7, c2, a1 = (next(i for i in range(info.vocab_size) if t[i] == b)
                     for b in (b"\xe5\xa7", b"\xc2", b"\xa1"))

@@ -10,18 +10,17 @@ import pytest
 from decoding import default_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from service import Service
+from local_service import LocalService
 
 from sglang_tok.finish import ABORT, Length, Stop
-from sglang_tok.harness.local_route import LocalRoute
-from sglang_tok.harness.workload import PlanSpec, make_requests, schedule, verify
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import columns, output, packed
-from sglang_tok.protocols.native import deltas as native_deltas
-from sglang_tok.protocols.native import tags as native_tags
-from sglang_tok.protocols.native.columns import Columns
-from sglang_tok.protocols.native.deltas import Delta, Deltas, Usage
+from sglang_tok.kit.workload import PlanSpec, make_requests, schedule, verify
+from sglang_tok.protocols.model import columns, errors, output, packed
+from sglang_tok.protocols.model import deltas as native_deltas
+from sglang_tok.protocols.model import tags as native_tags
+from sglang_tok.protocols.model.columns import Columns
+from sglang_tok.protocols.model.deltas import Delta, Deltas, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok_testkit.local_route import LocalRoute
 
 INFO: TokenizerInfo = load("deepseek-v4")
 
@@ -113,7 +112,7 @@ def test_shard_columns_hold_exactly_the_deltas_of_the_deltas_path(
 @pytest.mark.parametrize("fmt,tag", [("columnar", native_tags.TAG_COLUMNS),
                                      ("packed", native_tags.TAG_PACKED)])
 def test_service_with_columnar_output_is_exact(tmp_path: Path, fmt: str, tag: int) -> None:
-    svc = Service(tmp_path, shards=2, args=["--output-format", fmt]).start()
+    svc = LocalService(tmp_path, shards=2, args=["--output-format", fmt]).start()
     tags: set[int] = set()
     take = svc.front.take
 

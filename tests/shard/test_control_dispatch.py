@@ -1,4 +1,4 @@
-"""The one control dispatcher (sglang_tok/protocols/native/dispatch.py) the shard and the
+"""The one control dispatcher (sglang_tok/protocols/model/dispatch.py) the shard and the
 in-process route share: each control type reaches its own handler, with the sink; a type
 without one is an error; the rids a control message holds of requests; and a shard holding
 its dispatcher is still freed when dropped (no reference cycle)."""
@@ -17,9 +17,9 @@ from decoding import tokenizer
 
 from sglang_tok.config import Config, finalize
 from sglang_tok.process import Status
-from sglang_tok.protocols.native import control
-from sglang_tok.protocols.native.control import Abort, Error, Open, Ping, Pong, Result
-from sglang_tok.protocols.native.dispatch import (
+from sglang_tok.protocols.model import control
+from sglang_tok.protocols.model.control import Abort, Error, Open, Ping, Pong, Result
+from sglang_tok.protocols.model.dispatch import (
     ControlDispatcher,
     on,
     rids_of,

@@ -17,12 +17,12 @@ from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 from sglang_tok.finish import Length, Stop
-from sglang_tok.harness import zoo
-from sglang_tok.protocols.native.control import Open
+from sglang_tok.protocols.model.control import Open
 from sglang_tok.tokenizer import TokenizerInfo, describe, load
+from sglang_tok_testkit import zoo
 from shards.byte_fallback.decoder import FallbackLoop
 from shards.byte_level.decoder import ByteLoop
-from shards.decoders import decoders_for
+from shards.decoders import decoders_for, family_of
 from shards.decoding.interface import RowDecoder
 from shards.messages.request import Request
 from shards.window.decoder import WindowDecoder
@@ -131,6 +131,10 @@ def test_deepseek_uses_byte_table_and_generic_families_do_not() -> None:
     assert isinstance(decoders_for(info_for("deepseek-v4")).per_row, ByteLoop)
     assert isinstance(decoders_for(info_for("wordpiece")).per_row, WindowDecoder)
     assert isinstance(decoders_for(info_for("metaspace_byte_fallback")).per_row, FallbackLoop)
+    # each family's own test, chained: the first that takes a tokenizer decodes it
+    assert [family_of(info_for(n)) for n in ("deepseek-v4", "metaspace_byte_fallback",
+                                             "wordpiece")] == ["byte-level", "byte-fallback",
+                                                               "window"]
 
 
 def test_prompt_ending_mid_character_is_never_emitted() -> None:
@@ -169,7 +173,7 @@ def test_invalid_bytes_then_more_invalid_bytes_do_not_grow_work() -> None:
 # Llama-2-style tokenizers (Metaspace + ByteFallback) spell rare characters as runs of
 # <0xNN> ids, which `tokenizers` decodes all-or-nothing: the window path holds an open run
 # and must release everything before it, and attribution must be per character.
-from sglang_tok.harness.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
+from sglang_tok_testkit.oracles import byte_values, oracle_anchors, to_bytes  # noqa: E402
 
 FALLBACK = ["metaspace_byte_fallback", "unigram_byte_fallback"]
 RARE = ["🚶\ufe0f", "🚶", "\ufe0f", "\u200d", "👩\u200d👩\u200d👧\u200d👦", "🧑🏾\u200d💻", "🇯🇵",

@@ -1,7 +1,7 @@
 """The byte-fallback array decoder against the full decode and against the window family.
 
 For SentencePiece-style tokenizers (Metaspace + ByteFallback: Llama-2, Mistral and, without
-the Strip, Gemma) `shards/byte_fallback/rows.py` decodes a message's rows from per-slot state
+the Strip, Gemma) `shards/byte_fallback/codec.py` decodes a message's rows from per-slot state
 (open byte run, text begun, characters to pass over). Three ways must agree row by row:
 the whole-array code, its plain-Python loop and the window family's decoder (which holds
 the same open run by asking `tokenizers` itself); and each request's texts, with what
@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from sglang_tok.harness import zoo
 from sglang_tok.tokenizer import TokenizerInfo, describe
-from shards.byte_fallback.rows import decode_rows_fallback, decode_rows_loop, finish, prompt_state
+from sglang_tok_testkit import zoo
+from shards.byte_fallback.codec import decode_rows_fallback, decode_rows_loop, finish, prompt_state
 from shards.byte_fallback.table import FallbackTable, fallback_chain, fallback_table
 from shards.window.decoder import WindowDecoder
 

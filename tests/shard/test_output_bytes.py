@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from sglang_tok.harness.local_route import LocalRoute
-from sglang_tok.protocols.native import batch, control, output
+from sglang_tok.protocols.model import batch, control, output
 from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok_testkit.local_route import LocalRoute
 from shards.messages.table import RidTable
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

@@ -14,8 +14,8 @@ import pytest
 
 from sglang_tok.finish import Length, Stop
 from sglang_tok.parsers import ParsedDelta, make_parsed_stream, merge
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import load
 from shards.messages.request import make_request
 

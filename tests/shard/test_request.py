@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from strategies import chunk, chunk_sizes, text
 
 from sglang_tok.finish import Finish, Length, Stop
-from sglang_tok.protocols.native.control import Open
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model.control import Open
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.tokenizer import TokenizerInfo, load
 from shards.messages.request import Request
 

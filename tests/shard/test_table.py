@@ -9,13 +9,13 @@ from decoding import IMPLEMENTATIONS, table_on
 
 from ring import link
 from sglang_tok.finish import ABORT, Length, Stop
-from sglang_tok.harness.local_route import LocalRoute
-from sglang_tok.protocols import errors
-from sglang_tok.protocols.native import batch, columns, output, packed
-from sglang_tok.protocols.native.columns import ColumnsOut
-from sglang_tok.protocols.native.control import Abort, Error, Open
-from sglang_tok.protocols.native.deltas import DeltasOut, Usage
+from sglang_tok.protocols.model import batch, columns, errors, output, packed
+from sglang_tok.protocols.model.columns import ColumnsOut
+from sglang_tok.protocols.model.control import Abort, Error, Open
+from sglang_tok.protocols.model.deltas import DeltasOut, Usage
 from sglang_tok.tokenizer import TokenizerInfo, load
+from sglang_tok_testkit.local_route import LocalRoute
+from shards.byte_level.table import byte_level_table
 from shards.messages.table import RidTable
 
 INFO: TokenizerInfo = load("deepseek-v4")
@@ -204,8 +204,8 @@ def test_last_rows_on_the_array_path_in_every_output_format(implementation: str)
     scheduler's stop token left out of the text, a character cut by the end flushed as
     U+FFFD, the final usage once (not also the continuous one), in every output format,
     by the id lookup and by the reference loop."""
-    assert INFO.byte_table is not None
-    cut = [INFO.byte_table.index(bytes([0xF0]))]  # a 4-byte character's first byte
+    assert byte_level_table(INFO) is not None
+    cut = [byte_level_table(INFO).kept.index(bytes([0xF0]))]  # a 4-byte character's first byte
     stop = IDS[-1]
     for make in (DeltasOut, ColumnsOut, packed.PackedOut):
         t = table_on(INFO, implementation)

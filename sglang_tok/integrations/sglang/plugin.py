@@ -17,7 +17,7 @@ plugin's settings, `SGLANG_TOK_PIN` (`cores.py`) and `SGLANG_TOK_RECORD` (a trac
 scheduler message), here in SGLang's launcher process: what runs below it gets flags and
 reads no environment.
 
-The stand-in scheduler has an entry point of its own (`harness/standin/plugin.py`).
+The stand-in scheduler has an entry point of its own (`sglang_tok_standin/plugin.py`).
 
 Importing this module imports nothing of SGLang; only `register` and the hooks do.
 """
@@ -71,6 +71,11 @@ def launch_detokenizer(original: Any, cls: Any, server_args: Any, port_args: Any
     release's messages by field name; SGLang's `(processes, names)` for its watchdog and
     shutdown. A release it does not serve stops the server at start in one line, or, with
     SGLANG_TOK_FALLBACK=1, is served by SGLang's own detokenizer (`original`)."""
+    from ...own_packages import foreign_package
+
+    why = foreign_package()  # before the launcher imports ring
+    if why is not None:
+        raise SystemExit(f"sglang_tok: {why}.")
     from ...protocols.sglang.layout import describe, read_running
     from .launcher import (
         launch,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from sglang_tok.protocols.errors import FrameError
-from sglang_tok.protocols.interface import Control, Event, Probe, Rows
-from sglang_tok.protocols.native.batch import decode_batch
-from sglang_tok.protocols.native.control import Open, Ping, decode_control
-from sglang_tok.protocols.native.tags import TAG_BATCH
+from sglang_tok.protocols.model.batch import decode_batch
+from sglang_tok.protocols.model.control import Open, Ping, decode_control
+from sglang_tok.protocols.model.errors import FrameError
+from sglang_tok.protocols.model.interface import Control, Event, Probe, Rows
+from sglang_tok.protocols.model.tags import TAG_BATCH
 
 
 class NativeReader:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_tok.protocols.interface import Message
-from sglang_tok.protocols.native.control import Restarted, encode_restarted
-from sglang_tok.protocols.native.output import Sink, encode_output, output_sink
+from sglang_tok.protocols.model.control import Restarted, encode_restarted
+from sglang_tok.protocols.model.interface import Message
+from sglang_tok.protocols.model.output import Sink, encode_output, output_sink
 
 
 class NativeWriter:

@@ -24,25 +24,25 @@ from msgspec import Raw
 from . import wire
 from .part import AS_IS, NIL, PICKLED, WORKER, Columns, Part, encode_part, packed, whole
 from .pickled import cut_rows
-from .plan import Plan
+from .positions import Positions
 from .spans import Column, Cut, Locator, ext_sizes, locate_items, str_sizes
 
 I64 = npt.NDArray[np.int64]
 
 
 class Carried:
-    """One message's passed fields (the plan's `passed` order), ready to cut. `keys`: each
+    """One message's carried fields (the positions' `carried` order), ready to cut. `keys`: each
     row's tokenizer worker as an index of `names` where the rows name several (None: one
     or none); `rids` and `counts` (each row's output ids) size the columns they match."""
 
-    __slots__ = ("plan", "locate", "fields", "n", "rids", "counts", "names", "keys", "flags",
+    __slots__ = ("positions", "locate", "fields", "n", "rids", "counts", "names", "keys", "flags",
                  "per_row", "ids_ext", "decoded")
 
-    def __init__(self, plan: Plan, locate: Locator, fields: list[Raw], rids: list[str],
+    def __init__(self, positions: Positions, locate: Locator, fields: list[Raw], rids: list[str],
                  counts: list[int], names: list[str | None] | None, keys: I64 | None,
                  flags: list[int], per_row: bool, ids_ext: bool,
                  decoded: dict[str, Any] | None = None) -> None:
-        self.plan = plan
+        self.positions = positions
         self.locate = locate  # the reader's: it knows the last message's columns
         self.decoded = decoded or {}  # the columns the reader decoded, by name
         self.fields = fields
@@ -75,11 +75,11 @@ class Carried:
 
     def cut(self, order: I64, first: I64, shards: list[int],
             keys: I64 | None) -> dict[int, Part]:
-        plan = self.plan
+        positions = self.positions
         columns: list[Column] = []
         pickled: list[int] = []
-        locate, n, pickles = self.locate, self.n, plan.pickled_passed
-        workers = plan.passed.index("http_worker_ipcs") if keys is not None else -1
+        locate, n, pickles = self.locate, self.n, positions.pickled_carried
+        workers = positions.carried.index("http_worker_ipcs") if keys is not None else -1
         for k, field in enumerate(self.fields):
             if k == workers:  # rows of several workers: a group's rows name its own
                 col = _WORKER
@@ -112,14 +112,14 @@ class Carried:
         return col if col is not None else Column(PICKLED, NIL)
 
     def _numbers(self, k: int) -> Any:
-        """Passed column k's values, where it is a column of ints the reader decoded."""
-        name = self.plan.passed[k]
+        """Carried column k's values, where it is a column of ints the reader decoded."""
+        name = self.positions.carried[k]
         return self.decoded.get(name) if name in _INT_COLUMNS else None
 
     def _sizes(self, k: int) -> tuple[I64, bool] | None:
-        """Each row's size in passed column k where it is known beforehand, and whether it
+        """Each row's size in carried column k where it is known beforehand, and whether it
         is a lower bound of each (read from the column's own values) or a guess."""
-        name = self.plan.passed[k]
+        name = self.positions.carried[k]
         if name == "rids":
             return str_sizes(self.rids), True
         if name == "output_ids" and self.ids_ext:
@@ -128,6 +128,6 @@ class Carried:
 
 
 _WORKER = Column(WORKER, b"")
-# the passed columns of ints the reader may have decoded (their sizes follow from them)
+# the carried columns of ints the reader may have decoded (their sizes follow from them)
 _INT_COLUMNS = frozenset(("prompt_tokens", "cached_tokens", "completion_tokens",
                           "reasoning_tokens"))

@@ -30,6 +30,7 @@ import inspect
 import json
 import logging
 import re
+import sys
 import textwrap
 from importlib import resources
 from typing import Any
@@ -371,10 +372,45 @@ def describe(layout: Layout) -> str:
 
 
 def dump_running() -> None:
-    """`python -m sglang_tok.protocols.sglang.layout` in an SGLang environment: print the
-    running release's layout as JSON (how `layouts/` is made)."""
+    """Print the running release's layout as JSON (how `layouts/` is made)."""
     print(json.dumps(msgspec.to_builtins(read_running()), indent=1))
 
 
+def trim_rules_in_words(layout: Layout) -> str:
+    """The release's `trim_matched_stop` as its layout read it, in words."""
+    kept = ("the whole text" if layout.kept_stop_str == "whole" else
+            "the text through the stop string" if layout.kept_stop_str == "through" else
+            repr(layout.kept_stop_str))
+    zero = "trimmed" if layout.stop_id_zero_trimmed else "kept (a falsy match)"
+    return f"no_stop_trim with a matched stop string: {kept}; a matched stop id 0: {zero}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m sglang_tok.protocols.sglang.layout`: in an SGLang environment, print the
+    running release's layout as JSON; with `--describe`, anywhere, say what the service
+    makes of a stored one (the steps of docs/recipes.md)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sglang_tok.protocols.sglang.layout",
+                                 description=main.__doc__)
+    ap.add_argument("--describe", metavar="RELEASE_OR_FILE",
+                    help="a tested release's name or a layout file: its fields, its trim "
+                         "rules, and whether the service serves it (exit 1 if not)")
+    args = ap.parse_args(argv)
+    if args.describe is None:
+        dump_running()
+        return 0
+    try:
+        layout = load(args.describe)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(describe(layout))
+    print(trim_rules_in_words(layout))
+    why = layout.refusal()
+    print(why or f"served (the tested releases: {', '.join(known_releases())})")
+    return 0 if why is None else 1
+
+
 if __name__ == "__main__":
-    dump_running()
+    sys.exit(main())

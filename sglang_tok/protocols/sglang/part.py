@@ -60,7 +60,7 @@ def wrapped(pickle: bytes) -> bytes:
 
 
 class Columns(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """What every part of one message shares: per passed column (the plan's `passed`
+    """What every part of one message shares: per carried column (the positions' `carried`
     order) its kind and value (AS_IS its bytes, SAME one row's, ITEMS the pickle's prelude
     (`pickle_rows.Items`), PICKLED the part's rows' field, else nothing), and per SPANS or
     ITEMS column its rows' size where they are all one size (else 0). Packed once per
@@ -73,7 +73,7 @@ class Columns(msgspec.Struct, array_like=True, frozen=True, gc=False):
 
 
 class Part(msgspec.Struct, array_like=True, gc=False):
-    """A shard's `count` rows of the passed columns: `columns` (packed `Columns`, or the
+    """A shard's `count` rows of the carried columns: `columns` (packed `Columns`, or the
     object from an egress in the shard's own process), then the rows. `records`: row after
     row, the bytes of each column of one size; `data`: the other SPANS and ITEMS columns'
     rows, column after column, and `sizes` (u32, row by row) each row's size in each of

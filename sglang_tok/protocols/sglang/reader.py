@@ -14,7 +14,7 @@ message has rows of rids the router does not route; every other column checked b
 length alone. The route codes (`where`) are looked up once and handed to the router with
 the finished rows, so nothing reads the message again.
 
-Where each column sits is the running release's (`plan.Plan`, by field name from its
+Where each column sits is the running release's (`positions.Positions`, by field name from its
 `Layout`): a message whose field count is not that release's is dropped whole, never read
 with another release's order.
 
@@ -38,16 +38,16 @@ import numpy as np
 from msgspec import Meta, Raw
 
 from sglang_tok.finish import Finish, Stop
-from sglang_tok.protocols import interface
-from sglang_tok.protocols.errors import FrameError, checked_finishes
-from sglang_tok.protocols.interface import LATE, Event, Idle, PassOn, Probe
-from sglang_tok.protocols.native.batch import Batch, BatchHeader
-from sglang_tok.protocols.native.control import Open, Ping, decode_control
-from sglang_tok.protocols.native.tags import TAG_PING
+from sglang_tok.protocols.model import interface
+from sglang_tok.protocols.model.batch import Batch, BatchHeader
+from sglang_tok.protocols.model.control import Open, Ping, decode_control
+from sglang_tok.protocols.model.errors import FrameError, checked_finishes
+from sglang_tok.protocols.model.interface import LATE, Event, Idle, Probe, Relay
+from sglang_tok.protocols.model.tags import TAG_PING
 from sglang_tok.protocols.sglang import wire
 from sglang_tok.protocols.sglang.carry import Carried
 from sglang_tok.protocols.sglang.pickled import from_pickle
-from sglang_tok.protocols.sglang.plan import CONFIGURE_LOGGING, EMBEDDING, FREEZE_GC, Plan
+from sglang_tok.protocols.sglang.positions import CONFIGURE_LOGGING, EMBEDDING, FREEZE_GC, Positions
 from sglang_tok.protocols.sglang.reply import Reply, beam_flags, by_worker
 from sglang_tok.protocols.sglang.spans import Locator
 from sglang_tok.protocols.sglang.workers import WorkerMap
@@ -106,9 +106,10 @@ class Message:
 
     __slots__ = ("fields", "at", "have", "rids", "n", "got", "pairs")
 
-    def __init__(self, fields: list[Raw], plan: Plan, rids: list[str], pairs: bool) -> None:
+    def __init__(self, fields: list[Raw], positions: Positions, rids: list[str],
+                 pairs: bool) -> None:
         self.fields = fields
-        self.at = plan.at
+        self.at = positions.at
         self.have = len(fields)
         self.rids = rids
         self.n = len(rids)
@@ -148,31 +149,31 @@ class SglangReader:
     (customized info) may be unpickled to cut it per shard; from a tcp:// peer it never is
     (a part of a message then carries it as nil)."""
 
-    def __init__(self, plan: Plan, max_rid_length: int, max_row_ids: int,
+    def __init__(self, positions: Positions, max_rid_length: int, max_row_ids: int,
                  keep_stop_ids: frozenset[int], workers: WorkerMap, per_row: bool = False,
                  out: Callable[[list[Reply]], list[Reply]] | None = None) -> None:
-        self.plan = plan
+        self.positions = positions
         # what a message passed on as it came becomes for the TokenizerManager (pickled
         # again, for a pickle-IPC release)
         self.out = out or (lambda parts: parts)
         # a release that sends pickles (0.5.12-0.5.14): only from SGLang's own process tree
-        self.pickle_ipc = plan.layout.ipc == "pickle"
+        self.pickle_ipc = positions.layout.ipc == "pickle"
         # SGLang 0.5.15-0.5.18 send an `array` as a [typecode, bytes] pair, not an ext
-        self.pairs = plan.layout.arrays == "pair"
+        self.pairs = positions.layout.arrays == "pair"
         self.max_rid_length = max_rid_length
         self.max_row_ids = max_row_ids
         self.keep = keep_stop_ids
         # the release's own trim rules (layout.trim_rules)
-        self.through = plan.layout.kept_stop_str == "through"
-        self.zero_kept = not plan.layout.stop_id_zero_trimmed
+        self.through = positions.layout.kept_stop_str == "through"
+        self.zero_kept = not positions.layout.stop_id_zero_trimmed
         self.workers = workers
         self.per_row = per_row
         # the tokenizer workers seen, each a small key (rows are grouped by it per shard)
         self.worker_key: dict[str | None, int] = {}
         self.worker_names: list[str | None] = []
         # the fields every message is checked by length alone (all but the read ones)
-        self.others = plan.other_columns
-        self.locate = Locator()  # where the passed columns' rows lie, message to message
+        self.others = positions.other_columns
+        self.locate = Locator()  # where the carried columns' rows lie, message to message
         self.checked: dict[int, Any] = {}  # the fields of the last message checked by length
 
     def read(self, frame: memoryview, where: dict[str, int],
@@ -185,16 +186,17 @@ class SglangReader:
                 return Probe(ping.nonce, frame, counted=False)
             return Idle("ping")
         if self.pickle_ipc:
-            frame = memoryview(from_pickle(frame, self.plan.layout))
+            frame = memoryview(from_pickle(frame, self.positions.layout))
         fields = self._fields(frame)
-        plan = self.plan
+        positions = self.positions
         if fields[0] == wire.TOKEN_IDS_TAG:
-            if len(fields) - 1 != plan.count:
+            if len(fields) - 1 != positions.count:
                 raise FrameError("columns", f"{len(fields) - 1} fields, where SGLang "
-                                 f"{plan.layout.release}'s BatchTokenIDOutput has {plan.count}: "
+                                 f"{positions.layout.release}'s BatchTokenIDOutput has "
+                                 f"{positions.count}: "
                                  "a message of another SGLang release than the one the service "
                                  "was started for", self._readable_rids(fields))
-            rids = fields[plan.at["rids"]]
+            rids = fields[positions.at["rids"]]
             if rids == wire.NIL or rids == _EMPTY:
                 return Idle("sglang_idle")  # an idle batch: nothing to decode or answer
             return self.step(fields, where, ended)
@@ -202,19 +204,19 @@ class SglangReader:
 
     def _other(self, fields: list[Raw], frame: memoryview) -> Event:
         """A message other than a BatchTokenIDOutput, by its tag; its fields read by name."""
-        plan = self.plan
+        positions = self.positions
         try:
             tag = _tag_decoder.decode(fields[0])
             if tag == EMBEDDING:
-                ipcs = _ipcs_decoder.decode(fields[plan.embedding_ipcs]) \
-                    if 0 < plan.embedding_ipcs < len(fields) else None
-                return PassOn(self.out(by_worker(bytes(frame), ipcs, plan.embedding_whole)))
+                ipcs = _ipcs_decoder.decode(fields[positions.embedding_ipcs]) \
+                    if 0 < positions.embedding_ipcs < len(fields) else None
+                return Relay(self.out(by_worker(bytes(frame), ipcs, positions.embedding_whole)))
             if tag == FREEZE_GC:
                 gc.freeze()
                 return Idle("freeze_gc")
             if tag == CONFIGURE_LOGGING:
-                level = _level_decoder.decode(fields[plan.log_level_at]) \
-                    if 0 < plan.log_level_at < len(fields) else None
+                level = _level_decoder.decode(fields[positions.log_level_at]) \
+                    if 0 < positions.log_level_at < len(fields) else None
                 if level:
                     logging.getLogger().setLevel(level.upper())
                 return Idle("configure_logging")
@@ -236,7 +238,7 @@ class SglangReader:
 
     def _readable_rids(self, fields: list[Raw]) -> list[str]:
         """The rids of a message that failed validation, when its rids field still reads."""
-        at = self.plan.at["rids"]
+        at = self.positions.at["rids"]
         try:
             rids = msgspec.msgpack.decode(fields[at]) if at < len(fields) else []
         except (msgspec.DecodeError, ValueError, RecursionError):
@@ -251,12 +253,12 @@ class SglangReader:
         """The message's rows as the egress routes them, validated whole; raise
         FrameError. `where`: the route of each live rid; `ended`: the rids that ended."""
         try:
-            rids = _DECODERS["rids"].decode(fields[self.plan.at["rids"]])
+            rids = _DECODERS["rids"].decode(fields[self.positions.at["rids"]])
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise FrameError("header", f"rids: {str(exc)[:160]}") from None
         if rids is None:
             raise FrameError("columns", "rids is nil")
-        msg = Message(fields, self.plan, rids, self.pairs)
+        msg = Message(fields, self.positions, rids, self.pairs)
         self._check_lengths(msg)
         try:
             return self._rows(msg, where, ended)
@@ -281,8 +283,8 @@ class SglangReader:
         header = BatchHeader(rids, fins, prompt, counts, cached, reasoning)
         batch = Batch(header, memoryview(flat.data).cast("B"), len(flat), [])
         ipcs = self._ipcs(msg, unrouted)
-        carry = Carried(self.plan, self.locate, self._passed_columns(msg.fields), rids, counts,
-                        *self._worker_keys(ipcs, msg), self._beam_flags(msg), self.per_row,
+        carry = Carried(self.positions, self.locate, self._carried_columns(msg.fields), rids,
+                        counts, *self._worker_keys(ipcs, msg), self._beam_flags(msg), self.per_row,
                         ids_ext, msg.got)
         return interface.Rows(batch, opens=firsts.opens, fresh=firsts.fresh,
                               ends=firsts.refused, lost=firsts.lost, codes=codes,
@@ -379,12 +381,12 @@ class SglangReader:
         flat, counts, q = wire.ids_column(values)
         return flat, counts, q
 
-    def _passed_columns(self, fields: list[Raw]) -> list[Raw]:
+    def _carried_columns(self, fields: list[Raw]) -> list[Raw]:
         """The fields a reply passes on, as they came (the per-row tensors in base64, as
         SGLang's detokenizer sends them)."""
         nil = wire.NIL
-        cols = [fields[i] if i < len(fields) else nil for i in self.plan.passed_at]
-        for k in self.plan.b64:
+        cols = [fields[i] if i < len(fields) else nil for i in self.positions.carried_at]
+        for k in self.positions.b64:
             if cols[k] != nil:
                 cols[k] = wire.b64_tensors(cols[k], self.pairs)
         return cols
@@ -392,7 +394,7 @@ class SglangReader:
     def _beam_flags(self, msg: Message) -> list[int]:
         """Rows with beam search output: the shard decodes their sequences with each row's
         options, which only the first row of a request told it otherwise."""
-        at = self.plan.beams_at
+        at = self.positions.beams_at
         if not at or at >= msg.have or msg.fields[at] == wire.NIL:
             return []
         return beam_flags(msg.col("skip_special_tokens"),
@@ -476,7 +478,7 @@ class SglangReader:
         refused = {rid for rid, _ in firsts.refused}
         starts = np.cumsum(counts) - counts
         cut: list[tuple[int, int]] = []
-        beams = _beam_rows(msg.fields, self.plan.beams_at)
+        beams = _beam_rows(msg.fields, self.positions.beams_at)
         rids = msg.rids
         offsets, completion = msg.col("read_offsets"), msg.col("completion_tokens")
         skips, spaces_col = msg.col("skip_special_tokens"), \

@@ -7,7 +7,7 @@ through, already cut to that shard's rows as byte ranges and grouped by tokenize
 SGLang's detokenizer sends them. A reply is its fields' bytes laid end to end (`Shape`):
 what is the same for every group of a part is joined once, and a group's own fields are a
 header and one slice each. Where each reply field comes from is the running release's
-(`plan.Plan`).
+(`positions.Positions`).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import msgspec
 from msgspec import Raw
 
 from sglang_tok.finish import Abort
-from sglang_tok.protocols.native.columns import ColumnsOut
-from sglang_tok.protocols.native.deltas import Delta
+from sglang_tok.protocols.model.columns import ColumnsOut
+from sglang_tok.protocols.model.deltas import Delta
 from sglang_tok.protocols.sglang import wire
 
 from .part import AS_IS, SAME, Fields, Part, array_head, part_decoder
 from .pickled import cut_rows
-from .plan import STR_OUTPUT, Plan, encode_message
+from .positions import STR_OUTPUT, Positions
 from .workers import WorkerMap
 
 log = logging.getLogger("sglang_tok.sglang")
@@ -128,23 +128,23 @@ class Shape:
     """A `BatchStrOutput` of one part's kinds, as pieces laid end to end: the bytes every
     group of the part shares (the array header, the tag, the fixed fields, the AS_IS
     columns, and for a group of k rows the SAME ones: runs of them joined once per k), and
-    where a group's own go (a passed column's index, or TEXTS)."""
+    where a group's own go (a carried column's index, or TEXTS)."""
 
     __slots__ = ("items", "by_rows")
 
-    def __init__(self, plan: Plan, kinds: bytes, values: Sequence[bytes]) -> None:
-        from_passed = dict(plan.from_passed)
+    def __init__(self, positions: Positions, kinds: bytes, values: Sequence[bytes]) -> None:
+        from_carried = dict(positions.from_carried)
         # each field: bytes (every group's), (SAME's one row's value,), or where it comes from
-        items: list[bytes | tuple[bytes] | int] = [array_head(plan.out_count + 1),
+        items: list[bytes | tuple[bytes] | int] = [array_head(positions.out_count + 1),
                                                     _encoder.encode(STR_OUTPUT)]
-        for at in range(plan.out_count):
-            k = from_passed.get(at)
+        for at in range(positions.out_count):
+            k = from_carried.get(at)
             if k is not None and kinds[k] == AS_IS:
                 items.append(values[k])
             elif k is not None and kinds[k] == SAME:
                 items.append((values[k],))
-            elif k is None and at != plan.texts_at:
-                fixed = plan.fixed[at]
+            elif k is None and at != positions.texts_at:
+                fixed = positions.fixed[at]
                 items.append(b"\xc0" if fixed is None else bytes(fixed))
             else:
                 items.append(TEXTS if k is None else k)
@@ -188,23 +188,23 @@ class Shapes:
     """The shapes of the parts a shard has seen (a few: a part's kinds and constant
     columns change only when the scheduler's batch does)."""
 
-    __slots__ = ("plan", "known")
+    __slots__ = ("positions", "known")
 
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
+    def __init__(self, positions: Positions) -> None:
+        self.positions = positions
         self.known: dict[bytes, Shape] = {}
 
     def of(self, part: Part) -> Shape:
         if part.whole:  # a message's own fields: no other part has them
             columns = part.shape
-            return Shape(self.plan, columns.kinds, columns.values)
+            return Shape(self.positions, columns.kinds, columns.values)
         key = bytes(part.columns)  # one packing per message's shape: they repeat
         shape = self.known.get(key)
         if shape is None:
             if len(self.known) >= 64:
                 self.known.clear()
             columns = part.shape
-            shape = self.known[key] = Shape(self.plan, columns.kinds, columns.values)
+            shape = self.known[key] = Shape(self.positions, columns.kinds, columns.values)
         return shape
 
 
@@ -227,11 +227,11 @@ class Replies:
     row of the service's whose worker is unknown (`workers`) is logged and dropped instead.
     """
 
-    __slots__ = ("plan", "workers", "routed", "unroutable", "per_row", "beams", "shape")
+    __slots__ = ("positions", "workers", "routed", "unroutable", "per_row", "beams", "shape")
 
-    def __init__(self, plan: Plan, workers: WorkerMap, routed: bool = False,
+    def __init__(self, positions: Positions, workers: WorkerMap, routed: bool = False,
                  per_row: bool = False, beams: BeamTexts | None = None) -> None:
-        self.plan = plan
+        self.positions = positions
         # the tokenizer worker of each live request that has one (the reader's too)
         self.workers = workers
         self.routed = routed
@@ -240,7 +240,7 @@ class Replies:
         # per row (reply.cut_pickled) when a message's rows go to several workers
         self.per_row = per_row
         self.beams = beams  # the shard's decoder for beam search sequences
-        self.shape = Shapes(plan)
+        self.shape = Shapes(positions)
 
     # ------------------------------------------------------------------ decoded rows
     def rows(self, out: ColumnsOut, extra: bytes | Part) -> list[Reply]:
@@ -250,20 +250,20 @@ class Replies:
         it stands: the texts go on as the lists the decoders made."""
         part = extra if isinstance(extra, Part) else part_decoder.decode(extra)
         errors = out.sparse.get("error")
-        at = self.plan.beams
+        at = self.positions.beams
         if part.flags and self.beams is not None and at >= 0:
             part = self._beams(part, at)
         whole = part.whole
         if whole and not errors and len(out.rids) == part.count \
-                and _encoder.encode(out.rids) == bytes(whole[self.plan.rids_k]):
+                and _encoder.encode(out.rids) == bytes(whole[self.positions.rids_k]):
             # the message's every row, of one worker (SGLang's default server): its fields
             # go on as they came, among them the texts
             if part.ipcs is not None:
                 self._remember(part, out.rids, out)
             return [(part.ipcs[0] if part.ipcs else None,
-                     encode_message(STR_OUTPUT, self.plan.reply(whole, out.texts)))]
+                     wire.encode_message(STR_OUTPUT, self.positions.reply(whole, out.texts)))]
         fields = Fields(part, self._cut)
-        rids_field = fields.field(self.plan.rids_k, 0, part.count)
+        rids_field = fields.field(self.positions.rids_k, 0, part.count)
         aligned = not errors and len(out.rids) == part.count \
             and _encoder.encode(out.rids) == rids_field  # a delta per row, in row order
         if part.ipcs is not None:
@@ -323,7 +323,7 @@ class Replies:
         """The part with each beam search sequence's text filled in."""
         assert self.beams is not None
         column = Fields(part).field(at, 0, part.count)
-        filled = self.beams.fill(Raw(column), part.flags, self.plan.sequences_at)
+        filled = self.beams.fill(Raw(column), part.flags, self.positions.sequences_at)
         return part.with_rows(at, [bytes(r) for r in wire.rows_of(filled)])
 
     def _remember(self, part: Part, rids: list[str], out: ColumnsOut) -> None:
@@ -362,13 +362,13 @@ class Replies:
         def counts(get: Callable[[Any], int]) -> list[int]:
             return [get(u) if u is not None else 0 for u in usage]
 
-        return encode_message(STR_OUTPUT, self.plan.own_reply({
+        return wire.encode_message(STR_OUTPUT, self.positions.own_reply({
             "rids": [d.rid for d in deltas],
             "http_worker_ipcs": None if ipc is None else [ipc] * n,
             "finished_reasons": [(abort_finish(d.error) if d.error is not None else d.finish)
                                  if d.finish else None for d in deltas],
             "output_strs": [d.text for d in deltas],
-            "output_ids": [self.plan.array(d.ids) for d in deltas],
+            "output_ids": [self.positions.array(d.ids) for d in deltas],
             "prompt_tokens": counts(lambda u: u.prompt_tokens),
             "completion_tokens": counts(lambda u: u.completion_tokens),
             "reasoning_tokens": counts(lambda u: u.reasoning_tokens),

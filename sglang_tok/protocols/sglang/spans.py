@@ -103,7 +103,7 @@ _ZERO = np.zeros(1, np.int64)
 
 
 class Column:
-    """One passed column of one message: its kind (part.py), the value an AS_IS or SAME
+    """One carried column of one message: its kind (part.py), the value an AS_IS or SAME
     column gives every part (an ITEMS column: its pickle's prelude), and for SPANS and
     ITEMS where each row's bytes lie in `buf`: every row `width` bytes from 0, or at
     `starts` with `sizes`."""
@@ -170,7 +170,7 @@ _INT_SIZES = np.array([1, 2, 3, 5, 9], np.int64)
 
 
 class Locator:
-    """The passed columns of the last message, by position: a column whose bytes are the
+    """The carried columns of the last message, by position: a column whose bytes are the
     last message's (one of nils, zeros or empty lists, one worker's name: most of them, in
     a decode step) is not located again. One per reader (per process)."""
 
@@ -226,7 +226,7 @@ def str_sizes(strs: Sequence[str]) -> I64:
 
 
 class Cut:
-    """A message's passed columns located, to be cut into parts by `parts`: each shard's
+    """A message's carried columns located, to be cut into parts by `parts`: each shard's
     rows in the order the egress sends them (grouped by shard, then by tokenizer worker)."""
 
     __slots__ = ("columns", "names", "flags")

@@ -1,6 +1,6 @@
 """SGLang's scheduler -> detokenizer -> TokenizerManager messages in their msgpack IPC form,
 read and written without importing SGLang; which field sits where is the running release's
-(`layout.py`, `plan.py`), never this module's.
+(`layout.py`, `positions.py`), never this module's.
 
 A message is a msgpack array: the struct's class name, then its fields in declaration
 order (msgspec's `tag=True, array_like=True`); SGLang's encoder writes every field.
@@ -35,17 +35,27 @@ _Q_PREFIX = b"\x00\x00\x00\x02\xa1q"
 _Q_AT = len(_Q_PREFIX)
 
 # a message's fields, each still raw: the service reads a few columns of a message and
-# passes the rest on byte for byte, so it decodes only those (by the release's plan)
+# passes the rest on byte for byte, so it decodes only those (by the release's positions)
 fields_decoder = msgspec.msgpack.Decoder(list[Raw])
 TOKEN_IDS_TAG = Raw(msgspec.msgpack.encode("BatchTokenIDOutput"))
-encoder = msgspec.msgpack.Encoder()
+
+
+def _sglang_ext(obj: Any) -> Any:
+    """What msgspec cannot write itself, as SGLang's encoder writes it: an `array.array`
+    (the stand-in's ids; ext type 1)."""
+    if isinstance(obj, array):
+        return array_ext(obj, obj.typecode)
+    raise NotImplementedError(type(obj).__name__)
+
+
+encoder = msgspec.msgpack.Encoder(enc_hook=_sglang_ext)
 _raw_rows = msgspec.msgpack.Decoder(list[Raw])
 _ext_rows = msgspec.msgpack.Decoder(list[Ext | None])
 
 
 class BeamSequence(msgspec.Struct, omit_defaults=True):
     """SGLang's `BeamSearchSequence` (a map on the wire), to build messages where SGLang is
-    not (tests, tools); the service reads sequences by key."""
+    not (the stand-in scheduler, tests, tools); the service reads sequences by key."""
 
     tokens: list[int]
     cum_logprob: float = 0.0
@@ -55,7 +65,7 @@ class BeamSequence(msgspec.Struct, omit_defaults=True):
 
 
 class BeamOutput(msgspec.Struct, tag="BeamSearchOutput", array_like=True, kw_only=True):
-    """SGLang 0.5.23's `BeamSearchOutput`, to build messages where SGLang is not."""
+    """SGLang's `BeamSearchOutput` (0.5.19 on), to build messages where SGLang is not."""
 
     rids: list[str] | None = None
     http_worker_ipcs: list[str | None] | None = None
@@ -63,7 +73,8 @@ class BeamOutput(msgspec.Struct, tag="BeamSearchOutput", array_like=True, kw_onl
 
 
 class WeightVersionSpan(msgspec.Struct, array_like=True, kw_only=True):
-    """SGLang's `WeightVersionSpan`: which weights produced output ids [start, end)."""
+    """SGLang's `WeightVersionSpan` (0.5.19 on): which weights made output ids [start, end);
+    the stand-in sends it where SGLang's own class is not."""
 
     version: str
     start: int

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglang_tok.protocols.interface import Message
-from sglang_tok.protocols.native.columns import ColumnsOut
-from sglang_tok.protocols.native.deltas import Delta
-from sglang_tok.protocols.native.output import Sink
+from sglang_tok.protocols.model.columns import ColumnsOut
+from sglang_tok.protocols.model.deltas import Delta
+from sglang_tok.protocols.model.interface import Message
+from sglang_tok.protocols.model.output import Sink
 from sglang_tok.protocols.sglang.reply import Replies
 
 
