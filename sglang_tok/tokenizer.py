@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,6 @@ def load_tokenizer(name_or_path: str) -> Tokenizer:
         raise TokenizerLoadError(f"{path} is not a valid tokenizer.json: {exc}") from None
 
 
-def decoder_spec(tokenizer: Tokenizer) -> Any:
-    """The tokenizer's decoder pipeline as its tokenizer.json writes it (None if it has none):
-    what each family's detection reads."""
-    return json.loads(tokenizer.to_str()).get("decoder")
-
-
 @dataclass
 class TokenizerInfo:
     """Facts derived once from a loaded tokenizer, shared by every request of a process."""
@@ -76,20 +71,36 @@ class TokenizerInfo:
     name: str
     vocab_size: int
     special_ids: frozenset[int]
-    # ids of <0xNN> byte-fallback tokens, whose text is only final once the
-    # run of byte tokens they belong to has ended, and the byte each stands for
-    byte_fallback_ids: frozenset[int] = frozenset()
-    byte_values: dict[int, int] = field(default_factory=dict)
     # id -> decode([id], skip_special_tokens=False) for every id, for logprob texts;
     # `.get(tid, "")` answers out-of-vocabulary ids as `tokenizers` would: with nothing
     token_texts: dict[int, str] = field(default_factory=dict)
     # False for `--tokenizer none`: every id is kept, none is decoded
     has_text: bool = True
+    # the decoder pipeline as tokenizer.json writes it (None: none): what each family's
+    # detection reads
+    decoder_spec: Any = None
     # the tables a decoder family built of this tokenizer (its own key), once per process
     family_tables: dict[str, Any] = field(default_factory=dict)
 
     def token_text(self, tid: int) -> str:
         return self.token_texts.get(tid, "")
+
+    @cached_property
+    def byte_values(self) -> dict[int, int]:
+        """The <0xNN> byte-fallback tokens, each id's byte: their text is only final once
+        the run of byte tokens they belong to has ended. Read when a family asks (the
+        window path's byte runs, byte fallback's table), never for byte-level BPE."""
+        values = {}
+        for tid in range(self.vocab_size if self.has_text else 0):
+            tok = self.tokenizer.id_to_token(tid)
+            value = None if tok is None else byte_value(tok)
+            if value is not None:
+                values[tid] = value
+        return values
+
+    @cached_property
+    def byte_fallback_ids(self) -> frozenset[int]:
+        return frozenset(self.byte_values)
 
 
 def describe(tokenizer: Tokenizer, name: str = "") -> TokenizerInfo:
@@ -97,19 +108,11 @@ def describe(tokenizer: Tokenizer, name: str = "") -> TokenizerInfo:
     vocab = tokenizer.get_vocab_size(with_added_tokens=True)
     added = spec.get("added_tokens") or []
     special = frozenset(a["id"] for a in added if a.get("special"))
-    info = TokenizerInfo(tokenizer, name, vocab, special)
+    info = TokenizerInfo(tokenizer, name, vocab, special, decoder_spec=spec.get("decoder"))
     singles = tokenizer.decode_batch([[i] for i in range(vocab)], skip_special_tokens=False)
     info.token_texts = dict(enumerate(singles))
     # WordPiece's `cleanup` rewrites each token on its own, never across tokens, so it
     # needs no hold-back; the property tests hold every family to the full decode.
-    values = {}
-    for tid in range(vocab):
-        tok = tokenizer.id_to_token(tid)
-        value = None if tok is None else byte_value(tok)
-        if value is not None:
-            values[tid] = value
-    info.byte_values = values
-    info.byte_fallback_ids = frozenset(values)
     return info
 
 

@@ -312,7 +312,7 @@ def trace(fmt: str, n: int, concurrency: int, max_row: int, seed: int,
                 still.append(nxt)
                 nxt += 1
         live = still
-    return Trace(fmt, info, decoders_for(info).per_row, reqs, order,
+    return Trace(fmt, info, per_row_decoder(info), reqs, order,
                  sum(c for _, c, _ in outs), sum(map(len, reqs)), call_ids, {})
 
 
@@ -429,12 +429,25 @@ def routed(tr: Trace) -> list[link.Arrays]:
     return route_arrays(frames_of(tr.reqs, tr.order), [f"r{r}" for r in range(len(tr.reqs))])
 
 
+def per_row_decoder(info: TokenizerInfo) -> RowDecoder:
+    """The tokenizer's per-row decoder, built once per tokenizer for the whole run (its
+    tables are read-only, a request's state lives in its slot): building one costs more
+    than a short table run."""
+    made = _PER_ROW.get(id(info))
+    if made is None or made[0] is not info:
+        made = _PER_ROW[id(info)] = (info, decoders_for(info).per_row)
+    return made[1]
+
+
+_PER_ROW: dict[int, tuple[TokenizerInfo, RowDecoder]] = {}
+
+
 def plainless_table(info: TokenizerInfo, size: int) -> RidTable:
     """A RidTable without an array decoder, as for a tokenizer the array path cannot decode:
     a request without options then runs the same per-row machinery (Request.row) a parsed
     one does."""
     table = RidTable(info, 0, max_requests=size, ended_memory=size,
-                     decoders=Decoders(None, decoders_for(info).per_row))
+                     decoders=Decoders(None, per_row_decoder(info)))
     assert table.decoder is None and table._fresh is None
     return table
 
@@ -646,7 +659,7 @@ def latency_mode(info: TokenizerInfo) -> int:
         name_end = text.index("write") + len("write")
         for mode in ("incremental", "whole"):
             p = make_parsed_stream(**config, tool_stream=mode, tools=WRITE_TOOL)
-            dec, state = decoders_for(info).per_row, Slots(1)  # a request's decoding, markers kept
+            dec, state = per_row_decoder(info), Slots(1)  # a request's decoding, markers kept
             state.bind_plain(0, "r", dec.start(Open("r"), marker_token_ids(info, p.markers)),
                              0, 0, 0)
             seen, args, at = "", "", {}

@@ -9,7 +9,6 @@ tokenizer then takes the window family, shards/window/).
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -74,7 +73,7 @@ def fallback_table(info: TokenizerInfo) -> FallbackTable | None:
 
 def _build(info: TokenizerInfo) -> FallbackTable | None:
     tok = info.tokenizer
-    strip = fallback_chain(json.loads(tok.to_str()).get("decoder"))
+    strip = fallback_chain(info.decoder_spec)
     if strip is None or not info.has_text:
         return None
     vocab = info.vocab_size

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from sglang_tok.tokenizer import TokenizerInfo, decoder_spec
+from sglang_tok.tokenizer import TokenizerInfo
 
 
 class ByteTables(NamedTuple):
@@ -71,7 +71,7 @@ def byte_level_table(info: TokenizerInfo) -> ByteTables | None:
 
 
 def _build(info: TokenizerInfo) -> ByteTables | None:
-    if not info.has_text or not is_byte_level(decoder_spec(info.tokenizer)):
+    if not info.has_text or not is_byte_level(info.decoder_spec):
         return None
     vocab, tok, singles = info.vocab_size, info.tokenizer, info.token_texts
     table = [b""] * (vocab + 1)
