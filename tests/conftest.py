@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from typing import Any
 
@@ -27,3 +28,9 @@ def _load_builtins_once() -> None:
 
 
 _load_builtins_once()
+
+
+# A suite started from a shell without job control (a background job, some CI runners)
+# inherits SIGINT ignored, and every process a test starts would too: the tests that stop
+# a launcher or a server with SIGINT, as a user's ^C does, would then wait for nothing.
+signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -46,6 +46,9 @@ def main() -> None:
     while proc.http_port() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # SGLang's launcher raises KeyboardInterrupt on ^C; a host started from a shell without
+    # job control inherits SIGINT ignored (bash does that to background jobs), so say it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(json.dumps({"pid": proc.pid, "runtime": proc.runtime_dir,
                       "up": proc.http_port() is not None}), flush=True)
     try:
