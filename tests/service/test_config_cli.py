@@ -142,6 +142,7 @@ def test_every_flag_the_docs_name_exists() -> None:
              "--disaggregation-mode", "--disaggregation-transfer-backend", "--nnodes",
              "--dist-init-addr"}
     real |= {"--no-deps", "--no-index", "--target"}  # pip's, in the install lines
+    real |= {"--dist"}  # pytest-xdist's, in the test command
     for doc in ("docs/operations.md", "docs/kit.md", "docs/sglang.md", "README.md"):
         named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", (root / doc).read_text()))
         assert named - real == set(), f"{doc} names flags that do not exist"

@@ -9,6 +9,7 @@ inside SGLang's own launcher code:
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -32,7 +33,10 @@ HERE = Path(__file__).resolve().parent
 def test_entry_point_names_register() -> None:
     eps = {ep.name: ep for ep in entry_points(group="sglang.srt.plugins")}
     assert eps["sglang_tok"].value == "sglang_tok.integrations.sglang.plugin:register"
-    assert eps["sglang_tok"].load() is plugin.register
+    # the module as imported now: another test may have dropped it from sys.modules since
+    # this file imported it (the suite runs files in any order, on any worker)
+    here = importlib.import_module("sglang_tok.integrations.sglang.plugin")
+    assert eps["sglang_tok"].load() is here.register
 
 
 def test_importing_the_plugin_imports_nothing_of_sglang() -> None:
