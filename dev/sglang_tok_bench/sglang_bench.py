@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -401,20 +402,8 @@ def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
     by_process = {title: round(sum(per1[title]) - sum(per0.get(title, [])), 3)
                   for title in per1}
     elapsed = max(1e-9, last - t0)
-    exact, problems = 0, []
-    for k, rid in enumerate(trace.rids):
-        text = "".join(texts[k])
-        bad = []
-        if text != trace.expected[k]:
-            bad.append(text_diff(text, trace.expected[k]))
-        if seen[k] != trace.rows[k]:
-            bad.append(f"{seen[k]} reply rows for {trace.rows[k]}")
-        if finishes[k] != {"type": "length", "length": int(trace.lengths[k])}:
-            bad.append(f"finish {finishes[k]}")
-        if bad:
-            problems.append(f"{rid}: {'; '.join(bad)}")
-        else:
-            exact += 1
+    exact, problems = checked(trace.rids, texts, trace.expected, finishes, trace.lengths,
+                              [(int(n), int(want)) for n, want in zip(seen, trace.rows)])
     paced = total * step
     return {"ids": trace.ids, "elapsed_s": elapsed, "ids_per_s": trace.ids / elapsed,
             "step_ms": step * 1000,
@@ -425,6 +414,28 @@ def run_trace(trace: Trace, push: zmq.Socket, pull: zmq.Socket, pids: list[int],
             "complete": done == total, "answered_messages": done, "messages": total,
             "exact": exact, "requests": len(trace.rids), "stray_rows": stray,
             "problems": problems[:10]}
+
+
+def checked(rids: Sequence[str], texts: Sequence[Sequence[str]], expected: Sequence[str],
+            finishes: Sequence[Any], lengths: Sequence[int] | np.ndarray[Any, Any],
+            rows: Sequence[tuple[int, int]] = ()) -> tuple[int, list[str]]:
+    """(requests exact, what went wrong with each other one): its text against the full
+    decode, its finish (`length`), and where given, its reply rows (seen, sent)."""
+    exact, problems = 0, []
+    for k, rid in enumerate(rids):
+        text = "".join(texts[k])
+        bad = []
+        if text != expected[k]:
+            bad.append(text_diff(text, expected[k]))
+        if rows and rows[k][0] != rows[k][1]:
+            bad.append(f"{rows[k][0]} reply rows for {rows[k][1]}")
+        if finishes[k] != {"type": "length", "length": int(lengths[k])}:
+            bad.append(f"finish {finishes[k]}")
+        if bad:
+            problems.append(f"{rid}: {'; '.join(bad)}")
+        else:
+            exact += 1
+    return exact, problems
 
 
 def text_diff(got: str, want: str) -> str:

@@ -42,8 +42,8 @@ from sglang_tok_bench.sglang_bench import (
     Peer,
     _columns,
     _replies,
+    checked,
     side_python,
-    text_diff,
 )
 from sglang_tok_bench.stage_trace import StageSpec, StageTrace, read
 from sglang_tok_testkit.processes import cpu_seconds, package_env, tree_pids
@@ -222,18 +222,7 @@ def run_trace(trace: StageTrace, socks: Sockets, stage: Started, window: int,
     cpu = {role: 0.0 for role in set(stage.roles.values())}
     for pid, role in stage.roles.items():
         cpu[role] += by_pid1.get(pid, 0.0) - by_pid0.get(pid, 0.0)
-    exact, problems = 0, []
-    for k, rid in enumerate(trace.rids):
-        text = "".join(texts[k])
-        bad = []
-        if text != trace.expected[k]:
-            bad.append(text_diff(text, trace.expected[k]))
-        if finishes[k] != {"type": "length", "length": trace.lengths[k]}:
-            bad.append(f"finish {finishes[k]}")
-        if bad:
-            problems.append(f"{rid}: {'; '.join(bad)}")
-        else:
-            exact += 1
+    exact, problems = checked(trace.rids, texts, trace.expected, finishes, trace.lengths)
     ids = trace.ids
     return {"ids": ids, "elapsed_s": elapsed, "ids_per_s": ids / max(elapsed, 1e-9),
             "cpu_s": cpu, "us_per_id": {role: v / ids * 1e6 for role, v in cpu.items()},
